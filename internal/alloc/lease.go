@@ -1,0 +1,194 @@
+package alloc
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Owner is the Pod an address is leased to.
+type Owner struct {
+	Namespace, Name, UID string
+}
+
+// Attachment identifies one container interface on a node: the natural key
+// of a lease, and what makes allocation idempotent.
+type Attachment struct {
+	ContainerID, Interface string
+}
+
+// LeaseState is where a lease is in its life.
+type LeaseState string
+
+const (
+	// StatePending: leased with expiry; released automatically unless confirmed.
+	StatePending LeaseState = "pending"
+	// StateActive: confirmed, or leased without expiry.
+	StateActive LeaseState = "active"
+	// StateCooling: released; the address is not leased again before its
+	// cooldown ends.
+	StateCooling LeaseState = "cooling"
+)
+
+// ParseLeaseState accepts the three states by name.
+func ParseLeaseState(s string) (LeaseState, error) {
+	switch st := LeaseState(s); st {
+	case StatePending, StateActive, StateCooling:
+		return st, nil
+	}
+	return "", fmt.Errorf("unknown lease state %q", s)
+}
+
+// LeaseRequest asks for one address per family for an attachment.
+type LeaseRequest struct {
+	Space      string
+	Node       string
+	Owner      Owner
+	Attachment Attachment
+	Pool       string   // empty means DefaultPool
+	Families   []Family // empty means every family of the pool
+	Expire     bool
+}
+
+// Validate checks the request and fills defaults (pool name).
+func (r *LeaseRequest) Validate() error {
+	if r.Pool == "" {
+		r.Pool = DefaultPool
+	}
+	checks := []error{
+		ValidateLabelName("space", r.Space),
+		ValidateNodeName("node", r.Node),
+		ValidateLabelName("pool", r.Pool),
+		validateToken("containerID", r.Attachment.ContainerID, 256),
+		validateToken("interface", r.Attachment.Interface, 64),
+		ValidateLabelName("owner.namespace", r.Owner.Namespace),
+		ValidateNodeName("owner.name", r.Owner.Name),
+	}
+	if r.Owner.UID != "" {
+		checks = append(checks, validateToken("owner.uid", r.Owner.UID, 128))
+	}
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	for i, f := range r.Families {
+		if f != IPv4 && f != IPv6 {
+			return Invalid(fmt.Sprintf("families[%d]", i), "unknown family")
+		}
+		if slices.Index(r.Families, f) != i {
+			return Invalid(fmt.Sprintf("families[%d]", i), "%s listed twice", f)
+		}
+	}
+	slices.Sort(r.Families) // IPv4 first: the lock order
+	return nil
+}
+
+// ValidateAttachment checks an attachment key coming from a path or a list.
+func ValidateAttachment(fieldPrefix string, a Attachment) error {
+	if err := validateToken(fieldPrefix+"containerID", a.ContainerID, 256); err != nil {
+		return err
+	}
+	return validateToken(fieldPrefix+"interface", a.Interface, 64)
+}
+
+// Lease is one address held (or cooling) in a block of a node.
+type Lease struct {
+	Space      string
+	Node       string
+	Pool       string
+	Family     Family
+	Addr       netip.Addr
+	Block      netip.Prefix
+	Gateway    netip.Addr // the block's router address; zero when not reserved
+	Attachment Attachment
+	Owner      Owner
+	State      LeaseState
+	CreatedAt  time.Time
+	// Optional times; zero when not applicable.
+	ExpiresAt     time.Time
+	ConfirmedAt   time.Time
+	ReleasedAt    time.Time
+	CooldownUntil time.Time
+}
+
+// Prefix is the address with the block's prefix length, as CNI wants it.
+func (l Lease) Prefix() netip.Prefix { return netip.PrefixFrom(l.Addr, l.Block.Bits()) }
+
+// Allocation is the answer to a LeaseRequest: every lease of the attachment.
+type Allocation struct {
+	Node       string
+	Attachment Attachment
+	Owner      Owner
+	State      LeaseState
+	ExpiresAt  time.Time
+	Leases     []Lease // one per family, IPv4 first
+	// Created is false when the request was a retry answered from existing
+	// leases.
+	Created bool
+}
+
+// Block is a prefix a node owns in a pool.
+type Block struct {
+	Space     string
+	Node      string
+	Pool      string
+	Family    Family
+	Layout    Layout
+	Leased    int64
+	Cooling   int64
+	CreatedAt time.Time
+}
+
+// NodeAddress is an address Kubernetes reports for a node.
+type NodeAddress struct {
+	Type    string // InternalIP or ExternalIP
+	Address netip.Addr
+}
+
+// Node is a machine that owns blocks and leases.
+type Node struct {
+	Space      string
+	Name       string
+	Labels     map[string]string
+	Addresses  []NodeAddress
+	ProviderID string
+	Blocks     int64
+	Leases     int64
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// Space is an address space: names and overlap rules hold within one.
+type Space struct {
+	Name      string
+	CreatedAt time.Time
+}
+
+// Page asks for one page of a list.
+type Page struct {
+	Limit    int    // 1..1000
+	Continue string // opaque token from the previous page; empty for the first
+}
+
+// Validate fills the default limit and bounds it.
+func (p *Page) Validate() error {
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	if p.Limit < 1 || p.Limit > 1000 {
+		return Invalid("limit", "must be between 1 and 1000")
+	}
+	return nil
+}
+
+// LeaseFilter selects leases in List; empty fields match everything.
+type LeaseFilter struct {
+	Space          string
+	Node           string
+	Pool           string
+	OwnerNamespace string
+	OwnerName      string
+	State          LeaseState
+}

@@ -1,0 +1,68 @@
+package alloc
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// DefaultSpace and DefaultPool are the names used when a request names none.
+const (
+	DefaultSpace = "default"
+	DefaultPool  = "default"
+)
+
+// ValidateLabelName checks a space or pool name: a DNS label (RFC 1123), as
+// Kubernetes requires of most object names.
+func ValidateLabelName(field, name string) error {
+	if name == "" {
+		return Invalid(field, "must not be empty")
+	}
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return Invalid(field, "%q is not a DNS label: %s", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// ValidateNodeName checks a node name: a DNS subdomain, as Kubernetes
+// requires of Node objects.
+func ValidateNodeName(field, name string) error {
+	if name == "" {
+		return Invalid(field, "must not be empty")
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return Invalid(field, "%q is not a DNS subdomain: %s", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// ValidateLabels checks keys and values with Kubernetes' label rules.
+func ValidateLabels(field string, labels map[string]string) error {
+	for k, v := range labels {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return Invalid(fmt.Sprintf("%s[%s]", field, k), "invalid label key: %s", strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return Invalid(fmt.Sprintf("%s[%s]", field, k), "invalid label value: %s", strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// validateToken checks free-form identifiers such as container IDs and
+// interface names: printable ASCII without spaces or slashes, bounded.
+func validateToken(field, s string, max int) error {
+	if s == "" {
+		return Invalid(field, "must not be empty")
+	}
+	if len(s) > max {
+		return Invalid(field, "longer than %d characters", max)
+	}
+	for _, r := range s {
+		if r <= ' ' || r > '~' || r == '/' {
+			return Invalid(field, "contains %q; only printable ASCII without spaces or '/' is allowed", r)
+		}
+	}
+	return nil
+}

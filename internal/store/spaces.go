@@ -1,0 +1,77 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// CreateSpace adds an address space.
+func (s *Store) CreateSpace(ctx context.Context, name string) (alloc.Space, error) {
+	if err := alloc.ValidateLabelName("name", name); err != nil {
+		return alloc.Space{}, err
+	}
+	sp := alloc.Space{Name: name}
+	err := s.db.QueryRow(ctx,
+		`INSERT INTO address_spaces (name, created_at) VALUES ($1, $2)
+		 ON CONFLICT (name) DO NOTHING RETURNING created_at`, name, s.now()).Scan(&sp.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return alloc.Space{}, &alloc.Error{Kind: alloc.KindConflict, Field: "name", Detail: "address space " + name + " already exists"}
+	}
+	return sp, err
+}
+
+// GetSpace reads one address space.
+func (s *Store) GetSpace(ctx context.Context, name string) (alloc.Space, error) {
+	sp := alloc.Space{Name: name}
+	err := s.db.QueryRow(ctx, `SELECT created_at FROM address_spaces WHERE name = $1`, name).Scan(&sp.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return alloc.Space{}, alloc.NotFound("space", "address space", name)
+	}
+	return sp, err
+}
+
+// ListSpaces pages through the spaces by name.
+func (s *Store) ListSpaces(ctx context.Context, page alloc.Page) ([]alloc.Space, string, error) {
+	after, err := decodeContinue(page.Continue)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.db.Query(ctx,
+		`SELECT name, created_at FROM address_spaces WHERE name > $1 ORDER BY name LIMIT $2`, after, page.Limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (alloc.Space, error) {
+		var sp alloc.Space
+		return sp, r.Scan(&sp.Name, &sp.CreatedAt)
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	items, next := pageOf(items, page.Limit, func(sp alloc.Space) string { return sp.Name })
+	return items, next, nil
+}
+
+// DeleteSpace removes an empty space.
+func (s *Store) DeleteSpace(ctx context.Context, name string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		var inUse bool
+		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pools WHERE space = $1)
+			OR EXISTS (SELECT 1 FROM nodes WHERE space = $1)
+			FROM address_spaces WHERE name = $1 FOR UPDATE`, name).Scan(&inUse)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return alloc.NotFound("space", "address space", name)
+		case err != nil:
+			return err
+		case inUse:
+			return &alloc.Error{Kind: alloc.KindInUse, Field: "space", Detail: "address space " + name + " still has pools or nodes"}
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM address_spaces WHERE name = $1`, name)
+		return err
+	})
+}

@@ -1,0 +1,192 @@
+// Package store persists the IPAM's state in PostgreSQL. Every state change
+// is one transaction; serialization uses row locks only (never table locks
+// or a process-wide mutex), so any number of replicas can share a database.
+// Decisions that need no SQL (layouts, which prefix to carve, validation) are
+// made by package alloc.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// Options tune lease lifetimes and node registration.
+type Options struct {
+	// LeaseExpiry is how long a pending lease lives unless confirmed.
+	LeaseExpiry time.Duration
+	// Cooldown is how long a released address rests before it is leased
+	// again; 0 is allowed.
+	Cooldown time.Duration
+	// AutoRegisterNodes registers an unknown node on its first lease
+	// request, as Cilium's agent creates its own CiliumNode.
+	AutoRegisterNodes bool
+	// Now is the clock; nil means time.Now. Tests pass a controllable one.
+	Now func() time.Time
+	// MaxConns bounds the connection pool; 0 keeps pgxpool's default.
+	MaxConns int32
+}
+
+// DefaultOptions are the defaults of Cilium (10 minute expiry) and the VPC
+// CNI (30 second cooldown).
+func DefaultOptions() Options {
+	return Options{LeaseExpiry: 10 * time.Minute, Cooldown: 30 * time.Second, AutoRegisterNodes: true}
+}
+
+// Validate checks the options.
+func (o Options) Validate() error {
+	var errs []error
+	if o.LeaseExpiry <= 0 {
+		errs = append(errs, errors.New("lease expiry must be positive"))
+	}
+	if o.Cooldown < 0 {
+		errs = append(errs, errors.New("cooldown must not be negative"))
+	}
+	if o.MaxConns < 0 {
+		errs = append(errs, errors.New("max connections must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Store is the PostgreSQL implementation of the IPAM's state.
+type Store struct {
+	db   *pgxpool.Pool
+	opts Options
+}
+
+// Open connects to connString and checks the options. It does not migrate:
+// call Migrate first (cmd/server does, under an advisory lock).
+func Open(ctx context.Context, connString string, o Options) (*Store, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	cfg, err := parseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return &Store{db: db, opts: o}, nil
+}
+
+func parseConfig(connString string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	return cfg, nil
+}
+
+// Close releases the connections.
+func (s *Store) Close() { s.db.Close() }
+
+// Ready answers the applied schema version, or an error when the database is
+// unreachable or behind this binary.
+func (s *Store) Ready(ctx context.Context) (int64, error) {
+	var v int64
+	err := s.db.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("database: %w", err)
+	}
+	if want := SchemaVersion(); v < want {
+		return v, fmt.Errorf("schema version %d is older than %d", v, want)
+	}
+	return v, nil
+}
+
+func (s *Store) now() time.Time { return s.opts.Now().UTC() }
+
+// maxTxAttempts bounds retries of a transaction that failed on a typed,
+// transient conflict (see retryable).
+const maxTxAttempts = 5
+
+// inTx runs fn in one READ COMMITTED transaction, retrying it on a
+// serialization failure, a deadlock, or a unique/exclusion violation raised
+// by a concurrent writer of the same natural key (fn re-reads and then sees
+// the winner's row). Other errors are returned as they are.
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	var err error
+	for attempt := 0; attempt < maxTxAttempts; attempt++ {
+		err = pgx.BeginFunc(ctx, s.db, fn)
+		if err == nil || !retryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// PostgreSQL error codes the store reacts to.
+const (
+	codeUniqueViolation    = "23505"
+	codeExclusionViolation = "23P01"
+	codeForeignKey         = "23503"
+	codeSerialization      = "40001"
+	codeDeadlock           = "40P01"
+)
+
+func pgCode(err error) (code, constraint string) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code, pe.ConstraintName
+	}
+	return "", ""
+}
+
+// retryable reports transient conflicts between concurrent transactions.
+func retryable(err error) bool {
+	code, constraint := pgCode(err)
+	switch code {
+	case codeSerialization, codeDeadlock:
+		return true
+	case codeUniqueViolation:
+		// Two requests for one attachment raced; the retry finds the winner.
+		return constraint == "leases_attachment" || constraint == "nodes_space_name_key"
+	case codeExclusionViolation:
+		// Two carves of one prefix raced; the retry picks the next one.
+		return constraint == "blocks_no_overlap"
+	}
+	return false
+}
+
+// spaceExists turns a missing object into the more useful "space not found"
+// when the space itself is missing.
+func (s *Store) spaceExists(ctx context.Context, q querier, space string) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM address_spaces WHERE name = $1)`, space).Scan(&ok)
+	return ok, err
+}
+
+// notFoundIn answers the not-found error for what/name, or space-not-found
+// when the space is missing.
+func (s *Store) notFoundIn(ctx context.Context, q querier, space, field, what, name string) error {
+	ok, err := s.spaceExists(ctx, q, space)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return alloc.NotFound("space", "address space", space)
+	}
+	return alloc.NotFound(field, what, name)
+}
+
+// querier is what both a pool and a transaction offer.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
