@@ -1,0 +1,246 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"reflect"
+
+	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// problemContentType is the media type of every error body (RFC 9457).
+const problemContentType = "application/problem+json"
+
+// problemTypePrefix starts every problem type URI; the kind follows, e.g.
+// urn:ipam:problem:pool-exhausted. The URIs are part of the API contract.
+const problemTypePrefix = "urn:ipam:problem:"
+
+// Kinds that only the HTTP layer raises, next to the domain's alloc.Kind*
+// constants; together they are the problem types of the API.
+const (
+	kindMethodNotAllowed     alloc.Kind = "method-not-allowed"
+	kindPayloadTooLarge      alloc.Kind = "payload-too-large"
+	kindUnsupportedMediaType alloc.Kind = "unsupported-media-type"
+	kindUnavailable          alloc.Kind = "unavailable"
+	kindInternal             alloc.Kind = "internal"
+)
+
+// problemClass is the status and title of one problem type.
+type problemClass struct {
+	status int
+	title  string
+}
+
+// problemClasses maps every kind to its HTTP status: the one table of the
+// API's error semantics. An *alloc.Error whose Kind is missing here is a
+// programming error and answered as internal.
+var problemClasses = map[alloc.Kind]problemClass{
+	alloc.KindInvalid:        {http.StatusBadRequest, "Invalid input"},
+	alloc.KindNotFound:       {http.StatusNotFound, "Not found"},
+	alloc.KindConflict:       {http.StatusConflict, "Already exists"},
+	alloc.KindOverlap:        {http.StatusConflict, "CIDR overlap"},
+	alloc.KindImmutable:      {http.StatusUnprocessableEntity, "Immutable field"},
+	alloc.KindInUse:          {http.StatusConflict, "In use"},
+	alloc.KindLeaseConflict:  {http.StatusConflict, "Lease conflict"},
+	alloc.KindPoolExhausted:  {http.StatusConflict, "Pool exhausted"},
+	kindMethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
+	kindPayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
+	kindUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	kindUnavailable:          {http.StatusServiceUnavailable, "Unavailable"},
+	kindInternal:             {http.StatusInternalServerError, "Internal error"},
+}
+
+// unavailableError says the service cannot serve now (the database is
+// unreachable or its schema is behind); the cause is logged, not sent.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return "unavailable: " + e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// problems writes every error response of the API.
+type problems struct {
+	log *slog.Logger
+}
+
+// problemOf classifies err. ok is false for an error the client must not
+// see (anything but *alloc.Error of a known kind): the answer is then the
+// generic internal problem.
+func problemOf(err error) (p ipamv1.Problem, ok bool) {
+	kind := kindInternal
+	var detail, field, pool string
+	var family alloc.Family
+	var ae *alloc.Error
+	var ue *unavailableError
+	switch {
+	case errors.As(err, &ue):
+		kind, detail = kindUnavailable, "the database is not ready"
+		ok = true
+	case errors.As(err, &ae):
+		if _, known := problemClasses[ae.Kind]; known {
+			kind, detail, field, pool, family = ae.Kind, ae.Detail, ae.Field, ae.Pool, ae.Family
+			ok = true
+		}
+	}
+	if !ok {
+		detail = "internal error"
+	}
+	c := problemClasses[kind]
+	return ipamv1.Problem{
+		Type:   problemTypePrefix + string(kind),
+		Title:  c.title,
+		Status: c.status,
+		Detail: optString(detail),
+		Field:  optString(field),
+		Pool:   optString(pool),
+		Family: problemFamily(family),
+	}, ok
+}
+
+// write answers err as a problem. Errors the client cannot see are logged
+// with their text; 503s are logged too, since they mean the database is
+// down.
+func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
+	p, ok := problemOf(err)
+	switch {
+	case !ok && errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away; nobody reads the answer.
+		ps.log.LogAttrs(r.Context(), slog.LevelDebug, "api: request canceled",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	case !ok:
+		ps.log.LogAttrs(r.Context(), slog.LevelError, "api: internal error",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+	case p.Status == http.StatusServiceUnavailable:
+		ps.log.LogAttrs(r.Context(), slog.LevelWarn, "api: unavailable",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+	}
+	writeProblem(w, p)
+}
+
+// writeProblem sends p with its status and the problem media type.
+func writeProblem(w http.ResponseWriter, p ipamv1.Problem) {
+	body, err := json.Marshal(p)
+	if err != nil { // a Problem of strings and ints always marshals
+		panic(err)
+	}
+	h := w.Header()
+	h.Set("Content-Type", problemContentType)
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}
+
+// requestError answers a request body that could not be decoded; the
+// generated strict handler calls it before any handler runs.
+func (ps problems) requestError(w http.ResponseWriter, r *http.Request, err error) {
+	ps.write(w, r, bodyError(err))
+}
+
+// bodyError classifies a JSON decoding error of the request body: a value
+// of the wrong type names its JSON path, malformed or missing JSON names
+// "body", a body over the limit is payload-too-large. Anything else (a
+// broken connection, a bug) stays internal.
+func bodyError(err error) error {
+	var (
+		tooLarge *http.MaxBytesError
+		typeErr  *json.UnmarshalTypeError
+		syntax   *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &tooLarge):
+		return &alloc.Error{Kind: kindPayloadTooLarge, Field: "body",
+			Detail: fmt.Sprintf("the request body exceeds %d bytes", tooLarge.Limit)}
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return alloc.Invalid(field, "must be %s, not a JSON %s", jsonTypeName(typeErr.Type), typeErr.Value)
+	case errors.As(err, &syntax):
+		return alloc.Invalid("body", "malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return alloc.Invalid("body", "the JSON body ends early")
+	case errors.Is(err, io.EOF):
+		return alloc.Invalid("body", "a JSON body is required")
+	}
+	return err
+}
+
+// jsonTypeName names the JSON type a Go type decodes from.
+func jsonTypeName(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Pointer:
+		return jsonTypeName(t.Elem())
+	}
+	return "another type"
+}
+
+// paramError answers a path, query, header or cookie parameter that could
+// not be bound; the generated chi wrapper calls it before the handler.
+func (ps problems) paramError(w http.ResponseWriter, r *http.Request, err error) {
+	ps.write(w, r, paramErrorOf(err))
+}
+
+// paramTypes names the type of the parameters that are not strings.
+var paramTypes = map[string]string{
+	"limit":        "an integer",
+	"maskSize":     "an integer",
+	"force":        "true or false",
+	"allowFirstIP": "true or false",
+	"allowLastIP":  "true or false",
+	"router":       "true or false",
+	"health":       "true or false",
+	"ingress":      "true or false",
+}
+
+// paramErrorOf names the parameter at fault in an invalid-input error. The
+// binder's own message is not sent: it may quote Go types.
+func paramErrorOf(err error) error {
+	var (
+		format   *ipamv1.InvalidParamFormatError
+		required *ipamv1.RequiredParamError
+		header   *ipamv1.RequiredHeaderError
+		cookie   *ipamv1.UnescapedCookieParamError
+		tooMany  *ipamv1.TooManyValuesForParamError
+		unmarsh  *ipamv1.UnmarshalingParamError
+	)
+	switch {
+	case errors.As(err, &format):
+		if t, ok := paramTypes[format.ParamName]; ok {
+			return alloc.Invalid(format.ParamName, "must be %s", t)
+		}
+		return alloc.Invalid(format.ParamName, "has an invalid value")
+	case errors.As(err, &required):
+		return alloc.Invalid(required.ParamName, "is required")
+	case errors.As(err, &header):
+		return alloc.Invalid(header.ParamName, "header is required")
+	case errors.As(err, &cookie):
+		return alloc.Invalid(cookie.ParamName, "cookie is not properly escaped")
+	case errors.As(err, &tooMany):
+		return alloc.Invalid(tooMany.ParamName, "must be given once, not %d times", tooMany.Count)
+	case errors.As(err, &unmarsh):
+		return alloc.Invalid(unmarsh.ParamName, "is not valid JSON")
+	}
+	return err
+}

@@ -1,0 +1,206 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// DefaultMaxBodyBytes bounds request bodies when Options.MaxBodyBytes is 0.
+// The largest legitimate body, a reconcile list of a node's attachments, is
+// far below it.
+const DefaultMaxBodyBytes int64 = 1 << 20
+
+// Options configure NewHandler. The zero value is valid.
+type Options struct {
+	// Logger receives internal errors and panics (error level), store
+	// outages (warn) and one access line per request (debug). Nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// MaxBodyBytes bounds request bodies; larger ones are answered 413.
+	// 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+}
+
+// Validate reports every invalid option.
+func (o Options) Validate() error {
+	var errs []error
+	if o.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("api: MaxBodyBytes is %d; it must not be negative", o.MaxBodyBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// NewHandler serves the API over store. Every error it answers, including
+// unknown routes, wrong methods, undecodable bodies and panics, is an
+// application/problem+json problem. It panics when store is nil or o is
+// invalid (check with o.Validate first).
+func NewHandler(store Store, o Options) http.Handler {
+	if store == nil {
+		panic("api: NewHandler with a nil Store")
+	}
+	if err := o.Validate(); err != nil {
+		panic(err)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	ps := problems{log: o.Logger}
+
+	r := chi.NewRouter()
+	r.Use(func(next http.Handler) http.Handler {
+		return &edge{next: next, log: o.Logger, maxBody: o.MaxBodyBytes, problems: ps}
+	})
+	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
+		ps.write(w, req, &alloc.Error{Kind: alloc.KindNotFound,
+			Detail: fmt.Sprintf("no route for %s %s", req.Method, req.URL.Path)})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		allow := allowedMethods(r, req.URL.Path)
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		ps.write(w, req, &alloc.Error{Kind: kindMethodNotAllowed,
+			Detail: fmt.Sprintf("%s is not allowed on %s; use %s", req.Method, req.URL.Path, strings.Join(allow, ", "))})
+	})
+
+	strict := ipamv1.NewStrictHandlerWithOptions(NewServer(store), nil, ipamv1.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc:  ps.requestError,
+		ResponseErrorHandlerFunc: ps.write,
+	})
+	return ipamv1.HandlerWithOptions(strict, ipamv1.ChiServerOptions{
+		BaseRouter:       r,
+		ErrorHandlerFunc: ps.paramError,
+		Middlewares:      []ipamv1.MiddlewareFunc{requireJSON(ps)},
+	})
+}
+
+// allowedMethods lists the methods routed for path, for the Allow header
+// of a 405.
+func allowedMethods(routes chi.Routes, path string) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		if routes.Match(chi.NewRouteContext(), m, path) {
+			allow = append(allow, m)
+		}
+	}
+	return allow
+}
+
+// edge is the outermost middleware: it bounds the request body, turns a
+// panic into a logged 500 problem, and writes the access log line. It costs
+// one small allocation per request; the clock is read only when debug
+// logging is on.
+type edge struct {
+	next     http.Handler
+	log      *slog.Logger
+	maxBody  int64
+	problems problems
+}
+
+func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &statusRecorder{ResponseWriter: w}
+	logged := e.log.Enabled(r.Context(), slog.LevelDebug)
+	var start time.Time
+	if logged {
+		start = time.Now()
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			e.log.LogAttrs(r.Context(), slog.LevelError, "api: panic serving request",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path),
+				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+			if rec.status == 0 {
+				writeProblem(rec, internalProblem())
+			}
+		}
+		if logged {
+			e.log.LogAttrs(r.Context(), slog.LevelDebug, "http request",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path),
+				slog.Int("status", rec.statusOr200()), slog.Duration("duration", time.Since(start)))
+		}
+	}()
+	if r.ContentLength > e.maxBody {
+		e.problems.write(rec, r, bodyError(&http.MaxBytesError{Limit: e.maxBody}))
+		return
+	}
+	// The original writer lets net/http close the connection after a body
+	// over the limit.
+	r.Body = http.MaxBytesReader(w, r.Body, e.maxBody)
+	e.next.ServeHTTP(rec, r)
+}
+
+func internalProblem() ipamv1.Problem {
+	p, _ := problemOf(errors.New("panic"))
+	return p
+}
+
+// statusRecorder remembers the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *statusRecorder) statusOr200() int {
+	if s.status == 0 {
+		return http.StatusOK
+	}
+	return s.status
+}
+
+// requireJSON refuses (415) a POST or PUT whose body is not
+// application/json. It runs after routing, so an unknown route is a 404
+// whatever its body.
+func requireJSON(ps problems) ipamv1.MiddlewareFunc {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if (r.Method == http.MethodPost || r.Method == http.MethodPut) && r.ContentLength != 0 {
+				if ct := r.Header.Get("Content-Type"); ct != "application/json" && !isJSON(ct) {
+					w.Header().Set("Accept", "application/json")
+					ps.write(w, r, &alloc.Error{Kind: kindUnsupportedMediaType, Field: "Content-Type",
+						Detail: fmt.Sprintf("the body must be application/json, not %q", ct)})
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// isJSON reports whether a Content-Type is application/json with any
+// parameters (such as charset=utf-8), in any letter case.
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}

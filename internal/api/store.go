@@ -1,0 +1,71 @@
+package api
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// Store is what the handlers need from persistence: the method set of the
+// PostgreSQL store's contract (internal/store.Contract), declared here so
+// that this package depends on behaviour, not on the implementation.
+//
+// Errors are *alloc.Error for anything the client can fix; the handlers
+// return them unchanged and the error mapper turns them into problems. Any
+// other error is internal: it is logged and answered as a 500 without its
+// text.
+type Store interface {
+	// Ready answers the applied schema version, or an error when the
+	// database is unreachable or its schema is older than the binary's.
+	Ready(ctx context.Context) (int64, error)
+
+	CreateSpace(ctx context.Context, name string) (alloc.Space, error)
+	GetSpace(ctx context.Context, name string) (alloc.Space, error)
+	ListSpaces(ctx context.Context, page alloc.Page) (items []alloc.Space, next string, err error)
+	// DeleteSpace refuses (KindInUse) a space that still has pools or nodes.
+	DeleteSpace(ctx context.Context, name string) error
+
+	// CreatePool refuses overlap with any pool CIDR of the space
+	// (KindOverlap naming the CIDR's field).
+	CreatePool(ctx context.Context, p alloc.Pool) (alloc.Pool, error)
+	GetPool(ctx context.Context, space, name string) (alloc.Pool, error)
+	ListPools(ctx context.Context, space string, page alloc.Page) (items []alloc.Pool, next string, err error)
+	// UpdatePool replaces labels and spec; it refuses changes of immutable
+	// fields (KindImmutable) and the removal of a CIDR or family that has
+	// blocks (KindInUse).
+	UpdatePool(ctx context.Context, space, name string, labels map[string]string, spec alloc.PoolSpec) (alloc.Pool, error)
+	// DeletePool refuses (KindInUse) a pool that has blocks.
+	DeletePool(ctx context.Context, space, name string) error
+
+	// PutNode registers n or replaces its labels, addresses and provider ID;
+	// created reports a registration.
+	PutNode(ctx context.Context, n alloc.Node) (node alloc.Node, created bool, err error)
+	GetNode(ctx context.Context, space, name string) (alloc.Node, error)
+	ListNodes(ctx context.Context, space string, page alloc.Page) (items []alloc.Node, next string, err error)
+	// DeleteNode refuses (KindInUse) a node with pending or active leases
+	// unless force; force releases its leases and blocks first.
+	DeleteNode(ctx context.Context, space, name string, force bool) error
+
+	ListBlocks(ctx context.Context, space, node string) ([]alloc.Block, error)
+	// CarveBlock carves the first free aligned block of the pool's mask.
+	CarveBlock(ctx context.Context, space, node, pool string, f alloc.Family) (alloc.Block, error)
+	// ReleaseBlock returns an empty block (no lease in any state) to its pool.
+	ReleaseBlock(ctx context.Context, space, node string, cidr netip.Prefix) error
+
+	// Allocate leases one address per family in one transaction; a retry of
+	// the same attachment answers the existing leases with Created=false.
+	Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Allocation, error)
+	GetAttachment(ctx context.Context, space, node string, a alloc.Attachment) (alloc.Allocation, error)
+	Confirm(ctx context.Context, space, node string, a alloc.Attachment) (alloc.Allocation, error)
+	// ReleaseAttachment and ReleaseAddress succeed when nothing is held and
+	// return what they released.
+	ReleaseAttachment(ctx context.Context, space, node string, a alloc.Attachment) ([]alloc.Lease, error)
+	ReleaseAddress(ctx context.Context, space string, addr netip.Addr) ([]alloc.Lease, error)
+	// GetAddress answers the pending, active or cooling lease of addr.
+	GetAddress(ctx context.Context, space string, addr netip.Addr) (alloc.Lease, error)
+	ListLeases(ctx context.Context, f alloc.LeaseFilter, page alloc.Page) (items []alloc.Lease, next string, err error)
+	// Reconcile releases every pending or active lease of the node whose
+	// attachment is not in valid, and returns them.
+	Reconcile(ctx context.Context, space, node string, valid []alloc.Attachment) ([]alloc.Lease, error)
+}
