@@ -109,7 +109,9 @@ func (s *Store) Ready(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
-func (s *Store) now() time.Time { return s.opts.Now().UTC() }
+// now is the clock at PostgreSQL's precision (microseconds), so a value
+// answered before and after a round trip through the database is the same.
+func (s *Store) now() time.Time { return s.opts.Now().UTC().Truncate(time.Microsecond) }
 
 // maxTxAttempts bounds retries of a transaction that failed on a typed,
 // transient conflict (see retryable).

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is every setting of the server. Each flag has an IPAM_* environment
+// variable of the same name (flag "lease-expiry" <- IPAM_LEASE_EXPIRY); a
+// flag given on the command line wins over the environment.
+type config struct {
+	DatabaseURL       string
+	DataDir           string
+	Listen            string
+	LogLevel          slog.Level
+	LeaseExpiry       time.Duration
+	Cooldown          time.Duration
+	AutoRegisterNodes bool
+	GCInterval        time.Duration
+	ShutdownTimeout   time.Duration
+	MaxBodyBytes      int64
+	MaxConns          int
+	Migrate           bool
+}
+
+func (c config) Validate() error {
+	var errs []error
+	if c.Listen == "" {
+		errs = append(errs, errors.New("listen address is empty"))
+	}
+	if c.LeaseExpiry <= 0 {
+		errs = append(errs, errors.New("lease-expiry must be positive"))
+	}
+	if c.Cooldown < 0 {
+		errs = append(errs, errors.New("cooldown must not be negative"))
+	}
+	if c.GCInterval <= 0 {
+		errs = append(errs, errors.New("gc-interval must be positive"))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, errors.New("shutdown-timeout must be positive"))
+	}
+	if c.MaxBodyBytes <= 0 {
+		errs = append(errs, errors.New("max-body-bytes must be positive"))
+	}
+	if c.MaxConns < 0 {
+		errs = append(errs, errors.New("max-conns must not be negative"))
+	}
+	if c.DatabaseURL == "" && c.DataDir == "" {
+		errs = append(errs, errors.New("data-dir is needed for the embedded PostgreSQL when no database-url is set"))
+	}
+	return errors.Join(errs...)
+}
+
+// envName maps a flag name to its environment variable.
+func envName(flagName string) string {
+	return "IPAM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseConfig reads flags for one subcommand, with environment defaults.
+func parseConfig(name string, args []string, getenv func(string) string) (config, error) {
+	c := config{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	level := "info"
+	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL; empty starts a private PostgreSQL under data-dir")
+	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir(), "directory of the embedded PostgreSQL (used when database-url is empty)")
+	fs.StringVar(&c.Listen, "listen", ":8080", "HTTP listen address")
+	fs.StringVar(&level, "log-level", level, "debug, info, warn or error")
+	fs.DurationVar(&c.LeaseExpiry, "lease-expiry", 10*time.Minute, "pending leases are released after this unless confirmed")
+	fs.DurationVar(&c.Cooldown, "cooldown", 30*time.Second, "a released address is not leased again before this; 0 allowed")
+	fs.BoolVar(&c.AutoRegisterNodes, "auto-register-nodes", true, "register an unknown node on its first lease request")
+	fs.DurationVar(&c.GCInterval, "gc-interval", 10*time.Second, "how often expired leases are released and cooled addresses purged")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight requests may finish on shutdown")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 1<<20, "request body limit")
+	fs.IntVar(&c.MaxConns, "max-conns", 0, "database connections per replica; 0 = max(4, CPUs)")
+	fs.BoolVar(&c.Migrate, "migrate", true, "apply migrations at start (under an advisory lock)")
+
+	// Environment first, so explicit flags override it.
+	var envErrs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(envName(f.Name)); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				envErrs = append(envErrs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
+			}
+		}
+	})
+	if err := errors.Join(envErrs...); err != nil {
+		return c, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(level)); err != nil {
+		return c, fmt.Errorf("log-level: %w", err)
+	}
+	return c, c.Validate()
+}
+
+func defaultDataDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return d + "/ipam"
+	}
+	return os.TempDir() + "/ipam-" + strconv.Itoa(os.Getuid())
+}

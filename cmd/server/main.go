@@ -1,0 +1,185 @@
+// Command server runs the IPAM service.
+//
+//	server [serve] [flags]   serve the REST API (default)
+//	server migrate [flags]   apply database migrations and exit
+//
+// With no database URL, serve starts a private PostgreSQL from the locally
+// installed binaries under the data directory and stops it on exit.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/ipam-dev/ipam/internal/api"
+	"github.com/ipam-dev/ipam/internal/pgembed"
+	"github.com/ipam-dev/ipam/internal/store"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "ipam-server:", err)
+		os.Exit(1)
+	}
+}
+
+// run is main without the process: tests call it with their own context,
+// environment and a channel that receives the bound address.
+func run(ctx context.Context, args []string, getenv func(string) string, bound chan<- string) error {
+	cmd := "serve"
+	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
+		cmd, args = args[0], args[1:]
+	}
+	cfg, err := parseConfig(cmd, args, getenv)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+
+	dbURL, stopDB, err := database(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopDB()
+
+	if cmd == "migrate" || cfg.Migrate {
+		v, err := store.Migrate(ctx, dbURL)
+		if err != nil {
+			return err
+		}
+		log.Info("schema migrated", "version", v)
+		if cmd == "migrate" {
+			return nil
+		}
+	}
+	return serve(ctx, cfg, dbURL, log, bound)
+}
+
+// database returns the URL to use, starting the embedded PostgreSQL when no
+// URL is configured; stop shuts it down again.
+func database(ctx context.Context, cfg config, log *slog.Logger) (url string, stop func(), err error) {
+	if cfg.DatabaseURL != "" {
+		return cfg.DatabaseURL, func() {}, nil
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return "", nil, err
+	}
+	log.Info("starting embedded PostgreSQL", "dataDir", cfg.DataDir)
+	cl, err := pgembed.Start(ctx, pgembed.Options{DataDir: cfg.DataDir, Logger: log})
+	if err != nil {
+		return "", nil, fmt.Errorf("embedded PostgreSQL: %w", err)
+	}
+	const dbname = "postgres"
+	log.Info("embedded PostgreSQL ready", "dataDir", cfg.DataDir, "connString", cl.ConnString(dbname))
+	return cl.ConnString(dbname), func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := cl.Stop(sctx); err != nil {
+			log.Error("stopping embedded PostgreSQL", "err", err)
+		}
+	}, nil
+}
+
+func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, bound chan<- string) error {
+	conns := int32(cfg.MaxConns)
+	if conns == 0 {
+		conns = int32(max(4, runtime.NumCPU()))
+	}
+	st, err := store.Open(ctx, dbURL, store.Options{
+		LeaseExpiry:       cfg.LeaseExpiry,
+		Cooldown:          cfg.Cooldown,
+		AutoRegisterNodes: cfg.AutoRegisterNodes,
+		MaxConns:          conns,
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	handler := api.NewHandler(st, api.Options{Logger: log, MaxBodyBytes: cfg.MaxBodyBytes})
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	log.Info("serving", "addr", ln.Addr().String())
+	if bound != nil {
+		bound <- ln.Addr().String()
+	}
+
+	gcCtx, stopGC := context.WithCancel(ctx)
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		runGC(gcCtx, st, cfg.GCInterval, log)
+	}()
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		stopGC()
+		<-gcDone
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	stopGC()
+	<-gcDone
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// maintainer is what the GC loop needs of the store.
+type maintainer interface {
+	ExpirePending(ctx context.Context) (int64, error)
+	PurgeCooled(ctx context.Context) (int64, error)
+}
+
+// runGC releases expired pending leases and purges cooled addresses every
+// interval until ctx ends. Every replica runs it; SKIP LOCKED splits work.
+func runGC(ctx context.Context, st maintainer, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := st.ExpirePending(ctx); err != nil && ctx.Err() == nil {
+			log.Error("expiring pending leases", "err", err)
+		} else if n > 0 {
+			log.Info("released expired pending leases", "count", n)
+		}
+		if n, err := st.PurgeCooled(ctx); err != nil && ctx.Err() == nil {
+			log.Error("purging cooled addresses", "err", err)
+		} else if n > 0 {
+			log.Debug("purged cooled addresses", "count", n)
+		}
+	}
+}
