@@ -131,7 +131,9 @@ CREATE TABLE leases (
 );
 CREATE UNIQUE INDEX leases_attachment ON leases (node_id, container_id, interface, family)
     WHERE state <> 'released';
-CREATE INDEX leases_block_cooling ON leases (block_id, cooldown_until) WHERE state = 'released';
+-- Per block: foreign-key checks, counts, and "the address whose cooldown
+-- ended longest ago" (held rows have a NULL cooldown_until and sort last).
+CREATE INDEX leases_block ON leases (block_id, cooldown_until);
 CREATE INDEX leases_expiry ON leases (expires_at) WHERE state = 'pending';
 CREATE INDEX leases_cooldown ON leases (cooldown_until) WHERE state = 'released';
 CREATE INDEX leases_node ON leases (node_id, addr);

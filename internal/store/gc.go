@@ -34,22 +34,50 @@ func (s *Store) ExpirePending(ctx context.Context) (int64, error) {
 // PurgeCooled deletes the rows of released addresses whose cooldown has
 // ended and gives their blocks the room back. Allocation also reuses such
 // rows in place, so purging is housekeeping, not a correctness need.
+//
+// One replica purges at a time (a transaction-scoped advisory lock that the
+// others skip rather than wait for): two purges would update the same
+// blocks' counters in different orders and deadlock.
 func (s *Store) PurgeCooled(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		var n int64
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, `WITH d AS (
-					DELETE FROM leases WHERE id IN (
-						SELECT id FROM leases WHERE state = 'released' AND cooldown_until <= $1
-						ORDER BY block_id LIMIT $2 FOR UPDATE SKIP LOCKED)
-					RETURNING block_id
-				), c AS (
-					SELECT block_id, count(*) AS n FROM d GROUP BY block_id
-				), u AS (
-					UPDATE blocks b SET allocated = b.allocated - c.n FROM c WHERE b.id = c.block_id
-				)
-				SELECT count(*) FROM d`, s.now(), gcBatch).Scan(&n)
+			var mine bool
+			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, purgeLockKey).Scan(&mine); err != nil || !mine {
+				n = 0
+				return err
+			}
+			rows, err := tx.Query(ctx, `DELETE FROM leases WHERE id IN (
+					SELECT id FROM leases WHERE state = 'released' AND cooldown_until <= $1
+					LIMIT $2 FOR UPDATE SKIP LOCKED)
+				RETURNING block_id`, s.now(), gcBatch)
+			if err != nil {
+				return err
+			}
+			freed := map[int64]int64{}
+			blockIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				return err
+			}
+			for _, id := range blockIDs {
+				freed[id]++
+			}
+			n = int64(len(blockIDs))
+			ids, counts := make([]int64, 0, len(freed)), make([]int64, 0, len(freed))
+			for id, c := range freed {
+				ids, counts = append(ids, id), append(counts, c)
+			}
+			// Lock the blocks in the order allocations do (IPv4 before
+			// IPv6, then by id) before touching their counts, so a purge
+			// and a dual-stack allocation never wait on each other in a
+			// cycle.
+			if _, err := tx.Exec(ctx, `SELECT id FROM blocks WHERE id = ANY ($1) ORDER BY family, id FOR NO KEY UPDATE`, ids); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `UPDATE blocks b SET allocated = b.allocated - c.n
+				FROM unnest($1::bigint[], $2::bigint[]) AS c (id, n) WHERE b.id = c.id`, ids, counts)
+			return err
 		})
 		if err != nil {
 			return total, err
@@ -60,3 +88,6 @@ func (s *Store) PurgeCooled(ctx context.Context) (int64, error) {
 		}
 	}
 }
+
+// purgeLockKey is the advisory lock key of PurgeCooled ("ipamgc" in ASCII).
+const purgeLockKey int64 = 0x697061_6d6763

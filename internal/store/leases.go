@@ -79,6 +79,36 @@ func (s *Store) ensureNode(ctx context.Context, tx pgx.Tx, space, name string, n
 	return id, err
 }
 
+// lookupForAllocate resolves, in one statement, the node, the pool and
+// whether the attachment already holds leases; it registers an unknown node
+// when the store auto-registers.
+func (s *Store) lookupForAllocate(ctx context.Context, tx pgx.Tx, r alloc.LeaseRequest, now time.Time) (nodeID int64, p allocPool, held bool, err error) {
+	var nid, pid *int64
+	p.name = r.Pool
+	err = tx.QueryRow(ctx, `SELECT n.id, p.id, p.ipv4_mask_size, p.ipv6_mask_size,
+			coalesce(p.allow_first_ip, false), coalesce(p.allow_last_ip, false), coalesce(p.reserve_router, false),
+			coalesce(p.reserve_health, false), coalesce(p.reserve_ingress, false),
+			EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.id AND l.container_id = $3 AND l.interface = $4 AND l.state <> 'released')
+		FROM (VALUES (1)) v
+		LEFT JOIN nodes n ON n.space = $1 AND n.name = $2
+		LEFT JOIN pools p ON p.space = $1 AND p.name = $5`,
+		r.Space, r.Node, r.Attachment.ContainerID, r.Attachment.Interface, r.Pool).
+		Scan(&nid, &pid, &p.masks[0], &p.masks[1], &p.allowFirst, &p.allowLast,
+			&p.nodeLocal.Router, &p.nodeLocal.Health, &p.nodeLocal.Ingress, &held)
+	if err != nil {
+		return 0, p, false, err
+	}
+	if pid == nil {
+		return 0, p, false, s.notFoundIn(ctx, tx, r.Space, "pool", "pool", r.Pool)
+	}
+	p.id = *pid
+	if nid != nil {
+		return *nid, p, held, nil
+	}
+	nodeID, err = s.ensureNode(ctx, tx, r.Space, r.Node, now)
+	return nodeID, p, false, err
+}
+
 // leaseColumns read a lease with the names the API shows. $1 is "now", to
 // tell cooling rows from rows whose cooldown has ended.
 const leaseColumns = `l.space, n.name, p.name, l.family, l.addr, l.block_cidr, b.router, l.container_id, l.interface,
@@ -159,15 +189,7 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 	var out alloc.Allocation
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		now := s.now()
-		nodeID, err := s.ensureNode(ctx, tx, r.Space, r.Node, now)
-		if err != nil {
-			return err
-		}
-		existing, err := attachmentLeases(ctx, tx, nodeID, r.Attachment)
-		if err != nil {
-			return err
-		}
-		p, err := s.allocPool(ctx, tx, r.Space, r.Pool)
+		nodeID, p, held, err := s.lookupForAllocate(ctx, tx, r, now)
 		if err != nil {
 			return err
 		}
@@ -180,7 +202,11 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 				return alloc.Invalid(fmt.Sprintf("families[%d]", i), "pool %q has no %s CIDRs", r.Pool, f)
 			}
 		}
-		if len(existing) > 0 {
+		if held {
+			existing, err := attachmentLeases(ctx, tx, nodeID, r.Attachment)
+			if err != nil {
+				return err
+			}
 			if err := sameRequest(existing, r, families); err != nil {
 				return err
 			}
@@ -225,108 +251,135 @@ func sameRequest(existing []alloc.Lease, r alloc.LeaseRequest, families []alloc.
 
 // leaseOne leases one address of family f; see Allocate for the order.
 func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPool, f alloc.Family, r alloc.LeaseRequest, now time.Time) (alloc.Lease, error) {
-	state, expires, confirmed := "active", (*time.Time)(nil), (*time.Time)(nil)
+	lease := alloc.Lease{Space: r.Space, Node: r.Node, Pool: p.name, Family: f, Attachment: r.Attachment,
+		Owner: r.Owner, State: alloc.StateActive, CreatedAt: now}
+	var expires *time.Time
 	if r.Expire {
 		e := now.Add(s.opts.LeaseExpiry)
-		state, expires = "pending", &e
+		lease.State, lease.ExpiresAt, expires = alloc.StatePending, e, &e
 	}
-	lease := alloc.Lease{Space: r.Space, Node: r.Node, Pool: p.name, Family: f, Attachment: r.Attachment,
-		Owner: r.Owner, State: alloc.LeaseState(state), CreatedAt: now}
-	if expires != nil {
-		lease.ExpiresAt = *expires
-	}
-	b, ok, err := lockBlockWithRoom(ctx, tx, nodeID, p.id, f)
-	if err != nil {
+	state := string(lease.State)
+	args := []any{nodeID, p.id, int16(f), r.Space, state, r.Attachment.ContainerID, r.Attachment.Interface,
+		r.Owner.Namespace, r.Owner.Name, r.Owner.UID, now, expires}
+
+	ok, err := s.leaseFresh(ctx, tx, &lease, args)
+	if err != nil || ok {
 		return lease, err
-	}
-	if ok {
-		if addr, found, err := insertFresh(ctx, tx, r, nodeID, p.id, f, b, state, now, expires, confirmed); err != nil || found {
-			return withBlock(lease, addr, b), err
-		}
 	}
 	// No fresh address: reuse one whose cooldown has ended.
-	var gw *netip.Addr
-	err = tx.QueryRow(ctx, `UPDATE leases l SET state = $5, container_id = $6, interface = $7,
-			owner_namespace = $8, owner_name = $9, owner_uid = $10, created_at = $11, expires_at = $12,
-			confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
-		FROM blocks b
-		WHERE b.id = l.block_id AND l.id = (
-			SELECT c.id FROM leases c JOIN blocks cb ON cb.id = c.block_id
-			WHERE cb.node_id = $1 AND cb.pool_id = $2 AND cb.family = $3 AND c.state = 'released' AND c.cooldown_until <= $4
-			ORDER BY c.cooldown_until LIMIT 1 FOR UPDATE OF c SKIP LOCKED)
-		RETURNING l.addr, l.block_cidr, b.router`,
-		nodeID, p.id, int16(f), now, state, r.Attachment.ContainerID, r.Attachment.Interface,
-		r.Owner.Namespace, r.Owner.Name, r.Owner.UID, now, expires).Scan(&lease.Addr, &lease.Block, &gw)
-	if err == nil {
-		if gw != nil {
-			lease.Gateway = *gw
-		}
-		return lease, nil
-	} else if !errors.Is(err, pgx.ErrNoRows) {
+	if ok, err = scanLeased(&lease, tx.QueryRow(ctx, leaseCooledSQL, args...)); err != nil || ok {
 		return lease, err
 	}
-	// Nothing to reuse: carve a block.
-	b, ok, err = carve(ctx, tx, r.Space, nodeID, p, f, now, true)
-	if err != nil {
+	// Nothing to reuse: carve a block (or find the one a concurrent request
+	// of this node carved meanwhile), then lease from it.
+	if _, ok, err = carve(ctx, tx, r.Space, nodeID, p, f, now, true); err != nil {
 		return lease, err
-	}
-	if !ok {
+	} else if !ok {
 		return lease, alloc.Exhausted(p.name, f)
 	}
-	addr, found, err := insertFresh(ctx, tx, r, nodeID, p.id, f, b, state, now, expires, confirmed)
-	if err == nil && !found {
-		err = fmt.Errorf("block %s has room by count but no free address", b.cidr)
+	if ok, err = s.leaseFresh(ctx, tx, &lease, args); err == nil && !ok {
+		err = fmt.Errorf("node %d pool %d %s: a block has room by count but no free address", nodeID, p.id, f)
 	}
-	return withBlock(lease, addr, b), err
+	return lease, err
 }
 
-func withBlock(l alloc.Lease, addr netip.Addr, b blockRow) alloc.Lease {
-	l.Addr, l.Block = addr, b.cidr
-	if b.router != nil {
-		l.Gateway = *b.router
+// scanLeased reads the address, block and gateway of a lease statement;
+// ok is false when the statement leased nothing.
+func scanLeased(l *alloc.Lease, row pgx.Row) (bool, error) {
+	var gw *netip.Addr
+	err := row.Scan(&l.Addr, &l.Block, &gw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	} else if err != nil {
+		return false, err
 	}
-	return l
+	if gw != nil {
+		l.Gateway = *gw
+	}
+	return true, nil
 }
 
-// insertFresh leases the first address of the locked block b, from its
-// round-robin cursor onwards, that has no lease row (held or cooling) and is
-// not node-local, and advances the cursor and the block's count in the same
-// statement. found is false when every address has a row.
+// leaseFresh leases a fresh address of the node's oldest block (pool $2,
+// family $3) whose lease rows leave room; ok is false when no block has room.
+//
+// It first locks that block row, which serializes allocations within one
+// block only, and only then looks for a free address, in a second statement:
+// under READ COMMITTED that statement's snapshot is taken after the lock is
+// granted, so it sees every lease committed by the block's previous holder.
+// (Probing in the locking statement itself would use a snapshot from before
+// the wait, pick an address just taken, and collide with it.)
+func (s *Store) leaseFresh(ctx context.Context, tx pgx.Tx, l *alloc.Lease, args []any) (bool, error) {
+	var blockID int64
+	err := tx.QueryRow(ctx, `SELECT id FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
+		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`, args[0], args[1], args[2]).Scan(&blockID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return scanLeased(l, tx.QueryRow(ctx, leaseFreshSQL, append(args, blockID)...))
+}
+
+// leaseFreshSQL leases, in one statement, the first address of the locked
+// block $13 from its round-robin cursor onwards that has no lease row (held
+// or cooling) and is not node-local; it inserts the lease and advances the
+// cursor and the block's count. No row: every address has a row.
 //
 // The cursor makes the common case one index probe; a nearly full block
 // costs at most one probe per address of the block, never a scan of the
 // pool, and addresses are reused as late as possible (like host-local).
-func insertFresh(ctx context.Context, tx pgx.Tx, r alloc.LeaseRequest, nodeID, poolID int64, f alloc.Family, b blockRow,
-	state string, now time.Time, expires, confirmed *time.Time) (netip.Addr, bool, error) {
-	var addr netip.Addr
-	err := tx.QueryRow(ctx, `WITH cand AS (
-			SELECT o FROM (
-				SELECT generate_series($3::bigint, $4::bigint) AS o
+//
+// Parameters: $1 node, $2 pool, $3 family, $4 space, $5 state, $6 container,
+// $7 interface, $8-$10 owner, $11 now, $12 expires (NULL when active),
+// $13 block.
+const leaseFreshSQL = `WITH b AS (
+		SELECT id, cidr, set_masklen(cidr::inet, CASE WHEN family = 4 THEN 32 ELSE 128 END) AS base,
+		       first_offset, last_offset, reserved, next_offset, router
+		FROM blocks WHERE id = $13
+	), cand AS (
+		SELECT b.*, c.o FROM b, LATERAL (
+			SELECT s.o FROM (
+				SELECT generate_series(b.next_offset, b.last_offset) AS o
 				UNION ALL
-				SELECT generate_series($5::bigint, $3::bigint - 1)
-			) c
-			WHERE o <> ALL ($6::bigint[])
-			  AND NOT EXISTS (SELECT 1 FROM leases x WHERE x.space = $1 AND x.addr = $2::inet + c.o)
+				SELECT generate_series(b.first_offset, b.next_offset - 1)
+			) s
+			LEFT JOIN LATERAL (
+				-- LIMIT keeps this a per-offset probe of the (space, addr)
+				-- index; as a plain NOT EXISTS the planner may anti-join
+				-- against every lease of the space.
+				SELECT 1 AS held FROM leases x WHERE x.space = $4 AND x.addr = b.base + s.o LIMIT 1
+			) h ON true
+			WHERE s.o <> ALL (b.reserved) AND h.held IS NULL
 			LIMIT 1
-		), ins AS (
-			INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
-				owner_namespace, owner_name, owner_uid, created_at, expires_at, confirmed_at)
-			SELECT $1, $2::inet + o, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20 FROM cand
-			RETURNING addr
-		), upd AS (
-			UPDATE blocks SET allocated = allocated + 1,
-				next_offset = (SELECT CASE WHEN o + 1 > $4 THEN $5 ELSE o + 1 END FROM cand)
-			WHERE id = $7 AND EXISTS (SELECT 1 FROM ins)
-		)
-		SELECT addr FROM ins`,
-		r.Space, b.cidr.Addr(), b.next, b.last, b.first, b.reserved,
-		b.id, b.cidr, nodeID, poolID, int16(f), state, r.Attachment.ContainerID, r.Attachment.Interface,
-		r.Owner.Namespace, r.Owner.Name, r.Owner.UID, now, expires, confirmed).Scan(&addr)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return addr, false, nil
-	}
-	return addr, err == nil, err
-}
+		) c
+	), ins AS (
+		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
+			owner_namespace, owner_name, owner_uid, created_at, expires_at)
+		SELECT $4, base + o, id, cidr, $1, $2, $3, $5, $6, $7, $8, $9, $10, $11, $12 FROM cand
+		RETURNING addr
+	), upd AS (
+		UPDATE blocks SET allocated = allocated + 1,
+			next_offset = CASE WHEN cand.o + 1 > cand.last_offset THEN cand.first_offset ELSE cand.o + 1 END
+		FROM cand WHERE blocks.id = cand.id
+	)
+	SELECT ins.addr, cand.cidr, cand.router FROM ins, cand`
+
+// leaseCooledSQL re-leases, in place, the address of the node's blocks
+// (pool $2, family $3) whose cooldown ended longest ago. SKIP LOCKED lets
+// concurrent requests take different rows. Parameters as leaseFreshSQL.
+const leaseCooledSQL = `UPDATE leases l SET state = $5, container_id = $6, interface = $7,
+		owner_namespace = $8, owner_name = $9, owner_uid = $10, created_at = $11, expires_at = $12,
+		confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
+	FROM blocks b
+	WHERE b.id = l.block_id AND l.space = $4 AND l.id = (
+		SELECT c.id FROM blocks cb, LATERAL (
+			SELECT c.id, c.cooldown_until FROM leases c
+			WHERE c.block_id = cb.id AND c.state = 'released' AND c.cooldown_until <= $11
+			ORDER BY c.cooldown_until LIMIT 1 FOR UPDATE SKIP LOCKED
+		) c
+		WHERE cb.node_id = $1 AND cb.pool_id = $2 AND cb.family = $3
+		ORDER BY c.cooldown_until LIMIT 1)
+	RETURNING l.addr, l.block_cidr, b.router`
 
 // GetAttachment answers the pending and active leases of an attachment.
 func (s *Store) GetAttachment(ctx context.Context, space, node string, a alloc.Attachment) (alloc.Allocation, error) {

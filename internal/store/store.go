@@ -77,6 +77,15 @@ func Open(ctx context.Context, connString string, o Options) (*Store, error) {
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
+	// Every statement of the store is meant to be an index lookup whose plan
+	// does not depend on the parameter values, so each prepared statement is
+	// planned once per connection instead of on every execution. A
+	// connection often prepares its statements while the tables are still
+	// nearly empty, when a sequential scan looks cheapest; frozen into the
+	// cached plan, that scan would then run against hundreds of thousands of
+	// leases. Hence no sequential scans where an index exists.
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 	db, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)

@@ -135,6 +135,7 @@ var lab1Spec = alloc.PoolSpec{IPv4: fam(28, "10.244.0.0/28"), NodeLocal: alloc.N
 // exactly 11 leases; the 12th answers pool-exhausted naming pool and family
 // when the pool has no room for another block.
 func TestLab1ElevenLeasesThenExhausted(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.pool("default", lab1Spec)
 	seen := map[netip.Addr]bool{}
@@ -167,6 +168,7 @@ func TestLab1ElevenLeasesThenExhausted(t *testing.T) {
 // A node whose blocks are full gets a new block, the first free aligned one;
 // other nodes get their own blocks.
 func TestCarvesBlocksPerNodeInOrder(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.pool("default", alloc.PoolSpec{IPv4: fam(28, "10.244.0.0/26"), NodeLocal: alloc.DefaultNodeLocal})
 	for i := range 13 { // 12 fit in a /28 with router+health; the 13th carves
@@ -209,6 +211,7 @@ func TestCarvesBlocksPerNodeInOrder(t *testing.T) {
 // Pending leases are released after the expiry unless confirmed, and this
 // state lives in the database: it survives a restart.
 func TestPendingLeaseExpiry(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.pool("default", lab1Spec)
 	pending := f.allocate(req("node-a", "pending"))
@@ -251,6 +254,7 @@ func TestPendingLeaseExpiry(t *testing.T) {
 // A released address is not leased again before its cooldown ends, even
 // when it is the only address left; the cooldown survives a restart.
 func TestCooldown(t *testing.T) {
+	t.Parallel()
 	for _, cooldown := range []time.Duration{30 * time.Second, 0} {
 		t.Run(cooldown.String(), func(t *testing.T) {
 			f := newFixture(t, func(o *Options) { o.Cooldown = cooldown })
@@ -281,6 +285,7 @@ func TestCooldown(t *testing.T) {
 // Cooled rows are purged and their block counts come back; expired
 // cooldowns are not listed as cooling.
 func TestPurgeCooled(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.pool("default", lab1Spec)
 	a := f.allocate(req("node-a", "c0"))
@@ -311,6 +316,7 @@ func TestPurgeCooled(t *testing.T) {
 // the same addresses; another owner gets a lease-conflict; release is
 // idempotent too.
 func TestIdempotentAllocateAndRelease(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.pool("default", alloc.PoolSpec{IPv4: fam(24, "10.244.0.0/16"), IPv6: fam(112, "fd00:10:244::/96"), NodeLocal: alloc.DefaultNodeLocal})
 	r := req("node-a", "c0")
@@ -385,6 +391,7 @@ func TestIdempotentAllocateAndRelease(t *testing.T) {
 // A dual-stack request gets both families in one transaction, or neither:
 // when IPv6 is exhausted, no IPv4 lease (and no IPv4 block) is left behind.
 func TestDualStackAllOrNothing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.pool("default", alloc.PoolSpec{
 		IPv4:      fam(24, "10.244.0.0/16"),
@@ -420,6 +427,7 @@ func TestDualStackAllOrNothing(t *testing.T) {
 // attachment, leaves other nodes alone, and keeps leases made after the call
 // started.
 func TestReconcile(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.pool("default", alloc.PoolSpec{IPv4: fam(24, "10.244.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
 	for _, c := range []string{"keep", "gone-1", "gone-2"} {
@@ -466,6 +474,7 @@ func TestReconcile(t *testing.T) {
 // A node with leases is not deleted unless forced; forced deletion releases
 // its leases and blocks.
 func TestDeleteNode(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.pool("default", lab1Spec)
 	f.allocate(req("node-a", "c0"))
@@ -485,6 +494,7 @@ func TestDeleteNode(t *testing.T) {
 
 // Auto-registration can be turned off: an unknown node is then not found.
 func TestAutoRegisterOff(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(o *Options) { o.AutoRegisterNodes = false })
 	f.pool("default", lab1Spec)
 	_, err := f.s.Allocate(f.ctx, req("node-a", "c0"))
@@ -500,6 +510,7 @@ func TestAutoRegisterOff(t *testing.T) {
 // Address spaces isolate names and ranges: two spaces reuse one CIDR, and a
 // lease in one is invisible in the other.
 func TestAddressSpaces(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	if _, err := f.s.CreateSpace(f.ctx, "cluster-b"); err != nil {
 		t.Fatal(err)
@@ -531,6 +542,7 @@ func TestAddressSpaces(t *testing.T) {
 // Pool updates: CIDRs can be added; mask and reservations are immutable;
 // a CIDR with blocks cannot be removed; a pool with blocks cannot be deleted.
 func TestUpdateAndDeletePool(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	p := f.pool("default", lab1Spec)
 	f.allocate(req("node-a", "c0"))
@@ -558,6 +570,7 @@ func TestUpdateAndDeletePool(t *testing.T) {
 
 // List leases with filters and keyset pagination.
 func TestListLeases(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.pool("default", alloc.PoolSpec{IPv4: fam(24, "10.244.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
 	for i := range 7 {
