@@ -109,7 +109,7 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.Prefill, "prefill", 256, "addresses leased per node before measuring")
 	fs.IntVar(&c.Mask, "mask", 20, "node block mask (20: 4096 addresses per block, like the ceiling's pools)")
 	fs.IntVar(&c.Replicas, "replicas", 1, "in-process service instances sharing the database")
-	fs.IntVar(&c.MaxConns, "max-conns", 0, "database connections per replica; 0 = cmd/server's default, max(4, CPUs)")
+	fs.IntVar(&c.MaxConns, "max-conns", 0, "database connections per replica; 0 = the server's default (store.DefaultMaxConns)")
 	fs.StringVar(&c.Ceiling, "ceiling", "../shared/bench/db-ceiling.sh", "path of db-ceiling.sh; the ceiling is skipped when it is missing")
 	fs.DurationVar(&c.Cooldown, "cooldown", store.DefaultOptions().Cooldown, "the service's cooldown of released addresses")
 	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
@@ -120,7 +120,7 @@ func parseConfig(args []string) (config, error) {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if c.MaxConns == 0 {
-		c.MaxConns = max(4, runtime.NumCPU())
+		c.MaxConns = int(store.DefaultMaxConns())
 	}
 	return c, c.Validate()
 }

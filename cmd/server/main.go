@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -92,15 +91,11 @@ func database(ctx context.Context, cfg config, log *slog.Logger) (url string, st
 }
 
 func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, bound chan<- string) error {
-	conns := int32(cfg.MaxConns)
-	if conns == 0 {
-		conns = int32(max(4, runtime.NumCPU()))
-	}
 	st, err := store.Open(ctx, dbURL, store.Options{
 		LeaseExpiry:       cfg.LeaseExpiry,
 		Cooldown:          cfg.Cooldown,
 		AutoRegisterNodes: cfg.AutoRegisterNodes,
-		MaxConns:          conns,
+		MaxConns:          int32(cfg.MaxConns),
 	})
 	if err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -226,5 +228,55 @@ func TestConcurrentReplicasNeverDuplicate(t *testing.T) {
 		FROM leases WHERE host(addr) = $1`, anyIP)
 	if err == nil || !strings.Contains(err.Error(), "leases_one_holder_per_address") {
 		t.Fatalf("duplicate insert of %s: %v", anyIP, err)
+	}
+}
+
+// The README's curl tour works verbatim against a fresh server: the block
+// fenced as "sh tour" runs in bash with only the host:port replaced.
+func TestReadmeTour(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "```sh tour\n")
+	if !ok {
+		t.Fatal("README has no ```sh tour block")
+	}
+	script, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("unterminated tour block")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("the tour needs curl: apt-get install -y curl")
+	}
+	base := startServer(t, pgtest.NewDatabase(t))
+	script = strings.ReplaceAll(script, "localhost:8080", strings.TrimPrefix(base, "http://"))
+	out, err := exec.Command("bash", "-euo", "pipefail", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tour failed: %v\n%s", err, out)
+	}
+	got := string(out)
+	for _, want := range []string{
+		`"name":"default"`,                       // pool created
+		`"topology.kubernetes.io/zone":"zone-a"`, // node registered
+		`"address":"10.244.0.3/24"`,              // first lease after router and health
+		`"address":"fd00:10:244::3/120"`,         // and its IPv6 twin
+		`"gateway":"10.244.0.1"`,                 // the router address
+		`"state":"active"`,                       // confirmed
+		`"containerID":"3f2a9c71"`,               // who holds it
+		"\n204\n",                                // released
+		`"cooling":1`,                            // the pool shows the cooling address
+		`"usablePerNode":11`,                     // Lab 1 sizing
+		`"field":"spec.ipv4.cidrs[0]"`,           // the bad input names its field
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("tour output lacks %s", want)
+		}
+	}
+	if strings.Contains(got, "urn:ipam:problem:internal") || strings.Count(got, "urn:ipam:problem:") != 1 {
+		t.Errorf("tour hit an unexpected problem:\n%s", got)
+	}
+	if t.Failed() {
+		t.Logf("tour output:\n%s", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,7 +31,7 @@ type Options struct {
 	AutoRegisterNodes bool
 	// Now is the clock; nil means time.Now. Tests pass a controllable one.
 	Now func() time.Time
-	// MaxConns bounds the connection pool; 0 keeps pgxpool's default.
+	// MaxConns bounds the connection pool; 0 means DefaultMaxConns.
 	MaxConns int32
 }
 
@@ -55,6 +56,12 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// DefaultMaxConns is the connection pool size of a replica. Allocations
+// wait on commits (the WAL flush) more than on CPU, so more connections than
+// cores let PostgreSQL group those commits: with 32 clients on 2 cores, 32
+// connections gave 2.5x the allocations per second of 4 (cmd/ipam-bench).
+func DefaultMaxConns() int32 { return int32(max(16, 4*runtime.NumCPU())) }
+
 // Store is the PostgreSQL implementation of the IPAM's state.
 type Store struct {
 	db   *pgxpool.Pool
@@ -74,8 +81,9 @@ func Open(ctx context.Context, connString string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.MaxConns > 0 {
-		cfg.MaxConns = o.MaxConns
+	cfg.MaxConns = o.MaxConns
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns()
 	}
 	// Every statement of the store is meant to be an index lookup whose plan
 	// does not depend on the parameter values, so each prepared statement is

@@ -1,0 +1,45 @@
+# The two set-up commands of the README are `make run` and `make test`; both
+# find (or, as root on Debian/Ubuntu, install) the PostgreSQL binaries first.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+# Extra flags for the server, e.g. make run ARGS="--listen :9090".
+ARGS ?=
+# Extra flags for the benchmark, e.g. make bench BENCH_ARGS="-concurrency 64".
+BENCH_ARGS ?=
+CEILING ?= ../shared/bench/db-ceiling.sh
+
+.PHONY: run test bench generate lint build postgres check-generated
+
+postgres:
+	@scripts/ensure-postgres.sh >/dev/null
+
+build:
+	$(GO) build -o $(BIN)/ipam-server ./cmd/server
+
+## run: serve the API on :8080; without IPAM_DATABASE_URL a private PostgreSQL starts under the data dir it prints
+run: postgres build
+	$(BIN)/ipam-server serve $(ARGS)
+
+## test: every test, against throwaway PostgreSQL clusters
+test: postgres
+	$(GO) test -count=1 ./...
+
+## bench: allocations/s and p50/p99 over HTTP, with the database ceiling measured in the same run
+bench: postgres
+	$(GO) run ./cmd/ipam-bench -ceiling $(CEILING) $(BENCH_ARGS)
+
+## generate: regenerate the API code from api/openapi.yaml
+generate:
+	$(GO) generate ./...
+
+## check-generated: fail when generated code differs from what is committed
+check-generated: generate
+	@git diff --exit-code -- api/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api/)" || { git status --porcelain -- api/; echo "generate left untracked files"; exit 1; }
+
+## lint: gofmt, go vet and staticcheck
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
