@@ -128,3 +128,23 @@ func TestPoolSpecValidate(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseAddr: whatever is accepted is a zoneless, unmapped address that
+// round-trips through its string form.
+func FuzzParseAddr(f *testing.F) {
+	for _, s := range []string{"10.0.0.1", "fd00::1", "::ffff:10.0.0.1", "fe80::1%eth0", "1.2.3.4/32"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseAddr(s)
+		if err != nil {
+			return
+		}
+		if a.Zone() != "" || a.Is4In6() {
+			t.Fatalf("%q accepted as %s", s, a)
+		}
+		if b, err := ParseAddr(a.String()); err != nil || b != a {
+			t.Fatalf("%s does not round-trip: %v %v", a, b, err)
+		}
+	})
+}

@@ -56,8 +56,12 @@ func (s *Store) ListSpaces(ctx context.Context, page alloc.Page) ([]alloc.Space,
 	return items, next, nil
 }
 
-// DeleteSpace removes an empty space.
+// DeleteSpace removes an empty space other than the default one, which
+// every request that names no space uses.
 func (s *Store) DeleteSpace(ctx context.Context, name string) error {
+	if name == alloc.DefaultSpace {
+		return &alloc.Error{Kind: alloc.KindInUse, Field: "space", Detail: "the default address space cannot be deleted"}
+	}
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		var inUse bool
 		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pools WHERE space = $1)
