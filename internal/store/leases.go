@@ -82,32 +82,51 @@ func (s *Store) ensureNode(ctx context.Context, tx pgx.Tx, space, name string, n
 // lookupForAllocate resolves, in one statement, the node, the pool and
 // whether the attachment already holds leases; it registers an unknown node
 // when the store auto-registers.
-func (s *Store) lookupForAllocate(ctx context.Context, tx pgx.Tx, r alloc.LeaseRequest, now time.Time) (nodeID int64, p allocPool, held bool, err error) {
-	var nid, pid *int64
+func (s *Store) lookupForAllocate(ctx context.Context, tx pgx.Tx, r alloc.LeaseRequest, now time.Time) (nodeID int64, p allocPool, held bool, firstBlock int64, err error) {
+	var nid, pid, bid *int64
+	var first int16
+	if len(r.Families) > 0 {
+		first = int16(r.Families[0])
+	}
 	p.name = r.Pool
 	err = tx.QueryRow(ctx, `SELECT n.id, p.id, p.ipv4_mask_size, p.ipv6_mask_size,
 			coalesce(p.allow_first_ip, false), coalesce(p.allow_last_ip, false), coalesce(p.reserve_router, false),
 			coalesce(p.reserve_health, false), coalesce(p.reserve_ingress, false),
-			EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.id AND l.container_id = $3 AND l.interface = $4 AND l.state <> 'released')
+			EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.id AND l.container_id = $3 AND l.interface = $4 AND l.state <> 'released'),
+			blk.id
 		FROM (VALUES (1)) v
 		LEFT JOIN nodes n ON n.space = $1 AND n.name = $2
-		LEFT JOIN pools p ON p.space = $1 AND p.name = $5`,
-		r.Space, r.Node, r.Attachment.ContainerID, r.Attachment.Interface, r.Pool).
+		LEFT JOIN pools p ON p.space = $1 AND p.name = $5
+		LEFT JOIN LATERAL (`+lockBlockWithRoomSQL+`) blk ON true`,
+		r.Space, r.Node, r.Attachment.ContainerID, r.Attachment.Interface, r.Pool, first).
 		Scan(&nid, &pid, &p.masks[0], &p.masks[1], &p.allowFirst, &p.allowLast,
-			&p.nodeLocal.Router, &p.nodeLocal.Health, &p.nodeLocal.Ingress, &held)
+			&p.nodeLocal.Router, &p.nodeLocal.Health, &p.nodeLocal.Ingress, &held, &bid)
 	if err != nil {
-		return 0, p, false, err
+		return 0, p, false, 0, err
 	}
 	if pid == nil {
-		return 0, p, false, s.notFoundIn(ctx, tx, r.Space, "pool", "pool", r.Pool)
+		return 0, p, false, 0, s.notFoundIn(ctx, tx, r.Space, "pool", "pool", r.Pool)
 	}
 	p.id = *pid
 	if nid != nil {
-		return *nid, p, held, nil
+		if bid != nil {
+			firstBlock = *bid
+		}
+		return *nid, p, held, firstBlock, nil
 	}
 	nodeID, err = s.ensureNode(ctx, tx, r.Space, r.Node, now)
-	return nodeID, p, false, err
+	return nodeID, p, false, 0, err
 }
+
+// lockBlockWithRoomSQL locks the oldest block of node n.id in pool p.id
+// whose lease rows leave room, for the family $6 (0: the pool's first
+// family). It rides in the allocation's lookup statement to save a round
+// trip; the statement that then probes for a free address starts after the
+// lock is granted, so its snapshot sees the block's latest leases.
+const lockBlockWithRoomSQL = `SELECT b.id FROM blocks b
+		WHERE b.node_id = n.id AND b.pool_id = p.id AND b.allocated < b.capacity
+		  AND b.family = CASE WHEN $6::smallint <> 0 THEN $6::smallint WHEN p.ipv4_mask_size IS NOT NULL THEN 4 ELSE 6 END
+		ORDER BY b.id LIMIT 1 FOR NO KEY UPDATE`
 
 // leaseColumns read a lease with the names the API shows. $1 is "now", to
 // tell cooling rows from rows whose cooldown has ended.
@@ -189,7 +208,7 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 	var out alloc.Allocation
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		now := s.now()
-		nodeID, p, held, err := s.lookupForAllocate(ctx, tx, r, now)
+		nodeID, p, held, firstBlock, err := s.lookupForAllocate(ctx, tx, r, now)
 		if err != nil {
 			return err
 		}
@@ -214,8 +233,12 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 			return nil
 		}
 		leases := make([]alloc.Lease, 0, len(families))
-		for _, f := range families {
-			l, err := s.leaseOne(ctx, tx, nodeID, p, f, r, now)
+		for i, f := range families {
+			locked := blockNotLocked
+			if i == 0 {
+				locked = firstBlock // 0: the lookup found no block with room
+			}
+			l, err := s.leaseOne(ctx, tx, nodeID, p, f, r, now, locked)
 			if err != nil {
 				return err
 			}
@@ -250,7 +273,10 @@ func sameRequest(existing []alloc.Lease, r alloc.LeaseRequest, families []alloc.
 }
 
 // leaseOne leases one address of family f; see Allocate for the order.
-func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPool, f alloc.Family, r alloc.LeaseRequest, now time.Time) (alloc.Lease, error) {
+//
+// locked is the block of the family that the caller already locked, 0 when
+// the caller found none with room, or blockNotLocked.
+func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPool, f alloc.Family, r alloc.LeaseRequest, now time.Time, locked int64) (alloc.Lease, error) {
 	lease := alloc.Lease{Space: r.Space, Node: r.Node, Pool: p.name, Family: f, Attachment: r.Attachment,
 		Owner: r.Owner, State: alloc.StateActive, CreatedAt: now}
 	var expires *time.Time
@@ -262,7 +288,7 @@ func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPo
 	args := []any{nodeID, p.id, int16(f), r.Space, state, r.Attachment.ContainerID, r.Attachment.Interface,
 		r.Owner.Namespace, r.Owner.Name, r.Owner.UID, now, expires}
 
-	ok, err := s.leaseFresh(ctx, tx, &lease, args)
+	ok, err := s.leaseFresh(ctx, tx, &lease, args, locked)
 	if err != nil || ok {
 		return lease, err
 	}
@@ -277,7 +303,7 @@ func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPo
 	} else if !ok {
 		return lease, alloc.Exhausted(p.name, f)
 	}
-	if ok, err = s.leaseFresh(ctx, tx, &lease, args); err == nil && !ok {
+	if ok, err = s.leaseFresh(ctx, tx, &lease, args, blockNotLocked); err == nil && !ok {
 		err = fmt.Errorf("node %d pool %d %s: a block has room by count but no free address", nodeID, p.id, f)
 	}
 	return lease, err
@@ -308,17 +334,28 @@ func scanLeased(l *alloc.Lease, row pgx.Row) (bool, error) {
 // granted, so it sees every lease committed by the block's previous holder.
 // (Probing in the locking statement itself would use a snapshot from before
 // the wait, pick an address just taken, and collide with it.)
-func (s *Store) leaseFresh(ctx context.Context, tx pgx.Tx, l *alloc.Lease, args []any) (bool, error) {
-	var blockID int64
-	err := tx.QueryRow(ctx, `SELECT id FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
-		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`, args[0], args[1], args[2]).Scan(&blockID)
-	if errors.Is(err, pgx.ErrNoRows) {
+//
+// locked is a block the caller already locked this way (0: it found none),
+// or blockNotLocked.
+func (s *Store) leaseFresh(ctx context.Context, tx pgx.Tx, l *alloc.Lease, args []any, locked int64) (bool, error) {
+	blockID := locked
+	if locked == blockNotLocked {
+		err := tx.QueryRow(ctx, `SELECT id FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
+			ORDER BY id LIMIT 1 FOR NO KEY UPDATE`, args[0], args[1], args[2]).Scan(&blockID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+	}
+	if blockID == 0 {
 		return false, nil
-	} else if err != nil {
-		return false, err
 	}
 	return scanLeased(l, tx.QueryRow(ctx, leaseFreshSQL, append(args, blockID)...))
 }
+
+// blockNotLocked tells leaseFresh to find and lock the block itself.
+const blockNotLocked int64 = -1
 
 // leaseFreshSQL leases, in one statement, the first address of the locked
 // block $13 from its round-robin cursor onwards that has no lease row (held
