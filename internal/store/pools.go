@@ -269,10 +269,12 @@ func (s *Store) UpdatePool(ctx context.Context, space, name string, labels map[s
 				}
 				tag, err := tx.Exec(ctx, `DELETE FROM pool_cidrs c WHERE c.pool_id = $1 AND c.cidr = $2
 					AND NOT EXISTS (SELECT 1 FROM blocks b WHERE b.pool_cidr_id = c.id)`, prev.id, c)
-				if err != nil {
+				if code, _ := pgCode(err); err != nil && code != codeForeignKey {
 					return err
 				}
-				if tag.RowsAffected() == 0 {
+				// No row deleted: it has blocks. A foreign-key violation: a
+				// block was carved from it while this update waited.
+				if err != nil || tag.RowsAffected() == 0 {
 					return &alloc.Error{Kind: alloc.KindInUse, Field: field, Detail: fmt.Sprintf("%s still has blocks carved from it", c)}
 				}
 			}

@@ -178,6 +178,10 @@ func retryable(err error) bool {
 	case codeExclusionViolation:
 		// Two carves of one prefix raced; the retry picks the next one.
 		return constraint == "blocks_no_overlap"
+	case codeForeignKey:
+		// The node was deleted (forced) while a lease was being taken;
+		// the retry registers it again or reports it missing.
+		return constraint == "blocks_node_id_space_fkey" || constraint == "leases_node_id_space_fkey"
 	}
 	return false
 }

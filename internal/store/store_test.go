@@ -614,3 +614,48 @@ func TestListLeases(t *testing.T) {
 		t.Fatalf("by owner: %+v %v", owned, err)
 	}
 }
+
+// Allocations racing forced deletions of their node never fail with an
+// internal error: each either leases from the node (registered again if
+// needed) or is refused by the deletion's transaction order, never both.
+func TestAllocateRacesForcedNodeDelete(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.pool("default", alloc.PoolSpec{IPv4: fam(26, "10.244.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
+	ctx, cancel := context.WithTimeout(f.ctx, 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 16)
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				if _, err := f.s.Allocate(ctx, req("node-x", fmt.Sprintf("w%d-%d", w, i))); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 20 {
+			err := f.s.DeleteNode(ctx, alloc.DefaultSpace, "node-x", true)
+			if err != nil && !alloc.IsKind(err, alloc.KindNotFound) {
+				errc <- err
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if n := f.count(`SELECT count(*) FROM blocks b WHERE b.allocated <> (SELECT count(*) FROM leases l WHERE l.block_id = b.id)`); n != 0 {
+		t.Fatalf("%d blocks with a wrong count", n)
+	}
+}
