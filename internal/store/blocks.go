@@ -12,17 +12,10 @@ import (
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
-// blockRow is a block as the allocation path needs it.
+// blockRow identifies a block the allocation path locked or carved.
 type blockRow struct {
-	id        int64
-	cidr      netip.Prefix
-	first     int64
-	last      int64
-	reserved  []int64
-	next      int64
-	router    *netip.Addr
-	capacity  int64
-	allocated int64
+	id   int64
+	cidr netip.Prefix
 }
 
 // lockBlockWithRoom locks the node's oldest block of the pool and family
@@ -30,10 +23,8 @@ type blockRow struct {
 // there is none. The row lock serializes allocations within one block only.
 func lockBlockWithRoom(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f alloc.Family) (blockRow, bool, error) {
 	var b blockRow
-	err := tx.QueryRow(ctx, `SELECT id, cidr, first_offset, last_offset, reserved, next_offset, router, capacity, allocated
-		FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
-		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`, nodeID, poolID, int16(f)).
-		Scan(&b.id, &b.cidr, &b.first, &b.last, &b.reserved, &b.next, &b.router, &b.capacity, &b.allocated)
+	err := tx.QueryRow(ctx, `SELECT id, cidr FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
+		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`, nodeID, poolID, int16(f)).Scan(&b.id, &b.cidr)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return b, false, nil
 	}
@@ -90,14 +81,11 @@ func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPo
 func insertBlock(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, f alloc.Family,
 	parentID int64, parentCIDR, prefix netip.Prefix, now time.Time) (blockRow, error) {
 	l := alloc.BlockLayout(prefix, p.allowFirst, p.allowLast, p.nodeLocal)
-	b := blockRow{cidr: prefix, first: l.First, last: l.Last, reserved: l.Reserved, next: l.First, capacity: l.Capacity}
-	if l.Router.IsValid() {
-		b.router = &l.Router
-	}
 	reserved := l.Reserved
 	if reserved == nil {
-		reserved = []int64{}
+		reserved = []int64{} // NULL would make "o <> ALL (reserved)" exclude every offset
 	}
+	b := blockRow{cidr: prefix}
 	err := tx.QueryRow(ctx, `INSERT INTO blocks (space, pool_id, pool_cidr_id, parent_cidr, node_id, family, cidr,
 			first_offset, last_offset, reserved, router, health, ingress, capacity, next_offset, created_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $8, $15) RETURNING id`,

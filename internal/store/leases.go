@@ -288,7 +288,7 @@ func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPo
 	args := []any{nodeID, p.id, int16(f), r.Space, state, r.Attachment.ContainerID, r.Attachment.Interface,
 		r.Owner.Namespace, r.Owner.Name, r.Owner.UID, now, expires}
 
-	ok, err := s.leaseFresh(ctx, tx, &lease, args, locked)
+	ok, err := s.leaseFresh(ctx, tx, nodeID, p.id, f, &lease, args, locked)
 	if err != nil || ok {
 		return lease, err
 	}
@@ -303,7 +303,7 @@ func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPo
 	} else if !ok {
 		return lease, alloc.Exhausted(p.name, f)
 	}
-	if ok, err = s.leaseFresh(ctx, tx, &lease, args, blockNotLocked); err == nil && !ok {
+	if ok, err = s.leaseFresh(ctx, tx, nodeID, p.id, f, &lease, args, blockNotLocked); err == nil && !ok {
 		err = fmt.Errorf("node %d pool %d %s: a block has room by count but no free address", nodeID, p.id, f)
 	}
 	return lease, err
@@ -337,16 +337,14 @@ func scanLeased(l *alloc.Lease, row pgx.Row) (bool, error) {
 //
 // locked is a block the caller already locked this way (0: it found none),
 // or blockNotLocked.
-func (s *Store) leaseFresh(ctx context.Context, tx pgx.Tx, l *alloc.Lease, args []any, locked int64) (bool, error) {
+func (s *Store) leaseFresh(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f alloc.Family, l *alloc.Lease, args []any, locked int64) (bool, error) {
 	blockID := locked
 	if locked == blockNotLocked {
-		err := tx.QueryRow(ctx, `SELECT id FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
-			ORDER BY id LIMIT 1 FOR NO KEY UPDATE`, args[0], args[1], args[2]).Scan(&blockID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil
-		} else if err != nil {
+		b, ok, err := lockBlockWithRoom(ctx, tx, nodeID, poolID, f)
+		if err != nil || !ok {
 			return false, err
 		}
+		blockID = b.id
 	}
 	if blockID == 0 {
 		return false, nil
