@@ -22,6 +22,7 @@ import (
 	"github.com/ipam-dev/ipam/internal/api"
 	"github.com/ipam-dev/ipam/internal/pgembed"
 	"github.com/ipam-dev/ipam/internal/store"
+	"github.com/ipam-dev/ipam/internal/telemetry"
 )
 
 func main() {
@@ -102,9 +103,26 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 	}
 	defer st.Close()
 
-	handler := api.NewHandler(st, api.Options{Logger: log, MaxBodyBytes: cfg.MaxBodyBytes})
+	metrics, err := telemetry.New()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := metrics.Shutdown(context.Background()); err != nil {
+			log.Error("stopping metrics", "err", err)
+		}
+	}()
+	if _, err := observePool(metrics.Meter(), st.Stat); err != nil {
+		return err
+	}
+	gcm, err := newGCMetrics(metrics.Meter())
+	if err != nil {
+		return err
+	}
+
+	handler := api.NewHandler(st, api.Options{Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter()})
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           withMetrics(handler, metrics.Handler()),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -125,7 +143,7 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 	gcDone := make(chan struct{})
 	go func() {
 		defer close(gcDone)
-		runGC(gcCtx, st, cfg.GCInterval, log)
+		runGC(gcCtx, st, cfg.GCInterval, log, gcm)
 	}()
 
 	errc := make(chan error, 1)
@@ -156,8 +174,9 @@ type maintainer interface {
 }
 
 // runGC releases expired pending leases and purges cooled addresses every
-// interval until ctx ends. Every replica runs it; SKIP LOCKED splits work.
-func runGC(ctx context.Context, st maintainer, every time.Duration, log *slog.Logger) {
+// interval until ctx ends, and counts both and its failures. Every replica
+// runs it; SKIP LOCKED splits work.
+func runGC(ctx context.Context, st maintainer, every time.Duration, log *slog.Logger, m gcMetrics) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -168,13 +187,17 @@ func runGC(ctx context.Context, st maintainer, every time.Duration, log *slog.Lo
 		}
 		if n, err := st.ExpirePending(ctx); err != nil && ctx.Err() == nil {
 			log.Error("expiring pending leases", "err", err)
+			m.errors.Add(ctx, 1)
 		} else if n > 0 {
 			log.Info("released expired pending leases", "count", n)
+			m.expired.Add(ctx, n)
 		}
 		if n, err := st.PurgeCooled(ctx); err != nil && ctx.Err() == nil {
 			log.Error("purging cooled addresses", "err", err)
+			m.errors.Add(ctx, 1)
 		} else if n > 0 {
 			log.Debug("purged cooled addresses", "count", n)
+			m.purged.Add(ctx, n)
 		}
 	}
 }

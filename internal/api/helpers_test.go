@@ -20,6 +20,7 @@ import (
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/pgtest"
 	"github.com/ipam-dev/ipam/internal/store"
+	"github.com/ipam-dev/ipam/internal/telemetry"
 )
 
 func TestMain(m *testing.M) {
@@ -49,14 +50,15 @@ func (c *clock) Advance(d time.Duration) {
 
 // env is one test's API server over a real store on a database of its own.
 type env struct {
-	t      *testing.T
-	conn   string // the database's connection string
-	store  *store.Store
-	srv    *httptest.Server
-	client *ipamv1.ClientWithResponses
-	clock  *clock
-	logs   *syncBuffer // everything the handler logged, debug level and up
-	db     *pgx.Conn   // for snapshots
+	t       *testing.T
+	conn    string // the database's connection string
+	store   *store.Store
+	srv     *httptest.Server
+	client  *ipamv1.ClientWithResponses
+	clock   *clock
+	logs    *syncBuffer // everything the handler logged, debug level and up
+	db      *pgx.Conn   // for snapshots
+	metrics *telemetry.Metrics
 }
 
 const (
@@ -87,7 +89,12 @@ func newEnv(t *testing.T, wrap func(*store.Store) Store) *env {
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := httptest.NewServer(NewHandler(s, Options{Logger: log}))
+	metrics, err := telemetry.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = metrics.Shutdown(context.Background()) })
+	srv := httptest.NewServer(NewHandler(s, Options{Logger: log, Meter: metrics.Meter()}))
 	t.Cleanup(srv.Close)
 	client, err := ipamv1.NewClientWithResponses(srv.URL)
 	if err != nil {
@@ -98,7 +105,7 @@ func newEnv(t *testing.T, wrap func(*store.Store) Store) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close(context.Background()) })
-	return &env{t: t, conn: conn, store: st, srv: srv, client: client, clock: clk, logs: logs, db: db}
+	return &env{t: t, conn: conn, store: st, srv: srv, client: client, clock: clk, logs: logs, db: db, metrics: metrics}
 }
 
 // syncBuffer is a bytes.Buffer safe for the server's goroutines.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -30,6 +32,11 @@ type Options struct {
 	// MaxBodyBytes bounds request bodies; larger ones are answered 413.
 	// 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// Meter receives the request duration histogram
+	// (ipam.http.server.request.duration by method, route pattern and
+	// status code) and the lease counters (ipam.lease.allocations by
+	// result, ipam.lease.releases). Nil means a no-op meter.
+	Meter metric.Meter
 }
 
 // Validate reports every invalid option.
@@ -58,11 +65,18 @@ func NewHandler(store Store, o Options) http.Handler {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if o.Meter == nil {
+		o.Meter = noop.Meter{}
+	}
+	m, err := newMetrics(o.Meter)
+	if err != nil {
+		panic(err)
+	}
 	ps := problems{log: o.Logger}
 
 	r := chi.NewRouter()
 	r.Use(func(next http.Handler) http.Handler {
-		return &edge{next: next, log: o.Logger, maxBody: o.MaxBodyBytes, problems: ps}
+		return &edge{next: next, log: o.Logger, maxBody: o.MaxBodyBytes, problems: ps, metrics: m}
 	})
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		ps.write(w, req, &alloc.Error{Kind: alloc.KindNotFound,
@@ -75,7 +89,7 @@ func NewHandler(store Store, o Options) http.Handler {
 			Detail: fmt.Sprintf("%s is not allowed on %s; use %s", req.Method, req.URL.Path, strings.Join(allow, ", "))})
 	})
 
-	strict := ipamv1.NewStrictHandlerWithOptions(NewServer(store), nil, ipamv1.StrictHTTPServerOptions{
+	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m}, nil, ipamv1.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  ps.requestError,
 		ResponseErrorHandlerFunc: ps.write,
 	})
@@ -99,21 +113,23 @@ func allowedMethods(routes chi.Routes, path string) []string {
 }
 
 // edge is the outermost middleware: it bounds the request body, turns a
-// panic into a logged 500 problem, and writes the access log line. It costs
-// one small allocation per request; the clock is read only when debug
-// logging is on.
+// panic into a logged 500 problem, records the request duration and writes
+// the access log line. It costs one small allocation per request; the clock
+// is read only when the meter or debug logging is on.
 type edge struct {
 	next     http.Handler
 	log      *slog.Logger
 	maxBody  int64
 	problems problems
+	metrics  *metrics
 }
 
 func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
 	logged := e.log.Enabled(r.Context(), slog.LevelDebug)
+	measured := e.metrics.duration.Enabled(r.Context())
 	var start time.Time
-	if logged {
+	if logged || measured {
 		start = time.Now()
 	}
 	defer func() {
@@ -128,10 +144,20 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeProblem(rec, internalProblem())
 			}
 		}
+		if !logged && !measured {
+			return
+		}
+		d := time.Since(start)
+		if measured {
+			// After routing, chi's context holds the matched pattern; it
+			// holds none for a 404, a 405 or a body refused before routing.
+			e.metrics.observeRequest(r.Context(), r.Method, chi.RouteContext(r.Context()).RoutePattern(),
+				rec.statusOr200(), d)
+		}
 		if logged {
 			e.log.LogAttrs(r.Context(), slog.LevelDebug, "http request",
 				slog.String("method", r.Method), slog.String("path", r.URL.Path),
-				slog.Int("status", rec.statusOr200()), slog.Duration("duration", time.Since(start)))
+				slog.Int("status", rec.statusOr200()), slog.Duration("duration", d))
 		}
 	}()
 	if r.ContentLength > e.maxBody {

@@ -9,6 +9,8 @@ package api
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/metric/noop"
+
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
@@ -17,14 +19,22 @@ import (
 // Handlers return errors unchanged; NewHandler's error mapper turns them into
 // problems.
 type Server struct {
-	store Store
+	store   Store
+	metrics *metrics // never nil
 }
 
 var _ ipamv1.StrictServerInterface = (*Server)(nil)
 
-// NewServer returns a Server over store. Most callers want NewHandler, which
-// adds routing, error mapping and the HTTP middleware.
-func NewServer(store Store) *Server { return &Server{store: store} }
+// NewServer returns a Server over store, without metrics. Most callers want
+// NewHandler, which adds routing, error mapping, the HTTP middleware and
+// metrics.
+func NewServer(store Store) *Server {
+	m, err := newMetrics(noop.Meter{})
+	if err != nil { // a no-op meter takes any name
+		panic(err)
+	}
+	return &Server{store: store, metrics: m}
+}
 
 // ---- health ----
 
@@ -321,17 +331,11 @@ func (s *Server) ReleaseBlock(ctx context.Context, req ipamv1.ReleaseBlockReques
 
 // AllocateLease is the hot path (one call per Pod interface): parse,
 // validate, one store transaction, format. It answers 201 for a new
-// allocation and 200 for a retry of the same attachment.
+// allocation and 200 for a retry of the same attachment, and counts every
+// call by its outcome.
 func (s *Server) AllocateLease(ctx context.Context, req ipamv1.AllocateLeaseRequestObject) (ipamv1.AllocateLeaseResponseObject, error) {
-	space, err := parseSpace(req.Params.Space)
-	if err != nil {
-		return nil, err
-	}
-	r, err := leaseRequestFromAPI(space, req.Node, *req.Body)
-	if err != nil {
-		return nil, err
-	}
-	a, err := s.store.Allocate(ctx, r)
+	a, err := s.allocate(ctx, req)
+	s.metrics.countAllocation(ctx, a, err)
 	if err != nil {
 		return nil, err
 	}
@@ -339,6 +343,18 @@ func (s *Server) AllocateLease(ctx context.Context, req ipamv1.AllocateLeaseRequ
 		return ipamv1.AllocateLease201JSONResponse(allocationToAPI(a)), nil
 	}
 	return ipamv1.AllocateLease200JSONResponse(allocationToAPI(a)), nil
+}
+
+func (s *Server) allocate(ctx context.Context, req ipamv1.AllocateLeaseRequestObject) (alloc.Allocation, error) {
+	space, err := parseSpace(req.Params.Space)
+	if err != nil {
+		return alloc.Allocation{}, err
+	}
+	r, err := leaseRequestFromAPI(space, req.Node, *req.Body)
+	if err != nil {
+		return alloc.Allocation{}, err
+	}
+	return s.store.Allocate(ctx, r)
 }
 
 func (s *Server) GetAttachment(ctx context.Context, req ipamv1.GetAttachmentRequestObject) (ipamv1.GetAttachmentResponseObject, error) {
@@ -365,18 +381,23 @@ func (s *Server) ConfirmAttachment(ctx context.Context, req ipamv1.ConfirmAttach
 	return ipamv1.ConfirmAttachment200JSONResponse(allocationToAPI(got)), nil
 }
 
-// ReleaseAttachment answers 204 whether or not anything was held.
+// ReleaseAttachment answers 204 whether or not anything was held, and counts
+// the leases it released.
 func (s *Server) ReleaseAttachment(ctx context.Context, req ipamv1.ReleaseAttachmentRequestObject) (ipamv1.ReleaseAttachmentResponseObject, error) {
 	space, node, a, err := parseAttachmentPath(req.Params.Space, req.Node, req.ContainerID, req.Interface)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.store.ReleaseAttachment(ctx, space, node, a); err != nil {
+	released, err := s.store.ReleaseAttachment(ctx, space, node, a)
+	if err != nil {
 		return nil, err
 	}
+	s.metrics.countReleases(ctx, released)
 	return ipamv1.ReleaseAttachment204Response{}, nil
 }
 
+// ReconcileNode releases the node's leases that no valid attachment holds,
+// and counts them.
 func (s *Server) ReconcileNode(ctx context.Context, req ipamv1.ReconcileNodeRequestObject) (ipamv1.ReconcileNodeResponseObject, error) {
 	space, err := parseSpace(req.Params.Space)
 	if err != nil {
@@ -393,6 +414,7 @@ func (s *Server) ReconcileNode(ctx context.Context, req ipamv1.ReconcileNodeRequ
 	if err != nil {
 		return nil, err
 	}
+	s.metrics.countReleases(ctx, released)
 	return ipamv1.ReconcileNode200JSONResponse{Released: leasesToAPI(released)}, nil
 }
 
@@ -428,7 +450,8 @@ func (s *Server) GetAddress(ctx context.Context, req ipamv1.GetAddressRequestObj
 	return ipamv1.GetAddress200JSONResponse(leaseToAPI(l)), nil
 }
 
-// ReleaseAddress answers 204 whether or not the address was held.
+// ReleaseAddress answers 204 whether or not the address was held, and counts
+// the lease it released.
 func (s *Server) ReleaseAddress(ctx context.Context, req ipamv1.ReleaseAddressRequestObject) (ipamv1.ReleaseAddressResponseObject, error) {
 	space, err := parseSpace(req.Params.Space)
 	if err != nil {
@@ -438,9 +461,11 @@ func (s *Server) ReleaseAddress(ctx context.Context, req ipamv1.ReleaseAddressRe
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.store.ReleaseAddress(ctx, space, addr); err != nil {
+	released, err := s.store.ReleaseAddress(ctx, space, addr)
+	if err != nil {
 		return nil, err
 	}
+	s.metrics.countReleases(ctx, released)
 	return ipamv1.ReleaseAddress204Response{}, nil
 }
 

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// withMetrics serves GET and HEAD /metrics from metrics and every other
+// request from api, so the scrape shares the API's listener but not its
+// routes, middleware or request metrics.
+func withMetrics(api, metrics http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			metrics.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// gcMetrics count the GC loop's work.
+type gcMetrics struct {
+	expired metric.Int64Counter // pending leases released at expiry
+	purged  metric.Int64Counter // cooled addresses made free
+	errors  metric.Int64Counter // failed expire or purge passes
+}
+
+// newGCMetrics makes the GC counters on meter, each starting at 0.
+func newGCMetrics(meter metric.Meter) (gcMetrics, error) {
+	var m gcMetrics
+	var err, e error
+	m.expired, e = meter.Int64Counter("ipam.gc.expired", metric.WithUnit("{lease}"),
+		metric.WithDescription("Pending leases the GC released because they expired unconfirmed."))
+	err = errors.Join(err, e)
+	m.purged, e = meter.Int64Counter("ipam.gc.purged", metric.WithUnit("{lease}"),
+		metric.WithDescription("Released leases the GC purged after their cooldown, freeing their addresses."))
+	err = errors.Join(err, e)
+	m.errors, e = meter.Int64Counter("ipam.gc.errors", metric.WithUnit("{error}"),
+		metric.WithDescription("GC passes (expire or purge) that failed; the log says why."))
+	err = errors.Join(err, e)
+	if err != nil {
+		return gcMetrics{}, fmt.Errorf("gc metrics: %w", err)
+	}
+	ctx := context.Background()
+	for _, c := range []metric.Int64Counter{m.expired, m.purged, m.errors} {
+		c.Add(ctx, 0)
+	}
+	return m, nil
+}
+
+// observePool reports the database connection pool at every collection,
+// from one stat() call: connections by state (gauges) and the acquires that
+// found no idle connection, with their cumulative wait (counters). The
+// wait's rate is the mean number of requests queued for a connection; when
+// it keeps rising, see --max-conns.
+func observePool(meter metric.Meter, stat func() *pgxpool.Stat) (metric.Registration, error) {
+	gauge := func(name, desc string) (metric.Int64ObservableGauge, error) {
+		return meter.Int64ObservableGauge(name, metric.WithUnit("{connection}"), metric.WithDescription(desc))
+	}
+	var err, e error
+	var total, acquired, idle, maxConns metric.Int64ObservableGauge
+	total, e = gauge("ipam.db.pool.connections", "Open database connections of the pool: acquired, idle and being opened.")
+	err = errors.Join(err, e)
+	acquired, e = gauge("ipam.db.pool.acquired_connections", "Database connections in use by a request or the GC.")
+	err = errors.Join(err, e)
+	idle, e = gauge("ipam.db.pool.idle_connections", "Open database connections that are not in use.")
+	err = errors.Join(err, e)
+	maxConns, e = gauge("ipam.db.pool.max_connections", "The pool's connection limit (--max-conns).")
+	err = errors.Join(err, e)
+	emptyAcquires, e := meter.Int64ObservableCounter("ipam.db.pool.empty_acquires", metric.WithUnit("{acquire}"),
+		metric.WithDescription("Connection acquires that waited because no idle connection was there (all in use, or none opened yet)."))
+	err = errors.Join(err, e)
+	wait, e := meter.Float64ObservableCounter("ipam.db.pool.acquire_wait", metric.WithUnit("s"),
+		metric.WithDescription("Cumulative time connection acquires waited for a connection to be released or opened."))
+	err = errors.Join(err, e)
+	if err != nil {
+		return nil, fmt.Errorf("pool metrics: %w", err)
+	}
+	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := stat()
+		o.ObserveInt64(total, int64(s.TotalConns()))
+		o.ObserveInt64(acquired, int64(s.AcquiredConns()))
+		o.ObserveInt64(idle, int64(s.IdleConns()))
+		o.ObserveInt64(maxConns, int64(s.MaxConns()))
+		o.ObserveInt64(emptyAcquires, s.EmptyAcquireCount())
+		o.ObserveFloat64(wait, s.EmptyAcquireWaitTime().Seconds())
+		return nil
+	}, total, acquired, idle, maxConns, emptyAcquires, wait)
+}
