@@ -120,7 +120,9 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 		return err
 	}
 
-	handler := api.NewHandler(st, api.Options{Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter()})
+	handler := api.NewHandler(st, api.Options{
+		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), IsUnavailable: store.IsUnavailable,
+	})
 	srv := &http.Server{
 		Handler:           withMetrics(handler, metrics.Handler()),
 		ReadHeaderTimeout: 5 * time.Second,

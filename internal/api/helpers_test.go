@@ -94,7 +94,7 @@ func newEnv(t *testing.T, wrap func(*store.Store) Store) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = metrics.Shutdown(context.Background()) })
-	srv := httptest.NewServer(NewHandler(s, Options{Logger: log, Meter: metrics.Meter()}))
+	srv := httptest.NewServer(NewHandler(s, Options{Logger: log, Meter: metrics.Meter(), IsUnavailable: store.IsUnavailable}))
 	t.Cleanup(srv.Close)
 	client, err := ipamv1.NewClientWithResponses(srv.URL)
 	if err != nil {

@@ -65,7 +65,8 @@ func (e *unavailableError) Unwrap() error { return e.err }
 
 // problems writes every error response of the API.
 type problems struct {
-	log *slog.Logger
+	log           *slog.Logger
+	isUnavailable func(error) bool // see Options.IsUnavailable
 }
 
 // problemOf classifies err. ok is false for an error the client must not
@@ -79,7 +80,7 @@ func problemOf(err error) (p ipamv1.Problem, ok bool) {
 	var ue *unavailableError
 	switch {
 	case errors.As(err, &ue):
-		kind, detail = kindUnavailable, "the database is not ready"
+		kind, detail = kindUnavailable, "the database is unavailable; retry later"
 		ok = true
 	case errors.As(err, &ae):
 		if _, known := problemClasses[ae.Kind]; known {
@@ -106,6 +107,10 @@ func problemOf(err error) (p ipamv1.Problem, ok bool) {
 // with their text; 503s are logged too, since they mean the database is
 // down.
 func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *alloc.Error
+	if ps.isUnavailable != nil && !errors.As(err, &ae) && r.Context().Err() == nil && ps.isUnavailable(err) {
+		err = &unavailableError{err: err}
+	}
 	p, ok := problemOf(err)
 	switch {
 	case !ok && errors.Is(err, context.Canceled) && r.Context().Err() != nil:
@@ -131,6 +136,9 @@ func writeProblem(w http.ResponseWriter, p ipamv1.Problem) {
 	h := w.Header()
 	h.Set("Content-Type", problemContentType)
 	h.Set("X-Content-Type-Options", "nosniff")
+	if p.Status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", "1")
+	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(body)
 }

@@ -37,6 +37,12 @@ type Options struct {
 	// status code) and the lease counters (ipam.lease.allocations by
 	// result, ipam.lease.releases). Nil means a no-op meter.
 	Meter metric.Meter
+	// IsUnavailable tells store errors that mean the database cannot be
+	// reached (connection refused or lost, timeouts) from failed
+	// statements; those are answered 503 "unavailable" with Retry-After,
+	// so clients such as the CNI plugin retry instead of failing. Nil
+	// answers every unclassified error 500.
+	IsUnavailable func(error) bool
 }
 
 // Validate reports every invalid option.
@@ -72,7 +78,7 @@ func NewHandler(store Store, o Options) http.Handler {
 	if err != nil {
 		panic(err)
 	}
-	ps := problems{log: o.Logger}
+	ps := problems{log: o.Logger, isUnavailable: o.IsUnavailable}
 
 	r := chi.NewRouter()
 	r.Use(func(next http.Handler) http.Handler {

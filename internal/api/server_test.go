@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -784,5 +785,38 @@ func TestConcurrentAllocation(t *testing.T) {
 	e.mustDo(200, "GET", "/v1/nodes", nil, &l)
 	if len(l.Items) != 5 {
 		t.Errorf("%d nodes registered, want 5", len(l.Items))
+	}
+}
+
+// A database that cannot be reached is a 503 "unavailable" with
+// Retry-After on every endpoint that needs it, never a 500, so clients
+// (the CNI plugin above all) retry.
+func TestDatabaseUnreachableIsUnavailable(t *testing.T) {
+	st, err := store.Open(t.Context(), "host=127.0.0.1 port=1 user=nobody dbname=none connect_timeout=2 sslmode=disable", store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	logs := &syncBuffer{}
+	srv := httptest.NewServer(NewHandler(st, Options{
+		Logger:        slog.New(slog.NewJSONHandler(logs, nil)),
+		IsUnavailable: store.IsUnavailable,
+	}))
+	defer srv.Close()
+	body := strings.NewReader(`{"owner":{"namespace":"ns","name":"pod"},"containerID":"c1","interface":"eth0"}`)
+	res, err := http.Post(srv.URL+"/v1/nodes/node-a/leases", "application/json", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d, Retry-After %q", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	var p ipamv1.Problem
+	if err := json.NewDecoder(res.Body).Decode(&p); err != nil || p.Type != "urn:ipam:problem:unavailable" {
+		t.Fatalf("problem %+v %v", p, err)
+	}
+	if !strings.Contains(logs.String(), "api: unavailable") {
+		t.Errorf("the outage was not logged:\n%s", logs)
 	}
 }

@@ -659,3 +659,27 @@ func TestAllocateRacesForcedNodeDelete(t *testing.T) {
 		t.Fatalf("%d blocks with a wrong count", n)
 	}
 }
+
+// A store whose database is unreachable fails with errors IsUnavailable
+// recognises; a failed statement is not such an error.
+func TestIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, "host=127.0.0.1 port=1 user=nobody dbname=none connect_timeout=2 sslmode=disable", DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = s.Allocate(ctx, req("node-a", "c0"))
+	if err == nil || !IsUnavailable(err) {
+		t.Fatalf("unreachable database: %v, IsUnavailable=false", err)
+	}
+	f := newFixture(t, nil)
+	_, err = f.s.db.Exec(ctx, `SELECT 1/0`)
+	if err == nil || IsUnavailable(err) {
+		t.Fatalf("division by zero classified as unavailable: %v", err)
+	}
+	if IsUnavailable(nil) || IsUnavailable(errors.New("other")) {
+		t.Fatal("nil or a plain error classified as unavailable")
+	}
+}
