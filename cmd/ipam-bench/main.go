@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -56,6 +57,7 @@ type config struct {
 	Ceiling     string        `json:"ceiling"`
 	Cooldown    time.Duration `json:"-"`
 	Out         string        `json:"-"`
+	CPUProfile  string        `json:"-"`
 }
 
 // MarshalJSON writes the durations as Go duration strings ("20s").
@@ -113,6 +115,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.Ceiling, "ceiling", "../shared/bench/db-ceiling.sh", "path of db-ceiling.sh; the ceiling is skipped when it is missing")
 	fs.DurationVar(&c.Cooldown, "cooldown", store.DefaultOptions().Cooldown, "the service's cooldown of released addresses")
 	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole program (client and service) to this file")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -135,6 +138,17 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ipam-bench:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(ctx, cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "ipam-bench:", err)
 		stop()

@@ -78,7 +78,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.DurationVar(&c.GCInterval, "gc-interval", 10*time.Second, "how often expired leases are released and cooled addresses purged")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight requests may finish on shutdown")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 1<<20, "request body limit")
-	fs.IntVar(&c.MaxConns, "max-conns", 0, "database connections per replica; 0 = max(16, 4 x CPUs)")
+	fs.IntVar(&c.MaxConns, "max-conns", 0, "database connections per replica; 0 = max(32, 8 x CPUs)")
 	fs.BoolVar(&c.Migrate, "migrate", true, "apply migrations at start (under an advisory lock)")
 
 	// Environment first, so explicit flags override it.

@@ -18,8 +18,8 @@ func (s *Store) ExpirePending(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		now := s.now()
-		tag, err := s.db.Exec(ctx, `UPDATE leases SET `+releaseSet+` WHERE id IN (
-			SELECT id FROM leases WHERE state = 'pending' AND expires_at <= $1
+		tag, err := s.db.Exec(ctx, `UPDATE leases SET `+releaseSet+` WHERE (space, addr) IN (
+			SELECT space, addr FROM leases WHERE state = 'pending' AND expires_at <= $1
 			ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED)`, now, now.Add(s.opts.Cooldown), gcBatch)
 		if err != nil {
 			return total, err
@@ -48,8 +48,8 @@ func (s *Store) PurgeCooled(ctx context.Context) (int64, error) {
 				n = 0
 				return err
 			}
-			rows, err := tx.Query(ctx, `DELETE FROM leases WHERE id IN (
-					SELECT id FROM leases WHERE state = 'released' AND cooldown_until <= $1
+			rows, err := tx.Query(ctx, `DELETE FROM leases WHERE (space, addr) IN (
+					SELECT space, addr FROM leases WHERE state = 'released' AND cooldown_until <= $1
 					LIMIT $2 FOR UPDATE SKIP LOCKED)
 				RETURNING block_id`, s.now(), gcBatch)
 			if err != nil {

@@ -406,9 +406,9 @@ const leaseCooledSQL = `UPDATE leases l SET state = $5, container_id = $6, inter
 		owner_namespace = $8, owner_name = $9, owner_uid = $10, created_at = $11, expires_at = $12,
 		confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
 	FROM blocks b
-	WHERE b.id = l.block_id AND l.space = $4 AND l.id = (
-		SELECT c.id FROM blocks cb, LATERAL (
-			SELECT c.id, c.cooldown_until FROM leases c
+	WHERE b.id = l.block_id AND l.space = $4 AND l.addr = (
+		SELECT c.addr FROM blocks cb, LATERAL (
+			SELECT c.addr, c.cooldown_until FROM leases c
 			WHERE c.block_id = cb.id AND c.state = 'released' AND c.cooldown_until <= $11
 			ORDER BY c.cooldown_until LIMIT 1 FOR UPDATE SKIP LOCKED
 		) c

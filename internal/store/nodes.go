@@ -100,11 +100,22 @@ func (s *Store) ListNodes(ctx context.Context, space string, page alloc.Page) ([
 // to the pool with it.
 func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		var id, active int64
-		err := tx.QueryRow(ctx, `SELECT n.id, (SELECT count(*) FROM leases l WHERE l.node_id = n.id AND l.state <> 'released')
-			FROM nodes n WHERE n.space = $1 AND n.name = $2 FOR UPDATE`, space, name).Scan(&id, &active)
+		id, err := s.nodeID(ctx, tx, space, name)
+		if err != nil {
+			return err
+		}
+		// Lock the node's blocks before the node, in the order allocations
+		// lock blocks: an allocation holds its block and then takes a
+		// key-share lock on the node (the lease's foreign key), so taking
+		// the node first would deadlock with it.
+		if _, err := tx.Exec(ctx, `SELECT id FROM blocks WHERE node_id = $1 ORDER BY family, id FOR UPDATE`, id); err != nil {
+			return err
+		}
+		var active int64
+		err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM leases l WHERE l.node_id = n.id AND l.state <> 'released')
+			FROM nodes n WHERE n.id = $1 FOR UPDATE`, id).Scan(&active)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return s.notFoundIn(ctx, tx, space, "node", "node", name)
+			return alloc.NotFound("node", "node", name) // deleted meanwhile
 		} else if err != nil {
 			return err
 		}
@@ -112,7 +123,7 @@ func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) 
 			return &alloc.Error{Kind: alloc.KindInUse, Field: "node", Detail: fmt.Sprintf("node %q holds %d leases; release them or delete with force=true", name, active)}
 		}
 		for _, q := range []string{
-			`DELETE FROM leases WHERE node_id = $1`,
+			`DELETE FROM leases WHERE block_id IN (SELECT id FROM blocks WHERE node_id = $1)`,
 			`DELETE FROM blocks WHERE node_id = $1`,
 			`DELETE FROM nodes WHERE id = $1`,
 		} {

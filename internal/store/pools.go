@@ -176,8 +176,10 @@ func (s *Store) fillStatus(ctx context.Context, p *poolRow) error {
 		SELECT f.family,
 		       (SELECT count(*) FROM blocks b WHERE b.pool_id = $1 AND b.family = f.family),
 		       (SELECT coalesce(sum(capacity), 0) FROM blocks b WHERE b.pool_id = $1 AND b.family = f.family),
-		       (SELECT count(*) FROM leases l WHERE l.pool_id = $1 AND l.family = f.family AND l.state <> 'released'),
-		       (SELECT count(*) FROM leases l WHERE l.pool_id = $1 AND l.family = f.family AND l.state = 'released' AND l.cooldown_until > $2)
+		       (SELECT count(*) FROM blocks b JOIN leases l ON l.block_id = b.id
+		        WHERE b.pool_id = $1 AND b.family = f.family AND l.state <> 'released'),
+		       (SELECT count(*) FROM blocks b JOIN leases l ON l.block_id = b.id
+		        WHERE b.pool_id = $1 AND b.family = f.family AND l.state = 'released' AND l.cooldown_until > $2)
 		FROM (VALUES (4::smallint), (6::smallint)) f(family)`, p.id, s.now())
 	if err != nil {
 		return err

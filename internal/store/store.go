@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"time"
 
@@ -59,8 +60,10 @@ func (o Options) Validate() error {
 // DefaultMaxConns is the connection pool size of a replica. Allocations
 // wait on commits (the WAL flush) more than on CPU, so more connections than
 // cores let PostgreSQL group those commits: with 32 clients on 2 cores, 32
-// connections gave 2.5x the allocations per second of 4 (cmd/ipam-bench).
-func DefaultMaxConns() int32 { return int32(max(16, 4*runtime.NumCPU())) }
+// connections gave 2.5x the allocations per second of 4, and 1.2x those of
+// 16; 64 gave no more (cmd/ipam-bench). Keep replicas x MaxConns under the
+// server's max_connections.
+func DefaultMaxConns() int32 { return int32(max(32, 8*runtime.NumCPU())) }
 
 // Store is the PostgreSQL implementation of the IPAM's state.
 type Store struct {
@@ -141,6 +144,17 @@ const maxTxAttempts = 5
 func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	var err error
 	for attempt := 0; attempt < maxTxAttempts; attempt++ {
+		if attempt > 0 {
+			// Jittered backoff (up to 1, 2, 4, 8 ms) so the transactions
+			// that collided do not collide again in lockstep.
+			t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << (attempt - 1))))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return err
+			case <-t.C:
+			}
+		}
 		err = pgx.BeginFunc(ctx, s.db, fn)
 		if err == nil || !retryable(err) {
 			return err
