@@ -8,8 +8,9 @@ import (
 )
 
 // Store is what the handlers need from persistence: the method set of the
-// PostgreSQL store's contract (internal/store.Contract), declared here so
-// that this package depends on behaviour, not on the implementation.
+// PostgreSQL store (internal/store.Store, which cmd/server passes in),
+// declared here so that this package depends on behaviour, not on the
+// implementation.
 //
 // Errors are *alloc.Error for anything the client can fix; the handlers
 // return them unchanged and the error mapper turns them into problems. Any

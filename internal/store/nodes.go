@@ -83,12 +83,8 @@ func (s *Store) ListNodes(ctx context.Context, space string, page alloc.Page) ([
 	if err != nil {
 		return nil, "", err
 	}
-	if len(items) == 0 {
-		if ok, err := s.spaceExists(ctx, s.db, space); err != nil {
-			return nil, "", err
-		} else if !ok {
-			return nil, "", alloc.NotFound("space", "address space", space)
-		}
+	if err := s.emptyListOf(ctx, space, len(items)); err != nil {
+		return nil, "", err
 	}
 	items, next := pageOf(items, page.Limit, func(n alloc.Node) string { return n.Name })
 	return items, next, nil

@@ -216,12 +216,8 @@ func (s *Store) ListPools(ctx context.Context, space string, page alloc.Page) ([
 	if err != nil {
 		return nil, "", err
 	}
-	if len(prs) == 0 {
-		if ok, err := s.spaceExists(ctx, s.db, space); err != nil {
-			return nil, "", err
-		} else if !ok {
-			return nil, "", alloc.NotFound("space", "address space", space)
-		}
+	if err := s.emptyListOf(ctx, space, len(prs)); err != nil {
+		return nil, "", err
 	}
 	prs, next := pageOf(prs, page.Limit, func(p poolRow) string { return p.Name })
 	out := make([]alloc.Pool, 0, len(prs))

@@ -208,6 +208,19 @@ func (s *Store) spaceExists(ctx context.Context, q querier, space string) (bool,
 	return ok, err
 }
 
+// emptyListOf tells an empty list of a space (n == 0) from a list of a
+// space that does not exist, which is not found.
+func (s *Store) emptyListOf(ctx context.Context, space string, n int) error {
+	if n > 0 {
+		return nil
+	}
+	ok, err := s.spaceExists(ctx, s.db, space)
+	if err == nil && !ok {
+		err = alloc.NotFound("space", "address space", space)
+	}
+	return err
+}
+
 // notFoundIn answers the not-found error for what/name, or space-not-found
 // when the space is missing.
 func (s *Store) notFoundIn(ctx context.Context, q querier, space, field, what, name string) error {
