@@ -142,7 +142,27 @@ CREATE INDEX leases_cooldown ON leases (cooldown_until) WHERE state = 'released'
 -- for twice per lease, on insert and on release.
 CREATE INDEX leases_owner ON leases (space, owner_namespace, owner_name, addr);
 
+-- A released address is leased again (its row reused in place) only once
+-- its cooldown has ended, judged by the new lease's created_at: the
+-- allocator's query already asks for that, and the database holds it too.
+-- +goose StatementBegin
+CREATE FUNCTION leases_cooldown_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.created_at < OLD.cooldown_until THEN
+        RAISE EXCEPTION 'address % is cooling down until %', OLD.addr, OLD.cooldown_until
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'leases_cooldown';
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER leases_cooldown BEFORE UPDATE ON leases FOR EACH ROW
+    WHEN (OLD.state = 'released' AND NEW.state <> 'released')
+    EXECUTE FUNCTION leases_cooldown_guard();
+
 -- +goose Down
+DROP TRIGGER leases_cooldown ON leases;
+DROP FUNCTION leases_cooldown_guard();
 DROP TABLE leases;
 DROP TABLE blocks;
 DROP TABLE nodes;

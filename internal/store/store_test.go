@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pgtest"
+	"github.com/ipam-dev/ipam/migrations"
 )
 
 func TestMain(m *testing.M) {
@@ -681,5 +685,53 @@ func TestIsUnavailable(t *testing.T) {
 	}
 	if IsUnavailable(nil) || IsUnavailable(errors.New("other")) {
 		t.Fatal("nil or a plain error classified as unavailable")
+	}
+}
+
+// The database itself refuses to lease a cooling address again before its
+// cooldown ends, whatever the query that tries.
+func TestDatabaseEnforcesCooldown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.pool("default", lab1Spec)
+	a := f.allocate(req("node-a", "c0"))
+	if _, err := f.s.ReleaseAttachment(f.ctx, alloc.DefaultSpace, "node-a", a.Attachment); err != nil {
+		t.Fatal(err)
+	}
+	reuse := `UPDATE leases SET state = 'active', container_id = 'early', created_at = $2,
+		released_at = NULL, cooldown_until = NULL WHERE addr = $1`
+	_, err := f.s.db.Exec(f.ctx, reuse, a.Leases[0].Addr, f.clock.Now().Add(29*time.Second))
+	if code, constraint := pgCode(err); code != "23514" || constraint != "leases_cooldown" {
+		t.Fatalf("early reuse: %v", err)
+	}
+	if _, err := f.s.db.Exec(f.ctx, reuse, a.Leases[0].Addr, f.clock.Now().Add(30*time.Second)); err != nil {
+		t.Fatalf("reuse after the cooldown: %v", err)
+	}
+}
+
+// Every migration goes down and up again cleanly, and Migrate is a no-op on
+// a current schema.
+func TestMigrationsRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn := pgtest.NewDatabase(t)
+	cfg, err := parseConfig(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDB(*cfg.ConnConfig)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	if v, err := Migrate(ctx, conn); err != nil || v != SchemaVersion() {
+		t.Fatalf("up again: version %d, %v", v, err)
+	}
+	if v, err := Migrate(ctx, conn); err != nil || v != SchemaVersion() {
+		t.Fatalf("migrate on a current schema: version %d, %v", v, err)
 	}
 }
