@@ -607,17 +607,23 @@ func parseFrom(words []string, args map[string]string, earlier []stage) (stage, 
 	if st.image == "scratch" || slices.ContainsFunc(earlier, func(e stage) bool { return e.name == st.image }) {
 		return st, nil
 	}
-	if strings.Contains(st.image, "@sha256:") {
-		return st, nil
+	return st, checkImageTag(st.image)
+}
+
+// checkImageTag checks that image is pinned: a digest, or a tag other than
+// latest. (A registry's port, as in localhost:5000/img, is not a tag.)
+func checkImageTag(image string) error {
+	if strings.Contains(image, "@sha256:") {
+		return nil
 	}
-	_, tag, hasTag := strings.Cut(st.image[strings.LastIndex(st.image, "/")+1:], ":")
+	_, tag, hasTag := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":")
 	switch {
 	case !hasTag || tag == "":
-		return st, fmt.Errorf("image %q has no tag", st.image)
+		return fmt.Errorf("image %q has no tag", image)
 	case tag == "latest":
-		return st, fmt.Errorf("image %q uses the moving tag latest", st.image)
+		return fmt.Errorf("image %q uses the moving tag latest", image)
 	}
-	return st, nil
+	return nil
 }
 
 // earlierStage reports whether from (a name or an index) is one of stages.

@@ -1,0 +1,1374 @@
+package deploy
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ---------------------------------------------------------------------------
+// deploy/kubernetes: plain manifests for `kubectl apply -k`, checked
+// statically since no cluster runs where the tests do.
+
+const (
+	kubeDir           = "kubernetes"
+	kustomizationFile = "kustomization.yaml"
+	// exampleSuffix marks a file that documents an object the platform team
+	// creates itself (the database Secret): checked, never applied.
+	exampleSuffix = ".example.yaml"
+	hostnameKey   = "kubernetes.io/hostname"
+
+	defaultShutdownTimeout = 20 * time.Second // cmd/server --shutdown-timeout
+	defaultGracePeriod     = 30               // Kubernetes' terminationGracePeriodSeconds
+	defaultListen          = ":8080"          // cmd/server --listen
+)
+
+// knownKinds maps each kind the manifests may hold to its apiVersion: no
+// CRDs, nothing cluster-scoped but the Namespace, no removed API versions.
+var knownKinds = map[string]string{
+	"Namespace":           "v1",
+	"ServiceAccount":      "v1",
+	"Secret":              "v1",
+	"Service":             "v1",
+	"Deployment":          "apps/v1",
+	"PodDisruptionBudget": "policy/v1",
+}
+
+// str is a YAML string. Kubernetes refuses a label, annotation or env value
+// that YAML reads as a bool or a number (prometheus.io/scrape: true), where
+// a plain Go string would take it.
+type str string
+
+func (s *str) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is a %s, not a string: quote it", n.Line, n.Value, n.ShortTag())}}
+	}
+	*s = str(n.Value)
+	return nil
+}
+
+// intOrString is a port (a number or a name) or a PDB's minAvailable (a
+// number or a percentage).
+type intOrString struct {
+	Int   int
+	Str   string
+	IsInt bool
+}
+
+func (v *intOrString) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" {
+		i, err := strconv.Atoi(n.Value)
+		*v = intOrString{Int: i, IsInt: true}
+		return err
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+		*v = intOrString{Str: n.Value}
+		return nil
+	}
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is neither a number nor a string", n.Line, n.Value)}}
+}
+
+func (v intOrString) String() string {
+	if v.IsInt {
+		return strconv.Itoa(v.Int)
+	}
+	return strconv.Quote(v.Str)
+}
+
+// kustomization is the whole of what kustomization.yaml may say: a field
+// the checks do not model (images, patches, generators) would change what
+// is applied behind their back, so it is refused.
+type kustomization struct {
+	APIVersion string   `yaml:"apiVersion"`
+	Kind       string   `yaml:"kind"`
+	Namespace  string   `yaml:"namespace"`
+	Resources  []string `yaml:"resources"`
+}
+
+// kubeObject is one document of a manifest, with what the checks read of
+// every kind; Spec is decoded by kind.
+type kubeObject struct {
+	APIVersion string     `yaml:"apiVersion"`
+	Kind       string     `yaml:"kind"`
+	Metadata   objectMeta `yaml:"metadata"`
+	Spec       yaml.Node  `yaml:"spec"`
+	// ServiceAccount
+	AutomountServiceAccountToken *bool `yaml:"automountServiceAccountToken"`
+	// Secret
+	Data       map[string]string `yaml:"data"`
+	StringData map[string]str    `yaml:"stringData"`
+
+	file string
+	doc  int // from 1
+}
+
+func (o kubeObject) String() string {
+	return fmt.Sprintf("%s: %s %q", o.file, cmp.Or(o.Kind, "object"), o.Metadata.Name)
+}
+
+type objectMeta struct {
+	Name        string         `yaml:"name"`
+	Namespace   string         `yaml:"namespace"`
+	Labels      map[string]str `yaml:"labels"`
+	Annotations map[string]str `yaml:"annotations"`
+}
+
+type labelSelector struct {
+	MatchLabels      map[string]str `yaml:"matchLabels"`
+	MatchExpressions []struct {
+		Key      string   `yaml:"key"`
+		Operator string   `yaml:"operator"`
+		Values   []string `yaml:"values"`
+	} `yaml:"matchExpressions"`
+}
+
+func (s *labelSelector) empty() bool {
+	return s == nil || len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0
+}
+
+// matches reports whether a non-empty selector selects labels.
+func (s *labelSelector) matches(labels map[string]str) bool {
+	if s.empty() {
+		return false
+	}
+	for k, v := range s.MatchLabels {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	for _, e := range s.MatchExpressions {
+		v, has := labels[e.Key]
+		in := has && slices.Contains(e.Values, string(v))
+		switch e.Operator {
+		case "In":
+			if !in {
+				return false
+			}
+		case "NotIn":
+			if in {
+				return false
+			}
+		case "Exists":
+			if !has {
+				return false
+			}
+		case "DoesNotExist":
+			if has {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+type deploymentSpec struct {
+	Replicas *int          `yaml:"replicas"`
+	Selector labelSelector `yaml:"selector"`
+	Template struct {
+		Metadata objectMeta `yaml:"metadata"`
+		Spec     podSpec    `yaml:"spec"`
+	} `yaml:"template"`
+}
+
+type podSpec struct {
+	ServiceAccountName            string          `yaml:"serviceAccountName"`
+	AutomountServiceAccountToken  *bool           `yaml:"automountServiceAccountToken"`
+	EnableServiceLinks            *bool           `yaml:"enableServiceLinks"`
+	TerminationGracePeriodSeconds *int            `yaml:"terminationGracePeriodSeconds"`
+	SecurityContext               securityContext `yaml:"securityContext"`
+	TopologySpreadConstraints     []struct {
+		TopologyKey   string         `yaml:"topologyKey"`
+		LabelSelector *labelSelector `yaml:"labelSelector"`
+	} `yaml:"topologySpreadConstraints"`
+	Affinity struct {
+		PodAntiAffinity struct {
+			Required  []affinityTerm `yaml:"requiredDuringSchedulingIgnoredDuringExecution"`
+			Preferred []struct {
+				PodAffinityTerm affinityTerm `yaml:"podAffinityTerm"`
+			} `yaml:"preferredDuringSchedulingIgnoredDuringExecution"`
+		} `yaml:"podAntiAffinity"`
+	} `yaml:"affinity"`
+	Containers []container `yaml:"containers"`
+}
+
+type affinityTerm struct {
+	TopologyKey   string         `yaml:"topologyKey"`
+	LabelSelector *labelSelector `yaml:"labelSelector"`
+}
+
+// securityContext holds the fields of a pod's and a container's security
+// context that the checks read.
+type securityContext struct {
+	RunAsNonRoot             *bool  `yaml:"runAsNonRoot"`
+	RunAsUser                *int64 `yaml:"runAsUser"`
+	Privileged               *bool  `yaml:"privileged"`
+	ReadOnlyRootFilesystem   *bool  `yaml:"readOnlyRootFilesystem"`
+	AllowPrivilegeEscalation *bool  `yaml:"allowPrivilegeEscalation"`
+	Capabilities             struct {
+		Add  []string `yaml:"add"`
+		Drop []string `yaml:"drop"`
+	} `yaml:"capabilities"`
+	SeccompProfile struct {
+		Type string `yaml:"type"`
+	} `yaml:"seccompProfile"`
+}
+
+type container struct {
+	Name           string          `yaml:"name"`
+	Image          string          `yaml:"image"`
+	Command        []string        `yaml:"command"`
+	Args           []string        `yaml:"args"`
+	Env            []envVar        `yaml:"env"`
+	EnvFrom        []yaml.Node     `yaml:"envFrom"`
+	Ports          []containerPort `yaml:"ports"`
+	LivenessProbe  *probe          `yaml:"livenessProbe"`
+	ReadinessProbe *probe          `yaml:"readinessProbe"`
+	StartupProbe   *probe          `yaml:"startupProbe"`
+	Lifecycle      struct {
+		PreStop *struct {
+			Sleep *struct {
+				Seconds int `yaml:"seconds"`
+			} `yaml:"sleep"`
+			Exec *struct {
+				Command []string `yaml:"command"`
+			} `yaml:"exec"`
+		} `yaml:"preStop"`
+	} `yaml:"lifecycle"`
+	Resources struct {
+		Requests map[string]string `yaml:"requests"`
+		Limits   map[string]string `yaml:"limits"`
+	} `yaml:"resources"`
+	SecurityContext securityContext `yaml:"securityContext"`
+}
+
+type envVar struct {
+	Name      string `yaml:"name"`
+	Value     *str   `yaml:"value"`
+	ValueFrom *struct {
+		SecretKeyRef *struct {
+			Name     string `yaml:"name"`
+			Key      string `yaml:"key"`
+			Optional *bool  `yaml:"optional"`
+		} `yaml:"secretKeyRef"`
+	} `yaml:"valueFrom"`
+}
+
+type containerPort struct {
+	Name          string `yaml:"name"`
+	ContainerPort int    `yaml:"containerPort"`
+}
+
+type probe struct {
+	HTTPGet *struct {
+		Path string      `yaml:"path"`
+		Port intOrString `yaml:"port"`
+	} `yaml:"httpGet"`
+}
+
+type serviceSpec struct {
+	Type     string         `yaml:"type"`
+	Selector map[string]str `yaml:"selector"`
+	Ports    []struct {
+		Name       string       `yaml:"name"`
+		Port       int          `yaml:"port"`
+		TargetPort *intOrString `yaml:"targetPort"`
+	} `yaml:"ports"`
+}
+
+type pdbSpec struct {
+	MinAvailable   *intOrString  `yaml:"minAvailable"`
+	MaxUnavailable *intOrString  `yaml:"maxUnavailable"`
+	Selector       labelSelector `yaml:"selector"`
+}
+
+// decodeLenient decodes n into out; a type error (a value of the wrong
+// type) is reported but leaves the rest decoded, so that the other checks
+// still run.
+func decodeLenient(n *yaml.Node, out any) (usable bool, err error) {
+	err = n.Decode(out)
+	var te *yaml.TypeError
+	return err == nil || errors.As(err, &te), err
+}
+
+// parseManifest reads every document of a multi-document YAML file.
+func parseManifest(file, src string) ([]kubeObject, error) {
+	var objs []kubeObject
+	var errs []error
+	dec := yaml.NewDecoder(strings.NewReader(src))
+	for doc := 1; ; doc++ {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil { // the decoder cannot resume after a syntax error
+			errs = append(errs, fmt.Errorf("%s: document %d: %w", file, doc, err))
+			break
+		}
+		root := &n
+		if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+			root = root.Content[0]
+		}
+		if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+			continue // an empty document, as after a trailing ---
+		}
+		if root.Kind != yaml.MappingNode {
+			errs = append(errs, fmt.Errorf("%s: document %d is not a mapping", file, doc))
+			continue
+		}
+		if err := duplicateKeys(root); err != nil {
+			errs = append(errs, fmt.Errorf("%s: document %d: %w", file, doc, err))
+			continue
+		}
+		o := kubeObject{file: file, doc: doc}
+		usable, err := decodeLenient(root, &o)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: document %d: %w", file, doc, err))
+		}
+		if usable {
+			objs = append(objs, o)
+		}
+	}
+	if len(objs) == 0 && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("%s holds no object", file))
+	}
+	return objs, errors.Join(errs...)
+}
+
+// duplicateKeys reports a mapping key given twice anywhere under n, which
+// a yaml.Node keeps silently (kubectl refuses it).
+func duplicateKeys(n *yaml.Node) error {
+	var errs []error
+	if n.Kind == yaml.MappingNode {
+		seen := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if line, dup := seen[k.Value]; dup {
+				errs = append(errs, fmt.Errorf("line %d: key %q already given at line %d", k.Line, k.Value, line))
+			}
+			seen[k.Value] = k.Line
+		}
+	}
+	for _, c := range n.Content {
+		errs = append(errs, duplicateKeys(c))
+	}
+	return errors.Join(errs...)
+}
+
+func parseKustomization(src string) (kustomization, error) {
+	var k kustomization
+	dec := yaml.NewDecoder(strings.NewReader(src))
+	dec.KnownFields(true)
+	if err := dec.Decode(&k); err != nil {
+		return k, fmt.Errorf("%s: %w (fields other than apiVersion, kind, namespace and resources belong in an overlay that uses this directory as a base)", kustomizationFile, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return k, fmt.Errorf("%s holds more than one document", kustomizationFile)
+	}
+	return k, nil
+}
+
+// kubeSummary is what checkKubernetes learnt, for cross-checks.
+type kubeSummary struct {
+	objects  []kubeObject // those kustomization.yaml applies
+	httpPort int          // the server container's port named http
+}
+
+// checkKubernetes reports every problem with the manifests of one
+// directory, given as file name -> content.
+func checkKubernetes(files map[string]string) (kubeSummary, error) {
+	var sum kubeSummary
+	var errs []error
+	kSrc, ok := files[kustomizationFile]
+	if !ok {
+		return sum, fmt.Errorf("no %s", kustomizationFile)
+	}
+	k, err := parseKustomization(kSrc)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
+		errs = append(errs, fmt.Errorf("%s: apiVersion %q kind %q; want kustomize.config.k8s.io/v1beta1 Kustomization", kustomizationFile, k.APIVersion, k.Kind))
+	}
+	errs = append(errs, checkListing(k, files))
+
+	var all []kubeObject
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if name == kustomizationFile || !isYAML(name) {
+			continue
+		}
+		objs, err := parseManifest(name, files[name])
+		errs = append(errs, err)
+		all = append(all, objs...)
+		if !strings.HasSuffix(name, exampleSuffix) && slices.Contains(k.Resources, name) {
+			sum.objects = append(sum.objects, objs...)
+		}
+	}
+	errs = append(errs, checkObjects(k, all))
+
+	byKind := map[string][]kubeObject{}
+	for _, o := range sum.objects {
+		byKind[o.Kind] = append(byKind[o.Kind], o)
+	}
+	for _, kind := range []string{"Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget"} {
+		if len(byKind[kind]) == 0 {
+			errs = append(errs, fmt.Errorf("%s applies no %s", kustomizationFile, kind))
+		}
+	}
+	if n := len(byKind["Deployment"]); n != 1 {
+		if n > 1 {
+			errs = append(errs, fmt.Errorf("%s applies %d Deployments; want the server's only", kustomizationFile, n))
+		}
+		return sum, errors.Join(errs...)
+	}
+	dep := byKind["Deployment"][0]
+	var d deploymentSpec
+	if usable, err := decodeLenient(&dep.Spec, &d); !usable {
+		return sum, errors.Join(append(errs, fmt.Errorf("%v: spec: %w", dep, err))...)
+	} else if err != nil {
+		errs = append(errs, fmt.Errorf("%v: spec: %w", dep, err))
+	}
+	port, err := checkDeployment(dep, d, all)
+	sum.httpPort = port
+	errs = append(errs, err)
+	pod := d.Template.Spec
+	podLabels := d.Template.Metadata.Labels
+	replicas := 1
+	if d.Replicas != nil {
+		replicas = *d.Replicas
+	}
+	for _, svc := range byKind["Service"] {
+		errs = append(errs, checkService(svc, podLabels, pod))
+	}
+	for _, pdb := range byKind["PodDisruptionBudget"] {
+		errs = append(errs, checkPDB(pdb, podLabels, replicas))
+	}
+	return sum, errors.Join(errs...)
+}
+
+func isYAML(name string) bool {
+	return strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")
+}
+
+// checkListing checks that the kustomization lists exactly the manifests
+// present, examples excepted.
+func checkListing(k kustomization, files map[string]string) error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, r := range k.Resources {
+		_, present := files[r]
+		switch {
+		case seen[r]:
+			errs = append(errs, fmt.Errorf("%s lists %q twice", kustomizationFile, r))
+		case strings.HasSuffix(r, exampleSuffix):
+			errs = append(errs, fmt.Errorf("%s lists the example %q, which must not be applied", kustomizationFile, r))
+		case !present || !isYAML(r) || r == kustomizationFile:
+			errs = append(errs, fmt.Errorf("%s lists %q, which is not a manifest file here", kustomizationFile, r))
+		}
+		seen[r] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if isYAML(name) && name != kustomizationFile && !strings.HasSuffix(name, exampleSuffix) && !seen[name] {
+			errs = append(errs, fmt.Errorf("%s does not list %q", kustomizationFile, name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkObjects checks what every object needs: a known kind and version, a
+// name, the one namespace, and no duplicates.
+func checkObjects(k kustomization, objs []kubeObject) error {
+	var errs []error
+	ns := k.Namespace
+	var namespaces []string
+	for _, o := range objs {
+		if o.Kind == "Namespace" {
+			namespaces = append(namespaces, o.Metadata.Name)
+		}
+	}
+	switch {
+	case ns == "" && len(namespaces) != 1:
+		errs = append(errs, fmt.Errorf("%s sets no namespace, and the manifests hold %d Namespaces", kustomizationFile, len(namespaces)))
+	case ns == "":
+		ns = namespaces[0]
+	case !slices.Contains(namespaces, ns):
+		errs = append(errs, fmt.Errorf("no Namespace object %q, the namespace of %s", ns, kustomizationFile))
+	}
+	seen := map[string]string{}
+	for _, o := range objs {
+		where := fmt.Sprintf("%s: document %d", o.file, o.doc)
+		if o.APIVersion == "" {
+			errs = append(errs, fmt.Errorf("%s has no apiVersion", where))
+		}
+		if o.Kind == "" {
+			errs = append(errs, fmt.Errorf("%s has no kind", where))
+		}
+		if o.Metadata.Name == "" {
+			errs = append(errs, fmt.Errorf("%s has no metadata.name", where))
+		}
+		if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
+			continue
+		}
+		if want, ok := knownKinds[o.Kind]; !ok {
+			errs = append(errs, fmt.Errorf("%v: kind %s is not one of %v (no CRDs, no cluster-wide objects)", o, o.Kind, slices.Sorted(maps.Keys(knownKinds))))
+		} else if o.APIVersion != want {
+			errs = append(errs, fmt.Errorf("%v: apiVersion %q; want %q", o, o.APIVersion, want))
+		}
+		switch {
+		case o.Kind == "Namespace" && o.Metadata.Namespace != "":
+			errs = append(errs, fmt.Errorf("%v: a Namespace has no metadata.namespace", o))
+		case o.Kind != "Namespace" && o.Metadata.Namespace == "":
+			errs = append(errs, fmt.Errorf("%v has no metadata.namespace (want %q, so that `kubectl apply -f` agrees with -k)", o, ns))
+		case o.Kind != "Namespace" && ns != "" && o.Metadata.Namespace != ns:
+			errs = append(errs, fmt.Errorf("%v: namespace %q; want %q", o, o.Metadata.Namespace, ns))
+		}
+		id := o.Kind + "/" + o.Metadata.Name
+		if prev, dup := seen[id]; dup {
+			errs = append(errs, fmt.Errorf("%v: %s is also defined in %s", o, id, prev))
+		}
+		seen[id] = o.file
+	}
+	return errors.Join(errs...)
+}
+
+// checkDeployment checks the server's Deployment and returns its container
+// port named http.
+func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, error) {
+	var errs []error
+	fail := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%v: "+format, append([]any{dep}, args...)...))
+	}
+	replicas := 1
+	if d.Replicas != nil {
+		replicas = *d.Replicas
+	}
+	if replicas < 2 {
+		fail("replicas %d; want at least 2, so that one node or rollout does not stop address allocation", replicas)
+	}
+	labels := d.Template.Metadata.Labels
+	if d.Selector.empty() {
+		fail("spec.selector is empty")
+	} else if !d.Selector.matches(labels) {
+		fail("spec.selector does not select the pod template's labels %v", labels)
+	}
+	pod := d.Template.Spec
+
+	// The service account exists; the server needs no API token.
+	if pod.ServiceAccountName == "" {
+		fail("no serviceAccountName (the namespace's default account would be used)")
+	} else {
+		i := slices.IndexFunc(all, func(o kubeObject) bool {
+			return o.Kind == "ServiceAccount" && o.Metadata.Name == pod.ServiceAccountName
+		})
+		switch {
+		case i < 0:
+			fail("serviceAccountName %q names no ServiceAccount here", pod.ServiceAccountName)
+		case isFalse(pod.AutomountServiceAccountToken):
+		case pod.AutomountServiceAccountToken == nil && isFalse(all[i].AutomountServiceAccountToken):
+		default:
+			fail("mounts a service account token, which the server never uses: set automountServiceAccountToken: false")
+		}
+	}
+	if !isFalse(pod.EnableServiceLinks) {
+		fail("enableServiceLinks is not false: Service links add IPAM_* variables the server does not own")
+	}
+
+	if len(pod.Containers) != 1 {
+		fail("%d containers; want the server's only", len(pod.Containers))
+		return 0, errors.Join(errs...)
+	}
+	c := pod.Containers[0]
+	failC := func(format string, args ...any) {
+		fail("container %q: "+format, append([]any{c.Name}, args...)...)
+	}
+	if c.Image == "" {
+		failC("no image")
+	} else if err := checkImageTag(c.Image); err != nil {
+		failC("%v", err)
+	}
+	if len(c.Command) > 0 {
+		failC("command %v replaces the image's ENTRYPOINT /ipam-server", c.Command)
+	}
+	if !slices.Equal(c.Args, []string{"serve"}) {
+		failC("args %v; want [serve] (settings go in IPAM_* variables, which these checks read)", c.Args)
+	}
+
+	env, err := checkEnv(c, all)
+	if err != nil {
+		failC("%v", err)
+	}
+
+	// Ports: the server listens on the one named http.
+	httpPort := 0
+	names := map[string]bool{}
+	for _, p := range c.Ports {
+		if p.Name != "" && names[p.Name] {
+			failC("port name %q used twice", p.Name)
+		}
+		names[p.Name] = true
+		if p.Name == "http" {
+			httpPort = p.ContainerPort
+		}
+	}
+	if httpPort == 0 {
+		failC("no container port named http")
+	} else if _, lp, err := splitHostPort(cmp.Or(env["IPAM_LISTEN"], defaultListen)); err != nil {
+		failC("IPAM_LISTEN: %v", err)
+	} else if lp != strconv.Itoa(httpPort) {
+		failC("IPAM_LISTEN %q listens on port %s, but the container port named http is %d", cmp.Or(env["IPAM_LISTEN"], defaultListen), lp, httpPort)
+	}
+
+	// Probes.
+	for _, p := range []struct {
+		field, want string
+		probe       *probe
+	}{
+		{"startupProbe", "/healthz", c.StartupProbe},
+		{"livenessProbe", "/healthz", c.LivenessProbe},
+		{"readinessProbe", "/readyz", c.ReadinessProbe},
+	} {
+		switch {
+		case p.probe == nil:
+			failC("no %s", p.field)
+		case p.probe.HTTPGet == nil:
+			failC("%s is not an httpGet", p.field)
+		default:
+			if p.probe.HTTPGet.Path != p.want {
+				failC("%s path %q; want %q", p.field, p.probe.HTTPGet.Path, p.want)
+			}
+			if err := findPort(c, p.probe.HTTPGet.Port, true); err != nil {
+				failC("%s port: %v", p.field, err)
+			}
+		}
+	}
+
+	// Termination: the preStop sleep, then SIGTERM and the server's drain,
+	// all within the grace period.
+	preStop := 0
+	switch ps := c.Lifecycle.PreStop; {
+	case ps == nil:
+		failC("no preStop sleep: requests still routed to a terminating pod would fail")
+	case ps.Exec != nil:
+		failC("preStop exec %v: the distroless image has no shell nor sleep; use preStop.sleep", ps.Exec.Command)
+	case ps.Sleep == nil || ps.Sleep.Seconds <= 0:
+		failC("preStop is not a sleep of some seconds")
+	default:
+		preStop = ps.Sleep.Seconds
+	}
+	shutdown := defaultShutdownTimeout
+	if v, ok := env["IPAM_SHUTDOWN_TIMEOUT"]; ok {
+		if shutdown, err = time.ParseDuration(v); err != nil || shutdown <= 0 {
+			failC("IPAM_SHUTDOWN_TIMEOUT %q is not a positive duration", v)
+		}
+	}
+	grace := defaultGracePeriod
+	if pod.TerminationGracePeriodSeconds != nil {
+		grace = *pod.TerminationGracePeriodSeconds
+	}
+	if need := time.Duration(preStop)*time.Second + shutdown; time.Duration(grace)*time.Second <= need {
+		fail("terminationGracePeriodSeconds %d is not more than the preStop sleep (%ds) plus IPAM_SHUTDOWN_TIMEOUT (%s): the kubelet would kill mid-drain",
+			grace, preStop, shutdown)
+	}
+
+	errs = append(errs, prefixErr(fmt.Sprintf("%v: container %q", dep, c.Name), checkSecurity(pod.SecurityContext, c.SecurityContext)))
+	errs = append(errs, prefixErr(fmt.Sprintf("%v: container %q", dep, c.Name), checkResources(c)))
+
+	// Spread across nodes.
+	spread := false
+	for i, tsc := range pod.TopologySpreadConstraints {
+		if !tsc.LabelSelector.matches(labels) {
+			fail("topologySpreadConstraints[%d] (%s): labelSelector does not select the pods", i, tsc.TopologyKey)
+		} else if tsc.TopologyKey == hostnameKey {
+			spread = true
+		}
+	}
+	aa := pod.Affinity.PodAntiAffinity
+	terms := slices.Clone(aa.Required)
+	for _, p := range aa.Preferred {
+		terms = append(terms, p.PodAffinityTerm)
+	}
+	for i, term := range terms {
+		if !term.LabelSelector.matches(labels) {
+			fail("podAntiAffinity term %d (%s): labelSelector does not select the pods", i, term.TopologyKey)
+		} else if term.TopologyKey == hostnameKey {
+			spread = true
+		}
+	}
+	if !spread {
+		fail("neither topologySpreadConstraints nor podAntiAffinity spreads the replicas across nodes (%s)", hostnameKey)
+	}
+
+	// Prometheus scraping.
+	ann := d.Template.Metadata.Annotations
+	if ann["prometheus.io/scrape"] != "true" {
+		fail(`pod annotation prometheus.io/scrape is %q; want "true"`, ann["prometheus.io/scrape"])
+	}
+	if ann["prometheus.io/path"] != "/metrics" {
+		fail(`pod annotation prometheus.io/path is %q; want "/metrics"`, ann["prometheus.io/path"])
+	}
+	if p := string(ann["prometheus.io/port"]); httpPort != 0 && p != strconv.Itoa(httpPort) {
+		fail("pod annotation prometheus.io/port is %q; want the http port %d", p, httpPort)
+	}
+	return httpPort, errors.Join(errs...)
+}
+
+func isFalse(b *bool) bool { return b != nil && !*b }
+func isTrue(b *bool) bool  { return b != nil && *b }
+
+func prefixErr(prefix string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var errs []error
+	for _, line := range strings.Split(err.Error(), "\n") {
+		errs = append(errs, fmt.Errorf("%s: %s", prefix, line))
+	}
+	return errors.Join(errs...)
+}
+
+// checkEnv checks the container's environment: only variables the server
+// reads, each once, and the database URL from a Secret documented here. It
+// returns the literal values.
+func checkEnv(c container, all []kubeObject) (map[string]string, error) {
+	var errs []error
+	env := map[string]string{}
+	seen := map[string]bool{}
+	if len(c.EnvFrom) > 0 {
+		errs = append(errs, errors.New("envFrom hides variable names from these checks: list each in env"))
+	}
+	for _, e := range c.Env {
+		switch {
+		case seen[e.Name]:
+			errs = append(errs, fmt.Errorf("env %q set twice", e.Name))
+		case !slices.Contains(serverEnv, e.Name):
+			errs = append(errs, fmt.Errorf("env %q is not one the server reads (%v)", e.Name, serverEnv))
+		}
+		seen[e.Name] = true
+		if e.Value != nil {
+			env[e.Name] = string(*e.Value)
+		}
+	}
+	i := slices.IndexFunc(c.Env, func(e envVar) bool { return e.Name == "IPAM_DATABASE_URL" })
+	if i < 0 {
+		return env, errors.Join(append(errs, errors.New("no IPAM_DATABASE_URL: the image has no PostgreSQL"))...)
+	}
+	db := c.Env[i]
+	if db.ValueFrom == nil || db.ValueFrom.SecretKeyRef == nil {
+		return env, errors.Join(append(errs, errors.New("IPAM_DATABASE_URL holds a password: take it from a Secret (valueFrom.secretKeyRef)"))...)
+	}
+	ref := db.ValueFrom.SecretKeyRef
+	if isTrue(ref.Optional) {
+		errs = append(errs, errors.New("IPAM_DATABASE_URL's secretKeyRef is optional: without it the server would start no database"))
+	}
+	j := slices.IndexFunc(all, func(o kubeObject) bool { return o.Kind == "Secret" && o.Metadata.Name == ref.Name })
+	if j < 0 {
+		return env, errors.Join(append(errs, fmt.Errorf("IPAM_DATABASE_URL comes from Secret %q, which no file here (%s) documents", ref.Name, "secret"+exampleSuffix))...)
+	}
+	s := all[j]
+	_, inData := s.Data[ref.Key]
+	_, inStringData := s.StringData[ref.Key]
+	if !inData && !inStringData {
+		errs = append(errs, fmt.Errorf("IPAM_DATABASE_URL comes from key %q of Secret %q, which %s does not hold", ref.Key, ref.Name, s.file))
+	}
+	return env, errors.Join(errs...)
+}
+
+// findPort checks that v names (or, unless byName, numbers) a port of c.
+func findPort(c container, v intOrString, byName bool) error {
+	var names []string
+	for _, p := range c.Ports {
+		names = append(names, p.Name)
+		if !v.IsInt && p.Name == v.Str || v.IsInt && !byName && p.ContainerPort == v.Int {
+			return nil
+		}
+	}
+	if v.IsInt && byName {
+		return fmt.Errorf("%d is a number; name a container port (%v) so that the two cannot drift apart", v.Int, names)
+	}
+	return fmt.Errorf("%v names no port of container %q (%v)", v, c.Name, names)
+}
+
+// checkSecurity checks a container's effective security context: the
+// pod's, with the container's fields taking precedence.
+func checkSecurity(pod, c securityContext) error {
+	var errs []error
+	runAsNonRoot, runAsUser, seccomp := c.RunAsNonRoot, c.RunAsUser, c.SeccompProfile.Type
+	if runAsNonRoot == nil {
+		runAsNonRoot = pod.RunAsNonRoot
+	}
+	if runAsUser == nil {
+		runAsUser = pod.RunAsUser
+	}
+	if seccomp == "" {
+		seccomp = pod.SeccompProfile.Type
+	}
+	if !isTrue(runAsNonRoot) {
+		errs = append(errs, errors.New("runAsNonRoot is not true"))
+	}
+	switch {
+	case runAsUser == nil:
+		errs = append(errs, errors.New("no runAsUser: the image's USER is a name (nonroot), which the kubelet cannot check against runAsNonRoot; give its uid 65532"))
+	case *runAsUser == 0:
+		errs = append(errs, errors.New("runAsUser is 0 (root)"))
+	}
+	if seccomp != "RuntimeDefault" {
+		errs = append(errs, fmt.Errorf("seccompProfile.type %q; want RuntimeDefault", seccomp))
+	}
+	if !isTrue(c.ReadOnlyRootFilesystem) {
+		errs = append(errs, errors.New("readOnlyRootFilesystem is not true"))
+	}
+	if !isFalse(c.AllowPrivilegeEscalation) {
+		errs = append(errs, errors.New("allowPrivilegeEscalation is not false"))
+	}
+	if isTrue(c.Privileged) {
+		errs = append(errs, errors.New("privileged"))
+	}
+	if !slices.Contains(c.Capabilities.Drop, "ALL") {
+		errs = append(errs, fmt.Errorf("capabilities.drop %v does not drop ALL", c.Capabilities.Drop))
+	}
+	if len(c.Capabilities.Add) > 0 {
+		errs = append(errs, fmt.Errorf("capabilities.add %v: the server needs none", c.Capabilities.Add))
+	}
+	return errors.Join(errs...)
+}
+
+// checkResources checks that the container requests CPU and memory, has a
+// memory limit, and requests no more than its limits.
+func checkResources(c container) error {
+	var errs []error
+	req, lim := c.Resources.Requests, c.Resources.Limits
+	for _, need := range []struct{ kind, name string }{{"requests", "cpu"}, {"requests", "memory"}, {"limits", "memory"}} {
+		m := req
+		if need.kind == "limits" {
+			m = lim
+		}
+		if _, ok := m[need.name]; !ok {
+			errs = append(errs, fmt.Errorf("resources.%s.%s is unset", need.kind, need.name))
+		}
+	}
+	for _, kind := range []string{"requests", "limits"} {
+		m := req
+		if kind == "limits" {
+			m = lim
+		}
+		for _, name := range slices.Sorted(maps.Keys(m)) {
+			if _, err := parseQuantity(m[name]); err != nil {
+				errs = append(errs, fmt.Errorf("resources.%s.%s: %w", kind, name, err))
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(lim)) {
+		r, okR := req[name]
+		rq, errR := parseQuantity(r)
+		lq, errL := parseQuantity(lim[name])
+		if okR && errR == nil && errL == nil && rq > lq {
+			errs = append(errs, fmt.Errorf("resources.requests.%s %s is more than its limit %s", name, r, lim[name]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var quantityRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(n|u|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$`)
+
+// parseQuantity parses a Kubernetes quantity (250m, 1.5, 256Mi, 1G).
+func parseQuantity(s string) (float64, error) {
+	m := quantityRE.FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a quantity (250m, 2, 256Mi)", s)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, err
+	}
+	mult := map[string]float64{
+		"": 1, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+		"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60,
+	}[m[2]]
+	return v * mult, nil
+}
+
+// checkService checks that a Service is a ClusterIP one that selects the
+// server's pods and targets their named ports.
+func checkService(svc kubeObject, podLabels map[string]str, pod podSpec) error {
+	var s serviceSpec
+	usable, err := decodeLenient(&svc.Spec, &s)
+	if !usable {
+		return fmt.Errorf("%v: spec: %w", svc, err)
+	}
+	errs := []error{}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%v: spec: %w", svc, err))
+	}
+	if s.Type != "" && s.Type != "ClusterIP" {
+		errs = append(errs, fmt.Errorf("%v: type %s; want ClusterIP (in-cluster callers only)", svc, s.Type))
+	}
+	sel := labelSelector{MatchLabels: s.Selector}
+	if len(s.Selector) == 0 {
+		errs = append(errs, fmt.Errorf("%v has no selector", svc))
+	} else if !sel.matches(podLabels) {
+		errs = append(errs, fmt.Errorf("%v: selector %v does not select the Deployment's pods %v", svc, s.Selector, podLabels))
+	}
+	if len(s.Ports) == 0 {
+		errs = append(errs, fmt.Errorf("%v has no ports", svc))
+	}
+	for _, p := range s.Ports {
+		switch {
+		case p.TargetPort == nil:
+			errs = append(errs, fmt.Errorf("%v: port %d has no targetPort: name a container port", svc, p.Port))
+		case len(pod.Containers) == 1:
+			if err := findPort(pod.Containers[0], *p.TargetPort, true); err != nil {
+				errs = append(errs, fmt.Errorf("%v: port %d targetPort: %w", svc, p.Port, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkPDB checks that a PodDisruptionBudget selects the server's pods and
+// lets at least one of them be evicted.
+func checkPDB(pdb kubeObject, podLabels map[string]str, replicas int) error {
+	var s pdbSpec
+	usable, err := decodeLenient(&pdb.Spec, &s)
+	if !usable {
+		return fmt.Errorf("%v: spec: %w", pdb, err)
+	}
+	errs := []error{}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%v: spec: %w", pdb, err))
+	}
+	if s.Selector.empty() {
+		errs = append(errs, fmt.Errorf("%v has no selector (it would cover every pod of the namespace)", pdb))
+	} else if !s.Selector.matches(podLabels) {
+		errs = append(errs, fmt.Errorf("%v: selector does not select the Deployment's pods %v", pdb, podLabels))
+	}
+	switch {
+	case s.MinAvailable == nil && s.MaxUnavailable == nil:
+		errs = append(errs, fmt.Errorf("%v has neither minAvailable nor maxUnavailable", pdb))
+	case s.MinAvailable != nil && s.MaxUnavailable != nil:
+		errs = append(errs, fmt.Errorf("%v has both minAvailable and maxUnavailable", pdb))
+	case s.MinAvailable != nil && s.MinAvailable.IsInt && s.MinAvailable.Int >= replicas:
+		errs = append(errs, fmt.Errorf("%v: minAvailable %d of %d replicas: no pod could ever be evicted, and node drains would hang", pdb, s.MinAvailable.Int, replicas))
+	case s.MinAvailable != nil && s.MinAvailable.IsInt && s.MinAvailable.Int < 1:
+		errs = append(errs, fmt.Errorf("%v: minAvailable %d protects nothing", pdb, s.MinAvailable.Int))
+	}
+	return errors.Join(errs...)
+}
+
+// ---------------------------------------------------------------------------
+// Tests of this repository's manifests
+
+// readKubeDir returns the regular files of dir, name -> content.
+func readKubeDir(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			files[e.Name()] = readFile(t, filepath.Join(dir, e.Name()))
+		}
+	}
+	return files
+}
+
+func TestKubernetesManifests(t *testing.T) {
+	root := repoRoot(t)
+	sum, err := checkKubernetes(readKubeDir(t, filepath.Join(root, "deploy", kubeDir)))
+	if err != nil {
+		t.Fatalf("deploy/%s:\n%v", kubeDir, err)
+	}
+	// The image is built from the Dockerfile: it must expose the port.
+	instrs, err := parseDockerfile(readFile(t, filepath.Join(root, "Dockerfile")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := checkDockerfile(instrs, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := strconv.Itoa(sum.httpPort); !slices.Contains(d.final().expose, p) && !slices.Contains(d.final().expose, p+"/tcp") {
+		t.Errorf("the Deployment's http port %s is not EXPOSEd by the Dockerfile (%v)", p, d.final().expose)
+	}
+}
+
+// TestKubectlKustomize renders the kustomization with kubectl, when a
+// kubectl that runs is installed, and compares what it renders with what
+// the static checks read. Without one, the static checks stand alone.
+func TestKubectlKustomize(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Log("no kubectl: `kubectl kustomize` not run; the static checks stand alone")
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, kubectl, "version", "--client").CombinedOutput(); err != nil {
+		t.Logf("kubectl does not run (%v: %s): `kubectl kustomize` not run; the static checks stand alone", err, bytes.TrimSpace(out))
+		return
+	}
+	dir := filepath.Join(repoRoot(t), "deploy", kubeDir)
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, kubectl, "kustomize", dir)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.Bytes())
+	}
+	rendered, err := parseManifest("kubectl kustomize output", string(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := checkKubernetes(readKubeDir(t, dir))
+	if err != nil {
+		t.Fatalf("deploy/%s:\n%v", kubeDir, err)
+	}
+	ids := func(objs []kubeObject) []string {
+		var s []string
+		for _, o := range objs {
+			s = append(s, o.APIVersion+" "+o.Kind+" "+o.Metadata.Namespace+"/"+o.Metadata.Name)
+		}
+		slices.Sort(s)
+		return s
+	}
+	if got, want := ids(rendered), ids(sum.objects); !slices.Equal(got, want) {
+		t.Errorf("kubectl kustomize renders\n  %s\nbut the files hold\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Tests that each check can fail
+
+// goodKube is a small valid manifest directory.
+var goodKube = map[string]string{
+	kustomizationFile: `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: ipam
+resources:
+  - namespace.yaml
+  - serviceaccount.yaml
+  - deployment.yaml
+  - service.yaml
+  - pdb.yaml
+`,
+	"namespace.yaml": `apiVersion: v1
+kind: Namespace
+metadata:
+  name: ipam
+`,
+	"serviceaccount.yaml": `apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: ipam-server
+  namespace: ipam
+automountServiceAccountToken: false
+`,
+	"secret.example.yaml": `apiVersion: v1
+kind: Secret
+metadata:
+  name: ipam-database
+  namespace: ipam
+stringData:
+  IPAM_DATABASE_URL: postgres://ipam:x@db:5432/ipam
+`,
+	"service.yaml": `apiVersion: v1
+kind: Service
+metadata:
+  name: ipam-server
+  namespace: ipam
+spec:
+  selector:
+    app: ipam
+  ports:
+    - name: http
+      port: 80
+      targetPort: http
+`,
+	"pdb.yaml": `apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: ipam-server
+  namespace: ipam
+spec:
+  minAvailable: 1
+  selector:
+    matchLabels:
+      app: ipam
+`,
+	"deployment.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: ipam-server
+  namespace: ipam
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: ipam
+  template:
+    metadata:
+      labels:
+        app: ipam
+        tier: api
+      annotations:
+        prometheus.io/scrape: "true"
+        prometheus.io/port: "8080"
+        prometheus.io/path: /metrics
+    spec:
+      serviceAccountName: ipam-server
+      enableServiceLinks: false
+      terminationGracePeriodSeconds: 30
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        seccompProfile:
+          type: RuntimeDefault
+      topologySpreadConstraints:
+        - maxSkew: 1
+          topologyKey: kubernetes.io/hostname
+          whenUnsatisfiable: DoNotSchedule
+          labelSelector:
+            matchLabels:
+              app: ipam
+      containers:
+        - name: server
+          image: ghcr.io/ipam-dev/ipam-server:0.1.0
+          args: ["serve"]
+          env:
+            - name: IPAM_DATABASE_URL
+              valueFrom:
+                secretKeyRef:
+                  name: ipam-database
+                  key: IPAM_DATABASE_URL
+            - name: IPAM_LISTEN
+              value: ":8080"
+            - name: IPAM_SHUTDOWN_TIMEOUT
+              value: 20s
+          ports:
+            - name: http
+              containerPort: 8080
+          startupProbe:
+            httpGet: {path: /healthz, port: http}
+          livenessProbe:
+            httpGet: {path: /healthz, port: http}
+          readinessProbe:
+            httpGet: {path: /readyz, port: http}
+          lifecycle:
+            preStop:
+              sleep:
+                seconds: 5
+          resources:
+            requests: {cpu: 250m, memory: 256Mi}
+            limits: {cpu: 2, memory: 256Mi}
+          securityContext:
+            readOnlyRootFilesystem: true
+            allowPrivilegeEscalation: false
+            capabilities:
+              drop: [ALL]
+`,
+}
+
+// kubeEdit changes one file of goodKube: replaces old by new, or, with old
+// empty, sets the whole file to new (deleting it when new is empty too).
+type kubeEdit struct{ file, old, new string }
+
+func TestCheckKubernetesFindsProblems(t *testing.T) {
+	const (
+		dep = "deployment.yaml"
+		svc = "service.yaml"
+		pdb = "pdb.yaml"
+		kus = kustomizationFile
+	)
+	tests := []struct {
+		name    string
+		edits   []kubeEdit
+		wantErr string // "" means valid
+	}{
+		{name: "valid"},
+		{name: "pod anti-affinity instead of a spread constraint", edits: []kubeEdit{{dep,
+			"      topologySpreadConstraints:\n        - maxSkew: 1\n          topologyKey: kubernetes.io/hostname\n          whenUnsatisfiable: DoNotSchedule\n          labelSelector:\n            matchLabels:\n              app: ipam\n",
+			"      affinity:\n        podAntiAffinity:\n          preferredDuringSchedulingIgnoredDuringExecution:\n            - weight: 100\n              podAffinityTerm:\n                topologyKey: kubernetes.io/hostname\n                labelSelector:\n                  matchLabels: {app: ipam}\n"}}},
+		{name: "two documents in one file", edits: []kubeEdit{
+			{svc, "targetPort: http\n", "targetPort: http\n---\n" + goodKube[pdb] + "---\n"},
+			{pdb, "", ""},
+			{kus, "  - pdb.yaml\n", ""}}},
+		{name: "image by digest", edits: []kubeEdit{{dep, "ipam-server:0.1.0", "ipam-server@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}},
+		{name: "pod security context in the container", edits: []kubeEdit{{dep, "          securityContext:\n", "          securityContext:\n            runAsUser: 1000\n"}}},
+
+		// Parsing.
+		{name: "not YAML", edits: []kubeEdit{{svc, "  ports:\n", "  ports:\n\t- port: 81\n"}}, wantErr: "service.yaml: document 1: yaml:"},
+		{name: "second document broken", edits: []kubeEdit{{svc, "", goodKube[svc] + "---\nkind: [\n"}}, wantErr: "service.yaml: document 2: yaml:"},
+		{name: "duplicate key", edits: []kubeEdit{{pdb, "  minAvailable: 1\n", "  minAvailable: 1\n  minAvailable: 1\n"}}, wantErr: `pdb.yaml: document 1: line 8: key "minAvailable" already given at line 7`},
+		{name: "duplicate key deep down", edits: []kubeEdit{{dep, "            seconds: 5\n", "            seconds: 5\n                seconds: 1\n"}}, wantErr: `key "seconds" already given`},
+		{name: "document not a mapping", edits: []kubeEdit{{svc, "", "- a\n- b\n"}}, wantErr: "service.yaml: document 1 is not a mapping"},
+		{name: "empty manifest", edits: []kubeEdit{{svc, "", "# nothing\n"}}, wantErr: "service.yaml holds no object"},
+		{name: "bool annotation", edits: []kubeEdit{{dep, `prometheus.io/scrape: "true"`, "prometheus.io/scrape: true"}}, wantErr: `"true" is a !!bool, not a string`},
+		{name: "number as env value", edits: []kubeEdit{{dep, "value: 20s", "value: 20"}}, wantErr: `"20" is a !!int, not a string`},
+
+		// The kustomization.
+		{name: "no kustomization", edits: []kubeEdit{{kus, "", ""}}, wantErr: "no kustomization.yaml"},
+		{name: "file not listed", edits: []kubeEdit{{kus, "  - pdb.yaml\n", ""}}, wantErr: `kustomization.yaml does not list "pdb.yaml"`},
+		{name: "listed file absent", edits: []kubeEdit{{kus, "  - pdb.yaml\n", "  - pdb.yaml\n  - hpa.yaml\n"}}, wantErr: `lists "hpa.yaml", which is not a manifest file here`},
+		{name: "listed twice", edits: []kubeEdit{{kus, "  - pdb.yaml\n", "  - pdb.yaml\n  - pdb.yaml\n"}}, wantErr: `lists "pdb.yaml" twice`},
+		{name: "example applied", edits: []kubeEdit{{kus, "  - pdb.yaml\n", "  - pdb.yaml\n  - secret.example.yaml\n"}}, wantErr: `lists the example "secret.example.yaml"`},
+		{name: "unmodelled field", edits: []kubeEdit{{kus, "resources:", "images:\n  - name: x\n    newTag: latest\nresources:"}}, wantErr: "field images not found"},
+		{name: "wrong kustomization kind", edits: []kubeEdit{{kus, "kind: Kustomization", "kind: Component"}}, wantErr: `kind "Component"`},
+
+		// Every object.
+		{name: "no apiVersion", edits: []kubeEdit{{svc, "apiVersion: v1\n", ""}}, wantErr: "service.yaml: document 1 has no apiVersion"},
+		{name: "no kind", edits: []kubeEdit{{pdb, "kind: PodDisruptionBudget\n", ""}}, wantErr: "pdb.yaml: document 1 has no kind"},
+		{name: "no name", edits: []kubeEdit{{svc, "  name: ipam-server\n", ""}}, wantErr: "service.yaml: document 1 has no metadata.name"},
+		{name: "no namespace", edits: []kubeEdit{{svc, "  namespace: ipam\n", ""}}, wantErr: `Service "ipam-server" has no metadata.namespace`},
+		{name: "another namespace", edits: []kubeEdit{{pdb, "namespace: ipam", "namespace: default"}}, wantErr: `namespace "default"; want "ipam"`},
+		{name: "example in another namespace", edits: []kubeEdit{{"secret.example.yaml", "namespace: ipam", "namespace: kube-system"}}, wantErr: `namespace "kube-system"; want "ipam"`},
+		{name: "no Namespace object", edits: []kubeEdit{{"namespace.yaml", "", ""}, {kus, "  - namespace.yaml\n", ""}}, wantErr: `no Namespace object "ipam"`},
+		{name: "a CRD", edits: []kubeEdit{{"monitor.yaml", "", "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata:\n  name: ipam\n  namespace: ipam\n"},
+			{kus, "  - pdb.yaml\n", "  - pdb.yaml\n  - monitor.yaml\n"}}, wantErr: "kind ServiceMonitor is not one of"},
+		{name: "removed API version", edits: []kubeEdit{{pdb, "policy/v1", "policy/v1beta1"}}, wantErr: `apiVersion "policy/v1beta1"; want "policy/v1"`},
+		{name: "duplicate object", edits: []kubeEdit{{svc, "", goodKube[svc] + "---\n" + goodKube[svc]}}, wantErr: "Service/ipam-server is also defined in service.yaml"},
+		{name: "no PDB", edits: []kubeEdit{{pdb, "", ""}, {kus, "  - pdb.yaml\n", ""}}, wantErr: "applies no PodDisruptionBudget"},
+
+		// The Deployment.
+		{name: "one replica", edits: []kubeEdit{{dep, "replicas: 2", "replicas: 1"}}, wantErr: "replicas 1; want at least 2"},
+		{name: "selector misses the template", edits: []kubeEdit{{dep, "    matchLabels:\n      app: ipam\n  template", "    matchLabels:\n      app: ipam-server\n  template"}},
+			wantErr: "spec.selector does not select the pod template's labels"},
+		{name: "unknown service account", edits: []kubeEdit{{dep, "serviceAccountName: ipam-server", "serviceAccountName: ipam"}}, wantErr: `serviceAccountName "ipam" names no ServiceAccount`},
+		{name: "token mounted", edits: []kubeEdit{{"serviceaccount.yaml", "automountServiceAccountToken: false", "automountServiceAccountToken: true"}}, wantErr: "mounts a service account token"},
+		{name: "service links", edits: []kubeEdit{{dep, "      enableServiceLinks: false\n", ""}}, wantErr: "enableServiceLinks is not false"},
+		{name: "latest image", edits: []kubeEdit{{dep, "ipam-server:0.1.0", "ipam-server:latest"}}, wantErr: "uses the moving tag latest"},
+		{name: "untagged image", edits: []kubeEdit{{dep, "ipam-server:0.1.0", "ipam-server"}}, wantErr: `image "ghcr.io/ipam-dev/ipam-server" has no tag`},
+		{name: "registry port is no tag", edits: []kubeEdit{{dep, "ghcr.io/ipam-dev/ipam-server:0.1.0", "localhost:5000/ipam-server"}}, wantErr: "has no tag"},
+		{name: "migrate instead of serve", edits: []kubeEdit{{dep, `args: ["serve"]`, `args: ["migrate"]`}}, wantErr: "args [migrate]; want [serve]"},
+		{name: "command replaces the entrypoint", edits: []kubeEdit{{dep, `args: ["serve"]`, `command: ["/bin/sh"]` + "\n          " + `args: ["serve"]`}}, wantErr: "replaces the image's ENTRYPOINT"},
+		{name: "misspelt env", edits: []kubeEdit{{dep, "name: IPAM_LISTEN", "name: IPAM_LISTN"}}, wantErr: `env "IPAM_LISTN" is not one the server reads`},
+		{name: "env twice", edits: []kubeEdit{{dep, "            - name: IPAM_SHUTDOWN_TIMEOUT\n", "            - name: IPAM_LISTEN\n              value: \":8080\"\n            - name: IPAM_SHUTDOWN_TIMEOUT\n"}}, wantErr: `env "IPAM_LISTEN" set twice`},
+		{name: "envFrom", edits: []kubeEdit{{dep, "          env:\n", "          envFrom:\n            - configMapRef: {name: ipam}\n          env:\n"}}, wantErr: "envFrom hides variable names"},
+		{name: "database URL in the clear", edits: []kubeEdit{{dep,
+			"              valueFrom:\n                secretKeyRef:\n                  name: ipam-database\n                  key: IPAM_DATABASE_URL\n",
+			"              value: postgres://ipam:secret@db/ipam\n"}}, wantErr: "take it from a Secret"},
+		{name: "no database URL", edits: []kubeEdit{{dep,
+			"            - name: IPAM_DATABASE_URL\n              valueFrom:\n                secretKeyRef:\n                  name: ipam-database\n                  key: IPAM_DATABASE_URL\n", ""}}, wantErr: "no IPAM_DATABASE_URL"},
+		{name: "undocumented Secret", edits: []kubeEdit{{dep, "name: ipam-database", "name: ipam-db"}}, wantErr: `Secret "ipam-db", which no file here`},
+		{name: "Secret lacks the key", edits: []kubeEdit{{dep, "key: IPAM_DATABASE_URL", "key: url"}}, wantErr: `key "url" of Secret "ipam-database"`},
+		{name: "optional Secret", edits: []kubeEdit{{dep, "key: IPAM_DATABASE_URL", "key: IPAM_DATABASE_URL\n                  optional: true"}}, wantErr: "secretKeyRef is optional"},
+		{name: "no http port", edits: []kubeEdit{{dep, "- name: http\n              containerPort", "- name: api\n              containerPort"}}, wantErr: "no container port named http"},
+		{name: "listens elsewhere", edits: []kubeEdit{{dep, `value: ":8080"`, `value: ":9090"`}}, wantErr: `IPAM_LISTEN ":9090" listens on port 9090, but the container port named http is 8080`},
+		{name: "liveness on readyz", edits: []kubeEdit{{dep, "livenessProbe:\n            httpGet: {path: /healthz", "livenessProbe:\n            httpGet: {path: /readyz"}}, wantErr: `livenessProbe path "/readyz"; want "/healthz"`},
+		{name: "readiness on healthz", edits: []kubeEdit{{dep, "path: /readyz", "path: /healthz"}}, wantErr: `readinessProbe path "/healthz"; want "/readyz"`},
+		{name: "no startup probe", edits: []kubeEdit{{dep, "          startupProbe:\n            httpGet: {path: /healthz, port: http}\n", ""}}, wantErr: "no startupProbe"},
+		{name: "tcp probe", edits: []kubeEdit{{dep, "startupProbe:\n            httpGet: {path: /healthz, port: http}", "startupProbe:\n            tcpSocket: {port: http}"}}, wantErr: "startupProbe is not an httpGet"},
+		{name: "probe port unknown", edits: []kubeEdit{{dep, "path: /readyz, port: http", "path: /readyz, port: metrics"}}, wantErr: `readinessProbe port: "metrics" names no port`},
+		{name: "probe port by number", edits: []kubeEdit{{dep, "path: /readyz, port: http", "path: /readyz, port: 8080"}}, wantErr: "readinessProbe port: 8080 is a number"},
+		{name: "grace period equals the shutdown timeout", edits: []kubeEdit{{dep, "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds: 20"}},
+			wantErr: "terminationGracePeriodSeconds 20 is not more than the preStop sleep (5s) plus IPAM_SHUTDOWN_TIMEOUT (20s)"},
+		{name: "shutdown timeout longer than the grace period", edits: []kubeEdit{{dep, "value: 20s", "value: 1m"}},
+			wantErr: "terminationGracePeriodSeconds 30 is not more than the preStop sleep (5s) plus IPAM_SHUTDOWN_TIMEOUT (1m0s)"},
+		{name: "default grace period, default shutdown timeout", edits: []kubeEdit{
+			{dep, "      terminationGracePeriodSeconds: 30\n", ""},
+			{dep, "            - name: IPAM_SHUTDOWN_TIMEOUT\n              value: 20s\n", ""},
+			{dep, "seconds: 5", "seconds: 15"}},
+			wantErr: "terminationGracePeriodSeconds 30 is not more than the preStop sleep (15s) plus IPAM_SHUTDOWN_TIMEOUT (20s)"},
+		{name: "bad shutdown timeout", edits: []kubeEdit{{dep, "value: 20s", `value: "20"`}}, wantErr: `IPAM_SHUTDOWN_TIMEOUT "20" is not a positive duration`},
+		{name: "no preStop", edits: []kubeEdit{{dep, "          lifecycle:\n            preStop:\n              sleep:\n                seconds: 5\n", ""}}, wantErr: "no preStop sleep"},
+		{name: "preStop exec sleep", edits: []kubeEdit{{dep, "sleep:\n                seconds: 5", `exec: {command: ["sleep", "5"]}`}}, wantErr: "the distroless image has no shell nor sleep"},
+		{name: "may run as root", edits: []kubeEdit{{dep, "        runAsNonRoot: true\n", ""}}, wantErr: "runAsNonRoot is not true"},
+		{name: "no runAsUser", edits: []kubeEdit{{dep, "        runAsUser: 65532\n", ""}}, wantErr: "no runAsUser"},
+		{name: "runAsUser root", edits: []kubeEdit{{dep, "runAsUser: 65532", "runAsUser: 0"}}, wantErr: "runAsUser is 0"},
+		{name: "writable root", edits: []kubeEdit{{dep, "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false"}}, wantErr: "readOnlyRootFilesystem is not true"},
+		{name: "privilege escalation", edits: []kubeEdit{{dep, "            allowPrivilegeEscalation: false\n", ""}}, wantErr: "allowPrivilegeEscalation is not false"},
+		{name: "capabilities kept", edits: []kubeEdit{{dep, "drop: [ALL]", "drop: [NET_RAW]"}}, wantErr: "does not drop ALL"},
+		{name: "capability added", edits: []kubeEdit{{dep, "drop: [ALL]", "drop: [ALL]\n              add: [NET_ADMIN]"}}, wantErr: "capabilities.add [NET_ADMIN]"},
+		{name: "privileged", edits: []kubeEdit{{dep, "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: true\n            privileged: true"}}, wantErr: `"server": privileged`},
+		{name: "seccomp unconfined", edits: []kubeEdit{{dep, "type: RuntimeDefault", "type: Unconfined"}}, wantErr: `seccompProfile.type "Unconfined"; want RuntimeDefault`},
+		{name: "container overrides seccomp", edits: []kubeEdit{{dep, "drop: [ALL]", "drop: [ALL]\n            seccompProfile: {type: Unconfined}"}}, wantErr: `seccompProfile.type "Unconfined"`},
+		{name: "no memory limit", edits: []kubeEdit{{dep, "limits: {cpu: 2, memory: 256Mi}", "limits: {cpu: 2}"}}, wantErr: "resources.limits.memory is unset"},
+		{name: "no requests", edits: []kubeEdit{{dep, "            requests: {cpu: 250m, memory: 256Mi}\n", ""}}, wantErr: "resources.requests.cpu is unset"},
+		{name: "request over limit", edits: []kubeEdit{{dep, "cpu: 250m", "cpu: 2500m"}}, wantErr: "resources.requests.cpu 2500m is more than its limit 2"},
+		{name: "bad quantity", edits: []kubeEdit{{dep, "memory: 256Mi}\n          securityContext", "memory: 256MB}\n          securityContext"}}, wantErr: `resources.limits.memory: "256MB" is not a quantity`},
+		{name: "no spread", edits: []kubeEdit{{dep, "topologyKey: kubernetes.io/hostname", "topologyKey: topology.kubernetes.io/zone"}}, wantErr: "spreads the replicas across nodes"},
+		{name: "spread selects nothing", edits: []kubeEdit{{dep, "          labelSelector:\n            matchLabels:\n              app: ipam\n", "          labelSelector:\n            matchLabels:\n              app: ipam-server\n"}},
+			wantErr: "topologySpreadConstraints[0] (kubernetes.io/hostname): labelSelector does not select the pods"},
+		{name: "anti-affinity selects nothing", edits: []kubeEdit{{dep,
+			"      topologySpreadConstraints:\n        - maxSkew: 1\n          topologyKey: kubernetes.io/hostname\n          whenUnsatisfiable: DoNotSchedule\n          labelSelector:\n            matchLabels:\n              app: ipam\n",
+			"      affinity:\n        podAntiAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n            - topologyKey: kubernetes.io/hostname\n              labelSelector:\n                matchExpressions:\n                  - {key: app, operator: In, values: [other]}\n"}},
+			wantErr: "podAntiAffinity term 0 (kubernetes.io/hostname): labelSelector does not select the pods"},
+		{name: "not scraped", edits: []kubeEdit{{dep, `        prometheus.io/scrape: "true"` + "\n", ""}}, wantErr: `prometheus.io/scrape is ""`},
+		{name: "scrape path", edits: []kubeEdit{{dep, "prometheus.io/path: /metrics", "prometheus.io/path: /metric"}}, wantErr: `prometheus.io/path is "/metric"`},
+		{name: "scrape port", edits: []kubeEdit{{dep, `prometheus.io/port: "8080"`, `prometheus.io/port: "9090"`}}, wantErr: `prometheus.io/port is "9090"; want the http port 8080`},
+		{name: "sidecar", edits: []kubeEdit{{dep, "      containers:\n", "      containers:\n        - name: proxy\n          image: envoy:1.30\n"}}, wantErr: "2 containers"},
+
+		// The Service.
+		{name: "service selects other pods", edits: []kubeEdit{{svc, "app: ipam", "app: ipam-server"}}, wantErr: "selector map[app:ipam-server] does not select the Deployment's pods"},
+		{name: "service without selector", edits: []kubeEdit{{svc, "  selector:\n    app: ipam\n", ""}}, wantErr: "has no selector"},
+		{name: "service target port unknown", edits: []kubeEdit{{svc, "targetPort: http", "targetPort: web"}}, wantErr: `port 80 targetPort: "web" names no port`},
+		{name: "service target port number", edits: []kubeEdit{{svc, "targetPort: http", "targetPort: 8080"}}, wantErr: "port 80 targetPort: 8080 is a number"},
+		{name: "service without target port", edits: []kubeEdit{{svc, "      targetPort: http\n", ""}}, wantErr: "port 80 has no targetPort"},
+		{name: "service exposed", edits: []kubeEdit{{svc, "spec:\n", "spec:\n  type: LoadBalancer\n"}}, wantErr: "type LoadBalancer; want ClusterIP"},
+
+		// The PodDisruptionBudget.
+		{name: "PDB selects other pods", edits: []kubeEdit{{pdb, "app: ipam", "app: ipam-server"}}, wantErr: `PodDisruptionBudget "ipam-server": selector does not select`},
+		{name: "PDB selector by expression", edits: []kubeEdit{{pdb, "    matchLabels:\n      app: ipam\n", "    matchExpressions:\n      - {key: tier, operator: NotIn, values: [api]}\n"}},
+			wantErr: "selector does not select"},
+		{name: "PDB without selector", edits: []kubeEdit{{pdb, "  selector:\n    matchLabels:\n      app: ipam\n", ""}}, wantErr: "has no selector"},
+		{name: "PDB blocks every eviction", edits: []kubeEdit{{pdb, "minAvailable: 1", "minAvailable: 2"}}, wantErr: "minAvailable 2 of 2 replicas"},
+		{name: "PDB without budget", edits: []kubeEdit{{pdb, "  minAvailable: 1\n", ""}}, wantErr: "neither minAvailable nor maxUnavailable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files := maps.Clone(goodKube)
+			for _, e := range tt.edits {
+				switch {
+				case e.old == "" && e.new == "":
+					delete(files, e.file)
+				case e.old == "":
+					files[e.file] = e.new
+				default:
+					files[e.file] = edit(t, files[e.file], e.old, e.new)
+				}
+			}
+			_, err := checkKubernetes(files)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("checkKubernetes: %v; want no error", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("checkKubernetes: %v; want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseQuantity(t *testing.T) {
+	good := map[string]float64{"250m": 0.25, "2": 2, "1.5": 1.5, "256Mi": 256 << 20, "1G": 1e9, ".5": 0.5}
+	for s, want := range good {
+		if got, err := parseQuantity(s); err != nil || got != want {
+			t.Errorf("parseQuantity(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "256MB", "-1", "1.2.3", "Mi", "1 Gi"} {
+		if _, err := parseQuantity(s); err == nil {
+			t.Errorf("parseQuantity(%q) succeeded; want an error", s)
+		}
+	}
+}
