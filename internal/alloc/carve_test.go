@@ -67,3 +67,23 @@ func TestFirstFreeBlockExhaustsInOrder(t *testing.T) {
 		t.Fatalf("got %s from a full pool", b)
 	}
 }
+
+// BenchmarkFirstFreeBlock: the cost of choosing a block grows with the
+// blocks already carved in the pool CIDR (carving happens once per node and
+// pool, never per lease).
+func BenchmarkFirstFreeBlock(b *testing.B) {
+	parent := netip.MustParsePrefix("10.0.0.0/8")
+	for _, n := range []int{5000, 65000} {
+		taken := make([]netip.Prefix, n)
+		for i := range taken {
+			taken[i] = netip.PrefixFrom(AddrAt(parent, int64(i)<<8), 24)
+		}
+		b.Run(itoa(n), func(b *testing.B) {
+			for b.Loop() {
+				if _, ok := FirstFreeBlock(parent, 24, taken); !ok {
+					b.Fatal("full")
+				}
+			}
+		})
+	}
+}
