@@ -809,10 +809,16 @@ type ClientInterface interface {
 
 	// CreatePoolWithBody performs a POST /v1/pools (the `CreatePool` operationId) request,
 	// with any type of body and a specified content type.
+	//
+	// Creating a pool that exists with the same labels and spec answers it
+	// again (201, an idempotent retry); with other labels or spec, 409.
 	CreatePoolWithBody(ctx context.Context, params *CreatePoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreatePool performs a POST /v1/pools (the `CreatePool` operationId) request.
 	// Takes a body of the `application/json` content type.
+	//
+	// Creating a pool that exists with the same labels and spec answers it
+	// again (201, an idempotent retry); with other labels or spec, 409.
 	CreatePool(ctx context.Context, params *CreatePoolParams, body CreatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeletePool Delete a pool that has no blocks.
@@ -862,10 +868,14 @@ type ClientInterface interface {
 
 	// CreateSpaceWithBody performs a POST /v1/spaces (the `CreateSpace` operationId) request,
 	// with any type of body and a specified content type.
+	//
+	// Creating a space that exists answers it again (a retry).
 	CreateSpaceWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateSpace performs a POST /v1/spaces (the `CreateSpace` operationId) request.
 	// Takes a body of the `application/json` content type.
+	//
+	// Creating a space that exists answers it again (a retry).
 	CreateSpace(ctx context.Context, body CreateSpaceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteSpace Delete an empty address space (no pools, no nodes).
@@ -1223,6 +1233,9 @@ func (c *Client) ListPools(ctx context.Context, params *ListPoolsParams, reqEdit
 
 // CreatePoolWithBody performs a POST /v1/pools (the `CreatePool` operationId) request,
 // with any type of body and a specified content type.
+//
+// Creating a pool that exists with the same labels and spec answers it
+// again (201, an idempotent retry); with other labels or spec, 409.
 func (c *Client) CreatePoolWithBody(ctx context.Context, params *CreatePoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreatePoolRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
@@ -1237,6 +1250,9 @@ func (c *Client) CreatePoolWithBody(ctx context.Context, params *CreatePoolParam
 
 // CreatePool performs a POST /v1/pools (the `CreatePool` operationId) request.
 // Takes a body of the `application/json` content type.
+//
+// Creating a pool that exists with the same labels and spec answers it
+// again (201, an idempotent retry); with other labels or spec, 409.
 func (c *Client) CreatePool(ctx context.Context, params *CreatePoolParams, body CreatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreatePoolRequest(c.Server, params, body)
 	if err != nil {
@@ -1356,6 +1372,8 @@ func (c *Client) ListSpaces(ctx context.Context, params *ListSpacesParams, reqEd
 
 // CreateSpaceWithBody performs a POST /v1/spaces (the `CreateSpace` operationId) request,
 // with any type of body and a specified content type.
+//
+// Creating a space that exists answers it again (a retry).
 func (c *Client) CreateSpaceWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateSpaceRequestWithBody(c.Server, contentType, body)
 	if err != nil {
@@ -1370,6 +1388,8 @@ func (c *Client) CreateSpaceWithBody(ctx context.Context, contentType string, bo
 
 // CreateSpace performs a POST /v1/spaces (the `CreateSpace` operationId) request.
 // Takes a body of the `application/json` content type.
+//
+// Creating a space that exists answers it again (a retry).
 func (c *Client) CreateSpace(ctx context.Context, body CreateSpaceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateSpaceRequest(c.Server, body)
 	if err != nil {
@@ -3419,11 +3439,17 @@ type ClientWithResponsesInterface interface {
 	// CreatePoolWithBodyWithResponse performs a POST /v1/pools (the `CreatePool` operationId) request,
 	// with any type of body and a specified content type.
 	//
+	// Creating a pool that exists with the same labels and spec answers it
+	// again (201, an idempotent retry); with other labels or spec, 409.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	CreatePoolWithBodyWithResponse(ctx context.Context, params *CreatePoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePoolResponse, error)
 
 	// CreatePoolWithResponse performs a POST /v1/pools (the `CreatePool` operationId) request.
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Creating a pool that exists with the same labels and spec answers it
+	// again (201, an idempotent retry); with other labels or spec, 409.
 	CreatePoolWithResponse(ctx context.Context, params *CreatePoolParams, body CreatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*CreatePoolResponse, error)
 
 	// DeletePoolWithResponse Delete a pool that has no blocks.
@@ -3482,11 +3508,15 @@ type ClientWithResponsesInterface interface {
 	// CreateSpaceWithBodyWithResponse performs a POST /v1/spaces (the `CreateSpace` operationId) request,
 	// with any type of body and a specified content type.
 	//
+	// Creating a space that exists answers it again (a retry).
+	//
 	// Returns a wrapper object for the known response body format(s).
 	CreateSpaceWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSpaceResponse, error)
 
 	// CreateSpaceWithResponse performs a POST /v1/spaces (the `CreateSpace` operationId) request.
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Creating a space that exists answers it again (a retry).
 	CreateSpaceWithResponse(ctx context.Context, body CreateSpaceJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSpaceResponse, error)
 
 	// DeleteSpaceWithResponse Delete an empty address space (no pools, no nodes).
@@ -5057,6 +5087,9 @@ func (c *ClientWithResponses) ListPoolsWithResponse(ctx context.Context, params 
 // CreatePoolWithBodyWithResponse performs a POST /v1/pools (the `CreatePool` operationId) request,
 // with any type of body and a specified content type.
 //
+// Creating a pool that exists with the same labels and spec answers it
+// again (201, an idempotent retry); with other labels or spec, 409.
+//
 // Returns a wrapper object for the known response body format(s).
 func (c *ClientWithResponses) CreatePoolWithBodyWithResponse(ctx context.Context, params *CreatePoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePoolResponse, error) {
 	rsp, err := c.CreatePoolWithBody(ctx, params, contentType, body, reqEditors...)
@@ -5068,6 +5101,9 @@ func (c *ClientWithResponses) CreatePoolWithBodyWithResponse(ctx context.Context
 
 // CreatePoolWithResponse performs a POST /v1/pools (the `CreatePool` operationId) request.
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Creating a pool that exists with the same labels and spec answers it
+// again (201, an idempotent retry); with other labels or spec, 409.
 func (c *ClientWithResponses) CreatePoolWithResponse(ctx context.Context, params *CreatePoolParams, body CreatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*CreatePoolResponse, error) {
 	rsp, err := c.CreatePool(ctx, params, body, reqEditors...)
 	if err != nil {
@@ -5168,6 +5204,8 @@ func (c *ClientWithResponses) ListSpacesWithResponse(ctx context.Context, params
 // CreateSpaceWithBodyWithResponse performs a POST /v1/spaces (the `CreateSpace` operationId) request,
 // with any type of body and a specified content type.
 //
+// Creating a space that exists answers it again (a retry).
+//
 // Returns a wrapper object for the known response body format(s).
 func (c *ClientWithResponses) CreateSpaceWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSpaceResponse, error) {
 	rsp, err := c.CreateSpaceWithBody(ctx, contentType, body, reqEditors...)
@@ -5179,6 +5217,8 @@ func (c *ClientWithResponses) CreateSpaceWithBodyWithResponse(ctx context.Contex
 
 // CreateSpaceWithResponse performs a POST /v1/spaces (the `CreateSpace` operationId) request.
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Creating a space that exists answers it again (a retry).
 func (c *ClientWithResponses) CreateSpaceWithResponse(ctx context.Context, body CreateSpaceJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSpaceResponse, error) {
 	rsp, err := c.CreateSpace(ctx, body, reqEditors...)
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"reflect"
 
 	"github.com/jackc/pgx/v5"
 
@@ -57,7 +59,9 @@ func maskOf(pf *alloc.PoolFamily) *int16 {
 }
 
 // CreatePool adds a pool after checking its spec and that none of its CIDRs
-// overlaps a pool CIDR of the space.
+// overlaps a pool CIDR of the space. Creating a pool that exists with the
+// same labels and spec answers it again (an idempotent retry); with others,
+// it is a KindConflict.
 func (s *Store) CreatePool(ctx context.Context, p alloc.Pool) (alloc.Pool, error) {
 	if err := validatePool(p.Name, p.Labels, p.Spec); err != nil {
 		return alloc.Pool{}, err
@@ -72,7 +76,7 @@ func (s *Store) CreatePool(ctx context.Context, p alloc.Pool) (alloc.Pool, error
 			p.Spec.NodeLocal.Router, p.Spec.NodeLocal.Health, p.Spec.NodeLocal.Ingress,
 			maskOf(p.Spec.IPv4), maskOf(p.Spec.IPv6), now).Scan(&id)
 		if code, constraint := pgCode(err); code == codeUniqueViolation {
-			return &alloc.Error{Kind: alloc.KindConflict, Field: "name", Detail: fmt.Sprintf("pool %q already exists", p.Name)}
+			return errPoolExists
 		} else if code == codeForeignKey && constraint == "pools_space_fkey" {
 			return alloc.NotFound("space", "address space", p.Space)
 		} else if err != nil {
@@ -80,11 +84,27 @@ func (s *Store) CreatePool(ctx context.Context, p alloc.Pool) (alloc.Pool, error
 		}
 		return insertCIDRs(ctx, tx, id, p.Space, p.Spec, nil)
 	})
+	if errors.Is(err, errPoolExists) {
+		// A retry of the request that created it gets the first answer;
+		// another request for the name is a conflict.
+		have, gerr := s.GetPool(ctx, p.Space, p.Name)
+		if gerr != nil {
+			return alloc.Pool{}, gerr
+		}
+		if !maps.Equal(have.Labels, labelsOrEmpty(p.Labels)) || !reflect.DeepEqual(have.Spec, p.Spec) {
+			return alloc.Pool{}, &alloc.Error{Kind: alloc.KindConflict, Field: "name",
+				Detail: fmt.Sprintf("pool %q already exists with other labels or spec", p.Name)}
+		}
+		return have, nil
+	}
 	if err != nil {
 		return alloc.Pool{}, err
 	}
 	return s.GetPool(ctx, p.Space, p.Name)
 }
+
+// errPoolExists ends CreatePool's transaction when the name is taken.
+var errPoolExists = errors.New("pool exists")
 
 func validatePool(name string, labels map[string]string, spec alloc.PoolSpec) error {
 	if err := alloc.ValidateLabelName("name", name); err != nil {

@@ -9,7 +9,8 @@ import (
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
-// CreateSpace adds an address space.
+// CreateSpace adds an address space. A space is its name, so creating one
+// that exists answers it again (an idempotent retry).
 func (s *Store) CreateSpace(ctx context.Context, name string) (alloc.Space, error) {
 	if err := alloc.ValidateLabelName("name", name); err != nil {
 		return alloc.Space{}, err
@@ -19,7 +20,7 @@ func (s *Store) CreateSpace(ctx context.Context, name string) (alloc.Space, erro
 		`INSERT INTO address_spaces (name, created_at) VALUES ($1, $2)
 		 ON CONFLICT (name) DO NOTHING RETURNING created_at`, name, s.now()).Scan(&sp.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return alloc.Space{}, &alloc.Error{Kind: alloc.KindConflict, Field: "name", Detail: "address space " + name + " already exists"}
+		return s.GetSpace(ctx, name)
 	}
 	return sp, err
 }

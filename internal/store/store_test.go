@@ -735,3 +735,26 @@ func TestMigrationsRoundTrip(t *testing.T) {
 		t.Fatalf("migrate on a current schema: version %d, %v", v, err)
 	}
 }
+
+// Creating a pool again with the same labels and spec is a retry that gets
+// the first answer; with another spec it is a conflict.
+func TestCreatePoolIsIdempotent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	spec := alloc.PoolSpec{IPv4: fam(24, "10.244.0.0/16"), NodeLocal: alloc.DefaultNodeLocal}
+	first := f.pool("default", spec)
+	f.clock.Advance(time.Minute)
+	again := f.pool("default", spec)
+	if !again.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("retry answered a pool created at %s, first at %s", again.CreatedAt, first.CreatedAt)
+	}
+	other := spec
+	other.IPv4 = fam(25, "10.244.0.0/16")
+	_, err := f.s.CreatePool(f.ctx, alloc.Pool{Space: alloc.DefaultSpace, Name: "default", Spec: other})
+	if e := wantKind(t, err, alloc.KindConflict); e.Field != "name" {
+		t.Fatalf("field %q", e.Field)
+	}
+	if n := f.count(`SELECT count(*) FROM pool_cidrs`); n != 1 {
+		t.Fatalf("%d pool CIDR rows", n)
+	}
+}
