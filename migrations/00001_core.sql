@@ -43,6 +43,10 @@ CREATE TABLE pool_cidrs (
     cidr      cidr NOT NULL CHECK (family(cidr) = family),
     mask_size smallint NOT NULL,
     position  smallint NOT NULL,
+    -- Carve cursor: every block index below it is taken, so carving the
+    -- first free aligned block probes from here instead of reading every
+    -- block of the CIDR. Releasing a block lowers it to that block's index.
+    carve_hint bigint NOT NULL DEFAULT 0 CHECK (carve_hint >= 0),
     CHECK (mask_size >= masklen(cidr) AND mask_size <= CASE family WHEN 4 THEN 32 ELSE 128 END),
     FOREIGN KEY (pool_id, space) REFERENCES pools (id, space) ON DELETE CASCADE,
     UNIQUE (id, cidr),

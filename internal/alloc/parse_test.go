@@ -9,6 +9,14 @@ import (
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
+func prefixes(ss ...string) []netip.Prefix {
+	var ps []netip.Prefix
+	for _, s := range ss {
+		ps = append(ps, netip.MustParsePrefix(s))
+	}
+	return ps
+}
+
 func asError(err error, target **Error) bool { return errors.As(err, target) }
 
 func TestParseCanonicalPrefix(t *testing.T) {

@@ -38,20 +38,26 @@ func lockBlockWithRoom(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f a
 // a block with room, which a concurrent allocation for the same node may
 // have carved while this one waited for the lock. ok is false when the pool
 // is full.
+//
+// Each CIDR keeps a carve cursor below which every block is taken, so the
+// search probes the exclusion constraint's GiST index from the cursor on:
+// one probe while the CIDR fills up in order, and the cost never grows with
+// the number of blocks already carved.
 func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, f alloc.Family, now time.Time, recheck bool) (blockRow, bool, error) {
 	type parent struct {
 		id   int64
 		cidr netip.Prefix
 		mask int16
+		hint int64
 	}
-	rows, err := tx.Query(ctx, `SELECT id, cidr, mask_size FROM pool_cidrs WHERE pool_id = $1 AND family = $2
+	rows, err := tx.Query(ctx, `SELECT id, cidr, mask_size, carve_hint FROM pool_cidrs WHERE pool_id = $1 AND family = $2
 		ORDER BY position FOR NO KEY UPDATE`, p.id, int16(f))
 	if err != nil {
 		return blockRow{}, false, err
 	}
 	parents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (parent, error) {
 		var pc parent
-		return pc, r.Scan(&pc.id, &pc.cidr, &pc.mask)
+		return pc, r.Scan(&pc.id, &pc.cidr, &pc.mask, &pc.hint)
 	})
 	if err != nil {
 		return blockRow{}, false, err
@@ -62,20 +68,90 @@ func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPo
 		}
 	}
 	for _, pc := range parents {
-		rows, err := tx.Query(ctx, `SELECT cidr FROM blocks WHERE space = $1 AND cidr && $2`, space, pc.cidr)
+		mask := int(pc.mask)
+		n := alloc.BlockCount(pc.cidr, mask)
+		if pc.hint >= n {
+			continue // full
+		}
+		var i int64
+		err := tx.QueryRow(ctx, firstFreeBlockSQL, space, pc.cidr.Addr(), pc.hint, n-1,
+			alloc.BlockSize(f, mask), mask).Scan(&i)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if _, err := tx.Exec(ctx, `UPDATE pool_cidrs SET carve_hint = $2 WHERE id = $1`, pc.id, n); err != nil {
+				return blockRow{}, false, err
+			}
+			continue
+		} else if err != nil {
+			return blockRow{}, false, err
+		}
+		b, err := insertBlock(ctx, tx, space, nodeID, p, f, pc.id, pc.cidr, alloc.BlockAt(pc.cidr, mask, i), now)
 		if err != nil {
 			return blockRow{}, false, err
 		}
-		taken, err := pgx.CollectRows(rows, pgx.RowTo[netip.Prefix])
-		if err != nil {
-			return blockRow{}, false, err
-		}
-		if prefix, ok := alloc.FirstFreeBlock(pc.cidr, int(pc.mask), taken); ok {
-			b, err := insertBlock(ctx, tx, space, nodeID, p, f, pc.id, pc.cidr, prefix, now)
-			return b, err == nil, err
-		}
+		// Every block below i was taken and i is now.
+		_, err = tx.Exec(ctx, `UPDATE pool_cidrs SET carve_hint = $2 WHERE id = $1`, pc.id, i+1)
+		return b, err == nil, err
 	}
 	return blockRow{}, false, nil
+}
+
+// firstFreeBlockSQL finds the lowest block number in [$3, $4] of a pool CIDR
+// starting at address $2 (blocks of $5 addresses, prefix length $6) that
+// overlaps no block of space $1. The LIMIT inside the lateral keeps each
+// probe a single GiST lookup.
+//
+// The series is a set-returning function in a select list, which streams;
+// in FROM, PostgreSQL would materialize all of it (a million rows for a /8
+// in /28 blocks) before the first probe.
+const firstFreeBlockSQL = `SELECT s.i FROM (SELECT generate_series($3::bigint, $4::bigint) AS i) s
+	LEFT JOIN LATERAL (
+		SELECT 1 AS taken FROM blocks b
+		WHERE b.space = $1 AND b.cidr && set_masklen($2::inet + s.i * $5::bigint, $6::int)::cidr
+		LIMIT 1
+	) t ON true
+	WHERE t.taken IS NULL
+	LIMIT 1`
+
+// lowerCarveHints moves the carve cursors of the CIDRs the released blocks
+// came from down to the lowest released block, keeping "every block below
+// the cursor is taken" true so the next carve takes the first free one.
+func lowerCarveHints(ctx context.Context, tx pgx.Tx, released []releasedBlock) error {
+	lowest := map[int64]int64{}
+	for _, r := range released {
+		i := alloc.BlockIndex(r.parent, r.cidr)
+		if cur, ok := lowest[r.parentID]; !ok || i < cur {
+			lowest[r.parentID] = i
+		}
+	}
+	for id, i := range lowest {
+		if _, err := tx.Exec(ctx, `UPDATE pool_cidrs SET carve_hint = least(carve_hint, $2) WHERE id = $1`, id, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releasedBlock is a deleted block as lowerCarveHints needs it.
+type releasedBlock struct {
+	parentID     int64
+	parent, cidr netip.Prefix
+}
+
+// deleteBlocks deletes blocks (the statement's RETURNING must
+// yield pool_cidr_id, parent_cidr, cidr) and lowers the carve cursors.
+func deleteBlocks(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	released, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (releasedBlock, error) {
+		var rb releasedBlock
+		return rb, r.Scan(&rb.parentID, &rb.parent, &rb.cidr)
+	})
+	if err != nil {
+		return err
+	}
+	return lowerCarveHints(ctx, tx, released)
 }
 
 func insertBlock(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, f alloc.Family,
@@ -203,7 +279,6 @@ func (s *Store) ReleaseBlock(ctx context.Context, space, node string, cidr netip
 		if _, err := tx.Exec(ctx, `DELETE FROM leases WHERE block_id = $1`, id); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM blocks WHERE id = $1`, id)
-		return err
+		return deleteBlocks(ctx, tx, `DELETE FROM blocks WHERE id = $1 RETURNING pool_cidr_id, parent_cidr, cidr`, id)
 	})
 }

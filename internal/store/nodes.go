@@ -107,6 +107,13 @@ func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) 
 		if _, err := tx.Exec(ctx, `SELECT id FROM blocks WHERE node_id = $1 ORDER BY family, id FOR UPDATE`, id); err != nil {
 			return err
 		}
+		// Then the CIDR rows whose carve cursors the deletion lowers, in the
+		// order carving locks them, and only then the node: a carve holds
+		// those rows while it takes a key-share lock on its node.
+		if _, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE id IN (SELECT pool_cidr_id FROM blocks WHERE node_id = $1)
+			ORDER BY pool_id, family, position FOR NO KEY UPDATE`, id); err != nil {
+			return err
+		}
 		var active int64
 		err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM leases l WHERE l.node_id = n.id AND l.state <> 'released')
 			FROM nodes n WHERE n.id = $1 FOR UPDATE`, id).Scan(&active)
@@ -118,15 +125,13 @@ func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) 
 		if active > 0 && !force {
 			return &alloc.Error{Kind: alloc.KindInUse, Field: "node", Detail: fmt.Sprintf("node %q holds %d leases; release them or delete with force=true", name, active)}
 		}
-		for _, q := range []string{
-			`DELETE FROM leases WHERE block_id IN (SELECT id FROM blocks WHERE node_id = $1)`,
-			`DELETE FROM blocks WHERE node_id = $1`,
-			`DELETE FROM nodes WHERE id = $1`,
-		} {
-			if _, err := tx.Exec(ctx, q, id); err != nil {
-				return err
-			}
+		if _, err := tx.Exec(ctx, `DELETE FROM leases WHERE block_id IN (SELECT id FROM blocks WHERE node_id = $1)`, id); err != nil {
+			return err
 		}
-		return nil
+		if err := deleteBlocks(ctx, tx, `DELETE FROM blocks WHERE node_id = $1 RETURNING pool_cidr_id, parent_cidr, cidr`, id); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, id)
+		return err
 	})
 }
