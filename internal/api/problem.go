@@ -24,6 +24,7 @@ const problemTypePrefix = "urn:ipam:problem:"
 // Kinds that only the HTTP layer raises, next to the domain's alloc.Kind*
 // constants; together they are the problem types of the API.
 const (
+	kindForbidden            alloc.Kind = "forbidden"
 	kindMethodNotAllowed     alloc.Kind = "method-not-allowed"
 	kindPayloadTooLarge      alloc.Kind = "payload-too-large"
 	kindUnsupportedMediaType alloc.Kind = "unsupported-media-type"
@@ -49,6 +50,7 @@ var problemClasses = map[alloc.Kind]problemClass{
 	alloc.KindInUse:          {http.StatusConflict, "In use"},
 	alloc.KindLeaseConflict:  {http.StatusConflict, "Lease conflict"},
 	alloc.KindPoolExhausted:  {http.StatusConflict, "Pool exhausted"},
+	kindForbidden:            {http.StatusForbidden, "Forbidden"},
 	kindMethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	kindPayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	kindUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},

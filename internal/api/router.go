@@ -102,7 +102,9 @@ func NewHandler(store Store, o Options) http.Handler {
 	return ipamv1.HandlerWithOptions(strict, ipamv1.ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: ps.paramError,
-		Middlewares:      []ipamv1.MiddlewareFunc{requireJSON(ps)},
+		// The last runs first: a node reaching beyond its node is refused
+		// before its body is looked at.
+		Middlewares: []ipamv1.MiddlewareFunc{requireJSON(ps), authorizeNode(ps)},
 	})
 }
 
