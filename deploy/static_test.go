@@ -38,6 +38,9 @@ var serverEnv = []string{
 	"IPAM_MAX_BODY_BYTES",
 	"IPAM_MAX_CONNS",
 	"IPAM_MIGRATE",
+	"IPAM_TLS_CERT_FILE",
+	"IPAM_TLS_KEY_FILE",
+	"IPAM_CLIENT_CA_FILE",
 }
 
 const (

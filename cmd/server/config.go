@@ -26,6 +26,9 @@ type config struct {
 	ShutdownTimeout   time.Duration
 	MaxBodyBytes      int64
 	MaxConns          int
+	TLSCertFile       string
+	TLSKeyFile        string
+	ClientCAFile      string
 	Migrate           bool
 }
 
@@ -51,6 +54,12 @@ func (c config) Validate() error {
 	}
 	if c.MaxConns < 0 {
 		errs = append(errs, errors.New("max-conns must not be negative"))
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("tls-cert-file and tls-key-file go together"))
+	}
+	if c.ClientCAFile != "" && c.TLSCertFile == "" {
+		errs = append(errs, errors.New("client-ca-file needs tls-cert-file and tls-key-file"))
 	}
 	if c.DatabaseURL == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("data-dir is needed for the embedded PostgreSQL when no database-url is set"))
@@ -80,6 +89,9 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 1<<20, "request body limit")
 	fs.IntVar(&c.MaxConns, "max-conns", 0, "database connections per replica; 0 = max(32, 8 x CPUs)")
 	fs.BoolVar(&c.Migrate, "migrate", true, "apply migrations at start (under an advisory lock)")
+	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "serve HTTPS with this certificate (PEM); empty serves plain HTTP")
+	fs.StringVar(&c.TLSKeyFile, "tls-key-file", "", "the key of tls-cert-file (PEM)")
+	fs.StringVar(&c.ClientCAFile, "client-ca-file", "", "require client certificates signed by this CA (mutual TLS); node certificates are then confined to their node")
 
 	// Environment first, so explicit flags override it.
 	var envErrs []error

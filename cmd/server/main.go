@@ -9,6 +9,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -136,7 +138,15 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 	if err != nil {
 		return err
 	}
-	log.Info("serving", "addr", ln.Addr().String())
+	if cfg.TLSCertFile != "" {
+		tc, err := serverTLS(cfg)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		ln = tls.NewListener(ln, tc)
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "tls", cfg.TLSCertFile != "", "clientCertificates", cfg.ClientCAFile != "")
 	if bound != nil {
 		bound <- ln.Addr().String()
 	}
@@ -202,4 +212,27 @@ func runGC(ctx context.Context, st maintainer, every time.Duration, log *slog.Lo
 			m.purged.Add(ctx, n)
 		}
 	}
+}
+
+// serverTLS is the TLS configuration of the listener: the server's
+// certificate and, with a client CA, mutual TLS that refuses any client
+// without a certificate of that CA.
+func serverTLS(cfg config) (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls-cert-file/tls-key-file: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if cfg.ClientCAFile != "" {
+		pemData, err := os.ReadFile(cfg.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("client-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pemData) {
+			return nil, fmt.Errorf("client-ca-file %s holds no PEM certificate", cfg.ClientCAFile)
+		}
+		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
 }

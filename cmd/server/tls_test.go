@@ -1,0 +1,81 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipam-dev/ipam/internal/pgtest"
+	"github.com/ipam-dev/ipam/internal/pki"
+)
+
+// With --tls-cert-file, --tls-key-file and --client-ca-file the server
+// speaks mutual TLS only, and a node certificate reaches its own node only.
+func TestServeMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.NewCA("test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	sc, sk, err := ca.IssueServer([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := startServer(t, pgtest.NewDatabase(t),
+		"--tls-cert-file", write("server.crt", sc), "--tls-key-file", write("server.key", sk),
+		"--client-ca-file", write("ca.crt", pki.EncodeCert(ca.Cert)))
+	base = strings.Replace(base, "http://", "https://", 1)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	client := func(certPEM, keyPEM []byte) *http.Client {
+		cfg := &tls.Config{RootCAs: roots}
+		if certPEM != nil {
+			pair, err := tls.X509KeyPair(certPEM, keyPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Certificates = []tls.Certificate{pair}
+		}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
+	}
+	nc, nk, _ := ca.IssueNode("node-a", time.Hour)
+	node := client(nc, nk)
+	res, err := node.Get(base + "/readyz")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("node readyz: %v %v", res, err)
+	}
+	res.Body.Close()
+	res, err = node.Get(base + "/v1/nodes/node-b/blocks")
+	if err != nil || res.StatusCode != http.StatusForbidden {
+		t.Fatalf("node-a on node-b: %v %v", res, err)
+	}
+	res.Body.Close()
+	if _, err := client(nil, nil).Get(base + "/readyz"); err == nil {
+		t.Fatal("a client without a certificate was served")
+	}
+}
+
+func TestTLSFlagsGoTogether(t *testing.T) {
+	env := func(string) string { return "" }
+	for _, args := range [][]string{
+		{"--tls-cert-file", "x.crt"},
+		{"--tls-key-file", "x.key"},
+		{"--client-ca-file", "ca.crt"},
+	} {
+		if _, err := parseConfig("serve", append(args, "--database-url", "postgres://x"), env); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
