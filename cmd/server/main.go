@@ -2,6 +2,8 @@
 //
 //	server [serve] [flags]   serve the REST API (default)
 //	server migrate [flags]   apply database migrations and exit
+//	server issue-cert [flags] issue a server, node or operator certificate
+//	                          from a CA directory (created when empty)
 //
 // With no database URL, serve starts a private PostgreSQL from the locally
 // installed binaries under the data directory and stops it on exit.
@@ -40,6 +42,9 @@ func main() {
 // environment and a channel that receives the bound address.
 func run(ctx context.Context, args []string, getenv func(string) string, bound chan<- string) error {
 	cmd := "serve"
+	if len(args) > 0 && args[0] == "issue-cert" {
+		return issueCert(args[1:], os.Stdout)
+	}
 	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
 		cmd, args = args[0], args[1:]
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -75,6 +76,53 @@ func TestTLSFlagsGoTogether(t *testing.T) {
 		{"--client-ca-file", "ca.crt"},
 	} {
 		if _, err := parseConfig("serve", append(args, "--database-url", "postgres://x"), env); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
+
+// issue-cert creates a development CA once and issues node, operator and
+// server certificates that verify against it; bad requests are refused.
+func TestIssueCert(t *testing.T) {
+	dir := t.TempDir()
+	caDir, out := filepath.Join(dir, "pki"), filepath.Join(dir, "out")
+	var sb strings.Builder
+	for _, args := range [][]string{
+		{"--node", "worker-1"}, {"--client", "platform"}, {"--server", "ipam.example,127.0.0.1"},
+	} {
+		if err := issueCert(append([]string{"--ca-dir", caDir, "--out", out}, args...), &sb); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	if strings.Count(sb.String(), "created a development CA") != 1 {
+		t.Fatalf("output:\n%s", sb.String())
+	}
+	ca, err := pki.LoadCA(filepath.Join(caDir, pki.CACertFile), filepath.Join(caDir, pki.CAKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	for _, name := range []string{"node-worker-1", "client-platform", "server"} {
+		data, err := os.ReadFile(filepath.Join(out, name+".crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := pki.ParseCert(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if name == "node-worker-1" {
+			if id, err := pki.IdentityOf(cert); err != nil || id.Node != "worker-1" {
+				t.Errorf("node identity %+v %v", id, err)
+			}
+		}
+	}
+	for _, args := range [][]string{{}, {"--node", "a", "--client", "b"}, {"--node", "bad name"}, {"extra"}} {
+		if err := issueCert(append([]string{"--ca-dir", caDir, "--out", out}, args...), io.Discard); err == nil {
 			t.Errorf("%v accepted", args)
 		}
 	}
