@@ -1,0 +1,104 @@
+// Command cni-shim is the CNI IPAM plugin of the IPAM service. Install it
+// in the node's CNI bin directory under the type name
+//
+//	ipam-shim
+//
+// and name that type in the `ipam` section of a network configuration. The
+// main plugin (bridge, ptp, cilium-cni in `ipam: delegated-plugin` mode)
+// runs it once per call; it asks the service over HTTPS with a client
+// certificate and prints the CNI result.
+//
+// It speaks CNI 0.3.1, 0.4.0, 1.0.0 and 1.1.0 (CHECK from 0.4.0, GC and
+// STATUS from 1.1.0, as the specification says; github.com/containernetworking/cni's
+// skel package enforces this and answers code 1 otherwise).
+//
+// # Configuration
+//
+// The whole network configuration arrives on stdin. Its `ipam` section:
+//
+//	{
+//	  "type": "ipam-shim",
+//	  "server": "https://ipam.example:8443",  // required; http:// only for local development
+//	  "caFile": "/etc/ipam/ca.crt",          // https: CA bundle; empty means the system roots
+//	  "certFile": "/etc/ipam/node.crt",      // https: required, the node's client certificate
+//	  "keyFile": "/etc/ipam/node.key",       // https: required, its key
+//	  "pool": "default",                     // optional; the service's default is "default"
+//	  "families": ["ipv4", "ipv6"],          // optional; default every family of the pool
+//	  "routes": [{"dst": "10.96.0.0/12"}],    // optional extra routes, passed through
+//	  "defaultRoute": true,                   // default true: 0.0.0.0/0 and ::/0 via each family's gateway
+//	  "timeout": "10s",                       // whole-call deadline, 100ms to 5m
+//	  "node": "worker-1",                     // default: the host name, lower-cased
+//	  "space": "default"                      // optional address space
+//	}
+//
+// Unknown keys in the `ipam` section are rejected (a misspelt key would
+// otherwise be silently ignored). With an http:// server the TLS keys must
+// be absent. The `dns` section of the network configuration is passed
+// through to the result. Outgoing requests never use a proxy from the
+// environment: the node talks to the service directly.
+//
+// # Owner
+//
+// Each lease records its owner. It comes from CNI_ARGS (K8S_POD_NAMESPACE,
+// K8S_POD_NAME, K8S_POD_UID, as the kubelet's runtimes set them), or, for
+// keys CNI_ARGS lacks, from the configuration's `args.cni` section; other
+// keys are ignored. The service requires a namespace and a name that are
+// DNS labels, so when the runtime gives none (cnitool, plain containers) the
+// namespace is "cni" and the name is the container ID, lower-cased, with
+// every character other than a-z, 0-9 replaced by '-', cut to 63
+// characters.
+//
+// # Verbs
+//
+// ADD leases one address per family with expire=true, then confirms the
+// lease at once. A retry of ADD for the same container and interface gets
+// the same addresses. The expiry covers only a shim that dies between the
+// lease and the confirmation; a main plugin that fails after IPAM ADD is
+// covered by the runtime's DEL, and anything else by GC. The result has one
+// entry in `ips` per address (the address with its block's prefix length
+// and the block's gateway), a default route per family via the gateway
+// unless defaultRoute is false, the configured routes, and `dns`.
+//
+// DEL releases the attachment. It succeeds when nothing is held, when
+// prevResult is missing, when repeated, and when the service does not know
+// the node or space. A DEL that cannot reach the service fails with code
+// 11: claiming success would leak the address until the next GC.
+//
+// CHECK needs prevResult and succeeds when the addresses in it are exactly
+// the ones the service holds for this container and interface.
+//
+// GC sends the attachments of `cni.dev/valid-attachments` (or the legacy
+// `cni.dev/attachments`) to the service's reconcile endpoint for this node:
+// every other lease of the node is released. The runtime lists only the
+// attachments of this network, so networks sharing a node must use
+// different address spaces (`space`), or one network's GC releases the
+// other's leases. Without either key GC does nothing.
+//
+// STATUS asks the service's /readyz. A STATUS error marks the node's
+// network not ready in containerd, which takes the node out of scheduling,
+// so codes 50 and 51 are kept for conditions an operator must fix: code 50
+// when the service rejects this node's certificate or its certificate does
+// not verify against caFile. An unreachable or unavailable service is
+// usually brief and answers code 11, which the runtime polls again.
+//
+// # Error codes
+//
+// Errors are printed as the CNI error object on stdout and the process
+// exits 1.
+//
+//	 1  incompatible CNI version (skel)
+//	 4  missing or invalid environment: CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_PATH (skel)
+//	 6  stdin is not JSON (skel)
+//	 7  invalid network configuration; the message names the field
+//	11  try again later: the service is unreachable, timed out, or answered 429, 502, 503 or 504
+//	50  STATUS only: the service rejects this node's TLS credentials
+//	100 other service error (the message carries the service's detail)
+//	101 pool exhausted (urn:ipam:problem:pool-exhausted)
+//	102 not found: unknown pool, node or space on ADD; no lease on CHECK
+//	103 lease conflict: the attachment is held by another owner, pool or families
+//	104 forbidden: the service refuses this node's request (HTTP 403)
+//	105 the service rejected the request as invalid (e.g. an owner that is not a DNS label)
+//	106 TLS failure: the service's certificate does not verify, or it rejects ours
+//	107 CHECK: prevResult's addresses differ from the ones the service holds
+//	999 internal error of the shim
+package main

@@ -1,0 +1,661 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/api"
+	"github.com/ipam-dev/ipam/internal/pgtest"
+	ipampki "github.com/ipam-dev/ipam/internal/pki"
+	"github.com/ipam-dev/ipam/internal/store"
+)
+
+// shimBin is the plugin binary built once by TestMain.
+var shimBin string
+
+func TestMain(m *testing.M) {
+	bin, err := buildShim()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build ipam-shim: %v\n", err)
+		os.Exit(1)
+	}
+	shimBin = bin
+	pgtest.Main(m, func(ctx context.Context, conn string) error {
+		_, err := store.Migrate(ctx, conn)
+		return err
+	})
+}
+
+// buildShim builds the plugin next to the test binary: under go test that
+// is the go command's work directory, removed when the run ends.
+func buildShim() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	// go test puts its own GOROOT/bin first in PATH.
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(filepath.Dir(exe), pluginType)
+	cmd := exec.Command(goTool, "build", "-o", out, ".")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// service is one IPAM server over a database of its own.
+type service struct {
+	srv    *httptest.Server
+	url    string
+	client *ipamv1.ClientWithResponses // plain API client for setup and checks
+	tls    *pki                        // nil for plain http
+}
+
+// newService starts the real API handler over a real store, plain http or,
+// with p, https requiring a client certificate signed by p's CA.
+func newService(t *testing.T, p *pki) *service {
+	t.Helper()
+	ctx := context.Background()
+	o := store.DefaultOptions()
+	o.Cooldown = 0
+	st, err := store.Open(ctx, pgtest.NewDatabase(t), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	h := api.NewHandler(st, api.Options{IsUnavailable: store.IsUnavailable,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s := &service{tls: p}
+	hc := http.DefaultClient
+	if p == nil {
+		s.srv = httptest.NewServer(h)
+	} else {
+		s.srv = httptest.NewUnstartedServer(h)
+		s.srv.TLS = &tls.Config{
+			Certificates: []tls.Certificate{p.serverCert},
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+			ClientCAs:    p.pool,
+		}
+		s.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are the point
+		s.srv.StartTLS()
+		// The test's own client is an operator: it may reach every node.
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.operatorCert}}}}
+	}
+	t.Cleanup(s.srv.Close)
+	s.url = s.srv.URL
+	s.client, err = ipamv1.NewClientWithResponses(s.url, ipamv1.WithHTTPClient(hc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// createPool creates a pool; v6 may be empty for an IPv4-only pool.
+func (s *service) createPool(t *testing.T, name, v4 string, mask4 int, v6 string, mask6 int) {
+	t.Helper()
+	spec := ipamv1.PoolSpec{Ipv4: &ipamv1.PoolFamilySpec{Cidrs: []string{v4}, MaskSize: mask4}}
+	if v6 != "" {
+		spec.Ipv6 = &ipamv1.PoolFamilySpec{Cidrs: []string{v6}, MaskSize: mask6}
+	}
+	r, err := s.client.CreatePoolWithResponse(context.Background(), nil, ipamv1.PoolRequest{Name: name, Spec: spec})
+	if err != nil || r.StatusCode() != http.StatusCreated {
+		t.Fatalf("create pool %s: %v %s", name, err, r.Body)
+	}
+}
+
+// attachment is the service's view of one container interface; nil when
+// it holds nothing (404).
+func (s *service) attachment(t *testing.T, node, cid, ifname string) *ipamv1.Allocation {
+	t.Helper()
+	r, err := s.client.GetAttachmentWithResponse(context.Background(), node, cid, ifname, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.StatusCode() == http.StatusNotFound {
+		return nil
+	}
+	if r.JSON200 == nil {
+		t.Fatalf("get attachment %s/%s: %d %s", cid, ifname, r.StatusCode(), r.Body)
+	}
+	return r.JSON200
+}
+
+// ipam is the ipam section for s on node worker-1 with a short timeout.
+func (s *service) ipam(extra map[string]any) map[string]any {
+	m := map[string]any{"type": pluginType, "server": s.url, "node": "worker-1", "timeout": "5s"}
+	if s.tls != nil {
+		m["caFile"], m["certFile"], m["keyFile"] = s.tls.caFile, s.tls.certFile, s.tls.keyFile
+	}
+	for k, v := range extra {
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// netconf is a network configuration with the ipam section and the
+// top-level extra keys.
+func netconf(t *testing.T, cniVersion string, ipam any, extra map[string]any) []byte {
+	t.Helper()
+	m := map[string]any{"cniVersion": cniVersion, "name": "podnet", "type": "bridge", "ipam": ipam}
+	for k, v := range extra {
+		m[k] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// run is one run of the plugin.
+type run struct {
+	stdout []byte
+	exit   int
+}
+
+// cniError is the error object the plugin prints.
+type cniError struct {
+	CNIVersion string `json:"cniVersion"`
+	Code       uint   `json:"code"`
+	Msg        string `json:"msg"`
+	Details    string `json:"details"`
+}
+
+// shim runs the plugin with the verb, container ID, interface, extra
+// environment (KEY=VALUE) and stdin. An empty verb or container leaves the
+// variable unset.
+func shim(t *testing.T, verb, cid, ifname string, stdin []byte, env ...string) run {
+	t.Helper()
+	cmd := exec.Command(shimBin)
+	cmd.Env = []string{"CNI_PATH=/opt/cni/bin", "CNI_NETNS=/var/run/netns/none-such", "PATH=" + os.Getenv("PATH")}
+	if verb != "" {
+		cmd.Env = append(cmd.Env, "CNI_COMMAND="+verb)
+	}
+	if cid != "" {
+		cmd.Env = append(cmd.Env, "CNI_CONTAINERID="+cid)
+	}
+	if ifname != "" {
+		cmd.Env = append(cmd.Env, "CNI_IFNAME="+ifname)
+	}
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := run{stdout: stdout.Bytes()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.exit = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("run shim: %v", err)
+	}
+	return r
+}
+
+// ok fails t unless the run succeeded; it returns stdout.
+func (r run) ok(t *testing.T) []byte {
+	t.Helper()
+	if r.exit != 0 {
+		t.Fatalf("exit %d, want 0; stdout %s", r.exit, r.stdout)
+	}
+	return r.stdout
+}
+
+// fails fails t unless the run exited 1 with error code; it returns the
+// error object.
+func (r run) fails(t *testing.T, code uint) cniError {
+	t.Helper()
+	var e cniError
+	dec := json.NewDecoder(bytes.NewReader(r.stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		t.Fatalf("stdout is not a CNI error object: %v: %s", err, r.stdout)
+	}
+	if r.exit != 1 || e.Code != code {
+		t.Fatalf("exit %d code %d, want exit 1 code %d: %s", r.exit, e.Code, code, r.stdout)
+	}
+	if e.Msg == "" || e.CNIVersion == "" {
+		t.Fatalf("error object without msg or cniVersion: %s", r.stdout)
+	}
+	return e
+}
+
+// sameJSON fails t unless got and want hold the same JSON value.
+func sameJSON(t *testing.T, got []byte, want string) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("output is not JSON: %v: %s", err, got)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("want is not JSON: %v", err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("output\n%s\nwant\n%s", got, want)
+	}
+}
+
+func dualStack(t *testing.T, p *pki) *service {
+	s := newService(t, p)
+	s.createPool(t, "default", "10.244.0.0/16", 24, "fd00:10:244::/104", 120)
+	return s
+}
+
+var dns = map[string]any{"nameservers": []string{"10.96.0.10"}, "search": []string{"svc.cluster.local"}, "options": []string{"ndots:5"}}
+
+func TestAddResultDualStack(t *testing.T) {
+	s := dualStack(t, nil)
+	conf := netconf(t, "1.1.0", s.ipam(map[string]any{"routes": []map[string]string{{"dst": "192.168.0.0/16"}}}), map[string]any{"dns": dns})
+	out := shim(t, "ADD", "c1", "eth0", conf, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=7c1d2f0e;OTHER=x").ok(t)
+	sameJSON(t, out, `{
+		"cniVersion": "1.1.0",
+		"ips": [
+			{"address": "10.244.0.3/24", "gateway": "10.244.0.1"},
+			{"address": "fd00:10:244::3/120", "gateway": "fd00:10:244::1"}
+		],
+		"routes": [
+			{"dst": "0.0.0.0/0", "gw": "10.244.0.1"},
+			{"dst": "::/0", "gw": "fd00:10:244::1"},
+			{"dst": "192.168.0.0/16"}
+		],
+		"dns": {"nameservers": ["10.96.0.10"], "search": ["svc.cluster.local"], "options": ["ndots:5"]}
+	}`)
+	a := s.attachment(t, "worker-1", "c1", "eth0")
+	if a == nil || a.State != "active" || a.Owner.Namespace != "shop" || a.Owner.Name != "web-0" || a.Owner.Uid == nil || *a.Owner.Uid != "7c1d2f0e" {
+		t.Fatalf("service holds %+v, want an active lease owned by shop/web-0 (7c1d2f0e)", a)
+	}
+
+	// A retry of ADD (the shim died, the runtime runs it again): the same result.
+	again := shim(t, "ADD", "c1", "eth0", conf, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=7c1d2f0e").ok(t)
+	sameJSON(t, again, string(out))
+}
+
+func TestAddResultOldVersionAndOptions(t *testing.T) {
+	s := dualStack(t, nil)
+	conf := netconf(t, "0.3.1", s.ipam(map[string]any{"families": []string{"ipv4"}, "defaultRoute": false}), map[string]any{"dns": dns})
+	out := shim(t, "ADD", "c-0.3.1", "eth0", conf).ok(t)
+	sameJSON(t, out, `{
+		"cniVersion": "0.3.1",
+		"ips": [{"version": "4", "address": "10.244.0.3/24", "gateway": "10.244.0.1"}],
+		"dns": {"nameservers": ["10.96.0.10"], "search": ["svc.cluster.local"], "options": ["ndots:5"]}
+	}`)
+	// No owner from the runtime: namespace "cni", the container ID as a label.
+	a := s.attachment(t, "worker-1", "c-0.3.1", "eth0")
+	if a == nil || a.Owner.Namespace != "cni" || a.Owner.Name != "c-0-3-1" || len(a.Addresses) != 1 {
+		t.Fatalf("service holds %+v, want one address owned by cni/c-0-3-1", a)
+	}
+	// The owner from the configuration's args.cni.
+	conf = netconf(t, "1.0.0", s.ipam(nil), map[string]any{"args": map[string]any{"cni": map[string]any{"K8S_POD_NAMESPACE": "kube-system", "K8S_POD_NAME": "dns-1", "labels": []string{"x"}}}})
+	shim(t, "ADD", "c-args", "eth0", conf).ok(t)
+	if a := s.attachment(t, "worker-1", "c-args", "eth0"); a == nil || a.Owner.Namespace != "kube-system" || a.Owner.Name != "dns-1" {
+		t.Fatalf("service holds %+v, want owner kube-system/dns-1", a)
+	}
+}
+
+func TestDel(t *testing.T) {
+	s := dualStack(t, nil)
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	prev := shim(t, "ADD", "c1", "eth0", conf).ok(t)
+	var prevResult map[string]any
+	if err := json.Unmarshal(prev, &prevResult); err != nil {
+		t.Fatal(err)
+	}
+	withPrev := netconf(t, "1.1.0", s.ipam(nil), map[string]any{"prevResult": prevResult})
+	if out := shim(t, "DEL", "c1", "eth0", withPrev).ok(t); len(out) != 0 {
+		t.Fatalf("DEL printed %s", out)
+	}
+	if a := s.attachment(t, "worker-1", "c1", "eth0"); a != nil {
+		t.Fatalf("after DEL the service still holds %+v", a)
+	}
+	shim(t, "DEL", "c1", "eth0", withPrev).ok(t)                                                          // repeated
+	shim(t, "DEL", "never-added", "eth0", conf).ok(t)                                                     // nothing held, no prevResult
+	shim(t, "DEL", "c1", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"node": "ghost"}), nil)).ok(t) // unknown node
+	shim(t, "DEL", "c1", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"space": "nowhere"}), nil)).ok(t)
+	// DEL is not required to have CNI_NETNS; CNI_IFNAME it is.
+	shim(t, "DEL", "c1", "", conf).fails(t, 4)
+}
+
+func TestCheck(t *testing.T) {
+	s := dualStack(t, nil)
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	prev := shim(t, "ADD", "c1", "eth0", conf).ok(t)
+	var prevResult map[string]any
+	if err := json.Unmarshal(prev, &prevResult); err != nil {
+		t.Fatal(err)
+	}
+	withPrev := netconf(t, "1.1.0", s.ipam(nil), map[string]any{"prevResult": prevResult})
+	shim(t, "CHECK", "c1", "eth0", withPrev).ok(t)
+
+	// prevResult names an address the service does not hold for c1.
+	prevResult["ips"].([]any)[0].(map[string]any)["address"] = "10.244.0.99/24"
+	e := shim(t, "CHECK", "c1", "eth0", netconf(t, "1.1.0", s.ipam(nil), map[string]any{"prevResult": prevResult})).fails(t, ErrCheckMismatch)
+	if !strings.Contains(e.Msg, "10.244.0.99/24") || !strings.Contains(e.Msg, "10.244.0.3/24") {
+		t.Fatalf("mismatch message %q names neither address", e.Msg)
+	}
+	// Without prevResult, CHECK cannot check.
+	shim(t, "CHECK", "c1", "eth0", conf).fails(t, 7)
+	// Released: not found.
+	shim(t, "DEL", "c1", "eth0", conf).ok(t)
+	shim(t, "CHECK", "c1", "eth0", withPrev).fails(t, ErrNotFound)
+	// CHECK came with 0.4.0.
+	shim(t, "CHECK", "c1", "eth0", netconf(t, "0.3.1", s.ipam(nil), map[string]any{"prevResult": prevResult})).fails(t, 1)
+}
+
+func TestGC(t *testing.T) {
+	s := dualStack(t, nil)
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	for _, cid := range []string{"keep-a", "keep-b", "stale-c", "stale-d"} {
+		shim(t, "ADD", cid, "eth0", conf).ok(t)
+	}
+	// Without a list GC releases nothing.
+	shim(t, "GC", "", "", conf).ok(t)
+	valid := []map[string]string{{"containerID": "keep-a", "ifname": "eth0"}, {"containerID": "keep-b", "ifname": "eth0"}}
+	shim(t, "GC", "", "", netconf(t, "1.1.0", s.ipam(nil), map[string]any{"cni.dev/valid-attachments": valid})).ok(t)
+	for cid, held := range map[string]bool{"keep-a": true, "keep-b": true, "stale-c": false, "stale-d": false} {
+		if a := s.attachment(t, "worker-1", cid, "eth0"); (a != nil) != held {
+			t.Errorf("%s: held %v after GC, want %v", cid, a != nil, held)
+		}
+	}
+	// The legacy key alone is honoured too.
+	shim(t, "GC", "", "", netconf(t, "1.1.0", s.ipam(nil), map[string]any{"cni.dev/attachments": valid[:1]})).ok(t)
+	if s.attachment(t, "worker-1", "keep-b", "eth0") != nil || s.attachment(t, "worker-1", "keep-a", "eth0") == nil {
+		t.Error("GC with the legacy key did not keep exactly keep-a")
+	}
+	// An unknown node holds nothing.
+	shim(t, "GC", "", "", netconf(t, "1.1.0", s.ipam(map[string]any{"node": "ghost"}), map[string]any{"cni.dev/valid-attachments": valid})).ok(t)
+	// GC and STATUS came with 1.1.0.
+	shim(t, "GC", "", "", netconf(t, "1.0.0", s.ipam(nil), map[string]any{"cni.dev/valid-attachments": valid})).fails(t, 1)
+	shim(t, "STATUS", "", "", netconf(t, "1.0.0", s.ipam(nil), nil)).fails(t, 1)
+}
+
+func TestStatus(t *testing.T) {
+	s := dualStack(t, nil)
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	if out := shim(t, "STATUS", "", "", conf).ok(t); len(out) != 0 {
+		t.Fatalf("STATUS printed %s", out)
+	}
+	s.srv.Close()
+	shim(t, "STATUS", "", "", conf).fails(t, 11)
+}
+
+func TestServiceStopped(t *testing.T) {
+	s := dualStack(t, nil)
+	conf := netconf(t, "1.0.0", s.ipam(nil), nil)
+	shim(t, "ADD", "c1", "eth0", conf).ok(t)
+	s.srv.Close()
+	for _, verb := range []string{"ADD", "DEL"} {
+		e := shim(t, verb, "c1", "eth0", conf).fails(t, 11)
+		if e.CNIVersion != "1.0.0" {
+			t.Errorf("%s: error cniVersion %q, want the configuration's 1.0.0", verb, e.CNIVersion)
+		}
+	}
+	shim(t, "GC", "", "", netconf(t, "1.1.0", s.ipam(nil), map[string]any{"cni.dev/valid-attachments": []any{}})).fails(t, 11)
+}
+
+func TestTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// Accepts connections (the kernel does) and never answers.
+	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": "http://" + ln.Addr().String(), "node": "n", "timeout": "300ms"}, nil)
+	began := time.Now()
+	e := shim(t, "ADD", "c1", "eth0", conf).fails(t, 11)
+	if !strings.Contains(e.Msg, "timed out") || time.Since(began) > 5*time.Second {
+		t.Fatalf("after %v: %+v, want a timeout", time.Since(began), e)
+	}
+}
+
+func TestServiceUnavailable(t *testing.T) {
+	// A service whose database is down answers 503 problem+json.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"type":"urn:ipam:problem:unavailable","title":"Service unavailable","status":503,"detail":"the database cannot be reached"}`)
+	}))
+	defer srv.Close()
+	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": srv.URL, "node": "n"}, nil)
+	for _, verb := range []string{"ADD", "DEL", "STATUS"} {
+		e := shim(t, verb, "c1", "eth0", conf).fails(t, 11)
+		if !strings.Contains(e.Msg, "the database cannot be reached") {
+			t.Errorf("%s: message %q lacks the detail", verb, e.Msg)
+		}
+	}
+}
+
+func TestPoolExhausted(t *testing.T) {
+	s := dualStack(t, nil)
+	s.createPool(t, "tiny", "10.9.0.0/29", 29, "", 0)
+	// Fill the pool's one block through the API.
+	var detail string
+	for i := 0; detail == ""; i++ {
+		r, err := s.client.AllocateLeaseWithResponse(context.Background(), "worker-1", nil, ipamv1.LeaseRequest{
+			ContainerID: fmt.Sprintf("fill-%d", i), Interface: "eth0", Pool: ptr("tiny"),
+			Owner: ipamv1.Owner{Namespace: "t", Name: fmt.Sprintf("fill-%d", i)}})
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case r.StatusCode() == http.StatusConflict:
+			detail = *r.ApplicationproblemJSONDefault.Detail
+		case i > 8:
+			t.Fatalf("a /29 still leases after %d addresses", i)
+		}
+	}
+	e := shim(t, "ADD", "c1", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "tiny"}), nil)).fails(t, ErrPoolExhausted)
+	if !strings.Contains(e.Msg, detail) || !strings.Contains(e.Details, "pool-exhausted") {
+		t.Fatalf("error %+v lacks the service's detail %q", e, detail)
+	}
+	// An unknown pool is not found; a lease of c1 in another pool is a conflict.
+	shim(t, "ADD", "c2", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "none-such"}), nil)).fails(t, ErrNotFound)
+	shim(t, "ADD", "c3", "eth0", netconf(t, "1.1.0", s.ipam(nil), nil)).ok(t)
+	shim(t, "ADD", "c3", "eth0", netconf(t, "1.1.0", s.ipam(nil), nil), "CNI_ARGS=K8S_POD_NAMESPACE=other;K8S_POD_NAME=pod").fails(t, ErrLeaseConflict)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestBadConfig(t *testing.T) {
+	s := dualStack(t, nil)
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "x.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		ipam  any
+		field string
+	}{
+		{"no ipam", nil, "ipam"},
+		{"no server", s.ipam(map[string]any{"server": nil}), "ipam.server"},
+		{"bad scheme", s.ipam(map[string]any{"server": "ftp://x"}), "ipam.server"},
+		{"not a URL", s.ipam(map[string]any{"server": "::"}), "ipam.server"},
+		{"unknown key", s.ipam(map[string]any{"sever": "x"}), "ipam.sever"},
+		{"wrong type", s.ipam(map[string]any{"defaultRoute": "yes"}), "ipam.defaultRoute"},
+		{"family", s.ipam(map[string]any{"families": []string{"ipv5"}}), "ipam.families[0]"},
+		{"family twice", s.ipam(map[string]any{"families": []string{"ipv4", "ipv4"}}), "ipam.families[1]"},
+		{"no families", s.ipam(map[string]any{"families": []string{}}), "ipam.families"},
+		{"timeout", s.ipam(map[string]any{"timeout": "soon"}), "ipam.timeout"},
+		{"timeout range", s.ipam(map[string]any{"timeout": "1h"}), "ipam.timeout"},
+		{"route", s.ipam(map[string]any{"routes": []map[string]string{{"dst": "10.0.0.0/33"}}}), "ipam.routes[0]"},
+		{"route no dst", s.ipam(map[string]any{"routes": []map[string]string{{"gw": "10.0.0.1"}}}), "ipam.routes[0].dst"},
+		{"route gw family", s.ipam(map[string]any{"routes": []map[string]string{{"dst": "10.0.0.0/8", "gw": "fd00::1"}}}), "ipam.routes[0].gw"},
+		{"tls with http", s.ipam(map[string]any{"caFile": notPEM}), "ipam.caFile"},
+		{"https no cert", s.ipam(map[string]any{"server": "https://127.0.0.1:1"}), "ipam.certFile"},
+		{"https no key", s.ipam(map[string]any{"server": "https://127.0.0.1:1", "certFile": notPEM}), "ipam.keyFile"},
+		{"https bad cert", s.ipam(map[string]any{"server": "https://127.0.0.1:1", "certFile": notPEM, "keyFile": notPEM}), "ipam.certFile"},
+		{"https missing cert", s.ipam(map[string]any{"server": "https://127.0.0.1:1", "certFile": "/none", "keyFile": notPEM}), "ipam.certFile"},
+		{"node", s.ipam(map[string]any{"node": "a/b"}), "ipam.node"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, verb := range []string{"ADD", "DEL", "STATUS"} {
+				e := shim(t, verb, "c1", "eth0", netconf(t, "1.1.0", tc.ipam, nil)).fails(t, 7)
+				if !strings.Contains(e.Msg, tc.field+":") {
+					t.Errorf("%s: message %q does not name %s", verb, e.Msg, tc.field)
+				}
+			}
+		})
+	}
+	if a := s.attachment(t, "worker-1", "c1", "eth0"); a != nil {
+		t.Fatalf("a bad configuration leased %+v", a)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	s := dualStack(t, nil)
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	shim(t, "", "c1", "eth0", conf).fails(t, 4)                                     // no CNI_COMMAND
+	shim(t, "ADD", "", "eth0", conf).fails(t, 4)                                    // no CNI_CONTAINERID
+	shim(t, "ADD", "c1", "", conf).fails(t, 4)                                      // no CNI_IFNAME
+	shim(t, "ADD", "c1", "eth0", conf, "CNI_PATH=").fails(t, 4)                     // empty CNI_PATH
+	shim(t, "FROB", "c1", "eth0", conf).fails(t, 4)                                 // unknown command
+	shim(t, "ADD", "c1", "eth0", []byte("{not json")).fails(t, 6)                   // undecodable
+	shim(t, "ADD", "c1", "eth0", netconf(t, "9.9.9", s.ipam(nil), nil)).fails(t, 1) // version
+	shim(t, "ADD", "c1", "eth0", conf, "CNI_ARGS=garbage").fails(t, 4)              // CNI_ARGS without key=value
+	if s.attachment(t, "worker-1", "c1", "eth0") != nil {
+		t.Fatal("bad input leased an address")
+	}
+	// VERSION needs nothing but the command.
+	out := shim(t, "VERSION", "", "", []byte(`{"cniVersion":"1.1.0"}`)).ok(t)
+	sameJSON(t, out, `{"cniVersion":"1.1.0","supportedVersions":["0.3.1","0.4.0","1.0.0","1.1.0"]}`)
+}
+
+func TestMutualTLS(t *testing.T) {
+	p := newPKI(t, "ca")
+	s := dualStack(t, p)
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	out := shim(t, "ADD", "c1", "eth0", conf).ok(t)
+	if !bytes.Contains(out, []byte(`"10.244.0.3/24"`)) {
+		t.Fatalf("ADD over mutual TLS: %s", out)
+	}
+	shim(t, "STATUS", "", "", conf).ok(t)
+
+	// The service's certificate does not verify against another CA.
+	other := newPKI(t, "other")
+	wrongCA := netconf(t, "1.1.0", s.ipam(map[string]any{"caFile": other.caFile}), nil)
+	for _, verb := range []string{"ADD", "DEL"} {
+		e := shim(t, verb, "c1", "eth0", wrongCA).fails(t, ErrTLS)
+		if !strings.Contains(e.Details, "certificate") {
+			t.Errorf("%s: details %q do not mention the certificate", verb, e.Details)
+		}
+	}
+	shim(t, "STATUS", "", "", wrongCA).fails(t, 50)
+	// The service refuses a client certificate of another CA.
+	foreign := netconf(t, "1.1.0", s.ipam(map[string]any{"certFile": other.certFile, "keyFile": other.keyFile}), nil)
+	shim(t, "DEL", "c1", "eth0", foreign).fails(t, ErrTLS)
+	shim(t, "STATUS", "", "", foreign).fails(t, 50)
+	if s.attachment(t, "worker-1", "c1", "eth0") == nil {
+		t.Fatal("a DEL that failed TLS released the lease")
+	}
+
+	// worker-1's certificate reaches worker-1 only: 403 for worker-2, and a
+	// DEL refused is not a success.
+	s.createLeaseOn(t, "worker-2", "c2")
+	asOther := netconf(t, "1.1.0", s.ipam(map[string]any{"node": "worker-2"}), nil)
+	for _, verb := range []string{"ADD", "DEL"} {
+		e := shim(t, verb, "c2", "eth0", asOther).fails(t, ErrForbidden)
+		if !strings.Contains(e.Msg, "own node") {
+			t.Errorf("%s: message %q lacks the service's detail", verb, e.Msg)
+		}
+	}
+	shim(t, "GC", "", "", netconf(t, "1.1.0", s.ipam(map[string]any{"node": "worker-2"}), map[string]any{"cni.dev/valid-attachments": []any{}})).fails(t, ErrForbidden)
+	if s.attachment(t, "worker-2", "c2", "eth0") == nil {
+		t.Fatal("worker-1's certificate released worker-2's lease")
+	}
+	// worker-2's own certificate may.
+	shim(t, "DEL", "c2", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"node": "worker-2", "certFile": p.cert2File, "keyFile": p.key2File}), nil)).ok(t)
+	if s.attachment(t, "worker-2", "c2", "eth0") != nil {
+		t.Fatal("worker-2's DEL left its lease")
+	}
+	shim(t, "DEL", "c1", "eth0", conf).ok(t)
+}
+
+// createLeaseOn leases an address to cid/eth0 on node through the API.
+func (s *service) createLeaseOn(t *testing.T, node, cid string) {
+	t.Helper()
+	r, err := s.client.AllocateLeaseWithResponse(context.Background(), node, nil, ipamv1.LeaseRequest{
+		ContainerID: cid, Interface: "eth0", Owner: ipamv1.Owner{Namespace: "t", Name: cid}})
+	if err != nil || r.JSON201 == nil {
+		t.Fatalf("lease %s on %s: %v %s", cid, node, err, r.Body)
+	}
+}
+
+// pki is a throwaway CA (internal/pki, as the server's development CA)
+// with a server certificate for 127.0.0.1, node certificates for worker-1
+// and worker-2 and an operator certificate, as PEM files.
+type pki struct {
+	pool                      *x509.CertPool
+	serverCert, operatorCert  tls.Certificate
+	caFile, certFile, keyFile string // worker-1
+	cert2File, key2File       string // worker-2
+}
+
+func newPKI(t *testing.T, name string) *pki {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := ipampki.NewCA(name+" test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pki{pool: x509.NewCertPool(), caFile: filepath.Join(dir, "ca.crt"),
+		certFile: filepath.Join(dir, "worker-1.crt"), keyFile: filepath.Join(dir, "worker-1.key"),
+		cert2File: filepath.Join(dir, "worker-2.crt"), key2File: filepath.Join(dir, "worker-2.key")}
+	p.pool.AddCert(ca.Cert)
+	write := func(file string, data []byte) {
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(p.caFile, ipampki.EncodeCert(ca.Cert))
+	pair := func(certPEM, keyPEM []byte, err error) tls.Certificate {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	p.serverCert = pair(ca.IssueServer([]string{"127.0.0.1"}, time.Hour))
+	p.operatorCert = pair(ca.IssueClient("platform-team", time.Hour))
+	for node, files := range map[string][2]string{"worker-1": {p.certFile, p.keyFile}, "worker-2": {p.cert2File, p.key2File}} {
+		certPEM, keyPEM, err := ca.IssueNode(node, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(files[0], certPEM)
+		write(files[1], keyPEM)
+	}
+	return p
+}
