@@ -1,0 +1,346 @@
+// Package e2e runs the CNI plugin as a container runtime would: the
+// reference bridge plugin, built from the Go module proxy, calls the shim as
+// its IPAM plugin through cnitool, in real network namespaces, against the
+// real server binary over mutual TLS. It needs root (ip netns), as CI has.
+package e2e
+
+import (
+	"context"
+	"crypto/sha512"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/pgtest"
+	"github.com/ipam-dev/ipam/internal/pki"
+	"github.com/ipam-dev/ipam/internal/store"
+)
+
+func TestMain(m *testing.M) {
+	pgtest.Main(m, func(ctx context.Context, conn string) error {
+		_, err := store.Migrate(ctx, conn)
+		return err
+	})
+}
+
+// Versions of the reference tools, as the issue names them.
+const (
+	pluginsModule = "github.com/containernetworking/plugins/plugins/main/%s@v1.10.0"
+	cnitoolModule = "github.com/containernetworking/cni/cnitool@v1.3.0"
+	listen        = "127.0.0.1:18443" // inside the node namespace, which is new
+)
+
+type e2e struct {
+	t       *testing.T
+	bin     string // plugins, shim, server, cnitool
+	dir     string // certificates, conflists
+	node    string // the namespace that plays the node
+	prefix  string
+	netName string
+	st      *store.Store
+	server  *exec.Cmd
+	srvArgs []string
+}
+
+func run(t *testing.T, env []string, name string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func must(t *testing.T, env []string, name string, args ...string) string {
+	t.Helper()
+	out, err := run(t, env, name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// build compiles the shim and the server from this module and installs the
+// reference plugins and cnitool from the module proxy.
+func build(t *testing.T, bin string) {
+	t.Helper()
+	goTool := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	if _, err := os.Stat(goTool); err != nil {
+		if goTool, err = exec.LookPath("go"); err != nil {
+			t.Fatal("the go tool is needed to build the plugins")
+		}
+	}
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, nil, goTool, "build", "-C", root, "-o", filepath.Join(bin, "ipam-shim"), "./cmd/cni-shim")
+	must(t, nil, goTool, "build", "-C", root, "-o", filepath.Join(bin, "ipam-server"), "./cmd/server")
+	gobin := []string{"GOBIN=" + bin, "GOFLAGS=-mod=mod"}
+	must(t, gobin, goTool, "install", fmt.Sprintf(pluginsModule, "bridge"), fmt.Sprintf(pluginsModule, "loopback"))
+	must(t, gobin, goTool, "install", cnitoolModule)
+}
+
+func setup(t *testing.T) *e2e {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the end-to-end test creates network namespaces and needs root (CI runs as root)")
+	}
+	e := &e2e{t: t, bin: t.TempDir(), dir: t.TempDir()}
+	build(t, e.bin)
+	e.prefix = fmt.Sprintf("ipam-e2e-%d", os.Getpid())
+	e.node, e.netName = e.prefix+"-node", e.prefix
+	t.Cleanup(e.cleanup)
+	must(t, nil, "ip", "netns", "add", e.node)
+	must(t, nil, "ip", "netns", "exec", e.node, "ip", "link", "set", "lo", "up")
+
+	ca, err := pki.NewCA("e2e CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(e.dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("ca.crt", pki.EncodeCert(ca.Cert))
+	for _, c := range []struct {
+		name  string
+		issue func() ([]byte, []byte, error)
+	}{
+		{"server", func() ([]byte, []byte, error) { return ca.IssueServer([]string{"127.0.0.1"}, time.Hour) }},
+		{"node", func() ([]byte, []byte, error) { return ca.IssueNode("e2e-node", time.Hour) }},
+	} {
+		cert, key, err := c.issue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(c.name+".crt", cert)
+		write(c.name+".key", key)
+	}
+
+	conn := pgtest.NewDatabase(t)
+	e.st, err = store.Open(context.Background(), conn, store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.st.Close)
+	if _, err := e.st.CreatePool(context.Background(), alloc.Pool{Space: alloc.DefaultSpace, Name: "default", Spec: alloc.PoolSpec{
+		IPv4:      &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.99.0.0/16")}, MaskSize: 24},
+		IPv6:      &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("fd00:99::/104")}, MaskSize: 120},
+		NodeLocal: alloc.DefaultNodeLocal,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	e.srvArgs = []string{"netns", "exec", e.node, filepath.Join(e.bin, "ipam-server"), "serve",
+		"--database-url", conn, "--listen", listen, "--log-level", "warn", "--cooldown", "0s",
+		"--tls-cert-file", filepath.Join(e.dir, "server.crt"), "--tls-key-file", filepath.Join(e.dir, "server.key"),
+		"--client-ca-file", filepath.Join(e.dir, "ca.crt")}
+	e.startServer()
+
+	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "plugins": [{
+		"type": "bridge", "bridge": "cni-e2e0", "isGateway": true,
+		"ipam": {"type": "ipam-shim", "server": "https://%s", "caFile": %q, "certFile": %q, "keyFile": %q, "node": "e2e-node"}
+	}]}`, e.netName, listen, filepath.Join(e.dir, "ca.crt"), filepath.Join(e.dir, "node.crt"), filepath.Join(e.dir, "node.key"))
+	if err := os.WriteFile(filepath.Join(e.dir, e.netName+".conflist"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *e2e) startServer() {
+	e.t.Helper()
+	e.server = exec.Command("ip", e.srvArgs...)
+	e.server.Stdout, e.server.Stderr = os.Stderr, os.Stderr
+	if err := e.server.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		out, err := run(e.t, nil, "ip", "netns", "exec", e.node, "curl", "-sf", "--cacert", filepath.Join(e.dir, "ca.crt"),
+			"--cert", filepath.Join(e.dir, "node.crt"), "--key", filepath.Join(e.dir, "node.key"), "https://"+listen+"/readyz")
+		if err == nil {
+			return
+		}
+		if i > 100 {
+			e.t.Fatalf("server not ready: %v %s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (e *e2e) stopServer() {
+	if e.server != nil && e.server.Process != nil {
+		_ = e.server.Process.Signal(os.Interrupt)
+		_ = e.server.Wait()
+		e.server = nil
+	}
+}
+
+func (e *e2e) cleanup() {
+	e.stopServer()
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, _, _ := strings.Cut(line, " "); strings.HasPrefix(name, e.prefix) {
+			_ = exec.Command("ip", "netns", "del", name).Run()
+		}
+	}
+	// cnitool caches results under /var/lib/cni; drop this network's.
+	matches, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", e.netName+"-*"))
+	for _, m := range matches {
+		_ = os.Remove(m)
+	}
+}
+
+// cnitool runs cnitool in the node namespace (so the bridge lives there,
+// not on the host) for the pod namespace pod.
+func (e *e2e) cnitool(verb, pod string) (string, error) {
+	e.t.Helper()
+	env := []string{"CNI_PATH=" + e.bin, "NETCONFPATH=" + e.dir,
+		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=e2e;K8S_POD_NAME=" + pod + ";K8S_POD_UID=uid-" + pod}
+	return run(e.t, env, "ip", "netns", "exec", e.node, filepath.Join(e.bin, "cnitool"), verb, e.netName, "/var/run/netns/"+e.prefix+"-"+pod)
+}
+
+func (e *e2e) pod(name string) {
+	e.t.Helper()
+	must(e.t, nil, "ip", "netns", "add", e.prefix+"-"+name)
+}
+
+// leases answers the node's pending and active leases from the database.
+func (e *e2e) leases() []alloc.Lease {
+	e.t.Helper()
+	all, _, err := e.st.ListLeases(context.Background(), alloc.LeaseFilter{Space: alloc.DefaultSpace, Node: "e2e-node"}, alloc.Page{Limit: 100})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var held []alloc.Lease
+	for _, l := range all {
+		if l.State != alloc.StateCooling {
+			held = append(held, l)
+		}
+	}
+	return held
+}
+
+// The whole lifecycle of a Pod's addresses through bridge and the shim.
+func TestBridgeLifecycle(t *testing.T) {
+	e := setup(t)
+	e.pod("pod1")
+	out, err := e.cnitool("add", "pod1")
+	if err != nil {
+		t.Fatalf("ADD: %v\n%s", err, out)
+	}
+	held := e.leases()
+	if len(held) != 2 {
+		t.Fatalf("leases after ADD: %+v", held)
+	}
+	addrs := must(t, nil, "ip", "netns", "exec", e.prefix+"-pod1", "ip", "-o", "addr", "show", "dev", "eth0")
+	for _, l := range held {
+		if !strings.Contains(addrs, l.Prefix().String()) {
+			t.Errorf("pod has no %s:\n%s", l.Prefix(), addrs)
+		}
+		if l.Owner.Name != "pod1" || l.Attachment.Interface != "eth0" {
+			t.Errorf("lease %+v", l)
+		}
+	}
+	if out, err := e.cnitool("check", "pod1"); err != nil {
+		t.Fatalf("CHECK: %v\n%s", err, out)
+	}
+	for range 2 {
+		if out, err := e.cnitool("del", "pod1"); err != nil {
+			t.Fatalf("DEL: %v\n%s", err, out)
+		}
+	}
+	if held := e.leases(); len(held) != 0 {
+		t.Fatalf("leases after DEL: %+v", held)
+	}
+
+	// With the service down, ADD fails (the shim's "try again later", 11,
+	// which cnitool reports as text; the unit tests check the code) and
+	// leaves nothing behind once the service is back.
+	e.pod("pod2")
+	e.stopServer()
+	out, err = e.cnitool("add", "pod2")
+	if err == nil || !strings.Contains(out, "unreachable") {
+		t.Fatalf("ADD with the service down: %v\n%s", err, out)
+	}
+	e.startServer()
+	if held := e.leases(); len(held) != 0 {
+		t.Fatalf("leases after a failed ADD: %+v", held)
+	}
+	// A runtime follows a failed ADD with DEL (bridge had made the veth).
+	if out, err := e.cnitool("del", "pod2"); err != nil {
+		t.Fatalf("DEL after the failed ADD: %v\n%s", err, out)
+	}
+	if out, err := e.cnitool("add", "pod2"); err != nil {
+		t.Fatalf("ADD once the service is back: %v\n%s", err, out)
+	}
+	if held := e.leases(); len(held) != 2 {
+		t.Fatalf("leases after the retried ADD: %+v", held)
+	}
+
+	// GC with a valid list frees the stale leases only.
+	ctx := context.Background()
+	stale := alloc.LeaseRequest{Space: alloc.DefaultSpace, Node: "e2e-node", Owner: alloc.Owner{Namespace: "e2e", Name: "gone"},
+		Attachment: alloc.Attachment{ContainerID: "stale", Interface: "eth0"}, Expire: false}
+	if _, err := e.st.Allocate(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	pod2 := cnitoolContainerID("/var/run/netns/" + e.prefix + "-pod2")
+	gc := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "bridge", "ipam": %s,
+		"cni.dev/valid-attachments": [{"containerID": %q, "ifname": "eth0"}]}`, e.netName, e.ipamSection("e2e-node"), pod2)
+	if out, err := e.shim("GC", "", gc); err != nil {
+		t.Fatalf("GC: %v\n%s", err, out)
+	}
+	held = e.leases()
+	if len(held) != 2 || held[0].Attachment.ContainerID != pod2 || held[1].Attachment.ContainerID != pod2 {
+		t.Fatalf("leases after GC: %+v", held)
+	}
+
+	// The certificate of e2e-node cannot release another node's lease.
+	other := stale
+	other.Node, other.Attachment.ContainerID = "other-node", "theirs"
+	if _, err := e.st.Allocate(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	del := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "bridge", "ipam": %s}`, e.netName, e.ipamSection("other-node"))
+	if out, err := e.shim("DEL", "theirs", del); err == nil || !strings.Contains(out, "its own node") {
+		t.Fatalf("e2e-node releasing other-node's lease: %v\n%s", err, out)
+	}
+	if _, err := e.st.GetAttachment(ctx, alloc.DefaultSpace, "other-node", other.Attachment); err != nil {
+		t.Fatalf("other-node's lease: %v", err)
+	}
+}
+
+// ipamSection is the shim's configuration for node, with e2e-node's
+// certificate whatever the node.
+func (e *e2e) ipamSection(node string) string {
+	return fmt.Sprintf(`{"type": "ipam-shim", "server": "https://%s", "caFile": %q, "certFile": %q, "keyFile": %q, "node": %q}`,
+		listen, filepath.Join(e.dir, "ca.crt"), filepath.Join(e.dir, "node.crt"), filepath.Join(e.dir, "node.key"), node)
+}
+
+// shim runs the plugin binary itself in the node namespace, as a runtime
+// would for verbs cnitool cannot express (GC with a valid list).
+func (e *e2e) shim(verb, containerID, stdin string) (string, error) {
+	e.t.Helper()
+	args := []string{"netns", "exec", e.node, "env", "CNI_COMMAND=" + verb, "CNI_PATH=" + e.bin}
+	if containerID != "" {
+		args = append(args, "CNI_CONTAINERID="+containerID, "CNI_IFNAME=eth0", "CNI_NETNS=/var/run/netns/"+e.prefix+"-pod1")
+	}
+	cmd := exec.Command("ip", append(args, filepath.Join(e.bin, "ipam-shim"))...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// cnitoolContainerID is the container ID cnitool derives from a netns path.
+func cnitoolContainerID(netns string) string {
+	s := sha512.Sum512([]byte(netns))
+	return fmt.Sprintf("cnitool-%x", s[:10])
+}
