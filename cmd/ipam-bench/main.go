@@ -6,12 +6,19 @@
 // comparable workload (db-ceiling.sh, pgbench) against the same PostgreSQL
 // and prints the service's rate as a ratio of it.
 //
+// Then (-shim, default on) it builds the CNI plugin cmd/cni-shim into
+// tmp/ipam-shim and times it end to end as a runtime runs it: one process
+// per ADD and per DEL (process start, mutual-TLS handshake, request) of a
+// fresh container, cniVersion 1.1.0, against an in-process HTTPS server of
+// its own in an address space of its own, -shim-calls pairs in sequence and
+// -shim-parallel workers of -shim-parallel-calls pairs each.
+//
 // Without -database-url it starts a private, durable PostgreSQL (pgembed)
 // in a temporary directory and removes it at the end. With one, it works in
 // a fresh address space and deletes it at the end.
 //
-// It exits 1 when a run answered more than 0.1% errors or the ceiling
-// failed.
+// It exits 1 when a run or a shim mode answered more than 0.1% errors or
+// the ceiling failed.
 package main
 
 import (
@@ -58,6 +65,11 @@ type config struct {
 	Cooldown    time.Duration `json:"-"`
 	Out         string        `json:"-"`
 	CPUProfile  string        `json:"-"`
+	// The shim phase (shim.go), after the service's runs.
+	Shim              bool `json:"shim"`
+	ShimCalls         int  `json:"shimCalls"`
+	ShimParallel      int  `json:"shimParallel"`
+	ShimParallelCalls int  `json:"shimParallelCalls"`
 }
 
 // MarshalJSON writes the durations as Go duration strings ("20s").
@@ -94,6 +106,11 @@ func (c config) Validate() error {
 	if c.MaxConns < 0 {
 		errs = append(errs, fmt.Errorf("-max-conns must not be negative, not %d", c.MaxConns))
 	}
+	if c.Shim {
+		positive("shim-calls", c.ShimCalls)
+		positive("shim-parallel", c.ShimParallel)
+		positive("shim-parallel-calls", c.ShimParallelCalls)
+	}
 	if c.Cooldown < 0 {
 		errs = append(errs, fmt.Errorf("-cooldown must not be negative, not %v", c.Cooldown))
 	}
@@ -116,6 +133,10 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&c.Cooldown, "cooldown", store.DefaultOptions().Cooldown, "the service's cooldown of released addresses")
 	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole program (client and service) to this file")
+	fs.BoolVar(&c.Shim, "shim", true, "after the runs, time the CNI plugin cmd/cni-shim end to end (one process per ADD and DEL, mutual TLS)")
+	fs.IntVar(&c.ShimCalls, "shim-calls", 200, "sequential ADD+DEL pairs of the shim phase")
+	fs.IntVar(&c.ShimParallel, "shim-parallel", 16, "parallel workers of the shim phase")
+	fs.IntVar(&c.ShimParallelCalls, "shim-parallel-calls", 50, "ADD+DEL pairs per parallel worker of the shim phase")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -167,6 +188,7 @@ type report struct {
 	Runs       []runResult `json:"runs"`
 	Median     medians     `json:"median"`
 	CeilingRan bool        `json:"ceilingRan"`
+	Shim       *shimReport `json:"shim,omitempty"`
 	GC         struct {
 		Expired int64 `json:"expired"`
 		Purged  int64 `json:"purged"`
@@ -318,6 +340,20 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	printMedians(out, rep.Median, ceil != nil)
 	rep.GC.Expired, rep.GC.Purged, rep.GC.Errors = gc.expired.Load(), gc.purged.Load(), gc.errors.Load()
 	fmt.Fprintf(out, "gc: expired=%d purged=%d errors=%d\n", rep.GC.Expired, rep.GC.Purged, rep.GC.Errors)
+
+	if cfg.Shim {
+		if rep.Shim, err = runShim(ctx, cfg, db.url, so, log, out); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("shim: %w", err)
+		}
+		for _, r := range []shimResult{rep.Shim.Sequential, rep.Shim.Parallel} {
+			if r.ErrorRate > maxErrorRate {
+				failed = append(failed, fmt.Sprintf("shim %s: %.3f%% of calls failed", r.Mode, 100*r.ErrorRate))
+			}
+		}
+	}
 
 	if cfg.Out != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,7 +104,7 @@ func startReplicas(ctx context.Context, n int, dbURL string, o store.Options, gc
 	log *slog.Logger, gc *gcStats) ([]*replica, error) {
 	var rs []*replica
 	for range n {
-		r, err := startReplica(ctx, dbURL, o, gcEvery, log, gc)
+		r, err := startReplica(ctx, dbURL, o, gcEvery, log, gc, nil)
 		if err != nil {
 			stopReplicas(rs)
 			return nil, err
@@ -113,8 +114,10 @@ func startReplicas(ctx context.Context, n int, dbURL string, o store.Options, gc
 	return rs, nil
 }
 
+// startReplica starts one replica; with tc it serves HTTPS with that
+// configuration (cmd/server's serverTLS), otherwise plain HTTP.
 func startReplica(ctx context.Context, dbURL string, o store.Options, gcEvery time.Duration,
-	log *slog.Logger, gc *gcStats) (*replica, error) {
+	log *slog.Logger, gc *gcStats, tc *tls.Config) (*replica, error) {
 	st, err := store.Open(ctx, dbURL, o)
 	if err != nil {
 		return nil, err
@@ -137,14 +140,25 @@ func startReplica(ctx context.Context, dbURL string, o store.Options, gcEvery ti
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		TLSConfig:         tc,
+	}
+	scheme := "http://"
+	if tc != nil {
+		scheme = "https://"
 	}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if tc != nil {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serving", "err", err)
 		}
 	}()
 	gcCtx, stopGC := context.WithCancel(context.Background())
-	r := &replica{store: st, srv: srv, url: "http://" + ln.Addr().String(), stopGC: stopGC, gcDone: make(chan struct{})}
+	r := &replica{store: st, srv: srv, url: scheme + ln.Addr().String(), stopGC: stopGC, gcDone: make(chan struct{})}
 	go func() {
 		defer close(r.gcDone)
 		runGC(gcCtx, st, gcEvery, log, gc)

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/pki"
+	"github.com/ipam-dev/ipam/internal/store"
+)
+
+// The shim phase runs the CNI plugin cmd/cni-shim as a runtime does: one
+// process per call, ADD then DEL of a fresh container, each over a new
+// mutual-TLS connection to an in-process server of its own (own connection
+// pool, own address space) on the benchmark's PostgreSQL.
+const (
+	shimBinary     = "tmp/ipam-shim"
+	shimPackage    = "github.com/ipam-dev/ipam/cmd/cni-shim"
+	shimCNIVersion = "1.1.0"
+	shimNode       = "shim-bench-node"
+	shimMask       = 24
+	shimCallLimit  = 60 * time.Second
+)
+
+// shimResult is one mode of the shim phase: sequential or parallel.
+type shimResult struct {
+	Mode         string   `json:"mode"`
+	Workers      int      `json:"workers"`
+	Pairs        int      `json:"pairs"`
+	Calls        int64    `json:"calls"`
+	Errors       int64    `json:"errors"`
+	ErrorRate    float64  `json:"errorRate"`
+	Seconds      float64  `json:"seconds"`
+	AddP50ms     float64  `json:"addP50ms"`
+	AddP99ms     float64  `json:"addP99ms"`
+	DelP50ms     float64  `json:"delP50ms"`
+	DelP99ms     float64  `json:"delP99ms"`
+	PairP50ms    float64  `json:"pairP50ms"`
+	PairP99ms    float64  `json:"pairP99ms"`
+	ErrorSamples []string `json:"errorSamples,omitempty"`
+}
+
+// shimReport is the shim phase in the -out file.
+type shimReport struct {
+	CNIVersion string     `json:"cniVersion"`
+	Space      string     `json:"space"`
+	BuildSecs  float64    `json:"buildSeconds"`
+	Sequential shimResult `json:"sequential"`
+	Parallel   shimResult `json:"parallel"`
+}
+
+// shimTimes are the latencies and failures one mode collected.
+type shimTimes struct {
+	adds, dels, pairs []time.Duration
+	calls, errors     int64
+	samples           []string
+}
+
+// add merges o into t.
+func (t *shimTimes) add(o shimTimes) {
+	t.adds = append(t.adds, o.adds...)
+	t.dels = append(t.dels, o.dels...)
+	t.pairs = append(t.pairs, o.pairs...)
+	t.calls += o.calls
+	t.errors += o.errors
+	for _, s := range o.samples {
+		if len(t.samples) < maxSamplesPerRun {
+			t.samples = append(t.samples, s)
+		}
+	}
+}
+
+// result summarizes t as mode.
+func (t shimTimes) result(mode string, workers, pairs int, elapsed time.Duration) shimResult {
+	a, d, p := summarize(t.adds), summarize(t.dels), summarize(t.pairs)
+	return shimResult{
+		Mode: mode, Workers: workers, Pairs: pairs, Calls: t.calls, Errors: t.errors,
+		ErrorRate: errorRate(t.calls-t.errors, t.errors), Seconds: elapsed.Seconds(),
+		AddP50ms: ms(a.P50), AddP99ms: ms(a.P99), DelP50ms: ms(d.P50), DelP99ms: ms(d.P99),
+		PairP50ms: ms(p.P50), PairP99ms: ms(p.P99), ErrorSamples: t.samples,
+	}
+}
+
+// shimLine is the printed line of r.
+func shimLine(r shimResult) string {
+	return fmt.Sprintf("shim %s add_p50_ms=%.2f add_p99_ms=%.2f del_p50_ms=%.2f del_p99_ms=%.2f pair_p50_ms=%.2f pair_p99_ms=%.2f pairs=%d errors=%d",
+		r.Mode, r.AddP50ms, r.AddP99ms, r.DelP50ms, r.DelP99ms, r.PairP50ms, r.PairP99ms, r.Pairs, r.Errors)
+}
+
+// shimNetconf is the network configuration on the plugin's stdin; prev,
+// when set, is ADD's result passed to DEL as prevResult, as runtimes do.
+func shimNetconf(server, certDir, space string, prev json.RawMessage) ([]byte, error) {
+	m := map[string]any{
+		"cniVersion": shimCNIVersion,
+		"name":       "bench",
+		"type":       "bridge",
+		"ipam": map[string]any{
+			"type":     "ipam-shim",
+			"server":   server,
+			"caFile":   filepath.Join(certDir, "ca.crt"),
+			"certFile": filepath.Join(certDir, "node.crt"),
+			"keyFile":  filepath.Join(certDir, "node.key"),
+			"node":     shimNode,
+			"space":    space,
+			"timeout":  shimCallLimit.String(),
+		},
+	}
+	if len(prev) > 0 {
+		m["prevResult"] = prev
+	}
+	return json.Marshal(m)
+}
+
+// goTool answers the go command: GOROOT/bin/go of this program's
+// toolchain when present, else go from PATH.
+func goTool() (string, error) {
+	//lint:ignore SA1019 under go run, the toolchain that built this program is the one wanted
+	if root := runtime.GOROOT(); root != "" {
+		p := filepath.Join(root, "bin", "go")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return exec.LookPath("go")
+}
+
+// buildShim builds the plugin into tmp/ipam-shim and answers its absolute
+// path.
+func buildShim(ctx context.Context) (string, error) {
+	tool, err := goTool()
+	if err != nil {
+		return "", fmt.Errorf("go tool: %w", err)
+	}
+	out, err := filepath.Abs(shimBinary)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, tool, "build", "-o", out, shimPackage)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build %s: %w: %s", shimPackage, err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// shimPKI issues a CA, the server's certificate for 127.0.0.1, the node's
+// certificate and an operator's for the setup, writes the CA and the
+// node's files into dir and answers the server's TLS configuration (as
+// cmd/server's serverTLS) and the operator's client.
+func shimPKI(dir string) (*tls.Config, *http.Client, error) {
+	ca, err := pki.NewCA("ipam-bench CA", 24*time.Hour)
+	if err != nil {
+		return nil, nil, err
+	}
+	srvCert, srvKey, err := ca.IssueServer([]string{"127.0.0.1"}, 24*time.Hour)
+	if err != nil {
+		return nil, nil, err
+	}
+	nodeCert, nodeKey, err := ca.IssueNode(shimNode, 24*time.Hour)
+	if err != nil {
+		return nil, nil, err
+	}
+	opCert, opKey, err := ca.IssueClient("ipam-bench", 24*time.Hour)
+	if err != nil {
+		return nil, nil, err
+	}
+	caPEM := pki.EncodeCert(ca.Cert)
+	for name, data := range map[string][]byte{"ca.crt": caPEM, "node.crt": nodeCert, "node.key": nodeKey} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return nil, nil, err
+		}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, nil, errors.New("CA certificate is no PEM")
+	}
+	srvPair, err := tls.X509KeyPair(srvCert, srvKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	opPair, err := tls.X509KeyPair(opCert, opKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{srvPair}, MinVersion: tls.VersionTLS12,
+		ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	hc := &http.Client{Timeout: shimCallLimit, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{opPair}, MinVersion: tls.VersionTLS12},
+	}}
+	return tc, hc, nil
+}
+
+// shimBench is the state of the shim phase.
+type shimBench struct {
+	bin, server, certDir, space string
+}
+
+// call runs the plugin once for verb and answers its stdout and duration.
+func (b *shimBench) call(ctx context.Context, verb, cid string, stdin []byte) ([]byte, time.Duration, error) {
+	cmd := exec.CommandContext(ctx, b.bin)
+	cmd.Env = []string{
+		"CNI_COMMAND=" + verb,
+		"CNI_CONTAINERID=" + cid,
+		"CNI_NETNS=/var/run/netns/" + cid, // the IPAM plugin never enters it
+		"CNI_IFNAME=" + benchInterface,
+		"CNI_PATH=" + filepath.Dir(b.bin),
+		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=" + cid,
+		"PATH=" + os.Getenv("PATH"),
+	}
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	d := time.Since(start)
+	if err != nil {
+		return nil, d, fmt.Errorf("%s %s: %w: %s %s", verb, cid, err,
+			strings.TrimSpace(stdout.String()), strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), d, nil
+}
+
+// pair runs ADD then DEL of container cid into t.
+func (b *shimBench) pair(ctx context.Context, cid string, t *shimTimes) {
+	fail := func(err error) {
+		t.errors++
+		if len(t.samples) < maxSamplesPerRun {
+			t.samples = append(t.samples, err.Error())
+		}
+	}
+	conf, err := shimNetconf(b.server, b.certDir, b.space, nil)
+	if err != nil {
+		fail(err)
+		return
+	}
+	t.calls++
+	out, addD, addErr := b.call(ctx, "ADD", cid, conf)
+	if addErr != nil {
+		fail(addErr)
+		out = nil // DEL all the same, as a runtime would, without prevResult
+	} else {
+		t.adds = append(t.adds, addD)
+	}
+	if conf, err = shimNetconf(b.server, b.certDir, b.space, out); err != nil {
+		fail(err)
+		return
+	}
+	t.calls++
+	_, delD, delErr := b.call(ctx, "DEL", cid, conf)
+	if delErr != nil {
+		fail(delErr)
+		return
+	}
+	t.dels = append(t.dels, delD)
+	if addErr == nil {
+		t.pairs = append(t.pairs, addD+delD)
+	}
+}
+
+// mode runs workers goroutines of calls pairs each.
+func (b *shimBench) mode(ctx context.Context, name string, workers, calls int) shimResult {
+	var (
+		mu  sync.Mutex
+		all shimTimes
+		wg  sync.WaitGroup
+	)
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			var t shimTimes
+			for i := range calls {
+				if ctx.Err() != nil {
+					break
+				}
+				b.pair(ctx, fmt.Sprintf("shim-%s-w%02d-%06d", strings.SplitN(name, "=", 2)[0], w, i), &t)
+			}
+			mu.Lock()
+			all.add(t)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return all.result(name, workers, workers*calls, time.Since(start))
+}
+
+// runShim runs the shim phase: build, server, certificates, sequential then
+// parallel.
+func runShim(ctx context.Context, cfg config, dbURL string, so store.Options, log *slog.Logger, out io.Writer) (*shimReport, error) {
+	rep := &shimReport{CNIVersion: shimCNIVersion, Space: fmt.Sprintf("shim-bench-%d", time.Now().Unix())}
+	began := time.Now()
+	bin, err := buildShim(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.BuildSecs = time.Since(began).Seconds()
+	certDir, err := os.MkdirTemp("", "ipam-bench-shim-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(certDir)
+	tc, opClient, err := shimPKI(certDir)
+	if err != nil {
+		return nil, fmt.Errorf("shim certificates: %w", err)
+	}
+	var gc gcStats
+	r, err := startReplica(ctx, dbURL, so, gcInterval, log, &gc, tc)
+	if err != nil {
+		return nil, fmt.Errorf("shim server: %w", err)
+	}
+	defer stopReplicas([]*replica{r})
+	c, err := ipamv1.NewClientWithResponses(r.url, ipamv1.WithHTTPClient(opClient))
+	if err != nil {
+		return nil, err
+	}
+	if err := setupPool(ctx, c, &rep.Space, shimMask, []string{shimNode}); err != nil {
+		return nil, fmt.Errorf("shim setup: %w", err)
+	}
+	defer func() {
+		if err := teardown(context.WithoutCancel(ctx), c, rep.Space, []string{shimNode}); err != nil {
+			fmt.Fprintln(os.Stderr, "ipam-bench: shim teardown:", err)
+		}
+	}()
+	fmt.Fprintf(out, "shim: %s built in %.1fs; cniVersion=%s mutual TLS to %s space=%s node=%s sequential=%d parallel=%dx%d\n",
+		bin, rep.BuildSecs, shimCNIVersion, r.url, rep.Space, shimNode, cfg.ShimCalls, cfg.ShimParallel, cfg.ShimParallelCalls)
+
+	b := &shimBench{bin: bin, server: r.url, certDir: certDir, space: rep.Space}
+	rep.Sequential = b.mode(ctx, "sequential", 1, cfg.ShimCalls)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	printShim(out, rep.Sequential)
+	rep.Parallel = b.mode(ctx, fmt.Sprintf("parallel=%d", cfg.ShimParallel), cfg.ShimParallel, cfg.ShimParallelCalls)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	printShim(out, rep.Parallel)
+	return rep, nil
+}
+
+func printShim(out io.Writer, r shimResult) {
+	fmt.Fprintln(out, shimLine(r))
+	for _, s := range r.ErrorSamples {
+		fmt.Fprintf(out, "  error sample: %s\n", s)
+	}
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestShimTimesResult(t *testing.T) {
+	var all shimTimes
+	for w := range 2 {
+		var part shimTimes
+		for i := 1; i <= 50; i++ {
+			d := time.Duration(w*50+i) * time.Millisecond
+			part.adds, part.dels, part.pairs = append(part.adds, d), append(part.dels, 2*d), append(part.pairs, 3*d)
+			part.calls += 2
+		}
+		part.calls += 2
+		part.errors++
+		part.samples = []string{"a", "b", "c"}
+		all.add(part)
+	}
+	r := all.result("parallel=2", 2, 102, time.Second)
+	if r.Calls != 204 || r.Errors != 2 || len(r.ErrorSamples) != maxSamplesPerRun {
+		t.Fatalf("calls %d errors %d samples %d", r.Calls, r.Errors, len(r.ErrorSamples))
+	}
+	if want := 2.0 / 204; r.ErrorRate != want {
+		t.Fatalf("error rate %v, want %v", r.ErrorRate, want)
+	}
+	if r.AddP50ms != 50 || r.AddP99ms != 99 || r.DelP50ms != 100 || r.DelP99ms != 198 || r.PairP50ms != 150 || r.PairP99ms != 297 {
+		t.Fatalf("percentiles %+v", r)
+	}
+	line := shimLine(r)
+	for _, want := range []string{"shim parallel=2 ", "add_p50_ms=50.00", "pair_p99_ms=297.00", "errors=2"} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("line %q lacks %q", line, want)
+		}
+	}
+}
+
+func TestShimNetconf(t *testing.T) {
+	b, err := shimNetconf("https://127.0.0.1:1", "/certs", "s1", json.RawMessage(`{"cniVersion":"1.1.0","ips":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		CNIVersion string            `json:"cniVersion"`
+		IPAM       map[string]string `json:"ipam"`
+		Prev       map[string]any    `json:"prevResult"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.CNIVersion != "1.1.0" || m.IPAM["type"] != "ipam-shim" || m.IPAM["server"] != "https://127.0.0.1:1" ||
+		m.IPAM["caFile"] != "/certs/ca.crt" || m.IPAM["certFile"] != "/certs/node.crt" || m.IPAM["keyFile"] != "/certs/node.key" ||
+		m.IPAM["node"] != shimNode || m.IPAM["space"] != "s1" || m.Prev["cniVersion"] != "1.1.0" {
+		t.Fatalf("netconf %s", b)
+	}
+	b, err = shimNetconf("https://x", "/c", "s", nil)
+	if err != nil || strings.Contains(string(b), "prevResult") {
+		t.Fatalf("netconf without prev: %v %s", err, b)
+	}
+}
