@@ -6,8 +6,8 @@
 // comparable workload (db-ceiling.sh, pgbench) against the same PostgreSQL
 // and prints the service's rate as a ratio of it.
 //
-// Then (-shim, default on) it builds the CNI plugin cmd/cni-shim into
-// tmp/ipam-shim and times it end to end as a runtime runs it: one process
+// Then (-shim, default on) it builds the CNI plugin cmd/cni-shim into a
+// temporary directory and times it end to end as a runtime runs it: one process
 // per ADD and per DEL (process start, mutual-TLS handshake, request) of a
 // fresh container, cniVersion 1.1.0, against an in-process HTTPS server of
 // its own in an address space of its own, -shim-calls pairs in sequence and

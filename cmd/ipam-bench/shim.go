@@ -29,7 +29,6 @@ import (
 // mutual-TLS connection to an in-process server of its own (own connection
 // pool, own address space) on the benchmark's PostgreSQL.
 const (
-	shimBinary     = "tmp/ipam-shim"
 	shimPackage    = "github.com/ipam-dev/ipam/cmd/cni-shim"
 	shimCNIVersion = "1.1.0"
 	shimNode       = "shim-bench-node"
@@ -139,20 +138,13 @@ func goTool() (string, error) {
 	return exec.LookPath("go")
 }
 
-// buildShim builds the plugin into tmp/ipam-shim and answers its absolute
-// path.
-func buildShim(ctx context.Context) (string, error) {
+// buildShim builds the plugin into dir and answers its path.
+func buildShim(ctx context.Context, dir string) (string, error) {
 	tool, err := goTool()
 	if err != nil {
 		return "", fmt.Errorf("go tool: %w", err)
 	}
-	out, err := filepath.Abs(shimBinary)
-	if err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return "", err
-	}
+	out := filepath.Join(dir, "ipam-shim")
 	cmd := exec.CommandContext(ctx, tool, "build", "-o", out, shimPackage)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
@@ -306,17 +298,17 @@ func (b *shimBench) mode(ctx context.Context, name string, workers, calls int) s
 // parallel.
 func runShim(ctx context.Context, cfg config, dbURL string, so store.Options, log *slog.Logger, out io.Writer) (*shimReport, error) {
 	rep := &shimReport{CNIVersion: shimCNIVersion, Space: fmt.Sprintf("shim-bench-%d", time.Now().Unix())}
-	began := time.Now()
-	bin, err := buildShim(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rep.BuildSecs = time.Since(began).Seconds()
 	certDir, err := os.MkdirTemp("", "ipam-bench-shim-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(certDir)
+	began := time.Now()
+	bin, err := buildShim(ctx, certDir)
+	if err != nil {
+		return nil, err
+	}
+	rep.BuildSecs = time.Since(began).Seconds()
 	tc, opClient, err := shimPKI(certDir)
 	if err != nil {
 		return nil, fmt.Errorf("shim certificates: %w", err)
