@@ -23,9 +23,9 @@ curl:
 build:
 	$(GO) build -o $(BIN)/ipam-server ./cmd/server
 
-## run: serve the API on :8080; without IPAM_DATABASE_URL a private PostgreSQL starts under the data dir it prints
+## run: serve the API on :8080 over plain HTTP for local development; without IPAM_DATABASE_URL a private PostgreSQL starts under the data dir it prints
 run: postgres build
-	$(BIN)/ipam-server serve $(ARGS)
+	$(BIN)/ipam-server serve --insecure-http $(ARGS)
 
 ## test: every test, against throwaway PostgreSQL clusters
 test: postgres curl

@@ -41,6 +41,7 @@ var serverEnv = []string{
 	"IPAM_TLS_CERT_FILE",
 	"IPAM_TLS_KEY_FILE",
 	"IPAM_CLIENT_CA_FILE",
+	"IPAM_INSECURE_HTTP",
 }
 
 const (

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,4 +79,61 @@ func issueCert(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote %s and %s (CA: %s)\n", certPath, keyPath, filepath.Join(*caDir, pki.CACertFile))
 	return nil
+}
+
+// withDevelopmentPKI points cfg at a development PKI in the data directory
+// (pki/: a CA, a server certificate for this host and one node certificate
+// for it, plus an operator's certificate for curl), creating what is
+// missing, so that a server started without TLS flags still speaks mutual
+// TLS. Production passes its own certificates.
+func withDevelopmentPKI(cfg config, log *slog.Logger) (config, error) {
+	dir := filepath.Join(cfg.DataDir, "pki")
+	ca, created, err := pki.LoadOrCreateCA(dir, "ipam development CA", 10*365*24*time.Hour)
+	if err != nil {
+		return cfg, err
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return cfg, err
+	}
+	host = strings.ToLower(host)
+	const validity = 365 * 24 * time.Hour
+	for _, c := range []struct {
+		name  string
+		issue func() ([]byte, []byte, error)
+	}{
+		{"server", func() ([]byte, []byte, error) {
+			return ca.IssueServer([]string{"localhost", "127.0.0.1", "::1", host}, validity)
+		}},
+		{"node-" + host, func() ([]byte, []byte, error) { return ca.IssueNode(host, validity) }},
+		{"client-admin", func() ([]byte, []byte, error) { return ca.IssueClient("admin", validity) }},
+	} {
+		certPath, keyPath := filepath.Join(dir, c.name+".crt"), filepath.Join(dir, c.name+".key")
+		if _, err := os.Stat(certPath); err == nil {
+			continue
+		}
+		certPEM, keyPEM, err := c.issue()
+		if err != nil {
+			return cfg, err
+		}
+		if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
+			return cfg, err
+		}
+		if err := os.WriteFile(certPath, certPEM, 0o644); err != nil {
+			return cfg, err
+		}
+	}
+	cfg.TLSCertFile, cfg.TLSKeyFile = filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	cfg.ClientCAFile = filepath.Join(dir, pki.CACertFile)
+	log.Info("mutual TLS with the development PKI", "dir", dir, "createdCA", created,
+		"curl", fmt.Sprintf("curl --cacert %[1]s/ca.crt --cert %[1]s/client-admin.crt --key %[1]s/client-admin.key https://localhost%s/readyz", dir, portOf(cfg.Listen)))
+	return cfg, nil
+}
+
+// portOf answers ":PORT" of a listen address, or "" when it has none.
+func portOf(listen string) string {
+	if i := strings.LastIndex(listen, ":"); i >= 0 {
+		return listen[i:]
+	}
+	return ""
 }

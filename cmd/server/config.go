@@ -29,6 +29,7 @@ type config struct {
 	TLSCertFile       string
 	TLSKeyFile        string
 	ClientCAFile      string
+	InsecureHTTP      bool
 	Migrate           bool
 }
 
@@ -61,6 +62,9 @@ func (c config) Validate() error {
 	if c.ClientCAFile != "" && c.TLSCertFile == "" {
 		errs = append(errs, errors.New("client-ca-file needs tls-cert-file and tls-key-file"))
 	}
+	if c.InsecureHTTP && (c.TLSCertFile != "" || c.ClientCAFile != "") {
+		errs = append(errs, errors.New("insecure-http cannot go with tls-cert-file or client-ca-file"))
+	}
 	if c.DatabaseURL == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("data-dir is needed for the embedded PostgreSQL when no database-url is set"))
 	}
@@ -92,6 +96,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "serve HTTPS with this certificate (PEM); empty serves plain HTTP")
 	fs.StringVar(&c.TLSKeyFile, "tls-key-file", "", "the key of tls-cert-file (PEM)")
 	fs.StringVar(&c.ClientCAFile, "client-ca-file", "", "require client certificates signed by this CA (mutual TLS); node certificates are then confined to their node")
+	fs.BoolVar(&c.InsecureHTTP, "insecure-http", false, "serve plain HTTP without authentication: local development only")
 
 	// Environment first, so explicit flags override it.
 	var envErrs []error

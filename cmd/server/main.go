@@ -127,8 +127,14 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 		return err
 	}
 
+	if !cfg.InsecureHTTP && cfg.TLSCertFile == "" {
+		if cfg, err = withDevelopmentPKI(cfg, log); err != nil {
+			return err
+		}
+	}
 	handler := api.NewHandler(st, api.Options{
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), IsUnavailable: store.IsUnavailable,
+		RequireClientCertificate: cfg.ClientCAFile != "",
 	})
 	srv := &http.Server{
 		Handler:           withMetrics(handler, metrics.Handler()),
@@ -151,7 +157,11 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 		}
 		ln = tls.NewListener(ln, tc)
 	}
-	log.Info("serving", "addr", ln.Addr().String(), "tls", cfg.TLSCertFile != "", "clientCertificates", cfg.ClientCAFile != "")
+	if cfg.InsecureHTTP {
+		log.Warn("serving plain HTTP without authentication: for local development only", "addr", ln.Addr().String())
+	} else {
+		log.Info("serving", "addr", ln.Addr().String(), "tls", true, "clientCertificates", cfg.ClientCAFile != "")
+	}
 	if bound != nil {
 		bound <- ln.Addr().String()
 	}
@@ -237,7 +247,10 @@ func serverTLS(cfg config) (*tls.Config, error) {
 		if !pool.AppendCertsFromPEM(pemData) {
 			return nil, fmt.Errorf("client-ca-file %s holds no PEM certificate", cfg.ClientCAFile)
 		}
-		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		// Verified when given, required by the API for every route but
+		// /healthz, /readyz and /metrics, so that probes and scrapers need
+		// no client certificate (api.Options.RequireClientCertificate).
+		tc.ClientCAs, tc.ClientAuth = pool, tls.VerifyClientCertIfGiven
 	}
 	return tc, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,9 @@ func startServer(t *testing.T, dbURL string, extra ...string) string {
 	bound := make(chan string, 1)
 	done := make(chan error, 1)
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--database-url", dbURL, "--log-level", "error"}, extra...)
+	if !slices.Contains(extra, "--tls-cert-file") && !slices.Contains(extra, "--data-dir") {
+		args = append(args, "--insecure-http") // these tests speak plain HTTP
+	}
 	go func() { done <- run(ctx, args, func(string) string { return "" }, bound) }()
 	select {
 	case addr := <-bound:

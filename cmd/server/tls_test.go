@@ -63,8 +63,63 @@ func TestServeMutualTLS(t *testing.T) {
 		t.Fatalf("node-a on node-b: %v %v", res, err)
 	}
 	res.Body.Close()
-	if _, err := client(nil, nil).Get(base + "/readyz"); err == nil {
-		t.Fatal("a client without a certificate was served")
+	// Without a certificate: the probes' endpoints only.
+	anon := client(nil, nil)
+	for path, want := range map[string]int{"/readyz": 200, "/healthz": 200, "/v1/pools": 401, "/v1/nodes/node-a/blocks": 401} {
+		res, err := anon.Get(base + path)
+		if err != nil || res.StatusCode != want {
+			t.Fatalf("%s without a certificate: %v %v, want %d", path, res, err, want)
+		}
+		res.Body.Close()
+	}
+	// A certificate of another CA is never accepted: the client does not
+	// even offer it (it is not of the CA the server asks for), so it counts
+	// as none.
+	other, _ := pki.NewCA("other CA", time.Hour)
+	oc, ok, _ := other.IssueClient("intruder", time.Hour)
+	res, err = client(oc, ok).Get(base + "/v1/pools")
+	if err == nil {
+		res.Body.Close()
+	}
+	if err == nil && res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a certificate of another CA got %d", res.StatusCode)
+	}
+}
+
+// Without TLS flags the server speaks mutual TLS with a development PKI it
+// creates in its data directory (and reuses on the next start).
+func TestServeDevelopmentPKI(t *testing.T) {
+	dataDir := t.TempDir()
+	base := startServer(t, pgtest.NewDatabase(t), "--data-dir", dataDir)
+	base = strings.Replace(base, "http://", "https://", 1)
+	dir := filepath.Join(dataDir, "pki")
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "client-admin.crt"), filepath.Join(dir, "client-admin.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}}}, Timeout: 10 * time.Second}
+	res, err := admin.Get(base + "/v1/pools")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("operator over the development PKI: %v %v", res, err)
+	}
+	res.Body.Close()
+	host, _ := os.Hostname()
+	if _, err := os.Stat(filepath.Join(dir, "node-"+strings.ToLower(host)+".crt")); err != nil {
+		t.Fatalf("no node certificate for this host: %v", err)
+	}
+	// Plain HTTP on the TLS port gets no API answer.
+	res, err = (&http.Client{Timeout: 5 * time.Second}).Get(strings.Replace(base, "https://", "http://", 1) + "/v1/pools")
+	if err == nil {
+		res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP was served on the TLS port")
+		}
 	}
 }
 
@@ -74,6 +129,7 @@ func TestTLSFlagsGoTogether(t *testing.T) {
 		{"--tls-cert-file", "x.crt"},
 		{"--tls-key-file", "x.key"},
 		{"--client-ca-file", "ca.crt"},
+		{"--insecure-http", "--tls-cert-file", "x.crt", "--tls-key-file", "x.key"},
 	} {
 		if _, err := parseConfig("serve", append(args, "--database-url", "postgres://x"), env); err == nil {
 			t.Errorf("%v accepted", args)

@@ -15,12 +15,18 @@ import (
 // node certificate (pki: CN=system:node:NAME) may reach the health endpoints
 // and the routes under /v1/nodes/{node} of its own name, nothing else: not
 // another node's leases, blocks or reconcile, and not pools or releases by
-// address. Operators' certificates, and plain HTTP for local development,
-// are not confined here (the TLS layer decides who may connect at all).
-func authorizeNode(ps problems) ipamv1.MiddlewareFunc {
+// address. Operators' certificates are not confined. With requireCert, a
+// TLS request without a verified certificate reaches the health endpoints
+// only (401 elsewhere); plain HTTP (local development) is not checked.
+func authorizeNode(ps problems, requireCert bool) ipamv1.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			health := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
 			if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+				if requireCert && r.TLS != nil && !health {
+					ps.write(w, r, &alloc.Error{Kind: kindUnauthenticated, Detail: "a client certificate of the service's CA is required"})
+					return
+				}
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -31,7 +37,7 @@ func authorizeNode(ps problems) ipamv1.MiddlewareFunc {
 			}
 			node := chi.URLParam(r, "node")
 			switch {
-			case !id.IsNode(), node == id.Node, r.URL.Path == "/healthz", r.URL.Path == "/readyz":
+			case !id.IsNode(), node == id.Node, health:
 				next.ServeHTTP(w, r)
 			case node != "":
 				ps.write(w, r, &alloc.Error{Kind: kindForbidden, Field: "node",

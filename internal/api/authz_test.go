@@ -35,16 +35,21 @@ func TestNodeCertificateIsConfinedToItsNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(NewHandler(e.store, Options{IsUnavailable: store.IsUnavailable}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	srv := httptest.NewUnstartedServer(NewHandler(e.store, Options{IsUnavailable: store.IsUnavailable, RequireClientCertificate: true}))
+	// As cmd/server: certificates verified when given, required by the API.
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven}
 	srv.StartTLS()
 	defer srv.Close()
 	client := func(certPEM, keyPEM []byte) *http.Client {
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			t.Fatal(err)
+		cfg := &tls.Config{RootCAs: pool}
+		if certPEM != nil {
+			pair, err := tls.X509KeyPair(certPEM, keyPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Certificates = []tls.Certificate{pair}
 		}
-		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
 	}
 	opCert, opKey, _ := ca.IssueClient("platform-team", time.Hour)
 	aCert, aKey, _ := ca.IssueNode("node-a", time.Hour)
@@ -102,13 +107,26 @@ func TestNodeCertificateIsConfinedToItsNode(t *testing.T) {
 			t.Errorf("node-a %s %s: %d %+v", c.method, c.path, s, p)
 		}
 	}
+	// Without a certificate: health only, 401 elsewhere.
+	anon := client(nil, nil)
+	if s, _ := call(anon, "GET", "/readyz", ""); s != 200 {
+		t.Errorf("anonymous readyz: %d", s)
+	}
+	for _, path := range []string{"/v1/pools", "/v1/nodes/node-b/blocks"} {
+		if s, p := call(anon, "GET", path, ""); s != 401 || p.Type != "urn:ipam:problem:unauthenticated" {
+			t.Errorf("anonymous %s: %d %+v", path, s, p)
+		}
+	}
+	if s, _ := call(anon, "DELETE", "/v1/nodes/node-b/attachments/b1/eth0", ""); s != 401 {
+		t.Errorf("anonymous release: %d", s)
+	}
 	if after := e.snapshot(); !maps.Equal(after, before) {
 		t.Error("a refused call changed the database")
 	}
-	// A certificate from another CA does not even connect.
+	// A certificate from another CA counts as none.
 	other, _ := pki.NewCA("other CA", time.Hour)
 	sCert, sKey, _ := other.IssueNode("node-b", time.Hour)
-	if _, err := client(sCert, sKey).Get(srv.URL + "/readyz"); err == nil {
-		t.Error("a certificate of another CA was served")
+	if s, _ := call(client(sCert, sKey), "GET", "/v1/nodes/node-b/blocks", ""); s != 401 {
+		t.Errorf("a certificate of another CA: %d", s)
 	}
 }

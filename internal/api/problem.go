@@ -24,6 +24,7 @@ const problemTypePrefix = "urn:ipam:problem:"
 // Kinds that only the HTTP layer raises, next to the domain's alloc.Kind*
 // constants; together they are the problem types of the API.
 const (
+	kindUnauthenticated      alloc.Kind = "unauthenticated"
 	kindForbidden            alloc.Kind = "forbidden"
 	kindMethodNotAllowed     alloc.Kind = "method-not-allowed"
 	kindPayloadTooLarge      alloc.Kind = "payload-too-large"
@@ -50,6 +51,7 @@ var problemClasses = map[alloc.Kind]problemClass{
 	alloc.KindInUse:          {http.StatusConflict, "In use"},
 	alloc.KindLeaseConflict:  {http.StatusConflict, "Lease conflict"},
 	alloc.KindPoolExhausted:  {http.StatusConflict, "Pool exhausted"},
+	kindUnauthenticated:      {http.StatusUnauthorized, "Unauthenticated"},
 	kindForbidden:            {http.StatusForbidden, "Forbidden"},
 	kindMethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	kindPayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},

@@ -43,6 +43,11 @@ type Options struct {
 	// so clients such as the CNI plugin retry instead of failing. Nil
 	// answers every unclassified error 500.
 	IsUnavailable func(error) bool
+	// RequireClientCertificate answers 401 "unauthenticated" to a request
+	// over TLS without a verified client certificate, except on /healthz
+	// and /readyz (probes carry none). The TLS layer verifies certificates
+	// when given; this makes them mandatory for the API.
+	RequireClientCertificate bool
 }
 
 // Validate reports every invalid option.
@@ -104,7 +109,7 @@ func NewHandler(store Store, o Options) http.Handler {
 		ErrorHandlerFunc: ps.paramError,
 		// The last runs first: a node reaching beyond its node is refused
 		// before its body is looked at.
-		Middlewares: []ipamv1.MiddlewareFunc{requireJSON(ps), authorizeNode(ps)},
+		Middlewares: []ipamv1.MiddlewareFunc{requireJSON(ps), authorizeNode(ps, o.RequireClientCertificate)},
 	})
 }
 
