@@ -148,7 +148,7 @@ func setup(t *testing.T) *e2e {
 	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "plugins": [{
 		"type": "bridge", "bridge": "cni-e2e0", "isGateway": true,
 		"ipam": {"type": "ipam-shim", "server": "https://%s", "caFile": %q, "certFile": %q, "keyFile": %q, "node": "e2e-node"}
-	}]}`, e.netName, listen, filepath.Join(e.dir, "ca.crt"), filepath.Join(e.dir, "node.crt"), filepath.Join(e.dir, "node.key"))
+	}, {"type": "loopback"}]}`, e.netName, listen, filepath.Join(e.dir, "ca.crt"), filepath.Join(e.dir, "node.crt"), filepath.Join(e.dir, "node.key"))
 	if err := os.WriteFile(filepath.Join(e.dir, e.netName+".conflist"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -248,6 +248,9 @@ func TestBridgeLifecycle(t *testing.T) {
 		if l.Owner.Name != "pod1" || l.Attachment.Interface != "eth0" {
 			t.Errorf("lease %+v", l)
 		}
+	}
+	if lo := must(t, nil, "ip", "netns", "exec", e.prefix+"-pod1", "ip", "-o", "link", "show", "lo"); !strings.Contains(lo, "UP") {
+		t.Errorf("loopback is not up in the pod:\n%s", lo)
 	}
 	if out, err := e.cnitool("check", "pod1"); err != nil {
 		t.Fatalf("CHECK: %v\n%s", err, out)
