@@ -9,16 +9,17 @@ ARGS ?=
 BENCH_ARGS ?=
 CEILING ?= ../shared/bench/db-ceiling.sh
 
-.PHONY: run test bench generate lint build postgres curl check-generated
+.PHONY: run test bench generate lint build postgres tools check-generated
 
 postgres:
 	@scripts/ensure-postgres.sh >/dev/null
 
-# The README tour test runs curl; install it like PostgreSQL when missing.
-curl:
-	@command -v curl >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl ca-certificates >&2; } || \
-		{ echo "curl is missing: sudo apt-get install -y curl"; exit 1; }
+# The README tour test runs curl and the CNI end-to-end test ip (iproute2);
+# install them like PostgreSQL when missing.
+tools:
+	@{ command -v curl >/dev/null && command -v ip >/dev/null; } || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl ca-certificates iproute2 >&2; } || \
+		{ echo "curl or ip is missing: sudo apt-get install -y curl iproute2"; exit 1; }
 
 build:
 	$(GO) build -o $(BIN)/ipam-server ./cmd/server
@@ -28,7 +29,7 @@ run: postgres build
 	$(BIN)/ipam-server serve --insecure-http $(ARGS)
 
 ## test: every test, against throwaway PostgreSQL clusters
-test: postgres curl
+test: postgres tools
 	$(GO) test -count=1 ./...
 
 ## bench: allocations/s and p50/p99 over HTTP, with the database ceiling measured in the same run
