@@ -36,7 +36,19 @@ const (
 	defaultShutdownTimeout = 20 * time.Second // cmd/server --shutdown-timeout
 	defaultGracePeriod     = 30               // Kubernetes' terminationGracePeriodSeconds
 	defaultListen          = ":8080"          // cmd/server --listen
+
+	// The server's mutual TLS material: a Secret of this name, mounted
+	// read-only, with the kubernetes.io/tls keys plus ca.crt.
+	tlsSecretName = "ipam-server-tls"
 )
+
+// tlsEnv maps each TLS variable the Deployment must set to the key of the
+// Secret tlsSecretName its file must be.
+var tlsEnv = map[string]string{
+	"IPAM_TLS_CERT_FILE":  "tls.crt",
+	"IPAM_TLS_KEY_FILE":   "tls.key",
+	"IPAM_CLIENT_CA_FILE": "ca.crt",
+}
 
 // knownKinds maps each kind the manifests may hold to its apiVersion: no
 // CRDs, nothing cluster-scoped but the Namespace, no removed API versions.
@@ -205,7 +217,27 @@ type podSpec struct {
 			} `yaml:"preferredDuringSchedulingIgnoredDuringExecution"`
 		} `yaml:"podAntiAffinity"`
 	} `yaml:"affinity"`
-	Containers []container `yaml:"containers"`
+	Containers []container  `yaml:"containers"`
+	Volumes    []kubeVolume `yaml:"volumes"`
+}
+
+type kubeVolume struct {
+	Name   string `yaml:"name"`
+	Secret *struct {
+		SecretName string `yaml:"secretName"`
+		Optional   *bool  `yaml:"optional"`
+		Items      []struct {
+			Key  string `yaml:"key"`
+			Path string `yaml:"path"`
+		} `yaml:"items"`
+	} `yaml:"secret"`
+}
+
+type kubeVolumeMount struct {
+	Name      string `yaml:"name"`
+	MountPath string `yaml:"mountPath"`
+	ReadOnly  bool   `yaml:"readOnly"`
+	SubPath   string `yaml:"subPath"`
 }
 
 type affinityTerm struct {
@@ -255,7 +287,8 @@ type container struct {
 		Requests map[string]string `yaml:"requests"`
 		Limits   map[string]string `yaml:"limits"`
 	} `yaml:"resources"`
-	SecurityContext securityContext `yaml:"securityContext"`
+	SecurityContext securityContext   `yaml:"securityContext"`
+	VolumeMounts    []kubeVolumeMount `yaml:"volumeMounts"`
 }
 
 type envVar struct {
@@ -277,8 +310,9 @@ type containerPort struct {
 
 type probe struct {
 	HTTPGet *struct {
-		Path string      `yaml:"path"`
-		Port intOrString `yaml:"port"`
+		Path   string      `yaml:"path"`
+		Port   intOrString `yaml:"port"`
+		Scheme string      `yaml:"scheme"`
 	} `yaml:"httpGet"`
 }
 
@@ -388,8 +422,8 @@ func parseKustomization(src string) (kustomization, error) {
 
 // kubeSummary is what checkKubernetes learnt, for cross-checks.
 type kubeSummary struct {
-	objects  []kubeObject // those kustomization.yaml applies
-	httpPort int          // the server container's port named http
+	objects   []kubeObject // those kustomization.yaml applies
+	httpsPort int          // the server container's port named https
 }
 
 // checkKubernetes reports every problem with the manifests of one
@@ -447,7 +481,7 @@ func checkKubernetes(files map[string]string) (kubeSummary, error) {
 		errs = append(errs, fmt.Errorf("%v: spec: %w", dep, err))
 	}
 	port, err := checkDeployment(dep, d, all)
-	sum.httpPort = port
+	sum.httpsPort = port
 	errs = append(errs, err)
 	pod := d.Template.Spec
 	podLabels := d.Template.Metadata.Labels
@@ -550,7 +584,7 @@ func checkObjects(k kustomization, objs []kubeObject) error {
 }
 
 // checkDeployment checks the server's Deployment and returns its container
-// port named http.
+// port named https.
 func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, error) {
 	var errs []error
 	fail := func(format string, args ...any) {
@@ -615,25 +649,28 @@ func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, e
 	if err != nil {
 		failC("%v", err)
 	}
+	if err := checkTLS(c, pod, env, all); err != nil {
+		errs = append(errs, prefixErr(fmt.Sprintf("%v: container %q", dep, c.Name), err))
+	}
 
-	// Ports: the server listens on the one named http.
-	httpPort := 0
+	// Ports: the server listens on the one named https.
+	httpsPort := 0
 	names := map[string]bool{}
 	for _, p := range c.Ports {
 		if p.Name != "" && names[p.Name] {
 			failC("port name %q used twice", p.Name)
 		}
 		names[p.Name] = true
-		if p.Name == "http" {
-			httpPort = p.ContainerPort
+		if p.Name == "https" {
+			httpsPort = p.ContainerPort
 		}
 	}
-	if httpPort == 0 {
-		failC("no container port named http")
+	if httpsPort == 0 {
+		failC("no container port named https")
 	} else if _, lp, err := splitHostPort(cmp.Or(env["IPAM_LISTEN"], defaultListen)); err != nil {
 		failC("IPAM_LISTEN: %v", err)
-	} else if lp != strconv.Itoa(httpPort) {
-		failC("IPAM_LISTEN %q listens on port %s, but the container port named http is %d", cmp.Or(env["IPAM_LISTEN"], defaultListen), lp, httpPort)
+	} else if lp != strconv.Itoa(httpsPort) {
+		failC("IPAM_LISTEN %q listens on port %s, but the container port named https is %d", cmp.Or(env["IPAM_LISTEN"], defaultListen), lp, httpsPort)
 	}
 
 	// Probes.
@@ -656,6 +693,9 @@ func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, e
 			}
 			if err := findPort(c, p.probe.HTTPGet.Port, true); err != nil {
 				failC("%s port: %v", p.field, err)
+			}
+			if p.probe.HTTPGet.Scheme != "HTTPS" {
+				failC("%s scheme %q; want HTTPS (the server speaks TLS only)", p.field, p.probe.HTTPGet.Scheme)
 			}
 		}
 	}
@@ -724,10 +764,13 @@ func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, e
 	if ann["prometheus.io/path"] != "/metrics" {
 		fail(`pod annotation prometheus.io/path is %q; want "/metrics"`, ann["prometheus.io/path"])
 	}
-	if p := string(ann["prometheus.io/port"]); httpPort != 0 && p != strconv.Itoa(httpPort) {
-		fail("pod annotation prometheus.io/port is %q; want the http port %d", p, httpPort)
+	if p := string(ann["prometheus.io/port"]); httpsPort != 0 && p != strconv.Itoa(httpsPort) {
+		fail("pod annotation prometheus.io/port is %q; want the https port %d", p, httpsPort)
 	}
-	return httpPort, errors.Join(errs...)
+	if ann["prometheus.io/scheme"] != "https" {
+		fail(`pod annotation prometheus.io/scheme is %q; want "https"`, ann["prometheus.io/scheme"])
+	}
+	return httpsPort, errors.Join(errs...)
 }
 
 func isFalse(b *bool) bool { return b != nil && !*b }
@@ -789,6 +832,83 @@ func checkEnv(c container, all []kubeObject) (map[string]string, error) {
 		errs = append(errs, fmt.Errorf("IPAM_DATABASE_URL comes from key %q of Secret %q, which %s does not hold", ref.Key, ref.Name, s.file))
 	}
 	return env, errors.Join(errs...)
+}
+
+// checkTLS checks that the server speaks mutual TLS: IPAM_INSECURE_HTTP
+// unset, and each of tlsEnv a file of a read-only mount of the Secret
+// tlsSecretName, which a file here documents with that key.
+func checkTLS(c container, pod podSpec, env map[string]string, all []kubeObject) error {
+	var errs []error
+	if slices.ContainsFunc(c.Env, func(e envVar) bool { return e.Name == "IPAM_INSECURE_HTTP" }) {
+		errs = append(errs, errors.New("IPAM_INSECURE_HTTP is set: the API would be served over plain HTTP without authentication"))
+	}
+	j := slices.IndexFunc(all, func(o kubeObject) bool { return o.Kind == "Secret" && o.Metadata.Name == tlsSecretName })
+	if j < 0 {
+		errs = append(errs, fmt.Errorf("no file here (tls%s) documents the Secret %q", exampleSuffix, tlsSecretName))
+	}
+	for _, name := range slices.Sorted(maps.Keys(tlsEnv)) {
+		key := tlsEnv[name]
+		file, ok := env[name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("no %s (a literal value): want the file %s of the Secret %q", name, key, tlsSecretName))
+			continue
+		}
+		if err := checkSecretFile(c, pod, file, key); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", name, file, err))
+		}
+		if j >= 0 {
+			s := all[j]
+			_, inData := s.Data[key]
+			_, inStringData := s.StringData[key]
+			if !inData && !inStringData {
+				errs = append(errs, fmt.Errorf("%s reads key %q of Secret %q, which %s does not hold", name, key, tlsSecretName, s.file))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkSecretFile checks that file is key of the Secret tlsSecretName, as
+// mounted read-only (the whole Secret, not optional) into c.
+func checkSecretFile(c container, pod podSpec, file, key string) error {
+	if !filepath.IsAbs(file) {
+		return errors.New("not an absolute path")
+	}
+	for _, m := range c.VolumeMounts {
+		rel, err := filepath.Rel(m.MountPath, file)
+		if m.MountPath == "" || err != nil || rel == ".." || strings.HasPrefix(rel, "../") || rel == "." {
+			continue
+		}
+		if m.SubPath != "" {
+			return fmt.Errorf("is under the mount of volume %q at %s, which has a subPath", m.Name, m.MountPath)
+		}
+		i := slices.IndexFunc(pod.Volumes, func(v kubeVolume) bool { return v.Name == m.Name })
+		switch {
+		case i < 0:
+			return fmt.Errorf("is under the mount %s of volume %q, which the pod does not define", m.MountPath, m.Name)
+		case pod.Volumes[i].Secret == nil:
+			return fmt.Errorf("is under the mount %s of volume %q, which is not a Secret volume", m.MountPath, m.Name)
+		}
+		sv := pod.Volumes[i].Secret
+		var errs []error
+		if sv.SecretName != tlsSecretName {
+			errs = append(errs, fmt.Errorf("volume %q mounts Secret %q; want %q", m.Name, sv.SecretName, tlsSecretName))
+		}
+		if isTrue(sv.Optional) {
+			errs = append(errs, fmt.Errorf("volume %q is optional: without the Secret the server could not start", m.Name))
+		}
+		if len(sv.Items) > 0 {
+			errs = append(errs, fmt.Errorf("volume %q lists items: mount the whole Secret", m.Name))
+		}
+		if !m.ReadOnly {
+			errs = append(errs, fmt.Errorf("the mount %s of volume %q is not readOnly", m.MountPath, m.Name))
+		}
+		if rel != key {
+			errs = append(errs, fmt.Errorf("is file %q of the mount %s; want %q", rel, m.MountPath, key))
+		}
+		return errors.Join(errs...)
+	}
+	return fmt.Errorf("is under no volume mount of container %q", c.Name)
 }
 
 // findPort checks that v names (or, unless byName, numbers) a port of c.
@@ -992,22 +1112,12 @@ func readKubeDir(t *testing.T, dir string) map[string]string {
 }
 
 func TestKubernetesManifests(t *testing.T) {
-	root := repoRoot(t)
-	sum, err := checkKubernetes(readKubeDir(t, filepath.Join(root, "deploy", kubeDir)))
+	sum, err := checkKubernetes(readKubeDir(t, filepath.Join(repoRoot(t), "deploy", kubeDir)))
 	if err != nil {
 		t.Fatalf("deploy/%s:\n%v", kubeDir, err)
 	}
-	// The image is built from the Dockerfile: it must expose the port.
-	instrs, err := parseDockerfile(readFile(t, filepath.Join(root, "Dockerfile")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := checkDockerfile(instrs, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := strconv.Itoa(sum.httpPort); !slices.Contains(d.final().expose, p) && !slices.Contains(d.final().expose, p+"/tcp") {
-		t.Errorf("the Deployment's http port %s is not EXPOSEd by the Dockerfile (%v)", p, d.final().expose)
+	if sum.httpsPort == 0 {
+		t.Error("the Deployment has no https port")
 	}
 }
 
@@ -1090,6 +1200,17 @@ metadata:
 stringData:
   IPAM_DATABASE_URL: postgres://ipam:x@db:5432/ipam
 `,
+	"tls.example.yaml": `apiVersion: v1
+kind: Secret
+metadata:
+  name: ipam-server-tls
+  namespace: ipam
+type: kubernetes.io/tls
+stringData:
+  tls.crt: cert
+  tls.key: key
+  ca.crt: ca
+`,
 	"service.yaml": `apiVersion: v1
 kind: Service
 metadata:
@@ -1099,9 +1220,9 @@ spec:
   selector:
     app: ipam
   ports:
-    - name: http
-      port: 80
-      targetPort: http
+    - name: https
+      port: 443
+      targetPort: https
 `,
 	"pdb.yaml": `apiVersion: policy/v1
 kind: PodDisruptionBudget
@@ -1131,8 +1252,9 @@ spec:
         tier: api
       annotations:
         prometheus.io/scrape: "true"
-        prometheus.io/port: "8080"
+        prometheus.io/port: "8443"
         prometheus.io/path: /metrics
+        prometheus.io/scheme: https
     spec:
       serviceAccountName: ipam-server
       enableServiceLinks: false
@@ -1160,18 +1282,24 @@ spec:
                   name: ipam-database
                   key: IPAM_DATABASE_URL
             - name: IPAM_LISTEN
-              value: ":8080"
+              value: ":8443"
             - name: IPAM_SHUTDOWN_TIMEOUT
               value: 20s
+            - name: IPAM_TLS_CERT_FILE
+              value: /etc/ipam/tls/tls.crt
+            - name: IPAM_TLS_KEY_FILE
+              value: /etc/ipam/tls/tls.key
+            - name: IPAM_CLIENT_CA_FILE
+              value: /etc/ipam/tls/ca.crt
           ports:
-            - name: http
-              containerPort: 8080
+            - name: https
+              containerPort: 8443
           startupProbe:
-            httpGet: {path: /healthz, port: http}
+            httpGet: {path: /healthz, port: https, scheme: HTTPS}
           livenessProbe:
-            httpGet: {path: /healthz, port: http}
+            httpGet: {path: /healthz, port: https, scheme: HTTPS}
           readinessProbe:
-            httpGet: {path: /readyz, port: http}
+            httpGet: {path: /readyz, port: https, scheme: HTTPS}
           lifecycle:
             preStop:
               sleep:
@@ -1184,6 +1312,14 @@ spec:
             allowPrivilegeEscalation: false
             capabilities:
               drop: [ALL]
+          volumeMounts:
+            - name: tls
+              mountPath: /etc/ipam/tls
+              readOnly: true
+      volumes:
+        - name: tls
+          secret:
+            secretName: ipam-server-tls
 `,
 }
 
@@ -1208,7 +1344,7 @@ func TestCheckKubernetesFindsProblems(t *testing.T) {
 			"      topologySpreadConstraints:\n        - maxSkew: 1\n          topologyKey: kubernetes.io/hostname\n          whenUnsatisfiable: DoNotSchedule\n          labelSelector:\n            matchLabels:\n              app: ipam\n",
 			"      affinity:\n        podAntiAffinity:\n          preferredDuringSchedulingIgnoredDuringExecution:\n            - weight: 100\n              podAffinityTerm:\n                topologyKey: kubernetes.io/hostname\n                labelSelector:\n                  matchLabels: {app: ipam}\n"}}},
 		{name: "two documents in one file", edits: []kubeEdit{
-			{svc, "targetPort: http\n", "targetPort: http\n---\n" + goodKube[pdb] + "---\n"},
+			{svc, "targetPort: https\n", "targetPort: https\n---\n" + goodKube[pdb] + "---\n"},
 			{pdb, "", ""},
 			{kus, "  - pdb.yaml\n", ""}}},
 		{name: "image by digest", edits: []kubeEdit{{dep, "ipam-server:0.1.0", "ipam-server@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}},
@@ -1260,7 +1396,7 @@ func TestCheckKubernetesFindsProblems(t *testing.T) {
 		{name: "migrate instead of serve", edits: []kubeEdit{{dep, `args: ["serve"]`, `args: ["migrate"]`}}, wantErr: "args [migrate]; want [serve]"},
 		{name: "command replaces the entrypoint", edits: []kubeEdit{{dep, `args: ["serve"]`, `command: ["/bin/sh"]` + "\n          " + `args: ["serve"]`}}, wantErr: "replaces the image's ENTRYPOINT"},
 		{name: "misspelt env", edits: []kubeEdit{{dep, "name: IPAM_LISTEN", "name: IPAM_LISTN"}}, wantErr: `env "IPAM_LISTN" is not one the server reads`},
-		{name: "env twice", edits: []kubeEdit{{dep, "            - name: IPAM_SHUTDOWN_TIMEOUT\n", "            - name: IPAM_LISTEN\n              value: \":8080\"\n            - name: IPAM_SHUTDOWN_TIMEOUT\n"}}, wantErr: `env "IPAM_LISTEN" set twice`},
+		{name: "env twice", edits: []kubeEdit{{dep, "            - name: IPAM_SHUTDOWN_TIMEOUT\n", "            - name: IPAM_LISTEN\n              value: \":8443\"\n            - name: IPAM_SHUTDOWN_TIMEOUT\n"}}, wantErr: `env "IPAM_LISTEN" set twice`},
 		{name: "envFrom", edits: []kubeEdit{{dep, "          env:\n", "          envFrom:\n            - configMapRef: {name: ipam}\n          env:\n"}}, wantErr: "envFrom hides variable names"},
 		{name: "database URL in the clear", edits: []kubeEdit{{dep,
 			"              valueFrom:\n                secretKeyRef:\n                  name: ipam-database\n                  key: IPAM_DATABASE_URL\n",
@@ -1270,14 +1406,38 @@ func TestCheckKubernetesFindsProblems(t *testing.T) {
 		{name: "undocumented Secret", edits: []kubeEdit{{dep, "name: ipam-database", "name: ipam-db"}}, wantErr: `Secret "ipam-db", which no file here`},
 		{name: "Secret lacks the key", edits: []kubeEdit{{dep, "key: IPAM_DATABASE_URL", "key: url"}}, wantErr: `key "url" of Secret "ipam-database"`},
 		{name: "optional Secret", edits: []kubeEdit{{dep, "key: IPAM_DATABASE_URL", "key: IPAM_DATABASE_URL\n                  optional: true"}}, wantErr: "secretKeyRef is optional"},
-		{name: "no http port", edits: []kubeEdit{{dep, "- name: http\n              containerPort", "- name: api\n              containerPort"}}, wantErr: "no container port named http"},
-		{name: "listens elsewhere", edits: []kubeEdit{{dep, `value: ":8080"`, `value: ":9090"`}}, wantErr: `IPAM_LISTEN ":9090" listens on port 9090, but the container port named http is 8080`},
+		{name: "no https port", edits: []kubeEdit{{dep, "- name: https\n              containerPort", "- name: api\n              containerPort"}}, wantErr: "no container port named https"},
+		{name: "port named http only", edits: []kubeEdit{{dep, "- name: https\n              containerPort", "- name: http\n              containerPort"}}, wantErr: "no container port named https"},
+		{name: "listens elsewhere", edits: []kubeEdit{{dep, `value: ":8443"`, `value: ":9090"`}}, wantErr: `IPAM_LISTEN ":9090" listens on port 9090, but the container port named https is 8443`},
+		{name: "listens on the default port", edits: []kubeEdit{{dep, "            - name: IPAM_LISTEN\n              value: \":8443\"\n", ""}}, wantErr: `IPAM_LISTEN ":8080" listens on port 8080, but the container port named https is 8443`},
 		{name: "liveness on readyz", edits: []kubeEdit{{dep, "livenessProbe:\n            httpGet: {path: /healthz", "livenessProbe:\n            httpGet: {path: /readyz"}}, wantErr: `livenessProbe path "/readyz"; want "/healthz"`},
 		{name: "readiness on healthz", edits: []kubeEdit{{dep, "path: /readyz", "path: /healthz"}}, wantErr: `readinessProbe path "/healthz"; want "/readyz"`},
-		{name: "no startup probe", edits: []kubeEdit{{dep, "          startupProbe:\n            httpGet: {path: /healthz, port: http}\n", ""}}, wantErr: "no startupProbe"},
-		{name: "tcp probe", edits: []kubeEdit{{dep, "startupProbe:\n            httpGet: {path: /healthz, port: http}", "startupProbe:\n            tcpSocket: {port: http}"}}, wantErr: "startupProbe is not an httpGet"},
-		{name: "probe port unknown", edits: []kubeEdit{{dep, "path: /readyz, port: http", "path: /readyz, port: metrics"}}, wantErr: `readinessProbe port: "metrics" names no port`},
-		{name: "probe port by number", edits: []kubeEdit{{dep, "path: /readyz, port: http", "path: /readyz, port: 8080"}}, wantErr: "readinessProbe port: 8080 is a number"},
+		{name: "no startup probe", edits: []kubeEdit{{dep, "          startupProbe:\n            httpGet: {path: /healthz, port: https, scheme: HTTPS}\n", ""}}, wantErr: "no startupProbe"},
+		{name: "tcp probe", edits: []kubeEdit{{dep, "startupProbe:\n            httpGet: {path: /healthz, port: https, scheme: HTTPS}", "startupProbe:\n            tcpSocket: {port: https}"}}, wantErr: "startupProbe is not an httpGet"},
+		{name: "probe port unknown", edits: []kubeEdit{{dep, "path: /readyz, port: https", "path: /readyz, port: metrics"}}, wantErr: `readinessProbe port: "metrics" names no port`},
+		{name: "probe port by number", edits: []kubeEdit{{dep, "path: /readyz, port: https", "path: /readyz, port: 8443"}}, wantErr: "readinessProbe port: 8443 is a number"},
+		{name: "probe over plain HTTP", edits: []kubeEdit{{dep, "path: /readyz, port: https, scheme: HTTPS", "path: /readyz, port: https, scheme: HTTP"}}, wantErr: `readinessProbe scheme "HTTP"; want HTTPS`},
+		{name: "probe without scheme", edits: []kubeEdit{{dep, "startupProbe:\n            httpGet: {path: /healthz, port: https, scheme: HTTPS}", "startupProbe:\n            httpGet: {path: /healthz, port: https}"}}, wantErr: `startupProbe scheme ""; want HTTPS`},
+
+		// Mutual TLS.
+		{name: "insecure HTTP", edits: []kubeEdit{{dep, "            - name: IPAM_TLS_CERT_FILE\n", "            - name: IPAM_INSECURE_HTTP\n              value: \"true\"\n            - name: IPAM_TLS_CERT_FILE\n"}}, wantErr: "IPAM_INSECURE_HTTP is set"},
+		{name: "insecure HTTP false", edits: []kubeEdit{{dep, "            - name: IPAM_TLS_CERT_FILE\n", "            - name: IPAM_INSECURE_HTTP\n              value: \"false\"\n            - name: IPAM_TLS_CERT_FILE\n"}}, wantErr: "IPAM_INSECURE_HTTP is set"},
+		{name: "no client CA", edits: []kubeEdit{{dep, "            - name: IPAM_CLIENT_CA_FILE\n              value: /etc/ipam/tls/ca.crt\n", ""}}, wantErr: `no IPAM_CLIENT_CA_FILE (a literal value): want the file ca.crt of the Secret "ipam-server-tls"`},
+		{name: "no certificate", edits: []kubeEdit{{dep, "            - name: IPAM_TLS_CERT_FILE\n              value: /etc/ipam/tls/tls.crt\n", ""}}, wantErr: "no IPAM_TLS_CERT_FILE"},
+		{name: "key and certificate swapped", edits: []kubeEdit{{dep, "value: /etc/ipam/tls/tls.key", "value: /etc/ipam/tls/tls.crt"}}, wantErr: `IPAM_TLS_KEY_FILE "/etc/ipam/tls/tls.crt": is file "tls.crt" of the mount /etc/ipam/tls; want "tls.key"`},
+		{name: "certificate outside the mount", edits: []kubeEdit{{dep, "value: /etc/ipam/tls/tls.crt", "value: /etc/ipam/tls.crt"}}, wantErr: `IPAM_TLS_CERT_FILE "/etc/ipam/tls.crt": is under no volume mount`},
+		{name: "relative certificate path", edits: []kubeEdit{{dep, "value: /etc/ipam/tls/tls.crt", "value: tls/tls.crt"}}, wantErr: `IPAM_TLS_CERT_FILE "tls/tls.crt": not an absolute path`},
+		{name: "no volume mount", edits: []kubeEdit{{dep, "          volumeMounts:\n            - name: tls\n              mountPath: /etc/ipam/tls\n              readOnly: true\n", ""}}, wantErr: "is under no volume mount"},
+		{name: "mount not read-only", edits: []kubeEdit{{dep, "              readOnly: true\n", ""}}, wantErr: "the mount /etc/ipam/tls of volume \"tls\" is not readOnly"},
+		{name: "mount of an undefined volume", edits: []kubeEdit{{dep, "      volumes:\n        - name: tls\n", "      volumes:\n        - name: certs\n"}}, wantErr: `volume "tls", which the pod does not define`},
+		{name: "emptyDir instead of the Secret", edits: []kubeEdit{{dep, "          secret:\n            secretName: ipam-server-tls\n", "          emptyDir: {}\n"}}, wantErr: "which is not a Secret volume"},
+		{name: "another Secret mounted", edits: []kubeEdit{{dep, "secretName: ipam-server-tls", "secretName: ipam-tls"}}, wantErr: `volume "tls" mounts Secret "ipam-tls"; want "ipam-server-tls"`},
+		{name: "optional Secret volume", edits: []kubeEdit{{dep, "secretName: ipam-server-tls", "secretName: ipam-server-tls\n            optional: true"}}, wantErr: `volume "tls" is optional`},
+		{name: "Secret volume items", edits: []kubeEdit{{dep, "secretName: ipam-server-tls", "secretName: ipam-server-tls\n            items: [{key: tls.crt, path: tls.crt}]"}}, wantErr: "lists items: mount the whole Secret"},
+		{name: "subPath mount", edits: []kubeEdit{{dep, "              readOnly: true\n", "              readOnly: true\n              subPath: tls\n"}}, wantErr: "which has a subPath"},
+		{name: "TLS Secret undocumented", edits: []kubeEdit{{"tls.example.yaml", "", ""}}, wantErr: `no file here (tls.example.yaml) documents the Secret "ipam-server-tls"`},
+		{name: "TLS Secret lacks ca.crt", edits: []kubeEdit{{"tls.example.yaml", "  ca.crt: ca\n", ""}}, wantErr: `IPAM_CLIENT_CA_FILE reads key "ca.crt" of Secret "ipam-server-tls", which tls.example.yaml does not hold`},
+		{name: "TLS example applied", edits: []kubeEdit{{kus, "  - pdb.yaml\n", "  - pdb.yaml\n  - tls.example.yaml\n"}}, wantErr: `lists the example "tls.example.yaml"`},
 		{name: "grace period equals the shutdown timeout", edits: []kubeEdit{{dep, "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds: 20"}},
 			wantErr: "terminationGracePeriodSeconds 20 is not more than the preStop sleep (5s) plus IPAM_SHUTDOWN_TIMEOUT (20s)"},
 		{name: "shutdown timeout longer than the grace period", edits: []kubeEdit{{dep, "value: 20s", "value: 1m"}},
@@ -1313,15 +1473,18 @@ func TestCheckKubernetesFindsProblems(t *testing.T) {
 			wantErr: "podAntiAffinity term 0 (kubernetes.io/hostname): labelSelector does not select the pods"},
 		{name: "not scraped", edits: []kubeEdit{{dep, `        prometheus.io/scrape: "true"` + "\n", ""}}, wantErr: `prometheus.io/scrape is ""`},
 		{name: "scrape path", edits: []kubeEdit{{dep, "prometheus.io/path: /metrics", "prometheus.io/path: /metric"}}, wantErr: `prometheus.io/path is "/metric"`},
-		{name: "scrape port", edits: []kubeEdit{{dep, `prometheus.io/port: "8080"`, `prometheus.io/port: "9090"`}}, wantErr: `prometheus.io/port is "9090"; want the http port 8080`},
+		{name: "scrape port", edits: []kubeEdit{{dep, `prometheus.io/port: "8443"`, `prometheus.io/port: "9090"`}}, wantErr: `prometheus.io/port is "9090"; want the https port 8443`},
+		{name: "scrape scheme missing", edits: []kubeEdit{{dep, "        prometheus.io/scheme: https\n", ""}}, wantErr: `prometheus.io/scheme is ""; want "https"`},
+		{name: "scrape over http", edits: []kubeEdit{{dep, "prometheus.io/scheme: https", "prometheus.io/scheme: http"}}, wantErr: `prometheus.io/scheme is "http"; want "https"`},
 		{name: "sidecar", edits: []kubeEdit{{dep, "      containers:\n", "      containers:\n        - name: proxy\n          image: envoy:1.30\n"}}, wantErr: "2 containers"},
 
 		// The Service.
 		{name: "service selects other pods", edits: []kubeEdit{{svc, "app: ipam", "app: ipam-server"}}, wantErr: "selector map[app:ipam-server] does not select the Deployment's pods"},
 		{name: "service without selector", edits: []kubeEdit{{svc, "  selector:\n    app: ipam\n", ""}}, wantErr: "has no selector"},
-		{name: "service target port unknown", edits: []kubeEdit{{svc, "targetPort: http", "targetPort: web"}}, wantErr: `port 80 targetPort: "web" names no port`},
-		{name: "service target port number", edits: []kubeEdit{{svc, "targetPort: http", "targetPort: 8080"}}, wantErr: "port 80 targetPort: 8080 is a number"},
-		{name: "service without target port", edits: []kubeEdit{{svc, "      targetPort: http\n", ""}}, wantErr: "port 80 has no targetPort"},
+		{name: "service target port unknown", edits: []kubeEdit{{svc, "targetPort: https", "targetPort: web"}}, wantErr: `port 443 targetPort: "web" names no port`},
+		{name: "service target port http", edits: []kubeEdit{{svc, "targetPort: https", "targetPort: http"}}, wantErr: `port 443 targetPort: "http" names no port`},
+		{name: "service target port number", edits: []kubeEdit{{svc, "targetPort: https", "targetPort: 8443"}}, wantErr: "port 443 targetPort: 8443 is a number"},
+		{name: "service without target port", edits: []kubeEdit{{svc, "      targetPort: https\n", ""}}, wantErr: "port 443 has no targetPort"},
 		{name: "service exposed", edits: []kubeEdit{{svc, "spec:\n", "spec:\n  type: LoadBalancer\n"}}, wantErr: "type LoadBalancer; want ClusterIP"},
 
 		// The PodDisruptionBudget.
