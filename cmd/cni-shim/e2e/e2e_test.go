@@ -273,6 +273,11 @@ func TestBridgeLifecycle(t *testing.T) {
 	if err == nil || !strings.Contains(out, "unreachable") {
 		t.Fatalf("ADD with the service down: %v\n%s", err, out)
 	}
+	// The shim itself, as the runtime sees it: error code 11.
+	add := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "bridge", "ipam": %s}`, e.netName, e.ipamSection("e2e-node"))
+	if out, err := e.shim("ADD", "direct", add); err == nil || !strings.Contains(out, `"code": 11`) {
+		t.Fatalf("shim ADD with the service down: %v\n%s", err, out)
+	}
 	e.startServer()
 	if held := e.leases(); len(held) != 0 {
 		t.Fatalf("leases after a failed ADD: %+v", held)
