@@ -182,28 +182,17 @@ func stopReplicas(rs []*replica) {
 	wg.Wait()
 }
 
-// runGC is cmd/server's GC loop: release expired pending leases and purge
-// cooled addresses every interval until ctx ends.
+// runGC is cmd/server's GC loop (store.RunMaintenance), counted for the
+// report.
 func runGC(ctx context.Context, st *store.Store, every time.Duration, log *slog.Logger, gc *gcStats) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	store.RunMaintenance(ctx, st, every, func(_ context.Context, p store.MaintenancePass) {
+		gc.expired.Add(p.Expired)
+		gc.purged.Add(p.Purged)
+		for _, err := range []error{p.ExpireErr, p.PurgeErr} {
+			if err != nil {
+				gc.errors.Add(1)
+				log.Error("store maintenance", "err", err)
+			}
 		}
-		n, err := st.ExpirePending(ctx)
-		gc.expired.Add(n)
-		if err != nil && ctx.Err() == nil {
-			gc.errors.Add(1)
-			log.Error("expiring pending leases", "err", err)
-		}
-		n, err = st.PurgeCooled(ctx)
-		gc.purged.Add(n)
-		if err != nil && ctx.Err() == nil {
-			gc.errors.Add(1)
-			log.Error("purging cooled addresses", "err", err)
-		}
-	}
+	})
 }

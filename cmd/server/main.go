@@ -194,39 +194,25 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 	return err
 }
 
-// maintainer is what the GC loop needs of the store.
-type maintainer interface {
-	ExpirePending(ctx context.Context) (int64, error)
-	PurgeCooled(ctx context.Context) (int64, error)
-}
-
-// runGC releases expired pending leases and purges cooled addresses every
-// interval until ctx ends, and counts both and its failures. Every replica
-// runs it; SKIP LOCKED splits work.
-func runGC(ctx context.Context, st maintainer, every time.Duration, log *slog.Logger, m gcMetrics) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+// runGC runs the store's maintenance until ctx ends, logging and counting
+// what each pass released, purged and failed at.
+func runGC(ctx context.Context, st store.Maintainer, every time.Duration, log *slog.Logger, m gcMetrics) {
+	store.RunMaintenance(ctx, st, every, func(ctx context.Context, p store.MaintenancePass) {
+		for _, err := range []error{p.ExpireErr, p.PurgeErr} {
+			if err != nil {
+				log.Error("store maintenance", "err", err)
+				m.errors.Add(ctx, 1)
+			}
 		}
-		if n, err := st.ExpirePending(ctx); err != nil && ctx.Err() == nil {
-			log.Error("expiring pending leases", "err", err)
-			m.errors.Add(ctx, 1)
-		} else if n > 0 {
-			log.Info("released expired pending leases", "count", n)
-			m.expired.Add(ctx, n)
+		if p.Expired > 0 {
+			log.Info("released expired pending leases", "count", p.Expired)
+			m.expired.Add(ctx, p.Expired)
 		}
-		if n, err := st.PurgeCooled(ctx); err != nil && ctx.Err() == nil {
-			log.Error("purging cooled addresses", "err", err)
-			m.errors.Add(ctx, 1)
-		} else if n > 0 {
-			log.Debug("purged cooled addresses", "count", n)
-			m.purged.Add(ctx, n)
+		if p.Purged > 0 {
+			log.Debug("purged cooled addresses", "count", p.Purged)
+			m.purged.Add(ctx, p.Purged)
 		}
-	}
+	})
 }
 
 // serverTLS is the TLS configuration of the listener: the server's

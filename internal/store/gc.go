@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -91,3 +92,38 @@ func (s *Store) PurgeCooled(ctx context.Context) (int64, error) {
 
 // purgeLockKey is the advisory lock key of PurgeCooled ("ipamgc" in ASCII).
 const purgeLockKey int64 = 0x697061_6d6763
+
+// Maintainer is what RunMaintenance drives; *Store is one.
+type Maintainer interface {
+	ExpirePending(ctx context.Context) (int64, error)
+	PurgeCooled(ctx context.Context) (int64, error)
+}
+
+// MaintenancePass is the outcome of one pass of RunMaintenance. An error
+// caused by ctx ending is not reported.
+type MaintenancePass struct {
+	Expired, Purged     int64
+	ExpireErr, PurgeErr error
+}
+
+// RunMaintenance releases expired pending leases and purges cooled
+// addresses every interval until ctx ends, handing each pass to report.
+// Every replica may run it: SKIP LOCKED and the purge lock split the work.
+func RunMaintenance(ctx context.Context, m Maintainer, every time.Duration, report func(context.Context, MaintenancePass)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var p MaintenancePass
+		p.Expired, p.ExpireErr = m.ExpirePending(ctx)
+		p.Purged, p.PurgeErr = m.PurgeCooled(ctx)
+		if ctx.Err() != nil {
+			p.ExpireErr, p.PurgeErr = nil, nil
+		}
+		report(ctx, p)
+	}
+}
