@@ -466,7 +466,7 @@ func TestCheckCNIFindsProblems(t *testing.T) {
 		{"install from another image", ds, "image: ghcr.io/ipam-dev/ipam-cni:0.1.0", "image: busybox:1.36", "no initContainer runs"},
 		{"conflist not copied", ds, "cp /config/10-bridge-ipam.conflist", "cat /config/10-bridge-ipam.conflist", "does not cp /config/10-bridge-ipam.conflist"},
 		{"cm not json", cm, `"name": "ipam-bridge",`, `"name": "ipam-bridge"`, "not JSON"},
-		{"cm unknown ipam key", cm, `"pool": "default",`, `"pools": "default",`, `key "pools" is not one the shim accepts`},
+		{"cm unknown ipam key", cm, `"pool": "default",`, `"ipPool": "default",`, `key "ipPool" is not one the shim accepts`},
 		{"cm plain http", cm, "https://ipam.example.internal:8443", "http://ipam.example.internal:8080", "is not https://HOST"},
 		{"cm svc name", cm, "https://ipam.example.internal:8443", "https://ipam-server.ipam.svc:443", "does not know cluster DNS names"},
 		{"cm key elsewhere", cm, "/etc/ipam/pki/node.key", "/root/node.key", `keyFile "/root/node.key" is not under /etc/ipam/pki`},

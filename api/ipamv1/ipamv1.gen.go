@@ -19,6 +19,24 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for BlockSource.
+const (
+	Adopted BlockSource = "adopted"
+	Carved  BlockSource = "carved"
+)
+
+// Valid indicates whether the value is a known member of the BlockSource enum.
+func (e BlockSource) Valid() bool {
+	switch e {
+	case Adopted:
+		return true
+	case Carved:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Family.
 const (
 	Ipv4 Family = "ipv4"
@@ -31,6 +49,84 @@ func (e Family) Valid() bool {
 	case Ipv4:
 		return true
 	case Ipv6:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LabelSelectorRequirementOperator.
+const (
+	DoesNotExist LabelSelectorRequirementOperator = "DoesNotExist"
+	Exists       LabelSelectorRequirementOperator = "Exists"
+	In           LabelSelectorRequirementOperator = "In"
+	NotIn        LabelSelectorRequirementOperator = "NotIn"
+)
+
+// Valid indicates whether the value is a known member of the LabelSelectorRequirementOperator enum.
+func (e LabelSelectorRequirementOperator) Valid() bool {
+	switch e {
+	case DoesNotExist:
+		return true
+	case Exists:
+		return true
+	case In:
+		return true
+	case NotIn:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LeaseSelectedBy.
+const (
+	LeaseSelectedByDefault             LeaseSelectedBy = "default"
+	LeaseSelectedByNamespaceAnnotation LeaseSelectedBy = "namespace-annotation"
+	LeaseSelectedByPodAnnotation       LeaseSelectedBy = "pod-annotation"
+	LeaseSelectedByRequest             LeaseSelectedBy = "request"
+	LeaseSelectedBySelector            LeaseSelectedBy = "selector"
+)
+
+// Valid indicates whether the value is a known member of the LeaseSelectedBy enum.
+func (e LeaseSelectedBy) Valid() bool {
+	switch e {
+	case LeaseSelectedByDefault:
+		return true
+	case LeaseSelectedByNamespaceAnnotation:
+		return true
+	case LeaseSelectedByPodAnnotation:
+		return true
+	case LeaseSelectedByRequest:
+		return true
+	case LeaseSelectedBySelector:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LeaseAddressSelectedBy.
+const (
+	LeaseAddressSelectedByDefault             LeaseAddressSelectedBy = "default"
+	LeaseAddressSelectedByNamespaceAnnotation LeaseAddressSelectedBy = "namespace-annotation"
+	LeaseAddressSelectedByPodAnnotation       LeaseAddressSelectedBy = "pod-annotation"
+	LeaseAddressSelectedByRequest             LeaseAddressSelectedBy = "request"
+	LeaseAddressSelectedBySelector            LeaseAddressSelectedBy = "selector"
+)
+
+// Valid indicates whether the value is a known member of the LeaseAddressSelectedBy enum.
+func (e LeaseAddressSelectedBy) Valid() bool {
+	switch e {
+	case LeaseAddressSelectedByDefault:
+		return true
+	case LeaseAddressSelectedByNamespaceAnnotation:
+		return true
+	case LeaseAddressSelectedByPodAnnotation:
+		return true
+	case LeaseAddressSelectedByRequest:
+		return true
+	case LeaseAddressSelectedBySelector:
 		return true
 	default:
 		return false
@@ -76,6 +172,30 @@ func (e NodeAddressType) Valid() bool {
 	}
 }
 
+// Defines values for PoolSpecMode.
+const (
+	ClusterPool PoolSpecMode = "cluster-pool"
+	MultiPool   PoolSpecMode = "multi-pool"
+)
+
+// Valid indicates whether the value is a known member of the PoolSpecMode enum.
+func (e PoolSpecMode) Valid() bool {
+	switch e {
+	case ClusterPool:
+		return true
+	case MultiPool:
+		return true
+	default:
+		return false
+	}
+}
+
+// AddressRange defines model for AddressRange.
+type AddressRange struct {
+	End   string `json:"end"`
+	Start string `json:"start"`
+}
+
 // Allocation defines model for Allocation.
 type Allocation struct {
 	Addresses   []LeaseAddress `json:"addresses"`
@@ -108,7 +228,13 @@ type Block struct {
 	Node     string            `json:"node"`
 	Pool     string            `json:"pool"`
 	Reserved ReservedAddresses `json:"reserved"`
+
+	// Source Carved from the pool by this service, or adopted from the node's Kubernetes podCIDRs.
+	Source *BlockSource `json:"source,omitempty"`
 }
+
+// BlockSource Carved from the pool by this service, or adopted from the node's Kubernetes podCIDRs.
+type BlockSource string
 
 // BlockList defines model for BlockList.
 type BlockList struct {
@@ -124,6 +250,12 @@ type CarveRequest struct {
 // Family defines model for Family.
 type Family string
 
+// FamilyPools A pool per family; wins over `pool`.
+type FamilyPools struct {
+	Ipv4 *string `json:"ipv4,omitempty"`
+	Ipv6 *string `json:"ipv6,omitempty"`
+}
+
 // Health defines model for Health.
 type Health struct {
 	SchemaVersion *int64 `json:"schemaVersion,omitempty"`
@@ -131,6 +263,22 @@ type Health struct {
 	// Status Example: ok
 	Status string `json:"status"`
 }
+
+// LabelSelector A Kubernetes label selector; an empty one matches everything.
+type LabelSelector struct {
+	MatchExpressions *[]LabelSelectorRequirement `json:"matchExpressions,omitempty"`
+	MatchLabels      *Labels                     `json:"matchLabels,omitempty"`
+}
+
+// LabelSelectorRequirement defines model for LabelSelectorRequirement.
+type LabelSelectorRequirement struct {
+	Key      string                           `json:"key"`
+	Operator LabelSelectorRequirementOperator `json:"operator"`
+	Values   *[]string                        `json:"values,omitempty"`
+}
+
+// LabelSelectorRequirementOperator defines model for LabelSelectorRequirement.Operator.
+type LabelSelectorRequirementOperator string
 
 // Labels defines model for Labels.
 type Labels map[string]string
@@ -152,8 +300,15 @@ type Lease struct {
 	Owner         Owner      `json:"owner"`
 	Pool          string     `json:"pool"`
 	ReleasedAt    *time.Time `json:"releasedAt,omitempty"`
-	State         LeaseState `json:"state"`
+
+	// SelectedBy The rule that chose the pool.
+	SelectedBy     *LeaseSelectedBy `json:"selectedBy,omitempty"`
+	SkipMasquerade *bool            `json:"skipMasquerade,omitempty"`
+	State          LeaseState       `json:"state"`
 }
+
+// LeaseSelectedBy The rule that chose the pool.
+type LeaseSelectedBy string
 
 // LeaseAddress defines model for LeaseAddress.
 type LeaseAddress struct {
@@ -163,7 +318,14 @@ type LeaseAddress struct {
 	Family  Family  `json:"family"`
 	Gateway *string `json:"gateway,omitempty"`
 	Pool    string  `json:"pool"`
+
+	// SelectedBy The rule that chose the pool.
+	SelectedBy     *LeaseAddressSelectedBy `json:"selectedBy,omitempty"`
+	SkipMasquerade bool                    `json:"skipMasquerade"`
 }
+
+// LeaseAddressSelectedBy The rule that chose the pool.
+type LeaseAddressSelectedBy string
 
 // LeaseList defines model for LeaseList.
 type LeaseList struct {
@@ -178,13 +340,33 @@ type LeaseRequest struct {
 	// Expire Lease as pending, released after the expiry unless confirmed.
 	Expire *bool `json:"expire,omitempty"`
 
-	// Families Families to lease; default every family the pool has.
+	// Families Families to lease; default every family for which some rule
+	// finds a pool that has it.
 	Families  *[]Family `json:"families,omitempty"`
 	Interface string    `json:"interface"`
-	Owner     Owner     `json:"owner"`
 
-	// Pool Pool name; default "default".
+	// Namespace The labels and annotations of the Pod or its namespace, for pool
+	// selection. Left out, the server looks them up in Kubernetes when it
+	// has access; otherwise they count as empty.
+	Namespace *ObjectMetadata `json:"namespace,omitempty"`
+	Owner     Owner           `json:"owner"`
+
+	// Pod The labels and annotations of the Pod or its namespace, for pool
+	// selection. Left out, the server looks them up in Kubernetes when it
+	// has access; otherwise they count as empty.
+	Pod *ObjectMetadata `json:"pod,omitempty"`
+
+	// Pool A pool for every family, overriding annotations and selectors.
+	// Without it (and without `pools`), the pool of each family is
+	// chosen as Cilium does: the Pod's annotations
+	// ipam.cilium.io/ipv4-pool or ipv6-pool, then ip-pool; the same
+	// keys on the namespace; the pools whose podSelector and
+	// namespaceSelector match (exactly one per family); the default
+	// pool, unless ipam.cilium.io/require-pool-match is "true".
 	Pool *string `json:"pool,omitempty"`
+
+	// Pools A pool per family; wins over `pool`.
+	Pools *FamilyPools `json:"pools,omitempty"`
 }
 
 // LeaseState defines model for LeaseState.
@@ -234,9 +416,25 @@ type NodeLocalAddresses struct {
 
 // NodeSpec defines model for NodeSpec.
 type NodeSpec struct {
-	Addresses  *[]NodeAddress `json:"addresses,omitempty"`
-	Labels     *Labels        `json:"labels,omitempty"`
-	ProviderID *string        `json:"providerID,omitempty"`
+	Addresses *[]NodeAddress `json:"addresses,omitempty"`
+	Labels    *Labels        `json:"labels,omitempty"`
+
+	// PodCIDRs CIDRs Kubernetes already assigned the node (Node.spec.podCIDRs),
+	// adopted as its blocks: each must lie inside a CIDR of a pool and
+	// have its maskSize. A node that holds other blocks of that pool
+	// and family is refused (409 conflict: "node has CIDRs allocated
+	// (...) that conflict with requested CIDRs (...)"); a CIDR of
+	// another node is an overlap.
+	PodCIDRs   *[]string `json:"podCIDRs,omitempty"`
+	ProviderID *string   `json:"providerID,omitempty"`
+}
+
+// ObjectMetadata The labels and annotations of the Pod or its namespace, for pool
+// selection. Left out, the server looks them up in Kubernetes when it
+// has access; otherwise they count as empty.
+type ObjectMetadata struct {
+	Annotations *Labels `json:"annotations,omitempty"`
+	Labels      *Labels `json:"labels,omitempty"`
 }
 
 // Owner defines model for Owner.
@@ -257,6 +455,16 @@ type Pool struct {
 	UpdatedAt time.Time  `json:"updatedAt"`
 }
 
+// PoolCIDRConfig defines model for PoolCIDRConfig.
+type PoolCIDRConfig struct {
+	Cidr string `json:"cidr"`
+
+	// ReservedRanges Inclusive address ranges inside `cidr` (at most 32) that no new
+	// block may overlap; blocks already there keep working, so a CIDR
+	// can be retired without orphans.
+	ReservedRanges *[]AddressRange `json:"reservedRanges,omitempty"`
+}
+
 // PoolFamilySpec defines model for PoolFamilySpec.
 type PoolFamilySpec struct {
 	// Cidrs Canonical CIDRs, 1 to 32; no two overlap within the space.
@@ -264,6 +472,10 @@ type PoolFamilySpec struct {
 
 	// MaskSize Prefix length of each node block (immutable).
 	MaskSize int `json:"maskSize"`
+
+	// Pool Per-CIDR settings (Cilium 1.21's spec.ipv4.pool[]): each `cidr`
+	// must be one of `cidrs`, listed once.
+	Pool *[]PoolCIDRConfig `json:"pool,omitempty"`
 }
 
 // PoolFamilyStatus defines model for PoolFamilyStatus.
@@ -306,16 +518,45 @@ type PoolSpec struct {
 	AllowFirstIP *bool `json:"allowFirstIP,omitempty"`
 
 	// AllowLastIP Lease the last (broadcast) address of each block.
-	AllowLastIP *bool           `json:"allowLastIP,omitempty"`
-	Ipv4        *PoolFamilySpec `json:"ipv4,omitempty"`
-	Ipv6        *PoolFamilySpec `json:"ipv6,omitempty"`
+	AllowLastIP *bool `json:"allowLastIP,omitempty"`
+
+	// Disabled Carve no new block; leases of existing blocks go on.
+	Disabled *bool           `json:"disabled,omitempty"`
+	Ipv4     *PoolFamilySpec `json:"ipv4,omitempty"`
+	Ipv6     *PoolFamilySpec `json:"ipv6,omitempty"`
+
+	// Mode multi-pool (default): blocks are carved as a node's demand grows
+	// and free blocks above it go back after a hold-off. cluster-pool:
+	// each node gets one block per family, at registration or first
+	// lease, that never grows ("node range full" when it is).
+	Mode *PoolSpecMode `json:"mode,omitempty"`
+
+	// NamespaceSelector A Kubernetes label selector; an empty one matches everything.
+	NamespaceSelector *LabelSelector `json:"namespaceSelector,omitempty"`
 
 	// NodeLocal Addresses each block keeps for the node itself, taken in this order
 	// from the first usable addresses: router (returned as the gateway),
 	// health, ingress. Cilium reserves router and health, and ingress when
 	// Ingress is enabled.
 	NodeLocal *NodeLocalAddresses `json:"nodeLocal,omitempty"`
+
+	// PodSelector A Kubernetes label selector; an empty one matches everything.
+	PodSelector *LabelSelector `json:"podSelector,omitempty"`
+
+	// PreAllocate Multi-pool: addresses per node and family kept available beyond
+	// demand, needed = neededIPCeil(inUse + pending + cooling,
+	// preAllocate). Default 8 for the default pool, 0 for others.
+	PreAllocate *int `json:"preAllocate,omitempty"`
+
+	// SkipMasquerade Returned with every lease of the pool (Cilium's ipam.cilium.io/skip-masquerade).
+	SkipMasquerade *bool `json:"skipMasquerade,omitempty"`
 }
+
+// PoolSpecMode multi-pool (default): blocks are carved as a node's demand grows
+// and free blocks above it go back after a hold-off. cluster-pool:
+// each node gets one block per family, at registration or first
+// lease, that never grows ("node range full" when it is).
+type PoolSpecMode string
 
 // PoolStatus defines model for PoolStatus.
 type PoolStatus struct {
@@ -337,14 +578,17 @@ type Problem struct {
 	// Field The request field at fault, as a JSON path (spec.ipv4.cidrs[0]) or a parameter name.
 	Field    *string `json:"field,omitempty"`
 	Instance *string `json:"instance,omitempty"`
-	Pool     *string `json:"pool,omitempty"`
-	Status   int     `json:"status"`
-	Title    string  `json:"title"`
+
+	// Nodes For in-use, nodes that hold what the request would remove (at most 20; detail counts the rest).
+	Nodes  *[]string `json:"nodes,omitempty"`
+	Pool   *string   `json:"pool,omitempty"`
+	Status int       `json:"status"`
+	Title  string    `json:"title"`
 
 	// Type A stable URI per cause, e.g. urn:ipam:problem:pool-exhausted,
-	// invalid-input, not-found, conflict, in-use, immutable-field,
-	// overlap, lease-conflict, method-not-allowed, payload-too-large,
-	// unavailable, internal.
+	// pool-match, invalid-input, not-found, conflict, in-use,
+	// immutable-field, overlap, lease-conflict, method-not-allowed,
+	// payload-too-large, unavailable, internal.
 	Type string `json:"type"`
 }
 
@@ -403,6 +647,9 @@ type ContainerIDParam = string
 
 // ContinueParam defines model for ContinueParam.
 type ContinueParam = string
+
+// DryRunParam defines model for DryRunParam.
+type DryRunParam = bool
 
 // InterfaceParam defines model for InterfaceParam.
 type InterfaceParam = string
@@ -548,10 +795,16 @@ type ListPoolsParams struct {
 type CreatePoolParams struct {
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+
+	// DryRun Check and answer what the request would do, writing nothing.
+	DryRun *DryRunParam `form:"dryRun,omitempty" json:"dryRun,omitempty"`
 }
 
 // DeletePoolParams defines parameters for DeletePool.
 type DeletePoolParams struct {
+	// DryRun Check and answer what the request would do, writing nothing.
+	DryRun *DryRunParam `form:"dryRun,omitempty" json:"dryRun,omitempty"`
+
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
@@ -564,6 +817,9 @@ type GetPoolParams struct {
 
 // UpdatePoolParams defines parameters for UpdatePool.
 type UpdatePoolParams struct {
+	// DryRun Check and answer what the request would do, writing nothing.
+	DryRun *DryRunParam `form:"dryRun,omitempty" json:"dryRun,omitempty"`
+
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
@@ -812,6 +1068,8 @@ type ClientInterface interface {
 	//
 	// Creating a pool that exists with the same labels and spec answers it
 	// again (201, an idempotent retry); with other labels or spec, 409.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be created (200), or the refusal a real request would get.
 	CreatePoolWithBody(ctx context.Context, params *CreatePoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreatePool performs a POST /v1/pools (the `CreatePool` operationId) request.
@@ -819,9 +1077,11 @@ type ClientInterface interface {
 	//
 	// Creating a pool that exists with the same labels and spec answers it
 	// again (201, an idempotent retry); with other labels or spec, 409.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be created (200), or the refusal a real request would get.
 	CreatePool(ctx context.Context, params *CreatePoolParams, body CreatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// DeletePool Delete a pool that has no blocks.
+	// DeletePool Delete a pool no node holds a block of (409 in-use names the nodes).
 	//
 	// Corresponds with DELETE /v1/pools/{pool} (the `DeletePool` operationId).
 	DeletePool(ctx context.Context, pool PoolNameParam, params *DeletePoolParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -832,9 +1092,14 @@ type ClientInterface interface {
 	// UpdatePoolWithBody Replace labels and spec.
 	//
 	// `maskSize`, `allowFirstIP`, `allowLastIP` and the node-local
-	// reservations are immutable; CIDRs may be added, and removed only when
-	// no block was carved from them; a family may be added, not removed
-	// while it has blocks.
+	// reservations are immutable; CIDRs may be appended live, and removed
+	// only while no node holds a block carved from them (409 in-use naming
+	// the nodes); a family may be added, not removed while it has blocks.
+	// `mode` may change from cluster-pool to multi-pool (one way; every
+	// block and lease stays); left out, it keeps its value. Reserved ranges
+	// stop new blocks in them while blocks already there keep serving.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -844,9 +1109,14 @@ type ClientInterface interface {
 	// UpdatePool Replace labels and spec.
 	//
 	// `maskSize`, `allowFirstIP`, `allowLastIP` and the node-local
-	// reservations are immutable; CIDRs may be added, and removed only when
-	// no block was carved from them; a family may be added, not removed
-	// while it has blocks.
+	// reservations are immutable; CIDRs may be appended live, and removed
+	// only while no node holds a block carved from them (409 in-use naming
+	// the nodes); a family may be added, not removed while it has blocks.
+	// `mode` may change from cluster-pool to multi-pool (one way; every
+	// block and lease stays); left out, it keeps its value. Reserved ranges
+	// stop new blocks in them while blocks already there keep serving.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1236,6 +1506,8 @@ func (c *Client) ListPools(ctx context.Context, params *ListPoolsParams, reqEdit
 //
 // Creating a pool that exists with the same labels and spec answers it
 // again (201, an idempotent retry); with other labels or spec, 409.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be created (200), or the refusal a real request would get.
 func (c *Client) CreatePoolWithBody(ctx context.Context, params *CreatePoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreatePoolRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
@@ -1253,6 +1525,8 @@ func (c *Client) CreatePoolWithBody(ctx context.Context, params *CreatePoolParam
 //
 // Creating a pool that exists with the same labels and spec answers it
 // again (201, an idempotent retry); with other labels or spec, 409.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be created (200), or the refusal a real request would get.
 func (c *Client) CreatePool(ctx context.Context, params *CreatePoolParams, body CreatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreatePoolRequest(c.Server, params, body)
 	if err != nil {
@@ -1265,7 +1539,7 @@ func (c *Client) CreatePool(ctx context.Context, params *CreatePoolParams, body 
 	return c.Client.Do(req)
 }
 
-// DeletePool Delete a pool that has no blocks.
+// DeletePool Delete a pool no node holds a block of (409 in-use names the nodes).
 //
 // Corresponds with DELETE /v1/pools/{pool} (the `DeletePool` operationId).
 func (c *Client) DeletePool(ctx context.Context, pool PoolNameParam, params *DeletePoolParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1296,9 +1570,14 @@ func (c *Client) GetPool(ctx context.Context, pool PoolNameParam, params *GetPoo
 // UpdatePoolWithBody Replace labels and spec.
 //
 // `maskSize`, `allowFirstIP`, `allowLastIP` and the node-local
-// reservations are immutable; CIDRs may be added, and removed only when
-// no block was carved from them; a family may be added, not removed
-// while it has blocks.
+// reservations are immutable; CIDRs may be appended live, and removed
+// only while no node holds a block carved from them (409 in-use naming
+// the nodes); a family may be added, not removed while it has blocks.
+// `mode` may change from cluster-pool to multi-pool (one way; every
+// block and lease stays); left out, it keeps its value. Reserved ranges
+// stop new blocks in them while blocks already there keep serving.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1318,9 +1597,14 @@ func (c *Client) UpdatePoolWithBody(ctx context.Context, pool PoolNameParam, par
 // UpdatePool Replace labels and spec.
 //
 // `maskSize`, `allowFirstIP`, `allowLastIP` and the node-local
-// reservations are immutable; CIDRs may be added, and removed only when
-// no block was carved from them; a family may be added, not removed
-// while it has blocks.
+// reservations are immutable; CIDRs may be appended live, and removed
+// only while no node holds a block carved from them (409 in-use naming
+// the nodes); a family may be added, not removed while it has blocks.
+// `mode` may change from cluster-pool to multi-pool (one way; every
+// block and lease stays); left out, it keeps its value. Reserved ranges
+// stop new blocks in them while blocks already there keep serving.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2736,6 +3020,18 @@ func NewCreatePoolRequestWithBody(server string, params *CreatePoolParams, conte
 
 		}
 
+		if params.DryRun != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dryRun", *params.DryRun, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -2786,6 +3082,18 @@ func NewDeletePoolRequest(server string, pool PoolNameParam, params *DeletePoolP
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.DryRun != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dryRun", *params.DryRun, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.Space != nil {
 
@@ -2919,6 +3227,18 @@ func NewUpdatePoolRequestWithBody(server string, pool PoolNameParam, params *Upd
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.DryRun != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dryRun", *params.DryRun, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.Space != nil {
 
@@ -3441,6 +3761,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Creating a pool that exists with the same labels and spec answers it
 	// again (201, an idempotent retry); with other labels or spec, 409.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be created (200), or the refusal a real request would get.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	CreatePoolWithBodyWithResponse(ctx context.Context, params *CreatePoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePoolResponse, error)
@@ -3450,9 +3772,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// Creating a pool that exists with the same labels and spec answers it
 	// again (201, an idempotent retry); with other labels or spec, 409.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be created (200), or the refusal a real request would get.
 	CreatePoolWithResponse(ctx context.Context, params *CreatePoolParams, body CreatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*CreatePoolResponse, error)
 
-	// DeletePoolWithResponse Delete a pool that has no blocks.
+	// DeletePoolWithResponse Delete a pool no node holds a block of (409 in-use names the nodes).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3467,9 +3791,14 @@ type ClientWithResponsesInterface interface {
 	// UpdatePoolWithBodyWithResponse Replace labels and spec.
 	//
 	// `maskSize`, `allowFirstIP`, `allowLastIP` and the node-local
-	// reservations are immutable; CIDRs may be added, and removed only when
-	// no block was carved from them; a family may be added, not removed
-	// while it has blocks.
+	// reservations are immutable; CIDRs may be appended live, and removed
+	// only while no node holds a block carved from them (409 in-use naming
+	// the nodes); a family may be added, not removed while it has blocks.
+	// `mode` may change from cluster-pool to multi-pool (one way; every
+	// block and lease stays); left out, it keeps its value. Reserved ranges
+	// stop new blocks in them while blocks already there keep serving.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3479,9 +3808,14 @@ type ClientWithResponsesInterface interface {
 	// UpdatePoolWithResponse Replace labels and spec.
 	//
 	// `maskSize`, `allowFirstIP`, `allowLastIP` and the node-local
-	// reservations are immutable; CIDRs may be added, and removed only when
-	// no block was carved from them; a family may be added, not removed
-	// while it has blocks.
+	// reservations are immutable; CIDRs may be appended live, and removed
+	// only while no node holds a block carved from them (409 in-use naming
+	// the nodes); a family may be added, not removed while it has blocks.
+	// `mode` may change from cluster-pool to multi-pool (one way; every
+	// block and lease stays); left out, it keeps its value. Reserved ranges
+	// stop new blocks in them while blocks already there keep serving.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4385,10 +4719,17 @@ func (r ListPoolsResponse) ContentType() string {
 type CreatePoolResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Pool
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Pool
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreatePoolResponse) GetJSON200() *Pool {
+	return r.JSON200
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -4433,8 +4774,15 @@ func (r CreatePoolResponse) ContentType() string {
 type DeletePoolResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Pool
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeletePoolResponse) GetJSON200() *Pool {
+	return r.JSON200
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -5089,6 +5437,8 @@ func (c *ClientWithResponses) ListPoolsWithResponse(ctx context.Context, params 
 //
 // Creating a pool that exists with the same labels and spec answers it
 // again (201, an idempotent retry); with other labels or spec, 409.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be created (200), or the refusal a real request would get.
 //
 // Returns a wrapper object for the known response body format(s).
 func (c *ClientWithResponses) CreatePoolWithBodyWithResponse(ctx context.Context, params *CreatePoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePoolResponse, error) {
@@ -5104,6 +5454,8 @@ func (c *ClientWithResponses) CreatePoolWithBodyWithResponse(ctx context.Context
 //
 // Creating a pool that exists with the same labels and spec answers it
 // again (201, an idempotent retry); with other labels or spec, 409.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be created (200), or the refusal a real request would get.
 func (c *ClientWithResponses) CreatePoolWithResponse(ctx context.Context, params *CreatePoolParams, body CreatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*CreatePoolResponse, error) {
 	rsp, err := c.CreatePool(ctx, params, body, reqEditors...)
 	if err != nil {
@@ -5112,7 +5464,7 @@ func (c *ClientWithResponses) CreatePoolWithResponse(ctx context.Context, params
 	return ParseCreatePoolResponse(rsp)
 }
 
-// DeletePoolWithResponse Delete a pool that has no blocks.
+// DeletePoolWithResponse Delete a pool no node holds a block of (409 in-use names the nodes).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5139,9 +5491,14 @@ func (c *ClientWithResponses) GetPoolWithResponse(ctx context.Context, pool Pool
 // UpdatePoolWithBodyWithResponse Replace labels and spec.
 //
 // `maskSize`, `allowFirstIP`, `allowLastIP` and the node-local
-// reservations are immutable; CIDRs may be added, and removed only when
-// no block was carved from them; a family may be added, not removed
-// while it has blocks.
+// reservations are immutable; CIDRs may be appended live, and removed
+// only while no node holds a block carved from them (409 in-use naming
+// the nodes); a family may be added, not removed while it has blocks.
+// `mode` may change from cluster-pool to multi-pool (one way; every
+// block and lease stays); left out, it keeps its value. Reserved ranges
+// stop new blocks in them while blocks already there keep serving.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5157,9 +5514,14 @@ func (c *ClientWithResponses) UpdatePoolWithBodyWithResponse(ctx context.Context
 // UpdatePoolWithResponse Replace labels and spec.
 //
 // `maskSize`, `allowFirstIP`, `allowLastIP` and the node-local
-// reservations are immutable; CIDRs may be added, and removed only when
-// no block was carved from them; a family may be added, not removed
-// while it has blocks.
+// reservations are immutable; CIDRs may be appended live, and removed
+// only while no node holds a block carved from them (409 in-use naming
+// the nodes); a family may be added, not removed while it has blocks.
+// `mode` may change from cluster-pool to multi-pool (one way; every
+// block and lease stays); left out, it keeps its value. Reserved ranges
+// stop new blocks in them while blocks already there keep serving.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5857,6 +6219,13 @@ func ParseCreatePoolResponse(rsp *http.Response) (*CreatePoolResponse, error) {
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Pool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
 		var dest Pool
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5890,6 +6259,13 @@ func ParseDeletePoolResponse(rsp *http.Response) (*DeletePoolResponse, error) {
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Pool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
 	case rsp.StatusCode == 204:
 		break // No content-type
 
@@ -6191,7 +6567,7 @@ type ServerInterface interface {
 
 	// (POST /v1/pools)
 	CreatePool(w http.ResponseWriter, r *http.Request, params CreatePoolParams)
-	// DeletePool Delete a pool that has no blocks.
+	// DeletePool Delete a pool no node holds a block of (409 in-use names the nodes).
 	// (DELETE /v1/pools/{pool})
 	DeletePool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params DeletePoolParams)
 
@@ -6329,7 +6705,7 @@ func (_ Unimplemented) CreatePool(w http.ResponseWriter, r *http.Request, params
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
-// DeletePool Delete a pool that has no blocks.
+// DeletePool Delete a pool no node holds a block of (409 in-use names the nodes).
 // (DELETE /v1/pools/{pool})
 func (_ Unimplemented) DeletePool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params DeletePoolParams) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -7300,6 +7676,19 @@ func (siw *ServerInterfaceWrapper) CreatePool(w http.ResponseWriter, r *http.Req
 		return
 	}
 
+	// ------------- Optional query parameter "dryRun" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dryRun", r.URL.Query(), &params.DryRun, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dryRun"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dryRun", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.CreatePool(w, r, params)
 	}))
@@ -7328,6 +7717,19 @@ func (siw *ServerInterfaceWrapper) DeletePool(w http.ResponseWriter, r *http.Req
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params DeletePoolParams
+
+	// ------------- Optional query parameter "dryRun" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dryRun", r.URL.Query(), &params.DryRun, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dryRun"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dryRun", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "space" -------------
 
@@ -7412,6 +7814,19 @@ func (siw *ServerInterfaceWrapper) UpdatePool(w http.ResponseWriter, r *http.Req
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params UpdatePoolParams
+
+	// ------------- Optional query parameter "dryRun" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dryRun", r.URL.Query(), &params.DryRun, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dryRun"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dryRun", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "space" -------------
 
@@ -8596,6 +9011,20 @@ type CreatePoolResponseObject interface {
 	VisitCreatePoolResponse(w http.ResponseWriter) error
 }
 
+type CreatePool200JSONResponse Pool
+
+func (response CreatePool200JSONResponse) VisitCreatePoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreatePool201JSONResponse Pool
 
 func (response CreatePool201JSONResponse) VisitCreatePoolResponse(w http.ResponseWriter) error {
@@ -8634,6 +9063,20 @@ type DeletePoolRequestObject struct {
 
 type DeletePoolResponseObject interface {
 	VisitDeletePoolResponse(w http.ResponseWriter) error
+}
+
+type DeletePool200JSONResponse Pool
+
+func (response DeletePool200JSONResponse) VisitDeletePoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
 }
 
 type DeletePool204Response struct {
@@ -8990,7 +9433,7 @@ type StrictServerInterface interface {
 
 	// (POST /v1/pools)
 	CreatePool(ctx context.Context, request CreatePoolRequestObject) (CreatePoolResponseObject, error)
-	// DeletePool Delete a pool that has no blocks.
+	// DeletePool Delete a pool no node holds a block of (409 in-use names the nodes).
 	// (DELETE /v1/pools/{pool})
 	DeletePool(ctx context.Context, request DeletePoolRequestObject) (DeletePoolResponseObject, error)
 

@@ -25,6 +25,7 @@ const (
 	ErrRejected      uint = 105 // urn:ipam:problem:invalid-input and other 4xx
 	ErrTLS           uint = 106 // certificate verification failed on either side
 	ErrCheckMismatch uint = 107 // CHECK: prevResult differs from the service's lease
+	ErrPoolMatch     uint = 108 // urn:ipam:problem:pool-match
 
 	// errPluginNotAvailable is the CNI 1.1 STATUS code 50.
 	errPluginNotAvailable uint = 50
@@ -36,6 +37,7 @@ var problemCodes = map[string]uint{
 	"urn:ipam:problem:not-found":      ErrNotFound,
 	"urn:ipam:problem:lease-conflict": ErrLeaseConflict,
 	"urn:ipam:problem:invalid-input":  ErrRejected,
+	"urn:ipam:problem:pool-match":     ErrPoolMatch,
 }
 
 // newClient returns the service client of c; its requests never use a proxy.

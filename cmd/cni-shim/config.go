@@ -48,6 +48,7 @@ type ipamSection struct {
 	CertFile     string            `json:"certFile"`
 	KeyFile      string            `json:"keyFile"`
 	Pool         string            `json:"pool"`
+	Pools        map[string]string `json:"pools"`
 	Families     []string          `json:"families"`
 	Routes       []json.RawMessage `json:"routes"`
 	DefaultRoute *bool             `json:"defaultRoute"`
@@ -61,7 +62,8 @@ type config struct {
 	net          netConf
 	server       *url.URL
 	tls          *tls.Config // nil for http://
-	pool         string      // empty: the service's default
+	pool         string      // empty: the service's selection rules
+	pools        map[ipamv1.Family]string
 	families     []ipamv1.Family
 	routes       []*types.Route
 	defaultRoute bool
@@ -106,6 +108,19 @@ func loadConfig(stdin []byte) (*config, error) {
 	c := &config{net: nc, pool: s.Pool, defaultRoute: true, timeout: defaultTimeout, node: s.Node, space: s.Space}
 	if err := c.setServer(s); err != nil {
 		return nil, err
+	}
+	for k, name := range s.Pools {
+		fam := ipamv1.Family(k)
+		switch {
+		case fam != ipamv1.Ipv4 && fam != ipamv1.Ipv6:
+			return nil, configError("ipam.pools."+k, "unknown family; the keys are \"ipv4\" and \"ipv6\"")
+		case name == "":
+			return nil, configError("ipam.pools."+k, "empty; omit it to let the service choose")
+		}
+		if c.pools == nil {
+			c.pools = map[ipamv1.Family]string{}
+		}
+		c.pools[fam] = name
 	}
 	seen := map[ipamv1.Family]bool{}
 	if s.Families != nil && len(s.Families) == 0 {

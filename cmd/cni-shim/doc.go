@@ -22,8 +22,9 @@
 //	  "caFile": "/etc/ipam/ca.crt",          // https: CA bundle; empty means the system roots
 //	  "certFile": "/etc/ipam/node.crt",      // https: required, the node's client certificate
 //	  "keyFile": "/etc/ipam/node.key",       // https: required, its key
-//	  "pool": "default",                     // optional; the service's default is "default"
-//	  "families": ["ipv4", "ipv6"],          // optional; default every family of the pool
+//	  "pool": "default",                     // optional: one pool for every family
+//	  "pools": {"ipv4": "v4", "ipv6": "v6"}, // optional: a pool per family; wins over "pool"
+//	  "families": ["ipv4", "ipv6"],          // optional; default every family a pool serves
 //	  "routes": [{"dst": "10.96.0.0/12"}],    // optional extra routes, passed through
 //	  "defaultRoute": true,                   // default true: 0.0.0.0/0 and ::/0 via each family's gateway
 //	  "timeout": "10s",                       // whole-call deadline, 100ms to 5m
@@ -100,5 +101,6 @@
 //	105 the service rejected the request as invalid (e.g. an owner that is not a DNS label)
 //	106 TLS failure: the service's certificate does not verify, or it rejects ours
 //	107 CHECK: prevResult's addresses differ from the ones the service holds
+//	108 no single pool: two pools match the Pod, or none while it requires a match (urn:ipam:problem:pool-match)
 //	999 internal error of the shim
 package main

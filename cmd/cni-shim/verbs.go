@@ -61,6 +61,15 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if c.cfg.pool != "" {
 		req.Pool = &c.cfg.pool
 	}
+	if len(c.cfg.pools) > 0 {
+		req.Pools = &ipamv1.FamilyPools{}
+		if n, ok := c.cfg.pools[ipamv1.Ipv4]; ok {
+			req.Pools.Ipv4 = &n
+		}
+		if n, ok := c.cfg.pools[ipamv1.Ipv6]; ok {
+			req.Pools.Ipv6 = &n
+		}
+	}
 	if len(c.cfg.families) > 0 {
 		req.Families = &c.cfg.families
 	}

@@ -31,6 +31,11 @@ type config struct {
 	ClientCAFile      string
 	InsecureHTTP      bool
 	Migrate           bool
+	DefaultPool       string
+	BlockReleaseDelay time.Duration
+	UsageSampleEvery  time.Duration
+	Kubeconfig        string
+	KubeInCluster     bool
 }
 
 func (c config) Validate() error {
@@ -65,6 +70,15 @@ func (c config) Validate() error {
 	if c.InsecureHTTP && (c.TLSCertFile != "" || c.ClientCAFile != "") {
 		errs = append(errs, errors.New("insecure-http cannot go with tls-cert-file or client-ca-file"))
 	}
+	if c.BlockReleaseDelay < 0 {
+		errs = append(errs, errors.New("block-release-delay must not be negative"))
+	}
+	if c.UsageSampleEvery <= 0 {
+		errs = append(errs, errors.New("usage-sample-interval must be positive"))
+	}
+	if c.Kubeconfig != "" && c.KubeInCluster {
+		errs = append(errs, errors.New("kubeconfig and kube-in-cluster exclude each other"))
+	}
 	if c.DatabaseURL == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("data-dir is needed for the embedded PostgreSQL when no database-url is set"))
 	}
@@ -97,6 +111,11 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.StringVar(&c.TLSKeyFile, "tls-key-file", "", "the key of tls-cert-file (PEM)")
 	fs.StringVar(&c.ClientCAFile, "client-ca-file", "", "require client certificates signed by this CA (mutual TLS); node certificates are then confined to their node")
 	fs.BoolVar(&c.InsecureHTTP, "insecure-http", false, "serve plain HTTP without authentication: local development only")
+	fs.StringVar(&c.DefaultPool, "default-pool", "default", "the pool of Pods no annotation, request or selector places (Cilium's ipam-default-ip-pool)")
+	fs.DurationVar(&c.BlockReleaseDelay, "block-release-delay", 3*time.Minute, "how long a multi-pool block stays completely free above a node's need before it returns to the pool")
+	fs.DurationVar(&c.UsageSampleEvery, "usage-sample-interval", time.Minute, "how often pool usage is sampled for the exhaustion forecast")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection from this cluster")
+	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")
 
 	// Environment first, so explicit flags override it.
 	var envErrs []error

@@ -100,10 +100,12 @@ func database(ctx context.Context, cfg config, log *slog.Logger) (url string, st
 
 func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, bound chan<- string) error {
 	st, err := store.Open(ctx, dbURL, store.Options{
-		LeaseExpiry:       cfg.LeaseExpiry,
-		Cooldown:          cfg.Cooldown,
-		AutoRegisterNodes: cfg.AutoRegisterNodes,
-		MaxConns:          int32(cfg.MaxConns),
+		LeaseExpiry:         cfg.LeaseExpiry,
+		Cooldown:            cfg.Cooldown,
+		AutoRegisterNodes:   cfg.AutoRegisterNodes,
+		MaxConns:            int32(cfg.MaxConns),
+		DefaultPool:         cfg.DefaultPool,
+		BlockReleaseHoldOff: cfg.BlockReleaseDelay,
 	})
 	if err != nil {
 		return err
@@ -132,9 +134,13 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 			return err
 		}
 	}
+	pods, err := startKube(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
 	handler := api.NewHandler(st, api.Options{
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), IsUnavailable: store.IsUnavailable,
-		RequireClientCertificate: cfg.ClientCAFile != "",
+		RequireClientCertificate: cfg.ClientCAFile != "", PodMetadata: pods,
 	})
 	srv := &http.Server{
 		Handler:           withMetrics(handler, metrics.Handler()),

@@ -28,6 +28,9 @@ const (
 	// KindPoolExhausted: the pool has no room for another block of the
 	// node's family ("allocator full" in Cilium).
 	KindPoolExhausted Kind = "pool-exhausted"
+	// KindPoolMatch: pool selection found more than one pool for a family,
+	// or none while the Pod or namespace requires a match.
+	KindPoolMatch Kind = "pool-match"
 )
 
 // Error is the one error type of the domain. Handlers map Kind to an HTTP
@@ -38,6 +41,9 @@ type Error struct {
 	Detail string
 	Pool   string // set for KindPoolExhausted
 	Family Family // set for KindPoolExhausted
+	// Nodes names the nodes that keep a KindInUse object in use (at most a
+	// few; Detail says how many more).
+	Nodes []string
 }
 
 func (e *Error) Error() string {

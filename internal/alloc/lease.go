@@ -46,20 +46,28 @@ type LeaseRequest struct {
 	Node       string
 	Owner      Owner
 	Attachment Attachment
-	Pool       string   // empty means DefaultPool
-	Families   []Family // empty means every family of the pool
-	Expire     bool
+	// Where the addresses come from; see Select. Pools (per family) and
+	// Pool name pools outright; Pod and Namespace carry the metadata the
+	// annotation and selector rules read.
+	Pools     map[Family]string
+	Pool      string
+	Families  []Family // empty means every family a pool can serve
+	Pod       Metadata
+	Namespace Metadata
+	Expire    bool
 }
 
-// Validate checks the request and fills defaults (pool name).
+// Selection is the request's input to Select, with the default pool's name.
+func (r LeaseRequest) Selection(defaultPool string) Selection {
+	return Selection{Pools: r.Pools, Pool: r.Pool, Families: r.Families, Namespace: r.Owner.Namespace,
+		PodName: r.Owner.Name, Pod: r.Pod, NamespaceMeta: r.Namespace, DefaultPool: defaultPool}
+}
+
+// Validate checks the request and puts its families in lock order.
 func (r *LeaseRequest) Validate() error {
-	if r.Pool == "" {
-		r.Pool = DefaultPool
-	}
 	checks := []error{
 		ValidateLabelName("space", r.Space),
 		ValidateNodeName("node", r.Node),
-		ValidateLabelName("pool", r.Pool),
 		validateToken("containerID", r.Attachment.ContainerID, 256),
 		validateToken("interface", r.Attachment.Interface, 64),
 		ValidateLabelName("owner.namespace", r.Owner.Namespace),
@@ -73,13 +81,8 @@ func (r *LeaseRequest) Validate() error {
 			return err
 		}
 	}
-	for i, f := range r.Families {
-		if f != IPv4 && f != IPv6 {
-			return Invalid(fmt.Sprintf("families[%d]", i), "unknown family")
-		}
-		if slices.Index(r.Families, f) != i {
-			return Invalid(fmt.Sprintf("families[%d]", i), "%s listed twice", f)
-		}
+	if err := r.Selection("").validate(); err != nil {
+		return err
 	}
 	slices.Sort(r.Families) // IPv4 first: the lock order
 	return nil
@@ -111,6 +114,12 @@ type Lease struct {
 	ConfirmedAt   time.Time
 	ReleasedAt    time.Time
 	CooldownUntil time.Time
+	// SkipMasquerade is the pool's flag: the datapath keeps the Pod's
+	// source address.
+	SkipMasquerade bool
+	// SelectedBy is the rule that chose the pool ("" for leases made before
+	// the service recorded it).
+	SelectedBy SelectedBy
 }
 
 // Prefix is the address with the block's prefix length, as CNI wants it.
@@ -138,6 +147,7 @@ type Block struct {
 	Layout    Layout
 	Leased    int64
 	Cooling   int64
+	Source    string // "carved" or "adopted"
 	CreatedAt time.Time
 }
 
@@ -154,10 +164,13 @@ type Node struct {
 	Labels     map[string]string
 	Addresses  []NodeAddress
 	ProviderID string
-	Blocks     int64
-	Leases     int64
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// PodCIDRs are CIDRs Kubernetes assigned the node, adopted as its
+	// blocks at registration (input only).
+	PodCIDRs  []netip.Prefix
+	Blocks    int64
+	Leases    int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Space is an address space: names and overlap rules hold within one.

@@ -50,6 +50,26 @@ func ValidateLabels(field string, labels map[string]string) error {
 	return nil
 }
 
+// MaxAnnotationBytes bounds the annotations a request may carry, as the
+// Kubernetes API server bounds an object's (256 KiB in total).
+const MaxAnnotationBytes = 256 << 10
+
+// ValidateAnnotations checks annotation keys with Kubernetes' rules and
+// bounds their total size.
+func ValidateAnnotations(field string, ann map[string]string) error {
+	total := 0
+	for k, v := range ann {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return Invalid(fmt.Sprintf("%s[%s]", field, k), "invalid annotation key: %s", strings.Join(errs, "; "))
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxAnnotationBytes {
+		return Invalid(field, "annotations take %d bytes; at most %d are allowed", total, MaxAnnotationBytes)
+	}
+	return nil
+}
+
 // validateToken checks free-form identifiers such as container IDs and
 // interface names: printable ASCII without spaces or slashes, bounded.
 func validateToken(field, s string, max int) error {

@@ -232,5 +232,3 @@ func (e *env) snapshot() snapshot {
 	}
 	return s
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -7,9 +7,12 @@ package api
 // (…ToAPI) never fail.
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -157,6 +160,16 @@ func poolSpecFromAPI(s ipamv1.PoolSpec) (alloc.PoolSpec, error) {
 	}
 	spec.AllowFirstIP = deref(s.AllowFirstIP, false)
 	spec.AllowLastIP = deref(s.AllowLastIP, false)
+	spec.Mode = alloc.PoolMode(deref(s.Mode, ""))
+	spec.PreAllocate = s.PreAllocate
+	spec.Disabled = deref(s.Disabled, false)
+	spec.SkipMasquerade = deref(s.SkipMasquerade, false)
+	if spec.PodSelector, err = selectorFromAPI("spec.podSelector", s.PodSelector); err != nil {
+		return alloc.PoolSpec{}, err
+	}
+	if spec.NamespaceSelector, err = selectorFromAPI("spec.namespaceSelector", s.NamespaceSelector); err != nil {
+		return alloc.PoolSpec{}, err
+	}
 	spec.NodeLocal = alloc.DefaultNodeLocal
 	if nl := s.NodeLocal; nl != nil {
 		spec.NodeLocal = alloc.NodeLocal{
@@ -180,7 +193,64 @@ func poolFamilyFromAPI(base string, f *ipamv1.PoolFamilySpec) (*alloc.PoolFamily
 		}
 		pf.CIDRs[i] = p
 	}
+	for i, c := range deref(f.Pool, nil) {
+		field := fmt.Sprintf("%s.pool[%d]", base, i)
+		cidr, err := parsePrefix(field+".cidr", c.Cidr)
+		if err != nil {
+			return nil, err
+		}
+		r := alloc.CIDRReservation{CIDR: cidr}
+		for j, rg := range deref(c.ReservedRanges, nil) {
+			rf := fmt.Sprintf("%s.reservedRanges[%d]", field, j)
+			start, err := parseAddr(rf+".start", rg.Start)
+			if err != nil {
+				return nil, err
+			}
+			end, err := parseAddr(rf+".end", rg.End)
+			if err != nil {
+				return nil, err
+			}
+			r.Ranges = append(r.Ranges, alloc.AddrRange{Start: start, End: end})
+		}
+		pf.Reserved = append(pf.Reserved, r)
+	}
 	return pf, nil
+}
+
+// selectorFromAPI converts a label selector through its JSON form, which
+// the API shares with Kubernetes; the conversion to a labels.Selector
+// checks operators, keys and values.
+func selectorFromAPI(field string, s *ipamv1.LabelSelector) (*metav1.LabelSelector, error) {
+	if s == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	var out metav1.LabelSelector
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, alloc.Invalid(field, "%s", err)
+	}
+	if _, err := alloc.LabelSelector(field, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func selectorToAPI(s *metav1.LabelSelector) *ipamv1.LabelSelector {
+	if s == nil {
+		return nil
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil
+	}
+	var out ipamv1.LabelSelector
+	if json.Unmarshal(b, &out) != nil {
+		return nil
+	}
+	return &out
 }
 
 func poolSpecToAPI(s alloc.PoolSpec) ipamv1.PoolSpec {
@@ -194,8 +264,16 @@ func poolSpecToAPI(s alloc.PoolSpec) ipamv1.PoolSpec {
 			Health:  &s.NodeLocal.Health,
 			Ingress: &s.NodeLocal.Ingress,
 		},
+		Mode:              ptr(ipamv1.PoolSpecMode(s.EffectiveMode())),
+		PreAllocate:       s.PreAllocate,
+		PodSelector:       selectorToAPI(s.PodSelector),
+		NamespaceSelector: selectorToAPI(s.NamespaceSelector),
+		Disabled:          &s.Disabled,
+		SkipMasquerade:    &s.SkipMasquerade,
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func poolFamilyToAPI(f *alloc.PoolFamily) *ipamv1.PoolFamilySpec {
 	if f == nil {
@@ -204,6 +282,19 @@ func poolFamilyToAPI(f *alloc.PoolFamily) *ipamv1.PoolFamilySpec {
 	out := &ipamv1.PoolFamilySpec{Cidrs: make([]string, len(f.CIDRs)), MaskSize: f.MaskSize}
 	for i, c := range f.CIDRs {
 		out.Cidrs[i] = c.String()
+	}
+	var pool []ipamv1.PoolCIDRConfig
+	for _, r := range f.Reserved {
+		c := ipamv1.PoolCIDRConfig{Cidr: r.CIDR.String()}
+		ranges := make([]ipamv1.AddressRange, len(r.Ranges))
+		for i, rg := range r.Ranges {
+			ranges[i] = ipamv1.AddressRange{Start: rg.Start.String(), End: rg.End.String()}
+		}
+		c.ReservedRanges = &ranges
+		pool = append(pool, c)
+	}
+	if pool != nil {
+		out.Pool = &pool
 	}
 	return out
 }
@@ -268,6 +359,13 @@ func nodeFromAPI(space, name string, s ipamv1.NodeSpec) (alloc.Node, error) {
 			n.Addresses[i] = alloc.NodeAddress{Type: string(a.Type), Address: addr}
 		}
 	}
+	for i, c := range deref(s.PodCIDRs, nil) {
+		p, err := parsePrefix(fmt.Sprintf("podCIDRs[%d]", i), c)
+		if err != nil {
+			return alloc.Node{}, err
+		}
+		n.PodCIDRs = append(n.PodCIDRs, p)
+	}
 	return n, nil
 }
 
@@ -300,7 +398,7 @@ func nodeListToAPI(items []alloc.Node, next string) ipamv1.NodeList {
 // ---- blocks ----
 
 func blockToAPI(b alloc.Block) ipamv1.Block {
-	return ipamv1.Block{
+	out := ipamv1.Block{
 		Cidr:    b.Layout.Prefix.String(),
 		Node:    b.Node,
 		Pool:    b.Pool,
@@ -316,6 +414,10 @@ func blockToAPI(b alloc.Block) ipamv1.Block {
 		Cooling:   b.Cooling,
 		CreatedAt: b.CreatedAt.UTC(),
 	}
+	if b.Source != "" {
+		out.Source = ptr(ipamv1.BlockSource(b.Source))
+	}
+	return out
 }
 
 func blockListToAPI(items []alloc.Block) ipamv1.BlockList {
@@ -341,9 +443,30 @@ func leaseRequestFromAPI(space, node string, b ipamv1.LeaseRequest) (alloc.Lease
 	}
 	if b.Pool != nil {
 		if *b.Pool == "" {
-			return alloc.LeaseRequest{}, alloc.Invalid("pool", "must not be empty; leave it out for the default pool")
+			return alloc.LeaseRequest{}, alloc.Invalid("pool", "must not be empty; leave it out to let the selection rules choose")
 		}
 		r.Pool = *b.Pool
+	}
+	if ps := b.Pools; ps != nil {
+		for f, name := range map[alloc.Family]*string{alloc.IPv4: ps.Ipv4, alloc.IPv6: ps.Ipv6} {
+			if name == nil {
+				continue
+			}
+			if *name == "" {
+				return alloc.LeaseRequest{}, alloc.Invalid("pools."+f.String(), "must not be empty; leave it out to let the selection rules choose")
+			}
+			if r.Pools == nil {
+				r.Pools = map[alloc.Family]string{}
+			}
+			r.Pools[f] = *name
+		}
+	}
+	var err error
+	if r.Pod, err = metadataFromAPI("pod", b.Pod); err != nil {
+		return alloc.LeaseRequest{}, err
+	}
+	if r.Namespace, err = metadataFromAPI("namespace", b.Namespace); err != nil {
+		return alloc.LeaseRequest{}, err
 	}
 	if b.Families != nil {
 		r.Families = make([]alloc.Family, len(*b.Families))
@@ -359,6 +482,22 @@ func leaseRequestFromAPI(space, node string, b ipamv1.LeaseRequest) (alloc.Lease
 		return alloc.LeaseRequest{}, err
 	}
 	return r, nil
+}
+
+// metadataFromAPI checks labels as Kubernetes does and bounds annotations.
+func metadataFromAPI(field string, m *ipamv1.ObjectMetadata) (alloc.Metadata, error) {
+	if m == nil {
+		return alloc.Metadata{}, nil
+	}
+	labels, err := labelsFromAPI(field+".labels", m.Labels)
+	if err != nil {
+		return alloc.Metadata{}, err
+	}
+	ann := map[string]string(deref(m.Annotations, nil))
+	if err := alloc.ValidateAnnotations(field+".annotations", ann); err != nil {
+		return alloc.Metadata{}, err
+	}
+	return alloc.Metadata{Labels: labels, Annotations: ann}, nil
 }
 
 func ownerFromAPI(o ipamv1.Owner) alloc.Owner {
@@ -386,29 +525,39 @@ func allocationToAPI(a alloc.Allocation) ipamv1.Allocation {
 			Gateway: optAddr(l.Gateway),
 			Pool:    l.Pool,
 			Block:   l.Block.String(),
+
+			SkipMasquerade: l.SkipMasquerade,
+		}
+		if l.SelectedBy != "" {
+			out.Addresses[i].SelectedBy = ptr(ipamv1.LeaseAddressSelectedBy(l.SelectedBy))
 		}
 	}
 	return out
 }
 
 func leaseToAPI(l alloc.Lease) ipamv1.Lease {
-	return ipamv1.Lease{
-		Address:       l.Prefix().String(),
-		Family:        familyToAPI(l.Family),
-		Node:          l.Node,
-		Pool:          l.Pool,
-		Block:         l.Block.String(),
-		Gateway:       optAddr(l.Gateway),
-		ContainerID:   l.Attachment.ContainerID,
-		Interface:     l.Attachment.Interface,
-		Owner:         ownerToAPI(l.Owner),
-		State:         ipamv1.LeaseState(l.State),
-		CreatedAt:     l.CreatedAt.UTC(),
-		ExpiresAt:     optTime(l.ExpiresAt),
-		ConfirmedAt:   optTime(l.ConfirmedAt),
-		ReleasedAt:    optTime(l.ReleasedAt),
-		CooldownUntil: optTime(l.CooldownUntil),
+	out := ipamv1.Lease{
+		Address:        l.Prefix().String(),
+		Family:         familyToAPI(l.Family),
+		Node:           l.Node,
+		Pool:           l.Pool,
+		Block:          l.Block.String(),
+		Gateway:        optAddr(l.Gateway),
+		ContainerID:    l.Attachment.ContainerID,
+		Interface:      l.Attachment.Interface,
+		Owner:          ownerToAPI(l.Owner),
+		State:          ipamv1.LeaseState(l.State),
+		CreatedAt:      l.CreatedAt.UTC(),
+		ExpiresAt:      optTime(l.ExpiresAt),
+		ConfirmedAt:    optTime(l.ConfirmedAt),
+		ReleasedAt:     optTime(l.ReleasedAt),
+		CooldownUntil:  optTime(l.CooldownUntil),
+		SkipMasquerade: &l.SkipMasquerade,
 	}
+	if l.SelectedBy != "" {
+		out.SelectedBy = ptr(ipamv1.LeaseSelectedBy(l.SelectedBy))
+	}
+	return out
 }
 
 func leasesToAPI(items []alloc.Lease) []ipamv1.Lease {

@@ -51,6 +51,7 @@ var problemClasses = map[alloc.Kind]problemClass{
 	alloc.KindInUse:          {http.StatusConflict, "In use"},
 	alloc.KindLeaseConflict:  {http.StatusConflict, "Lease conflict"},
 	alloc.KindPoolExhausted:  {http.StatusConflict, "Pool exhausted"},
+	alloc.KindPoolMatch:      {http.StatusConflict, "No single pool matches"},
 	kindUnauthenticated:      {http.StatusUnauthorized, "Unauthenticated"},
 	kindForbidden:            {http.StatusForbidden, "Forbidden"},
 	kindMethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
@@ -80,6 +81,7 @@ func problemOf(err error) (p ipamv1.Problem, ok bool) {
 	kind := kindInternal
 	var detail, field, pool string
 	var family alloc.Family
+	var nodes []string
 	var ae *alloc.Error
 	var ue *unavailableError
 	switch {
@@ -88,7 +90,7 @@ func problemOf(err error) (p ipamv1.Problem, ok bool) {
 		ok = true
 	case errors.As(err, &ae):
 		if _, known := problemClasses[ae.Kind]; known {
-			kind, detail, field, pool, family = ae.Kind, ae.Detail, ae.Field, ae.Pool, ae.Family
+			kind, detail, field, pool, family, nodes = ae.Kind, ae.Detail, ae.Field, ae.Pool, ae.Family, ae.Nodes
 			ok = true
 		}
 	}
@@ -96,7 +98,12 @@ func problemOf(err error) (p ipamv1.Problem, ok bool) {
 		detail = "internal error"
 	}
 	c := problemClasses[kind]
+	var nodeList *[]string
+	if len(nodes) > 0 {
+		nodeList = &nodes
+	}
 	return ipamv1.Problem{
+		Nodes:  nodeList,
 		Type:   problemTypePrefix + string(kind),
 		Title:  c.title,
 		Status: c.status,

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,7 +49,21 @@ type Options struct {
 	// and /readyz (probes carry none). The TLS layer verifies certificates
 	// when given; this makes them mandatory for the API.
 	RequireClientCertificate bool
+	// PodMetadata, when set, looks up the labels and annotations of a
+	// lease request's Pod and namespace that the request does not carry
+	// (the server's Kubernetes informers), for pool selection.
+	PodMetadata PodMetadataSource
 }
+
+// PodMetadataSource answers the metadata of a Pod and of its namespace.
+// An unknown Pod or namespace is an error that Is ErrPodNotFound.
+type PodMetadataSource interface {
+	PodMetadata(ctx context.Context, namespace, name string) (pod, ns alloc.Metadata, err error)
+}
+
+// ErrPodNotFound is what a PodMetadataSource answers for a Pod (or
+// namespace) Kubernetes does not know.
+var ErrPodNotFound = errors.New("pod not found")
 
 // Validate reports every invalid option.
 func (o Options) Validate() error {
@@ -100,7 +115,7 @@ func NewHandler(store Store, o Options) http.Handler {
 			Detail: fmt.Sprintf("%s is not allowed on %s; use %s", req.Method, req.URL.Path, strings.Join(allow, ", "))})
 	})
 
-	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m}, nil, ipamv1.StrictHTTPServerOptions{
+	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata}, nil, ipamv1.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  ps.requestError,
 		ResponseErrorHandlerFunc: ps.write,
 	})

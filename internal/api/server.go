@@ -8,6 +8,8 @@ package api
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"go.opentelemetry.io/otel/metric/noop"
 
@@ -19,8 +21,9 @@ import (
 // Handlers return errors unchanged; NewHandler's error mapper turns them into
 // problems.
 type Server struct {
-	store   Store
-	metrics *metrics // never nil
+	store       Store
+	metrics     *metrics          // never nil
+	podMetadata PodMetadataSource // nil: requests carry their metadata or have none
 }
 
 var _ ipamv1.StrictServerInterface = (*Server)(nil)
@@ -136,9 +139,13 @@ func (s *Server) CreatePool(ctx context.Context, req ipamv1.CreatePoolRequestObj
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	p, err := s.store.CreatePool(ctx, alloc.Pool{Space: space, Name: req.Body.Name, Labels: labels, Spec: spec})
+	dry := deref(req.Params.DryRun, false)
+	p, err := s.store.CreatePool(ctx, alloc.Pool{Space: space, Name: req.Body.Name, Labels: labels, Spec: spec}, alloc.DryRun(dry))
 	if err != nil {
 		return nil, err
+	}
+	if dry {
+		return ipamv1.CreatePool200JSONResponse(poolToAPI(p)), nil
 	}
 	return ipamv1.CreatePool201JSONResponse(poolToAPI(p)), nil
 }
@@ -179,7 +186,7 @@ func (s *Server) UpdatePool(ctx context.Context, req ipamv1.UpdatePoolRequestObj
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	p, err := s.store.UpdatePool(ctx, space, req.Pool, labels, spec)
+	p, err := s.store.UpdatePool(ctx, space, req.Pool, labels, spec, alloc.DryRun(deref(req.Params.DryRun, false)))
 	if err != nil {
 		return nil, err
 	}
@@ -194,8 +201,13 @@ func (s *Server) DeletePool(ctx context.Context, req ipamv1.DeletePoolRequestObj
 	if err := alloc.ValidateLabelName("pool", req.Pool); err != nil {
 		return nil, err
 	}
-	if err := s.store.DeletePool(ctx, space, req.Pool); err != nil {
+	dry := deref(req.Params.DryRun, false)
+	p, err := s.store.DeletePool(ctx, space, req.Pool, alloc.DryRun(dry))
+	if err != nil {
 		return nil, err
+	}
+	if dry {
+		return ipamv1.DeletePool200JSONResponse(poolToAPI(p)), nil
 	}
 	return ipamv1.DeletePool204Response{}, nil
 }
@@ -353,6 +365,15 @@ func (s *Server) allocate(ctx context.Context, req ipamv1.AllocateLeaseRequestOb
 	r, err := leaseRequestFromAPI(space, req.Node, *req.Body)
 	if err != nil {
 		return alloc.Allocation{}, err
+	}
+	if s.podMetadata != nil && req.Body.Pod == nil && req.Body.Namespace == nil {
+		r.Pod, r.Namespace, err = s.podMetadata.PodMetadata(ctx, r.Owner.Namespace, r.Owner.Name)
+		switch {
+		case errors.Is(err, ErrPodNotFound):
+			return alloc.Allocation{}, alloc.NotFound("owner", "pod", r.Owner.Namespace+"/"+r.Owner.Name+" in Kubernetes")
+		case err != nil:
+			return alloc.Allocation{}, &unavailableError{err: fmt.Errorf("kubernetes lookup: %w", err)}
+		}
 	}
 	return s.store.Allocate(ctx, r)
 }

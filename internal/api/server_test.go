@@ -286,7 +286,7 @@ func TestBlocks(t *testing.T) {
 	want := ipamv1.Block{
 		Cidr: "10.0.0.0/28", Node: "n1", Pool: "default", Family: ipamv1.Ipv4, Gateway: ptr("10.0.0.1"),
 		Reserved: ipamv1.ReservedAddresses{Router: ptr("10.0.0.1"), Health: ptr("10.0.0.2"), Ingress: ptr("10.0.0.3")},
-		Capacity: 11, CreatedAt: b.CreatedAt,
+		Capacity: 11, CreatedAt: b.CreatedAt, Source: ptr(ipamv1.Carved),
 	}
 	if dump(b) != dump(want) || b.CreatedAt.IsZero() {
 		t.Errorf("carved %s, want %s", dump(b), dump(want))
@@ -338,8 +338,10 @@ func TestLeaseLifecycle(t *testing.T) {
 		t.Errorf("owner %+v", first.Owner)
 	}
 	wantAddrs := []ipamv1.LeaseAddress{
-		{Family: ipamv1.Ipv4, Address: "10.244.0.3/26", Gateway: ptr("10.244.0.1"), Pool: "default", Block: "10.244.0.0/26"},
-		{Family: ipamv1.Ipv6, Address: "fd00::3/120", Gateway: ptr("fd00::1"), Pool: "default", Block: "fd00::/120"},
+		{Family: ipamv1.Ipv4, Address: "10.244.0.3/26", Gateway: ptr("10.244.0.1"), Pool: "default", Block: "10.244.0.0/26",
+			SelectedBy: ptr(ipamv1.LeaseAddressSelectedByDefault)},
+		{Family: ipamv1.Ipv6, Address: "fd00::3/120", Gateway: ptr("fd00::1"), Pool: "default", Block: "fd00::/120",
+			SelectedBy: ptr(ipamv1.LeaseAddressSelectedByDefault)},
 	}
 	if dump(first.Addresses) != dump(wantAddrs) {
 		t.Errorf("addresses %s, want %s", dump(first.Addresses), dump(wantAddrs))

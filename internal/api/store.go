@@ -29,15 +29,18 @@ type Store interface {
 
 	// CreatePool refuses overlap with any pool CIDR of the space
 	// (KindOverlap naming the CIDR's field).
-	CreatePool(ctx context.Context, p alloc.Pool) (alloc.Pool, error)
+	// Pool writes take alloc.DryRun(true) to check and answer without
+	// writing.
+	CreatePool(ctx context.Context, p alloc.Pool, opts ...alloc.WriteOption) (alloc.Pool, error)
 	GetPool(ctx context.Context, space, name string) (alloc.Pool, error)
 	ListPools(ctx context.Context, space string, page alloc.Page) (items []alloc.Pool, next string, err error)
 	// UpdatePool replaces labels and spec; it refuses changes of immutable
 	// fields (KindImmutable) and the removal of a CIDR or family that has
 	// blocks (KindInUse).
-	UpdatePool(ctx context.Context, space, name string, labels map[string]string, spec alloc.PoolSpec) (alloc.Pool, error)
-	// DeletePool refuses (KindInUse) a pool that has blocks.
-	DeletePool(ctx context.Context, space, name string) error
+	UpdatePool(ctx context.Context, space, name string, labels map[string]string, spec alloc.PoolSpec, opts ...alloc.WriteOption) (alloc.Pool, error)
+	// DeletePool refuses (KindInUse, naming the nodes) a pool that has
+	// blocks; it answers the pool as it was.
+	DeletePool(ctx context.Context, space, name string, opts ...alloc.WriteOption) (alloc.Pool, error)
 
 	// PutNode registers n or replaces its labels, addresses and provider ID;
 	// created reports a registration.

@@ -32,12 +32,16 @@ func lockBlockWithRoom(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f a
 }
 
 // carve takes the first free aligned block of the pool's mask for the node,
-// trying the pool's CIDRs in their listed order. It locks the pool's CIDR
-// rows of the family, which serializes carving within one pool (rare: once
-// per node and pool) and nothing else. With recheck, it first looks again for
-// a block with room, which a concurrent allocation for the same node may
-// have carved while this one waited for the lock. ok is false when the pool
-// is full.
+// trying the pool's CIDRs in their listed order and skipping their reserved
+// ranges. It locks the pool's CIDR rows of the family, which serializes
+// carving within one pool (rare: once per node and pool) and nothing else.
+// With recheck, it first looks again for a block with room, which a
+// concurrent allocation for the same node may have carved while this one
+// waited for the lock. ok is false when the pool is full.
+//
+// A disabled pool carves nothing, and a cluster-pool pool carves a node's
+// one block per family only: both answer a KindPoolExhausted error saying
+// so.
 //
 // Each CIDR keeps a carve cursor below which every block is taken, so the
 // search probes the exclusion constraint's GiST index from the cursor on:
@@ -45,19 +49,21 @@ func lockBlockWithRoom(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f a
 // the number of blocks already carved.
 func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, f alloc.Family, now time.Time, recheck bool) (blockRow, bool, error) {
 	type parent struct {
-		id   int64
-		cidr netip.Prefix
-		mask int16
-		hint int64
+		id     int64
+		cidr   netip.Prefix
+		mask   int16
+		hint   int64
+		starts []netip.Addr
+		ends   []netip.Addr
 	}
-	rows, err := tx.Query(ctx, `SELECT id, cidr, mask_size, carve_hint FROM pool_cidrs WHERE pool_id = $1 AND family = $2
-		ORDER BY position FOR NO KEY UPDATE`, p.id, int16(f))
+	rows, err := tx.Query(ctx, `SELECT id, cidr, mask_size, carve_hint, reserved_start, reserved_end FROM pool_cidrs
+		WHERE pool_id = $1 AND family = $2 ORDER BY position FOR NO KEY UPDATE`, p.id, int16(f))
 	if err != nil {
 		return blockRow{}, false, err
 	}
 	parents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (parent, error) {
 		var pc parent
-		return pc, r.Scan(&pc.id, &pc.cidr, &pc.mask, &pc.hint)
+		return pc, r.Scan(&pc.id, &pc.cidr, &pc.mask, &pc.hint, &pc.starts, &pc.ends)
 	})
 	if err != nil {
 		return blockRow{}, false, err
@@ -67,38 +73,67 @@ func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPo
 			return b, ok, err
 		}
 	}
+	if p.mode == alloc.ModeClusterPool {
+		var have []netip.Prefix
+		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(cidr ORDER BY cidr), '{}') FROM blocks
+			WHERE node_id = $1 AND pool_id = $2 AND family = $3`, nodeID, p.id, int16(f)).Scan(&have); err != nil {
+			return blockRow{}, false, err
+		}
+		if len(have) > 0 {
+			return blockRow{}, false, &alloc.Error{Kind: alloc.KindPoolExhausted, Field: "pool", Pool: p.name, Family: f,
+				Detail: fmt.Sprintf("node range full: the node's %s block %s of cluster-pool pool %q is fully allocated", f, have[0], p.name)}
+		}
+	}
+	if p.disabled {
+		return blockRow{}, false, &alloc.Error{Kind: alloc.KindPoolExhausted, Field: "pool", Pool: p.name, Family: f,
+			Detail: fmt.Sprintf("pool %q is disabled: it carves no new %s block", p.name, f)}
+	}
 	for _, pc := range parents {
 		mask := int(pc.mask)
 		n := alloc.BlockCount(pc.cidr, mask)
-		if pc.hint >= n {
-			continue // full
+		if pc.hint >= n || coversAll(pc.cidr, pc.starts, pc.ends) {
+			continue // full, or retired by a reserved range
 		}
 		var i int64
 		err := tx.QueryRow(ctx, firstFreeBlockSQL, space, pc.cidr.Addr(), pc.hint, n-1,
-			alloc.BlockSize(f, mask), mask).Scan(&i)
+			alloc.BlockSize(f, mask), mask, pc.starts, pc.ends).Scan(&i)
 		if errors.Is(err, pgx.ErrNoRows) {
-			if _, err := tx.Exec(ctx, `UPDATE pool_cidrs SET carve_hint = $2 WHERE id = $1`, pc.id, n); err != nil {
-				return blockRow{}, false, err
+			if len(pc.starts) == 0 {
+				if _, err := tx.Exec(ctx, `UPDATE pool_cidrs SET carve_hint = $2 WHERE id = $1`, pc.id, n); err != nil {
+					return blockRow{}, false, err
+				}
 			}
 			continue
 		} else if err != nil {
 			return blockRow{}, false, err
 		}
-		b, err := insertBlock(ctx, tx, space, nodeID, p, f, pc.id, pc.cidr, alloc.BlockAt(pc.cidr, mask, i), now)
+		b, err := insertBlock(ctx, tx, space, nodeID, p, f, pc.id, pc.cidr, alloc.BlockAt(pc.cidr, mask, i), now, blockCarved)
 		if err != nil {
 			return blockRow{}, false, err
 		}
-		// Every block below i was taken and i is now.
+		// Every block below i was taken and i is now. (With reserved
+		// ranges, "taken or reserved": changing them resets the cursor.)
 		_, err = tx.Exec(ctx, `UPDATE pool_cidrs SET carve_hint = $2 WHERE id = $1`, pc.id, i+1)
 		return b, err == nil, err
 	}
 	return blockRow{}, false, nil
 }
 
+// coversAll reports whether one reserved range spans the whole CIDR (a CIDR
+// being retired), which spares probing every block of it.
+func coversAll(c netip.Prefix, starts, ends []netip.Addr) bool {
+	for i := range starts {
+		if (alloc.AddrRange{Start: starts[i], End: ends[i]}).Covers(c) {
+			return true
+		}
+	}
+	return false
+}
+
 // firstFreeBlockSQL finds the lowest block number in [$3, $4] of a pool CIDR
 // starting at address $2 (blocks of $5 addresses, prefix length $6) that
-// overlaps no block of space $1. The LIMIT inside the lateral keeps each
-// probe a single GiST lookup.
+// overlaps no block of space $1 and no reserved range [$7[i], $8[i]]. The
+// LIMIT inside the lateral keeps each probe a single GiST lookup.
 //
 // The series is a set-returning function in a select list, which streams;
 // in FROM, PostgreSQL would materialize all of it (a million rows for a /8
@@ -110,6 +145,8 @@ const firstFreeBlockSQL = `SELECT s.i FROM (SELECT generate_series($3::bigint, $
 		LIMIT 1
 	) t ON true
 	WHERE t.taken IS NULL
+	  AND NOT EXISTS (SELECT 1 FROM unnest($7::inet[], $8::inet[]) r (first, last)
+	                  WHERE r.first <= $2::inet + (s.i * $5::bigint + $5::bigint - 1) AND $2::inet + s.i * $5::bigint <= r.last)
 	LIMIT 1`
 
 // lowerCarveHints moves the carve cursors of the CIDRs the released blocks
@@ -154,8 +191,14 @@ func deleteBlocks(ctx context.Context, tx pgx.Tx, sql string, args ...any) error
 	return lowerCarveHints(ctx, tx, released)
 }
 
+// Where a block came from (blocks.source).
+const (
+	blockCarved  = "carved"
+	blockAdopted = "adopted"
+)
+
 func insertBlock(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, f alloc.Family,
-	parentID int64, parentCIDR, prefix netip.Prefix, now time.Time) (blockRow, error) {
+	parentID int64, parentCIDR, prefix netip.Prefix, now time.Time, source string) (blockRow, error) {
 	l := alloc.BlockLayout(prefix, p.allowFirst, p.allowLast, p.nodeLocal)
 	reserved := l.Reserved
 	if reserved == nil {
@@ -163,10 +206,10 @@ func insertBlock(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p a
 	}
 	b := blockRow{cidr: prefix}
 	err := tx.QueryRow(ctx, `INSERT INTO blocks (space, pool_id, pool_cidr_id, parent_cidr, node_id, family, cidr,
-			first_offset, last_offset, reserved, router, health, ingress, capacity, next_offset, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $8, $15) RETURNING id`,
+			first_offset, last_offset, reserved, router, health, ingress, capacity, next_offset, created_at, source)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $8, $15, $16) RETURNING id`,
 		space, p.id, parentID, parentCIDR, nodeID, int16(f), prefix, l.First, l.Last, reserved,
-		addrOrNil(l.Router), addrOrNil(l.Health), addrOrNil(l.Ingress), l.Capacity, now).Scan(&b.id)
+		addrOrNil(l.Router), addrOrNil(l.Health), addrOrNil(l.Ingress), l.Capacity, now, source).Scan(&b.id)
 	return b, err
 }
 
@@ -178,7 +221,7 @@ func addrOrNil(a netip.Addr) *netip.Addr {
 }
 
 const blockColumns = `b.space, n.name, p.name, b.family, b.cidr, b.first_offset, b.last_offset, b.reserved,
-	b.router, b.health, b.ingress, b.capacity, b.created_at,
+	b.router, b.health, b.ingress, b.capacity, b.created_at, b.source,
 	(SELECT count(*) FROM leases l WHERE l.block_id = b.id AND l.state <> 'released'),
 	(SELECT count(*) FROM leases l WHERE l.block_id = b.id AND l.state = 'released' AND l.cooldown_until > $%d)`
 
@@ -187,7 +230,7 @@ func scanBlock(r pgx.Row) (alloc.Block, error) {
 	var fam int16
 	var router, health, ingress *netip.Addr
 	err := r.Scan(&b.Space, &b.Node, &b.Pool, &fam, &b.Layout.Prefix, &b.Layout.First, &b.Layout.Last, &b.Layout.Reserved,
-		&router, &health, &ingress, &b.Layout.Capacity, &b.CreatedAt, &b.Leased, &b.Cooling)
+		&router, &health, &ingress, &b.Layout.Capacity, &b.CreatedAt, &b.Source, &b.Leased, &b.Cooling)
 	b.Family = alloc.Family(fam)
 	for _, x := range []struct {
 		src *netip.Addr

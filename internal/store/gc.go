@@ -76,8 +76,9 @@ func (s *Store) PurgeCooled(ctx context.Context) (int64, error) {
 			if _, err := tx.Exec(ctx, `SELECT id FROM blocks WHERE id = ANY ($1) ORDER BY family, id FOR NO KEY UPDATE`, ids); err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, `UPDATE blocks b SET allocated = b.allocated - c.n
-				FROM unnest($1::bigint[], $2::bigint[]) AS c (id, n) WHERE b.id = c.id`, ids, counts)
+			_, err = tx.Exec(ctx, `UPDATE blocks b SET allocated = b.allocated - c.n,
+					emptied_at = CASE WHEN b.allocated = c.n THEN $3 ELSE b.emptied_at END
+				FROM unnest($1::bigint[], $2::bigint[]) AS c (id, n) WHERE b.id = c.id`, ids, counts, s.now())
 			return err
 		})
 		if err != nil {

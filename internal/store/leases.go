@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
@@ -16,12 +17,16 @@ import (
 // allocPool is the part of a pool the allocation path reads: no CIDR list
 // (only carving needs it, and carving reads it under its own lock).
 type allocPool struct {
-	id         int64
-	name       string
-	masks      [2]*int16 // IPv4, IPv6
-	allowFirst bool
-	allowLast  bool
-	nodeLocal  alloc.NodeLocal
+	id             int64
+	name           string
+	masks          [2]*int16 // IPv4, IPv6
+	allowFirst     bool
+	allowLast      bool
+	nodeLocal      alloc.NodeLocal
+	mode           alloc.PoolMode
+	disabled       bool
+	skipMasquerade bool
+	selectors      [2]*metav1.LabelSelector // pod, namespace
 }
 
 func (p allocPool) has(f alloc.Family) bool {
@@ -41,16 +46,43 @@ func (p allocPool) families() []alloc.Family {
 	return fs
 }
 
+// allocPoolJSON is a pool as the allocation lookup aggregates it.
+type allocPoolJSON struct {
+	ID                int64                 `json:"id"`
+	Name              string                `json:"name"`
+	M4                *int16                `json:"m4"`
+	M6                *int16                `json:"m6"`
+	AllowFirst        bool                  `json:"first"`
+	AllowLast         bool                  `json:"last"`
+	Router            bool                  `json:"router"`
+	Health            bool                  `json:"health"`
+	Ingress           bool                  `json:"ingress"`
+	Mode              alloc.PoolMode        `json:"mode"`
+	Disabled          bool                  `json:"disabled"`
+	SkipMasquerade    bool                  `json:"skipMasq"`
+	PodSelector       *metav1.LabelSelector `json:"podSel"`
+	NamespaceSelector *metav1.LabelSelector `json:"nsSel"`
+}
+
+func (j allocPoolJSON) pool() allocPool {
+	return allocPool{id: j.ID, name: j.Name, masks: [2]*int16{j.M4, j.M6}, allowFirst: j.AllowFirst, allowLast: j.AllowLast,
+		nodeLocal: alloc.NodeLocal{Router: j.Router, Health: j.Health, Ingress: j.Ingress}, mode: j.Mode,
+		disabled: j.Disabled, skipMasquerade: j.SkipMasquerade, selectors: [2]*metav1.LabelSelector{j.PodSelector, j.NamespaceSelector}}
+}
+
+// allocPoolJSONSQL builds allocPoolJSON from pools p.
+const allocPoolJSONSQL = `json_build_object('id', p.id, 'name', p.name, 'm4', p.ipv4_mask_size, 'm6', p.ipv6_mask_size,
+	'first', p.allow_first_ip, 'last', p.allow_last_ip, 'router', p.reserve_router, 'health', p.reserve_health,
+	'ingress', p.reserve_ingress, 'mode', p.mode, 'disabled', p.disabled, 'skipMasq', p.skip_masquerade,
+	'podSel', p.pod_selector, 'nsSel', p.namespace_selector)`
+
 func (s *Store) allocPool(ctx context.Context, q querier, space, name string) (allocPool, error) {
-	p := allocPool{name: name}
-	err := q.QueryRow(ctx, `SELECT id, ipv4_mask_size, ipv6_mask_size, allow_first_ip, allow_last_ip,
-		reserve_router, reserve_health, reserve_ingress FROM pools WHERE space = $1 AND name = $2`, space, name).
-		Scan(&p.id, &p.masks[0], &p.masks[1], &p.allowFirst, &p.allowLast,
-			&p.nodeLocal.Router, &p.nodeLocal.Health, &p.nodeLocal.Ingress)
+	var j allocPoolJSON
+	err := q.QueryRow(ctx, `SELECT `+allocPoolJSONSQL+` FROM pools p WHERE p.space = $1 AND p.name = $2`, space, name).Scan(&j)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return p, s.notFoundIn(ctx, q, space, "pool", "pool", name)
+		return allocPool{}, s.notFoundIn(ctx, q, space, "pool", "pool", name)
 	}
-	return p, err
+	return j.pool(), err
 }
 
 // nodeID resolves a registered node.
@@ -79,43 +111,69 @@ func (s *Store) ensureNode(ctx context.Context, tx pgx.Tx, space, name string, n
 	return id, err
 }
 
-// lookupForAllocate resolves, in one statement, the node, the pool and
-// whether the attachment already holds leases; it registers an unknown node
-// when the store auto-registers.
-func (s *Store) lookupForAllocate(ctx context.Context, tx pgx.Tx, r alloc.LeaseRequest, now time.Time) (nodeID int64, p allocPool, held bool, firstBlock int64, err error) {
-	var nid, pid, bid *int64
-	var first int16
+// allocLookup is what the first statement of an allocation learns.
+type allocLookup struct {
+	nodeID int64
+	held   bool
+	// pools the selection may choose from: those the request, the Pod, the
+	// namespace or the default name, and those with selectors.
+	pools []allocPoolJSON
+	// guess is the pool whose block the statement locked for guessFamily
+	// (lockedBlock; 0 when none had room): the pool the names give the
+	// first family, else the default pool. Selection usually agrees.
+	guess       string
+	guessFamily alloc.Family
+	lockedBlock int64
+}
+
+// lookupForAllocate resolves, in one statement, the node, whether the
+// attachment already holds leases, the pools selection may need, and locks
+// the block of the likely pool (saving a round trip on the common path); it
+// registers an unknown node when the store auto-registers.
+func (s *Store) lookupForAllocate(ctx context.Context, tx pgx.Tx, r alloc.LeaseRequest, sel alloc.Selection, now time.Time) (allocLookup, error) {
+	lk := allocLookup{guess: sel.DefaultPool}
 	if len(r.Families) > 0 {
-		first = int16(r.Families[0])
+		lk.guessFamily = r.Families[0]
 	}
-	p.name = r.Pool
-	err = tx.QueryRow(ctx, `SELECT n.id, p.id, p.ipv4_mask_size, p.ipv6_mask_size,
-			coalesce(p.allow_first_ip, false), coalesce(p.allow_last_ip, false), coalesce(p.reserve_router, false),
-			coalesce(p.reserve_health, false), coalesce(p.reserve_ingress, false),
+	for _, f := range alloc.Families {
+		if lk.guessFamily != 0 && f != lk.guessFamily {
+			continue
+		}
+		if name := sel.NamedPool(f); name != "" {
+			lk.guess = name
+			lk.guessFamily = f
+			break
+		}
+	}
+	var nid, bid *int64
+	var fam *int16
+	lk.lockedBlock = blockNotLocked
+	err := tx.QueryRow(ctx, `SELECT n.id,
 			EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.id AND l.container_id = $3 AND l.interface = $4 AND l.state <> 'released'),
-			blk.id
+			(SELECT coalesce(json_agg(`+allocPoolJSONSQL+`), '[]') FROM pools p WHERE p.space = $1
+			   AND (p.name = ANY ($7) OR p.pod_selector IS NOT NULL OR p.namespace_selector IS NOT NULL)),
+			blk.id, blk.family
 		FROM (VALUES (1)) v
 		LEFT JOIN nodes n ON n.space = $1 AND n.name = $2
 		LEFT JOIN pools p ON p.space = $1 AND p.name = $5
 		LEFT JOIN LATERAL (`+lockBlockWithRoomSQL+`) blk ON true`,
-		r.Space, r.Node, r.Attachment.ContainerID, r.Attachment.Interface, r.Pool, first).
-		Scan(&nid, &pid, &p.masks[0], &p.masks[1], &p.allowFirst, &p.allowLast,
-			&p.nodeLocal.Router, &p.nodeLocal.Health, &p.nodeLocal.Ingress, &held, &bid)
+		r.Space, r.Node, r.Attachment.ContainerID, r.Attachment.Interface, lk.guess, int16(lk.guessFamily), sel.Named()).
+		Scan(&nid, &lk.held, &lk.pools, &bid, &fam)
 	if err != nil {
-		return 0, p, false, 0, err
+		return lk, err
 	}
-	if pid == nil {
-		return 0, p, false, 0, s.notFoundIn(ctx, tx, r.Space, "pool", "pool", r.Pool)
-	}
-	p.id = *pid
 	if nid != nil {
-		if bid != nil {
-			firstBlock = *bid
+		lk.nodeID = *nid
+		switch {
+		case bid != nil:
+			lk.lockedBlock, lk.guessFamily = *bid, alloc.Family(*fam)
+		case lk.guessFamily != 0:
+			lk.lockedBlock = 0 // the guessed pool has no block with room
 		}
-		return *nid, p, held, firstBlock, nil
+		return lk, nil
 	}
-	nodeID, err = s.ensureNode(ctx, tx, r.Space, r.Node, now)
-	return nodeID, p, false, 0, err
+	lk.nodeID, err = s.ensureNode(ctx, tx, r.Space, r.Node, now)
+	return lk, err
 }
 
 // lockBlockWithRoomSQL locks the oldest block of node n.id in pool p.id
@@ -123,7 +181,7 @@ func (s *Store) lookupForAllocate(ctx context.Context, tx pgx.Tx, r alloc.LeaseR
 // family). It rides in the allocation's lookup statement to save a round
 // trip; the statement that then probes for a free address starts after the
 // lock is granted, so its snapshot sees the block's latest leases.
-const lockBlockWithRoomSQL = `SELECT b.id FROM blocks b
+const lockBlockWithRoomSQL = `SELECT b.id, b.family FROM blocks b
 		WHERE b.node_id = n.id AND b.pool_id = p.id AND b.allocated < b.capacity
 		  AND b.family = CASE WHEN $6::smallint <> 0 THEN $6::smallint WHEN p.ipv4_mask_size IS NOT NULL THEN 4 ELSE 6 END
 		ORDER BY b.id LIMIT 1 FOR NO KEY UPDATE`
@@ -132,7 +190,7 @@ const lockBlockWithRoomSQL = `SELECT b.id FROM blocks b
 // tell cooling rows from rows whose cooldown has ended.
 const leaseColumns = `l.space, n.name, p.name, l.family, l.addr, l.block_cidr, b.router, l.container_id, l.interface,
 	l.owner_namespace, l.owner_name, l.owner_uid, l.state, l.created_at, l.expires_at, l.confirmed_at,
-	l.released_at, l.cooldown_until`
+	l.released_at, l.cooldown_until, p.skip_masquerade, l.selected_by`
 
 const leaseJoins = ` JOIN nodes n ON n.id = l.node_id JOIN pools p ON p.id = l.pool_id JOIN blocks b ON b.id = l.block_id`
 
@@ -145,7 +203,7 @@ func scanLease(r pgx.Row) (alloc.Lease, error) {
 		expires, confirmed, released, cool *time.Time
 	)
 	err := r.Scan(&l.Space, &l.Node, &l.Pool, &fam, &l.Addr, &l.Block, &gw, &l.Attachment.ContainerID, &l.Attachment.Interface,
-		&l.Owner.Namespace, &l.Owner.Name, &l.Owner.UID, &state, &l.CreatedAt, &expires, &confirmed, &released, &cool)
+		&l.Owner.Namespace, &l.Owner.Name, &l.Owner.UID, &state, &l.CreatedAt, &expires, &confirmed, &released, &cool, &l.SkipMasquerade, &l.SelectedBy)
 	if err != nil {
 		return l, err
 	}
@@ -196,49 +254,63 @@ func allocationOf(node string, a alloc.Attachment, leases []alloc.Lease, created
 }
 
 // Allocate leases one address per family for the attachment, all in one
-// transaction. Per family it takes, in order: a fresh address from the
-// node's oldest block with room; else an address of the node's blocks whose
-// cooldown has ended; else a newly carved block. A retry of the attachment
-// answers its existing leases (Created=false) when owner, pool and families
-// match, and a KindLeaseConflict error otherwise.
+// transaction. The pool of each family is chosen by alloc.Select. Per
+// family it takes, in order: a fresh address from the node's oldest block
+// with room; else an address of the node's blocks whose cooldown has ended;
+// else a newly carved block. A retry of the attachment answers its existing
+// leases (Created=false) when the owner, the families and any pool the
+// request names match, and a KindLeaseConflict error otherwise; the rules
+// that read annotations and selectors are not evaluated again (Cilium
+// evaluates them once, at allocation).
 func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Allocation, error) {
 	if err := r.Validate(); err != nil {
 		return alloc.Allocation{}, err
 	}
+	sel := r.Selection(s.opts.DefaultPool)
 	var out alloc.Allocation
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		now := s.now()
-		nodeID, p, held, firstBlock, err := s.lookupForAllocate(ctx, tx, r, now)
+		lk, err := s.lookupForAllocate(ctx, tx, r, sel, now)
 		if err != nil {
 			return err
 		}
-		families := r.Families
-		if len(families) == 0 {
-			families = p.families()
-		}
-		for i, f := range families {
-			if !p.has(f) {
-				return alloc.Invalid(fmt.Sprintf("families[%d]", i), "pool %q has no %s CIDRs", r.Pool, f)
-			}
-		}
-		if held {
-			existing, err := attachmentLeases(ctx, tx, nodeID, r.Attachment)
+		if lk.held {
+			existing, err := attachmentLeases(ctx, tx, lk.nodeID, r.Attachment)
 			if err != nil {
 				return err
 			}
-			if err := sameRequest(existing, r, families); err != nil {
+			if err := sameRequest(existing, r); err != nil {
 				return err
 			}
 			out = allocationOf(r.Node, r.Attachment, existing, false)
 			return nil
 		}
-		leases := make([]alloc.Lease, 0, len(families))
-		for i, f := range families {
-			locked := blockNotLocked
-			if i == 0 {
-				locked = firstBlock // 0: the lookup found no block with room
+		known := map[string]alloc.Candidate{}
+		pools := map[string]allocPool{}
+		var bySelector []alloc.Candidate
+		for _, j := range lk.pools {
+			p := j.pool()
+			c, err := candidate(p)
+			if err != nil {
+				return err
 			}
-			l, err := s.leaseOne(ctx, tx, nodeID, p, f, r, now, locked)
+			pools[p.name] = p
+			known[p.name] = c
+			if c.PodSelector != nil || c.NamespaceSelector != nil {
+				bySelector = append(bySelector, c)
+			}
+		}
+		choices, err := alloc.Select(sel, known, bySelector)
+		if err != nil {
+			return err
+		}
+		leases := make([]alloc.Lease, 0, len(choices))
+		for _, c := range choices {
+			locked := blockNotLocked
+			if c.Pool == lk.guess && c.Family == lk.guessFamily {
+				locked = lk.lockedBlock
+			}
+			l, err := s.leaseOne(ctx, tx, lk.nodeID, pools[c.Pool], c, r, now, locked)
 			if err != nil {
 				return err
 			}
@@ -250,24 +322,44 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 	return out, err
 }
 
+// candidate is what selection needs of a pool. A selector stored by this
+// service always converts; an error here means the row was edited by hand.
+func candidate(p allocPool) (alloc.Candidate, error) {
+	c := alloc.Candidate{Name: p.name, Families: p.families()}
+	var err error
+	if c.PodSelector, err = alloc.LabelSelector("podSelector", p.selectors[0]); err != nil {
+		return c, fmt.Errorf("pool %q: %w", p.name, err)
+	}
+	if c.NamespaceSelector, err = alloc.LabelSelector("namespaceSelector", p.selectors[1]); err != nil {
+		return c, fmt.Errorf("pool %q: %w", p.name, err)
+	}
+	return c, nil
+}
+
 // sameRequest decides whether a request for an attachment that already holds
-// leases is a retry of the request that made them.
-func sameRequest(existing []alloc.Lease, r alloc.LeaseRequest, families []alloc.Family) error {
+// leases is a retry of the request that made them: same owner, the families
+// it names (if any) held, and each held lease in the pool the request names
+// for its family (if any).
+func sameRequest(existing []alloc.Lease, r alloc.LeaseRequest) error {
 	held := make([]alloc.Family, 0, len(existing))
 	for _, l := range existing {
+		named := r.Pools[l.Family]
+		if named == "" {
+			named = r.Pool
+		}
 		switch {
 		case l.Owner != r.Owner:
 			return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "owner",
 				Detail: fmt.Sprintf("attachment %s/%s is held by %s/%s", r.Attachment.ContainerID, r.Attachment.Interface, l.Owner.Namespace, l.Owner.Name)}
-		case l.Pool != r.Pool:
+		case named != "" && l.Pool != named:
 			return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "pool",
-				Detail: fmt.Sprintf("attachment holds addresses of pool %q", l.Pool)}
+				Detail: fmt.Sprintf("attachment holds %s addresses of pool %q", l.Family, l.Pool)}
 		}
 		held = append(held, l.Family)
 	}
-	if !slices.Equal(held, families) {
+	if len(r.Families) > 0 && !slices.Equal(held, r.Families) {
 		return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "families",
-			Detail: fmt.Sprintf("attachment holds %v, not %v", held, families)}
+			Detail: fmt.Sprintf("attachment holds %v, not %v", held, r.Families)}
 	}
 	return nil
 }
@@ -276,9 +368,10 @@ func sameRequest(existing []alloc.Lease, r alloc.LeaseRequest, families []alloc.
 //
 // locked is the block of the family that the caller already locked, 0 when
 // the caller found none with room, or blockNotLocked.
-func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPool, f alloc.Family, r alloc.LeaseRequest, now time.Time, locked int64) (alloc.Lease, error) {
+func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPool, c alloc.Choice, r alloc.LeaseRequest, now time.Time, locked int64) (alloc.Lease, error) {
+	f := c.Family
 	lease := alloc.Lease{Space: r.Space, Node: r.Node, Pool: p.name, Family: f, Attachment: r.Attachment,
-		Owner: r.Owner, State: alloc.StateActive, CreatedAt: now}
+		Owner: r.Owner, State: alloc.StateActive, CreatedAt: now, SkipMasquerade: p.skipMasquerade, SelectedBy: c.By}
 	var expires *time.Time
 	if r.Expire {
 		e := now.Add(s.opts.LeaseExpiry)
@@ -286,7 +379,7 @@ func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPo
 	}
 	state := string(lease.State)
 	args := []any{nodeID, p.id, int16(f), r.Space, state, r.Attachment.ContainerID, r.Attachment.Interface,
-		r.Owner.Namespace, r.Owner.Name, r.Owner.UID, now, expires}
+		r.Owner.Namespace, r.Owner.Name, r.Owner.UID, now, expires, string(c.By)}
 
 	ok, err := s.leaseFresh(ctx, tx, nodeID, p.id, f, &lease, args, locked)
 	if err != nil || ok {
@@ -356,7 +449,7 @@ func (s *Store) leaseFresh(ctx context.Context, tx pgx.Tx, nodeID, poolID int64,
 const blockNotLocked int64 = -1
 
 // leaseFreshSQL leases, in one statement, the first address of the locked
-// block $13 from its round-robin cursor onwards that has no lease row (held
+// block $14 from its round-robin cursor onwards that has no lease row (held
 // or cooling) and is not node-local; it inserts the lease and advances the
 // cursor and the block's count. No row: every address has a row.
 //
@@ -366,11 +459,11 @@ const blockNotLocked int64 = -1
 //
 // Parameters: $1 node, $2 pool, $3 family, $4 space, $5 state, $6 container,
 // $7 interface, $8-$10 owner, $11 now, $12 expires (NULL when active),
-// $13 block.
+// $13 the selection rule, $14 block.
 const leaseFreshSQL = `WITH b AS (
 		SELECT id, cidr, set_masklen(cidr::inet, CASE WHEN family = 4 THEN 32 ELSE 128 END) AS base,
 		       first_offset, last_offset, reserved, next_offset, router
-		FROM blocks WHERE id = $13
+		FROM blocks WHERE id = $14
 	), cand AS (
 		SELECT b.*, c.o FROM b, LATERAL (
 			SELECT s.o FROM (
@@ -389,8 +482,8 @@ const leaseFreshSQL = `WITH b AS (
 		) c
 	), ins AS (
 		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
-			owner_namespace, owner_name, owner_uid, created_at, expires_at)
-		SELECT $4, base + o, id, cidr, $1, $2, $3, $5, $6, $7, $8, $9, $10, $11, $12 FROM cand
+			owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by)
+		SELECT $4, base + o, id, cidr, $1, $2, $3, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM cand
 		RETURNING addr
 	), upd AS (
 		UPDATE blocks SET allocated = allocated + 1,
@@ -403,7 +496,7 @@ const leaseFreshSQL = `WITH b AS (
 // (pool $2, family $3) whose cooldown ended longest ago. SKIP LOCKED lets
 // concurrent requests take different rows. Parameters as leaseFreshSQL.
 const leaseCooledSQL = `UPDATE leases l SET state = $5, container_id = $6, interface = $7,
-		owner_namespace = $8, owner_name = $9, owner_uid = $10, created_at = $11, expires_at = $12,
+		owner_namespace = $8, owner_name = $9, owner_uid = $10, created_at = $11, expires_at = $12, selected_by = $13,
 		confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
 	FROM blocks b
 	WHERE b.id = l.block_id AND l.space = $4 AND l.addr = (

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,7 +34,13 @@ func scanNode(r pgx.Row) (alloc.Node, error) {
 	return n, err
 }
 
-// PutNode registers a node or replaces its labels, addresses and provider ID.
+// PutNode registers a node or replaces its labels, addresses and provider
+// ID. CIDRs Kubernetes assigned it (PodCIDRs) are adopted as its blocks in
+// the same transaction; then, in transactions of their own (as Cilium's
+// operator fills CiliumNode.spec.ipam.podCIDRs after the node appears), it
+// gets its one block per family of every enabled cluster-pool pool it
+// lacks one of. A full cluster-pool pool does not fail the registration:
+// the node's first lease from it answers "allocator full".
 func (s *Store) PutNode(ctx context.Context, n alloc.Node) (alloc.Node, bool, error) {
 	if err := alloc.ValidateNodeName("node", n.Name); err != nil {
 		return alloc.Node{}, false, err
@@ -39,24 +48,180 @@ func (s *Store) PutNode(ctx context.Context, n alloc.Node) (alloc.Node, bool, er
 	if err := alloc.ValidateLabels("labels", n.Labels); err != nil {
 		return alloc.Node{}, false, err
 	}
+	if err := validatePodCIDRs(n.PodCIDRs); err != nil {
+		return alloc.Node{}, false, err
+	}
 	addrs := make([]nodeAddressJSON, 0, len(n.Addresses))
 	for _, a := range n.Addresses {
 		addrs = append(addrs, nodeAddressJSON{Type: a.Type, Address: a.Address})
 	}
 	var created bool
-	now := s.now()
-	err := s.db.QueryRow(ctx, `INSERT INTO nodes AS n (space, name, labels, addresses, provider_id, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $6)
-		ON CONFLICT (space, name) DO UPDATE SET labels = EXCLUDED.labels, addresses = EXCLUDED.addresses,
-			provider_id = EXCLUDED.provider_id, updated_at = EXCLUDED.updated_at
-		RETURNING (xmax = 0)`, n.Space, n.Name, labelsOrEmpty(n.Labels), addrs, n.ProviderID, now).Scan(&created)
-	if code, constraint := pgCode(err); code == codeForeignKey && constraint == "nodes_space_fkey" {
-		return alloc.Node{}, false, alloc.NotFound("space", "address space", n.Space)
-	} else if err != nil {
+	var nodeID int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		now := s.now()
+		err := tx.QueryRow(ctx, `INSERT INTO nodes AS n (space, name, labels, addresses, provider_id, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $6)
+			ON CONFLICT (space, name) DO UPDATE SET labels = EXCLUDED.labels, addresses = EXCLUDED.addresses,
+				provider_id = EXCLUDED.provider_id, updated_at = EXCLUDED.updated_at
+			RETURNING id, (xmax = 0)`, n.Space, n.Name, labelsOrEmpty(n.Labels), addrs, n.ProviderID, now).Scan(&nodeID, &created)
+		if code, constraint := pgCode(err); code == codeForeignKey && constraint == "nodes_space_fkey" {
+			return alloc.NotFound("space", "address space", n.Space)
+		} else if err != nil {
+			return err
+		}
+		return s.adopt(ctx, tx, n.Space, nodeID, n.PodCIDRs, now)
+	})
+	if err != nil {
+		return alloc.Node{}, false, err
+	}
+	if err := s.ensureClusterPoolBlocks(ctx, n.Space, nodeID); err != nil {
 		return alloc.Node{}, false, err
 	}
 	got, err := s.GetNode(ctx, n.Space, n.Name)
 	return got, created, err
+}
+
+// validatePodCIDRs checks the CIDRs a registration adopts: at most one list
+// of a few, no two overlapping.
+func validatePodCIDRs(cidrs []netip.Prefix) error {
+	if len(cidrs) > 2*alloc.MaxCIDRsPerFamily {
+		return alloc.Invalid("podCIDRs", "lists %d CIDRs; at most %d are allowed", len(cidrs), 2*alloc.MaxCIDRsPerFamily)
+	}
+	for i, c := range cidrs {
+		for j := range i {
+			if cidrs[j].Overlaps(c) {
+				return &alloc.Error{Kind: alloc.KindOverlap, Field: fmt.Sprintf("podCIDRs[%d]", i),
+					Detail: fmt.Sprintf("%s overlaps %s in the same list", c, cidrs[j])}
+			}
+		}
+	}
+	return nil
+}
+
+// adopt makes the node's Kubernetes-assigned CIDRs its blocks. Each must lie
+// in a pool CIDR and have its mask. A node that holds other blocks of the
+// same pool and family is refused with Cilium's message; a CIDR another node
+// holds is an overlap. CIDRs the node already holds are left as they are,
+// so registering again is a no-op.
+func (s *Store) adopt(ctx context.Context, tx pgx.Tx, space string, nodeID int64, cidrs []netip.Prefix, now time.Time) error {
+	type target struct {
+		field    string
+		cidr     netip.Prefix
+		parentID int64
+		parent   netip.Prefix
+		pool     string
+	}
+	var targets []target
+	byPool := map[string][]netip.Prefix{} // pool/family -> requested
+	for i, c := range cidrs {
+		t := target{field: fmt.Sprintf("podCIDRs[%d]", i), cidr: c}
+		var mask int16
+		err := tx.QueryRow(ctx, `SELECT c.id, c.cidr, c.mask_size, p.name FROM pool_cidrs c JOIN pools p ON p.id = c.pool_id
+			WHERE c.space = $1 AND c.cidr >>= $2`, space, c).Scan(&t.parentID, &t.parent, &mask, &t.pool)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return alloc.Invalid(t.field, "%s lies in no pool CIDR of space %q; create or extend a pool that covers it", c, space)
+		} else if err != nil {
+			return err
+		}
+		if int(mask) != c.Bits() {
+			return alloc.Invalid(t.field, "%s is a /%d; pool %q carves /%d blocks from %s", c, c.Bits(), t.pool, mask, t.parent)
+		}
+		targets = append(targets, t)
+		key := t.pool + "/" + alloc.FamilyOf(c.Addr()).String()
+		byPool[key] = append(byPool[key], c)
+	}
+	for _, t := range targets {
+		f := alloc.FamilyOf(t.cidr.Addr())
+		p, err := s.allocPool(ctx, tx, space, t.pool)
+		if err != nil {
+			return err
+		}
+		var have []netip.Prefix
+		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(cidr ORDER BY cidr), '{}') FROM blocks
+			WHERE node_id = $1 AND pool_id = $2 AND family = $3`, nodeID, p.id, int16(f)).Scan(&have); err != nil {
+			return err
+		}
+		requested := byPool[t.pool+"/"+f.String()]
+		for _, h := range have {
+			if !slices.Contains(requested, h) {
+				return &alloc.Error{Kind: alloc.KindConflict, Field: t.field,
+					Detail: fmt.Sprintf("node has CIDRs allocated (%s) that conflict with requested CIDRs (%s)", joinPrefixes(have), joinPrefixes(requested))}
+			}
+		}
+		if slices.Contains(have, t.cidr) {
+			continue
+		}
+		// Check first, so the refusal names the other node; the exclusion
+		// constraint still refuses a block inserted concurrently.
+		var owner string
+		var other netip.Prefix
+		err = tx.QueryRow(ctx, `SELECT n.name, b.cidr FROM blocks b JOIN nodes n ON n.id = b.node_id
+			WHERE b.space = $1 AND b.cidr && $2 LIMIT 1`, space, t.cidr).Scan(&owner, &other)
+		if err == nil {
+			return &alloc.Error{Kind: alloc.KindOverlap, Field: t.field, Nodes: []string{owner},
+				Detail: fmt.Sprintf("%s overlaps block %s of node %s", t.cidr, other, owner)}
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		_, err = insertBlock(ctx, tx, space, nodeID, p, f, t.parentID, t.parent, t.cidr, now, blockAdopted)
+		if code, _ := pgCode(err); code == codeExclusionViolation {
+			return &alloc.Error{Kind: alloc.KindOverlap, Field: t.field, Detail: fmt.Sprintf("%s overlaps a block carved meanwhile", t.cidr)}
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// ensureClusterPoolBlocks carves the node's one block per family of every
+// enabled cluster-pool pool of the space it holds none of, each in its own
+// transaction (carving locks the pool's CIDR rows; holding several pools'
+// at once would order those locks against other carvers for nothing).
+func (s *Store) ensureClusterPoolBlocks(ctx context.Context, space string, nodeID int64) error {
+	rows, err := s.db.Query(ctx, `SELECT p.name, f.family FROM pools p
+		CROSS JOIN (VALUES (4::smallint), (6::smallint)) f (family)
+		WHERE p.space = $1 AND p.mode = 'cluster-pool' AND NOT p.disabled
+		  AND CASE f.family WHEN 4 THEN p.ipv4_mask_size IS NOT NULL ELSE p.ipv6_mask_size IS NOT NULL END
+		  AND NOT EXISTS (SELECT 1 FROM blocks b WHERE b.node_id = $2 AND b.pool_id = p.id AND b.family = f.family)
+		ORDER BY p.name, f.family`, space, nodeID)
+	if err != nil {
+		return err
+	}
+	type want struct {
+		pool string
+		fam  int16
+	}
+	wants, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (want, error) {
+		var w want
+		return w, r.Scan(&w.pool, &w.fam)
+	})
+	if err != nil {
+		return err
+	}
+	for _, w := range wants {
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			p, err := s.allocPool(ctx, tx, space, w.pool)
+			if err != nil {
+				return err
+			}
+			_, _, err = carve(ctx, tx, space, nodeID, p, alloc.Family(w.fam), s.now(), true)
+			return err
+		})
+		// A full pool, or a pool changed or deleted meanwhile, leaves the
+		// node without that block; its first lease says why.
+		if err != nil && !alloc.IsKind(err, alloc.KindPoolExhausted) && !alloc.IsKind(err, alloc.KindNotFound) {
+			return err
+		}
+	}
+	return nil
 }
 
 // GetNode reads one node with its block and lease counts.

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"net/netip"
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,9 +23,19 @@ type poolRow struct {
 
 const poolColumns = `p.id, p.space, p.name, p.labels, p.allow_first_ip, p.allow_last_ip,
 	p.reserve_router, p.reserve_health, p.reserve_ingress, p.ipv4_mask_size, p.ipv6_mask_size,
-	p.created_at, p.updated_at,
+	p.created_at, p.updated_at, p.mode, p.pre_allocate, p.pod_selector, p.namespace_selector,
+	p.disabled, p.skip_masquerade,
 	coalesce((SELECT array_agg(c.cidr ORDER BY c.position) FROM pool_cidrs c WHERE c.pool_id = p.id AND c.family = 4), '{}'),
-	coalesce((SELECT array_agg(c.cidr ORDER BY c.position) FROM pool_cidrs c WHERE c.pool_id = p.id AND c.family = 6), '{}')`
+	coalesce((SELECT array_agg(c.cidr ORDER BY c.position) FROM pool_cidrs c WHERE c.pool_id = p.id AND c.family = 6), '{}'),
+	coalesce((SELECT json_agg(json_build_object('cidr', c.cidr, 'start', c.reserved_start, 'end', c.reserved_end) ORDER BY c.position)
+		FROM pool_cidrs c WHERE c.pool_id = p.id AND cardinality(c.reserved_start) > 0), '[]')`
+
+// reservedJSON is one pool CIDR's reserved ranges as poolColumns reads them.
+type reservedJSON struct {
+	CIDR  netip.Prefix `json:"cidr"`
+	Start []netip.Addr `json:"start"`
+	End   []netip.Addr `json:"end"`
+}
 
 func scanPool(r pgx.Row) (poolRow, error) {
 	var (
@@ -33,21 +45,58 @@ func scanPool(r pgx.Row) (poolRow, error) {
 		labels     map[string]string
 		nl         alloc.NodeLocal
 		first, lst bool
+		mode       string
+		pre        *int32
+		reserved   []reservedJSON
 	)
+	sp := &p.Spec
 	err := r.Scan(&p.id, &p.Space, &p.Name, &labels, &first, &lst,
-		&nl.Router, &nl.Health, &nl.Ingress, &m4, &m6, &p.CreatedAt, &p.UpdatedAt, &c4, &c6)
+		&nl.Router, &nl.Health, &nl.Ingress, &m4, &m6, &p.CreatedAt, &p.UpdatedAt,
+		&mode, &pre, &sp.PodSelector, &sp.NamespaceSelector, &sp.Disabled, &sp.SkipMasquerade, &c4, &c6, &reserved)
 	if err != nil {
 		return p, err
 	}
 	p.Labels = labels
-	p.Spec = alloc.PoolSpec{AllowFirstIP: first, AllowLastIP: lst, NodeLocal: nl}
+	sp.AllowFirstIP, sp.AllowLastIP, sp.NodeLocal, sp.Mode = first, lst, nl, alloc.PoolMode(mode)
+	if pre != nil {
+		v := int(*pre)
+		sp.PreAllocate = &v
+	}
 	if m4 != nil {
-		p.Spec.IPv4 = &alloc.PoolFamily{CIDRs: c4, MaskSize: int(*m4)}
+		sp.IPv4 = &alloc.PoolFamily{CIDRs: c4, MaskSize: int(*m4)}
 	}
 	if m6 != nil {
-		p.Spec.IPv6 = &alloc.PoolFamily{CIDRs: c6, MaskSize: int(*m6)}
+		sp.IPv6 = &alloc.PoolFamily{CIDRs: c6, MaskSize: int(*m6)}
+	}
+	for _, rj := range reserved {
+		pf := sp.Family(alloc.FamilyOf(rj.CIDR.Addr()))
+		if pf == nil {
+			continue
+		}
+		cr := alloc.CIDRReservation{CIDR: rj.CIDR}
+		for i := range rj.Start {
+			cr.Ranges = append(cr.Ranges, alloc.AddrRange{Start: rj.Start[i], End: rj.End[i]})
+		}
+		pf.Reserved = append(pf.Reserved, cr)
 	}
 	return p, nil
+}
+
+func preAllocateOf(s alloc.PoolSpec) *int32 {
+	if s.PreAllocate == nil {
+		return nil
+	}
+	v := int32(*s.PreAllocate)
+	return &v
+}
+
+// reservedArrays flattens the reserved ranges of one CIDR for pool_cidrs.
+func reservedArrays(pf *alloc.PoolFamily, c netip.Prefix) (starts, ends []netip.Addr) {
+	starts, ends = []netip.Addr{}, []netip.Addr{}
+	for _, r := range pf.ReservedIn(c) {
+		starts, ends = append(starts, r.Start), append(ends, r.End)
+	}
+	return starts, ends
 }
 
 func maskOf(pf *alloc.PoolFamily) *int16 {
@@ -58,23 +107,50 @@ func maskOf(pf *alloc.PoolFamily) *int16 {
 	return &m
 }
 
+// errDryRun rolls back a dry run's transaction once it has its answer.
+var errDryRun = errors.New("dry run")
+
+// write runs fn in a transaction, rolled back instead of committed on a
+// dry run.
+func (s *Store) write(ctx context.Context, opts []alloc.WriteOption, fn func(tx pgx.Tx) error) error {
+	o := alloc.ApplyWriteOptions(opts)
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if o.DryRun {
+			return errDryRun
+		}
+		return nil
+	})
+	if errors.Is(err, errDryRun) {
+		return nil
+	}
+	return err
+}
+
 // CreatePool adds a pool after checking its spec and that none of its CIDRs
 // overlaps a pool CIDR of the space. Creating a pool that exists with the
 // same labels and spec answers it again (an idempotent retry); with others,
 // it is a KindConflict.
-func (s *Store) CreatePool(ctx context.Context, p alloc.Pool) (alloc.Pool, error) {
+func (s *Store) CreatePool(ctx context.Context, p alloc.Pool, opts ...alloc.WriteOption) (alloc.Pool, error) {
 	if err := validatePool(p.Name, p.Labels, p.Spec); err != nil {
 		return alloc.Pool{}, err
 	}
-	var id int64
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	p.Spec.Mode = p.Spec.EffectiveMode()
+	var out alloc.Pool
+	err := s.write(ctx, opts, func(tx pgx.Tx) error {
 		now := s.now()
+		var id int64
+		sp := p.Spec
 		err := tx.QueryRow(ctx, `INSERT INTO pools (space, name, labels, allow_first_ip, allow_last_ip,
-				reserve_router, reserve_health, reserve_ingress, ipv4_mask_size, ipv6_mask_size, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) RETURNING id`,
-			p.Space, p.Name, labelsOrEmpty(p.Labels), p.Spec.AllowFirstIP, p.Spec.AllowLastIP,
-			p.Spec.NodeLocal.Router, p.Spec.NodeLocal.Health, p.Spec.NodeLocal.Ingress,
-			maskOf(p.Spec.IPv4), maskOf(p.Spec.IPv6), now).Scan(&id)
+				reserve_router, reserve_health, reserve_ingress, ipv4_mask_size, ipv6_mask_size, created_at, updated_at,
+				mode, pre_allocate, pod_selector, namespace_selector, disabled, skip_masquerade)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14, $15, $16, $17) RETURNING id`,
+			p.Space, p.Name, labelsOrEmpty(p.Labels), sp.AllowFirstIP, sp.AllowLastIP,
+			sp.NodeLocal.Router, sp.NodeLocal.Health, sp.NodeLocal.Ingress,
+			maskOf(sp.IPv4), maskOf(sp.IPv6), now, string(sp.Mode), preAllocateOf(sp),
+			sp.PodSelector, sp.NamespaceSelector, sp.Disabled, sp.SkipMasquerade).Scan(&id)
 		if code, constraint := pgCode(err); code == codeUniqueViolation {
 			return errPoolExists
 		} else if code == codeForeignKey && constraint == "pools_space_fkey" {
@@ -82,7 +158,11 @@ func (s *Store) CreatePool(ctx context.Context, p alloc.Pool) (alloc.Pool, error
 		} else if err != nil {
 			return err
 		}
-		return insertCIDRs(ctx, tx, id, p.Space, p.Spec, nil)
+		if err := insertCIDRs(ctx, tx, id, p.Space, p.Spec, nil); err != nil {
+			return err
+		}
+		out, err = s.readPool(ctx, tx, p.Space, p.Name)
+		return err
 	})
 	if errors.Is(err, errPoolExists) {
 		// A retry of the request that created it gets the first answer;
@@ -91,16 +171,34 @@ func (s *Store) CreatePool(ctx context.Context, p alloc.Pool) (alloc.Pool, error
 		if gerr != nil {
 			return alloc.Pool{}, gerr
 		}
-		if !maps.Equal(have.Labels, labelsOrEmpty(p.Labels)) || !reflect.DeepEqual(have.Spec, p.Spec) {
+		if !maps.Equal(have.Labels, labelsOrEmpty(p.Labels)) || !sameSpec(have.Spec, p.Spec) {
 			return alloc.Pool{}, &alloc.Error{Kind: alloc.KindConflict, Field: "name",
 				Detail: fmt.Sprintf("pool %q already exists with other labels or spec", p.Name)}
 		}
 		return have, nil
 	}
-	if err != nil {
-		return alloc.Pool{}, err
+	return out, err
+}
+
+// sameSpec compares specs as stored: nil and empty reservation lists are
+// the same.
+func sameSpec(a, b alloc.PoolSpec) bool {
+	norm := func(s alloc.PoolSpec) alloc.PoolSpec {
+		for _, pf := range []**alloc.PoolFamily{&s.IPv4, &s.IPv6} {
+			if *pf == nil {
+				continue
+			}
+			c := **pf
+			c.Reserved = slices.DeleteFunc(slices.Clone(c.Reserved), func(r alloc.CIDRReservation) bool { return len(r.Ranges) == 0 })
+			if len(c.Reserved) == 0 {
+				c.Reserved = nil
+			}
+			*pf = &c
+		}
+		s.Mode = s.EffectiveMode()
+		return s
 	}
-	return s.GetPool(ctx, p.Space, p.Name)
+	return reflect.DeepEqual(norm(a), norm(b))
 }
 
 // errPoolExists ends CreatePool's transaction when the name is taken.
@@ -125,7 +223,10 @@ func labelsOrEmpty(l map[string]string) map[string]string {
 
 // insertCIDRs adds the spec's CIDRs not in have, first checking each against
 // the space's pool CIDRs so the error names the field and the other pool.
-// The exclusion constraint still guards against a concurrent creator.
+// The exclusion constraint still guards against a concurrent creator. CIDRs
+// in have keep their row (and blocks); their position and reserved ranges
+// follow the spec, and a change of reserved ranges resets the carve cursor,
+// since blocks a range kept out may be free now.
 func insertCIDRs(ctx context.Context, tx pgx.Tx, poolID int64, space string, spec alloc.PoolSpec, have map[netip.Prefix]bool) error {
 	for _, f := range alloc.Families {
 		pf := spec.Family(f)
@@ -134,8 +235,11 @@ func insertCIDRs(ctx context.Context, tx pgx.Tx, poolID int64, space string, spe
 		}
 		for i, c := range pf.CIDRs {
 			field := fmt.Sprintf("spec.%s.cidrs[%d]", f, i)
+			starts, ends := reservedArrays(pf, c)
 			if have[c] {
-				if _, err := tx.Exec(ctx, `UPDATE pool_cidrs SET position = $3 WHERE pool_id = $1 AND cidr = $2`, poolID, c, i); err != nil {
+				if _, err := tx.Exec(ctx, `UPDATE pool_cidrs SET position = $3, reserved_start = $4, reserved_end = $5,
+						carve_hint = CASE WHEN reserved_start = $4 AND reserved_end = $5 THEN carve_hint ELSE 0 END
+					WHERE pool_id = $1 AND cidr = $2`, poolID, c, i, starts, ends); err != nil {
 					return err
 				}
 				continue
@@ -149,8 +253,8 @@ func insertCIDRs(ctx context.Context, tx pgx.Tx, poolID int64, space string, spe
 			} else if !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
-			_, err = tx.Exec(ctx, `INSERT INTO pool_cidrs (pool_id, space, family, cidr, mask_size, position)
-				VALUES ($1, $2, $3, $4, $5, $6)`, poolID, space, int16(f), c, pf.MaskSize, i)
+			_, err = tx.Exec(ctx, `INSERT INTO pool_cidrs (pool_id, space, family, cidr, mask_size, position, reserved_start, reserved_end)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, poolID, space, int16(f), c, pf.MaskSize, i, starts, ends)
 			if code, _ := pgCode(err); code == codeExclusionViolation {
 				return &alloc.Error{Kind: alloc.KindOverlap, Field: field, Detail: fmt.Sprintf("%s overlaps a CIDR of another pool", c)}
 			} else if err != nil {
@@ -163,11 +267,15 @@ func insertCIDRs(ctx context.Context, tx pgx.Tx, poolID int64, space string, spe
 
 // GetPool reads a pool with its status.
 func (s *Store) GetPool(ctx context.Context, space, name string) (alloc.Pool, error) {
-	p, err := s.getPool(ctx, s.db, space, name, false)
+	return s.readPool(ctx, s.db, space, name)
+}
+
+func (s *Store) readPool(ctx context.Context, q querier, space, name string) (alloc.Pool, error) {
+	p, err := s.getPool(ctx, q, space, name, false)
 	if err != nil {
 		return alloc.Pool{}, err
 	}
-	if err := s.fillStatus(ctx, &p); err != nil {
+	if err := s.fillStatus(ctx, q, &p); err != nil {
 		return alloc.Pool{}, err
 	}
 	return p.Pool, nil
@@ -187,12 +295,12 @@ func (s *Store) getPool(ctx context.Context, q querier, space, name string, forU
 
 // fillStatus counts blocks and leases of the pool per family. Cooling counts
 // released addresses whose cooldown has not ended yet.
-func (s *Store) fillStatus(ctx context.Context, p *poolRow) error {
+func (s *Store) fillStatus(ctx context.Context, q querier, p *poolRow) error {
 	p.Status = map[alloc.Family]alloc.PoolFamilyStatus{}
 	for _, f := range p.Spec.Families() {
 		p.Status[f] = alloc.PoolFamilyStatus{BlocksPossible: p.Spec.Family(f).BlocksPossible()}
 	}
-	rows, err := s.db.Query(ctx, `
+	rows, err := q.Query(ctx, `
 		SELECT f.family,
 		       (SELECT count(*) FROM blocks b WHERE b.pool_id = $1 AND b.family = f.family),
 		       (SELECT coalesce(sum(capacity), 0) FROM blocks b WHERE b.pool_id = $1 AND b.family = f.family),
@@ -242,7 +350,7 @@ func (s *Store) ListPools(ctx context.Context, space string, page alloc.Page) ([
 	prs, next := pageOf(prs, page.Limit, func(p poolRow) string { return p.Name })
 	out := make([]alloc.Pool, 0, len(prs))
 	for i := range prs {
-		if err := s.fillStatus(ctx, &prs[i]); err != nil {
+		if err := s.fillStatus(ctx, s.db, &prs[i]); err != nil {
 			return nil, "", err
 		}
 		out = append(out, prs[i].Pool)
@@ -251,15 +359,22 @@ func (s *Store) ListPools(ctx context.Context, space string, page alloc.Page) ([
 }
 
 // UpdatePool replaces labels and spec. Immutable fields are refused; CIDRs
-// and families may be removed only while no block was carved from them.
-func (s *Store) UpdatePool(ctx context.Context, space, name string, labels map[string]string, spec alloc.PoolSpec) (alloc.Pool, error) {
+// may be appended live, and removed (or a family dropped) only while no node
+// holds a block carved from them; the refusal names those nodes. A spec
+// without a mode keeps the pool's mode; cluster-pool may become multi-pool
+// (the one-way migration: every block and lease stays), never the reverse.
+func (s *Store) UpdatePool(ctx context.Context, space, name string, labels map[string]string, spec alloc.PoolSpec, opts ...alloc.WriteOption) (alloc.Pool, error) {
 	if err := validatePool(name, labels, spec); err != nil {
 		return alloc.Pool{}, err
 	}
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	var out alloc.Pool
+	err := s.write(ctx, opts, func(tx pgx.Tx) error {
 		prev, err := s.getPool(ctx, tx, space, name, true)
 		if err != nil {
 			return err
+		}
+		if spec.Mode == "" {
+			spec.Mode = prev.Spec.Mode
 		}
 		if err := alloc.ValidateUpdate(prev.Spec, spec); err != nil {
 			return err
@@ -285,49 +400,100 @@ func (s *Store) UpdatePool(ctx context.Context, space, name string, labels map[s
 				if np == nil {
 					field = "spec." + f.String()
 				}
-				tag, err := tx.Exec(ctx, `DELETE FROM pool_cidrs c WHERE c.pool_id = $1 AND c.cidr = $2
-					AND NOT EXISTS (SELECT 1 FROM blocks b WHERE b.pool_cidr_id = c.id)`, prev.id, c)
-				if code, _ := pgCode(err); err != nil && code != codeForeignKey {
+				if err := removeCIDR(ctx, tx, prev, c, field); err != nil {
 					return err
-				}
-				// No row deleted: it has blocks. A foreign-key violation: a
-				// block was carved from it while this update waited.
-				if err != nil || tag.RowsAffected() == 0 {
-					return &alloc.Error{Kind: alloc.KindInUse, Field: field, Detail: fmt.Sprintf("%s still has blocks carved from it", c)}
 				}
 			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE pools SET labels = $2, ipv4_mask_size = $3, ipv6_mask_size = $4, updated_at = $5 WHERE id = $1`,
-			prev.id, labelsOrEmpty(labels), maskOf(spec.IPv4), maskOf(spec.IPv6), s.now()); err != nil {
+		sp := spec
+		if _, err := tx.Exec(ctx, `UPDATE pools SET labels = $2, ipv4_mask_size = $3, ipv6_mask_size = $4, updated_at = $5,
+				mode = $6, pre_allocate = $7, pod_selector = $8, namespace_selector = $9, disabled = $10, skip_masquerade = $11
+			WHERE id = $1`,
+			prev.id, labelsOrEmpty(labels), maskOf(sp.IPv4), maskOf(sp.IPv6), s.now(), string(sp.Mode), preAllocateOf(sp),
+			sp.PodSelector, sp.NamespaceSelector, sp.Disabled, sp.SkipMasquerade); err != nil {
 			return err
 		}
-		return insertCIDRs(ctx, tx, prev.id, space, spec, have)
+		if err := insertCIDRs(ctx, tx, prev.id, space, spec, have); err != nil {
+			return err
+		}
+		out, err = s.readPool(ctx, tx, space, name)
+		return err
 	})
-	if err != nil {
-		return alloc.Pool{}, err
-	}
-	return s.GetPool(ctx, space, name)
+	return out, err
 }
 
-// DeletePool removes a pool that has no blocks.
-func (s *Store) DeletePool(ctx context.Context, space, name string) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+// removeCIDR deletes a pool CIDR that no block was carved from. The CIDR
+// row is locked first, as carving locks it, so no block can be carved from
+// it between the check and the delete.
+func removeCIDR(ctx context.Context, tx pgx.Tx, p poolRow, c netip.Prefix, field string) error {
+	var id int64
+	if err := tx.QueryRow(ctx, `SELECT id FROM pool_cidrs WHERE pool_id = $1 AND cidr = $2 FOR UPDATE`, p.id, c).Scan(&id); err != nil {
+		return err
+	}
+	nodes, n, err := nodesUsing(ctx, tx, `b.pool_cidr_id = $1`, id)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return &alloc.Error{Kind: alloc.KindInUse, Field: field, Nodes: nodes,
+			Detail: fmt.Sprintf("CIDR %s from pool %q still in use by %s", c, p.Name, nodeList(nodes, n))}
+	}
+	_, err = tx.Exec(ctx, `DELETE FROM pool_cidrs WHERE id = $1`, id)
+	return err
+}
+
+// maxNamedNodes bounds the node names an in-use refusal lists.
+const maxNamedNodes = 20
+
+// nodesUsing answers the names (up to maxNamedNodes, sorted) and the number
+// of the nodes holding blocks that match where (on blocks b).
+func nodesUsing(ctx context.Context, q querier, where string, args ...any) ([]string, int64, error) {
+	var names []string
+	var n int64
+	err := q.QueryRow(ctx, `SELECT coalesce((array_agg(name ORDER BY name))[1:`+fmt.Sprint(maxNamedNodes)+`], '{}'), count(*)
+		FROM (SELECT DISTINCT n.name FROM blocks b JOIN nodes n ON n.id = b.node_id WHERE `+where+`) u`, args...).Scan(&names, &n)
+	return names, n, err
+}
+
+func nodeList(names []string, n int64) string {
+	s := "node " + names[0]
+	if n > 1 {
+		s = "nodes " + strings.Join(names, ", ")
+	}
+	if more := n - int64(len(names)); more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
+}
+
+// DeletePool removes a pool that no node holds a block of; the refusal names
+// the nodes. It answers the pool as it was.
+func (s *Store) DeletePool(ctx context.Context, space, name string, opts ...alloc.WriteOption) (alloc.Pool, error) {
+	var out alloc.Pool
+	err := s.write(ctx, opts, func(tx pgx.Tx) error {
 		p, err := s.getPool(ctx, tx, space, name, true)
 		if err != nil {
 			return err
 		}
-		var blocks int64
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM blocks WHERE pool_id = $1`, p.id).Scan(&blocks); err != nil {
+		// Lock the CIDR rows as carving does, so no block appears after
+		// the check.
+		if _, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE pool_id = $1 ORDER BY family, position FOR UPDATE`, p.id); err != nil {
 			return err
 		}
-		if blocks > 0 {
-			return &alloc.Error{Kind: alloc.KindInUse, Field: "pool", Detail: fmt.Sprintf("pool %q still has %d blocks carved for nodes", name, blocks)}
+		nodes, n, err := nodesUsing(ctx, tx, `b.pool_id = $1`, p.id)
+		if err != nil {
+			return err
 		}
+		if n > 0 {
+			return &alloc.Error{Kind: alloc.KindInUse, Field: "pool", Nodes: nodes,
+				Detail: fmt.Sprintf("pool %q still in use by %s", name, nodeList(nodes, n))}
+		}
+		if err := s.fillStatus(ctx, tx, &p); err != nil {
+			return err
+		}
+		out = p.Pool
 		_, err = tx.Exec(ctx, `DELETE FROM pools WHERE id = $1`, p.id)
-		if code, _ := pgCode(err); code == codeForeignKey {
-			// A block was carved after the count above.
-			return &alloc.Error{Kind: alloc.KindInUse, Field: "pool", Detail: fmt.Sprintf("pool %q has blocks carved for nodes", name)}
-		}
 		return err
 	})
+	return out, err
 }

@@ -36,13 +36,25 @@ type Options struct {
 	Now func() time.Time
 	// MaxConns bounds the connection pool; 0 means DefaultMaxConns.
 	MaxConns int32
+	// DefaultPool is the pool of the last selection rule; empty means
+	// alloc.DefaultPool.
+	DefaultPool string
+	// BlockReleaseHoldOff is how long a multi-pool block must have been
+	// completely free (and above the node's need) before it goes back to
+	// the pool, so a node whose Pods churn does not flap blocks.
+	BlockReleaseHoldOff time.Duration
 }
 
 // DefaultOptions are the defaults of Cilium (10 minute expiry) and the VPC
 // CNI (30 second cooldown).
 func DefaultOptions() Options {
-	return Options{LeaseExpiry: 10 * time.Minute, Cooldown: 30 * time.Second, AutoRegisterNodes: true}
+	return Options{LeaseExpiry: 10 * time.Minute, Cooldown: 30 * time.Second, AutoRegisterNodes: true,
+		DefaultPool: alloc.DefaultPool, BlockReleaseHoldOff: DefaultBlockReleaseHoldOff}
 }
+
+// DefaultBlockReleaseHoldOff matches the release delay Cilium's ENI mode
+// applies to excess addresses (180 s).
+const DefaultBlockReleaseHoldOff = 3 * time.Minute
 
 // Validate checks the options.
 func (o Options) Validate() error {
@@ -55,6 +67,14 @@ func (o Options) Validate() error {
 	}
 	if o.MaxConns < 0 {
 		errs = append(errs, errors.New("max connections must not be negative"))
+	}
+	if o.BlockReleaseHoldOff < 0 {
+		errs = append(errs, errors.New("block release hold-off must not be negative"))
+	}
+	if o.DefaultPool != "" {
+		if err := alloc.ValidateLabelName("default pool", o.DefaultPool); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -81,6 +101,9 @@ func Open(ctx context.Context, connString string, o Options) (*Store, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.DefaultPool == "" {
+		o.DefaultPool = alloc.DefaultPool
 	}
 	cfg, err := parseConfig(connString)
 	if err != nil {

@@ -1,0 +1,67 @@
+package alloc
+
+// NeededIPCeil is the number of addresses a node should have available in a
+// multi-pool pool for a demand of numIP addresses with pre-allocation
+// preAlloc, exactly as Cilium's agent computes it (neededIPCeil in
+// pkg/ipam/multipool_manager.go): the demand rounded up to the next-but-one
+// multiple of preAlloc, so at least one unit of pre-allocation is always
+// free. With preAlloc P: a demand of 0 asks P, 1 to P ask 2P, P+1 asks 3P.
+// Without pre-allocation the need is the demand itself.
+//
+// Cilium's documentation writes roundUp(inUse + pending + preAlloc,
+// preAlloc), which is the same function of the demand; applying
+// NeededIPCeil to demand + preAlloc would count the pre-allocation twice
+// (a demand of 0 would ask 2P, not P).
+func NeededIPCeil(numIP, preAlloc int64) int64 {
+	if preAlloc <= 0 {
+		return numIP
+	}
+	q, rem := numIP/preAlloc, numIP%preAlloc
+	if rem > 0 {
+		return (q + 2) * preAlloc
+	}
+	return (q + 1) * preAlloc
+}
+
+// NodePoolDemand is one node's use of one family of a pool.
+type NodePoolDemand struct {
+	InUse    int64 // active leases
+	Pending  int64 // pending leases
+	Cooling  int64 // released addresses still in cooldown: not available either
+	Capacity int64 // leasable addresses in the node's blocks
+	PreAlloc int64
+}
+
+// Demand is the addresses the node uses and cannot hand out again now.
+func (d NodePoolDemand) Demand() int64 { return d.InUse + d.Pending + d.Cooling }
+
+// Needed is the capacity the node should have: NeededIPCeil of its demand.
+func (d NodePoolDemand) Needed() int64 { return NeededIPCeil(d.Demand(), d.PreAlloc) }
+
+// Deficit is how many addresses of capacity the node lacks (0 when none).
+func (d NodePoolDemand) Deficit() int64 { return max(d.Needed()-d.Capacity, 0) }
+
+// BlocksToCarve is how many blocks of blockCapacity addresses cover the
+// deficit.
+func (d NodePoolDemand) BlocksToCarve(blockCapacity int64) int64 {
+	if blockCapacity <= 0 {
+		return 0
+	}
+	return (d.Deficit() + blockCapacity - 1) / blockCapacity
+}
+
+// Releasable picks, among the node's completely free blocks (their
+// capacities, in release order), those that can go back to the pool while
+// the remaining capacity still meets the need: the agent "removes blocks
+// that are completely free and above demand". It answers their indexes.
+func (d NodePoolDemand) Releasable(freeBlocks []int64) []int {
+	need, capacity := d.Needed(), d.Capacity
+	var out []int
+	for i, c := range freeBlocks {
+		if capacity-c >= need {
+			capacity -= c
+			out = append(out, i)
+		}
+	}
+	return out
+}
