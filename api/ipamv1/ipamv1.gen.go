@@ -250,10 +250,59 @@ type CarveRequest struct {
 // Family defines model for Family.
 type Family string
 
+// FamilyCapacity defines model for FamilyCapacity.
+type FamilyCapacity struct {
+	// AddressesInBlocks Leasable addresses in carved blocks.
+	AddressesInBlocks int64 `json:"addressesInBlocks"`
+
+	// AddressesPossible Leasable addresses with every block carved.
+	AddressesPossible int64 `json:"addressesPossible"`
+	BlocksCarved      int64 `json:"blocksCarved"`
+
+	// BlocksPossible Blocks of maskSize the CIDRs hold.
+	BlocksPossible int64    `json:"blocksPossible"`
+	Cooling        int64    `json:"cooling"`
+	Forecast       Forecast `json:"forecast"`
+
+	// Free addressesInBlocks - leased - cooling.
+	Free int64 `json:"free"`
+
+	// FreeBlocks Blocks of maskSize that can still be carved (outside blocks and reserved ranges).
+	FreeBlocks int64 `json:"freeBlocks"`
+
+	// LargestFreeBlock The largest prefix no block or reserved range touches; absent
+	// when none is left. Far smaller than the CIDRs' free total
+	// means fragmentation.
+	LargestFreeBlock *string `json:"largestFreeBlock,omitempty"`
+
+	// Leased Pending and active leases.
+	Leased int64 `json:"leased"`
+
+	// NodesAtCapacity Nodes whose blocks of the pool have no free address.
+	NodesAtCapacity int64 `json:"nodesAtCapacity"`
+
+	// NodesInDeficit Multi-pool: nodes whose capacity is below neededIPCeil(demand, preAllocate).
+	NodesInDeficit  int64 `json:"nodesInDeficit"`
+	NodesWithBlocks int64 `json:"nodesWithBlocks"`
+}
+
 // FamilyPools A pool per family; wins over `pool`.
 type FamilyPools struct {
 	Ipv4 *string `json:"ipv4,omitempty"`
 	Ipv6 *string `json:"ipv6,omitempty"`
+}
+
+// Forecast defines model for Forecast.
+type Forecast struct {
+	// HoursToFull At that rate, hours until addressesPossible are used; absent when use is not growing or samples are too few.
+	HoursToFull *float64 `json:"hoursToFull,omitempty"`
+
+	// RatePerHour Net growth of used addresses per hour over the window (least squares over the samples).
+	RatePerHour float64 `json:"ratePerHour"`
+	Samples     int     `json:"samples"`
+
+	// Summary Example: at this rate the pool is full in 31.5 hours
+	Summary string `json:"summary"`
 }
 
 // Health defines model for Health.
@@ -463,6 +512,16 @@ type PoolCIDRConfig struct {
 	// block may overlap; blocks already there keep working, so a CIDR
 	// can be retired without orphans.
 	ReservedRanges *[]AddressRange `json:"reservedRanges,omitempty"`
+}
+
+// PoolCapacity defines model for PoolCapacity.
+type PoolCapacity struct {
+	Ipv4 *FamilyCapacity `json:"ipv4,omitempty"`
+	Ipv6 *FamilyCapacity `json:"ipv6,omitempty"`
+	Pool string          `json:"pool"`
+
+	// Window The forecast window
+	Window string `json:"window"`
 }
 
 // PoolFamilySpec defines model for PoolFamilySpec.
@@ -824,6 +883,17 @@ type UpdatePoolParams struct {
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
 
+// GetPoolCapacityParams defines parameters for GetPoolCapacity.
+type GetPoolCapacityParams struct {
+	// Window How far back the forecast looks at usage samples (taken every
+	// usage-sample-interval), as a Go duration from 5m to 24h;
+	// default 1h.
+	Window *string `form:"window,omitempty" json:"window,omitempty"`
+
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
 // GetSizingParams defines parameters for GetSizing.
 type GetSizingParams struct {
 	Cidr         string `form:"cidr" json:"cidr"`
@@ -1122,6 +1192,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/pools/{pool} (the `UpdatePool` operationId).
 	UpdatePool(ctx context.Context, pool PoolNameParam, params *UpdatePoolParams, body UpdatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPoolCapacity Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
+	//
+	// Corresponds with GET /v1/pools/{pool}/capacity (the `GetPoolCapacity` operationId).
+	GetPoolCapacity(ctx context.Context, pool PoolNameParam, params *GetPoolCapacityParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetSizing Nodes per pool CIDR and addresses per node for a node mask.
 	//
@@ -1611,6 +1686,21 @@ func (c *Client) UpdatePoolWithBody(ctx context.Context, pool PoolNameParam, par
 // Corresponds with PUT /v1/pools/{pool} (the `UpdatePool` operationId).
 func (c *Client) UpdatePool(ctx context.Context, pool PoolNameParam, params *UpdatePoolParams, body UpdatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdatePoolRequest(c.Server, pool, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPoolCapacity Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
+//
+// Corresponds with GET /v1/pools/{pool}/capacity (the `GetPoolCapacity` operationId).
+func (c *Client) GetPoolCapacity(ctx context.Context, pool PoolNameParam, params *GetPoolCapacityParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPoolCapacityRequest(c.Server, pool, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3268,6 +3358,79 @@ func NewUpdatePoolRequestWithBody(server string, pool PoolNameParam, params *Upd
 	return req, nil
 }
 
+// NewGetPoolCapacityRequest constructs an http.Request for the GetPoolCapacity method
+func NewGetPoolCapacityRequest(server string, pool PoolNameParam, params *GetPoolCapacityParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pool", pool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/pools/%s/capacity", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Window != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "window", *params.Window, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetSizingRequest constructs an http.Request for the GetSizing method
 func NewGetSizingRequest(server string, params *GetSizingParams) (*http.Request, error) {
 	var err error
@@ -3821,6 +3984,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/pools/{pool} (the `UpdatePool` operationId).
 	UpdatePoolWithResponse(ctx context.Context, pool PoolNameParam, params *UpdatePoolParams, body UpdatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdatePoolResponse, error)
+
+	// GetPoolCapacityWithResponse Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/pools/{pool}/capacity (the `GetPoolCapacity` operationId).
+	GetPoolCapacityWithResponse(ctx context.Context, pool PoolNameParam, params *GetPoolCapacityParams, reqEditors ...RequestEditorFn) (*GetPoolCapacityResponse, error)
 
 	// GetSizingWithResponse Nodes per pool CIDR and addresses per node for a node mask.
 	//
@@ -4915,6 +5085,54 @@ func (r UpdatePoolResponse) ContentType() string {
 	return ""
 }
 
+type GetPoolCapacityResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PoolCapacity
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPoolCapacityResponse) GetJSON200() *PoolCapacity {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetPoolCapacityResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPoolCapacityResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPoolCapacityResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPoolCapacityResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPoolCapacityResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetSizingResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5532,6 +5750,19 @@ func (c *ClientWithResponses) UpdatePoolWithResponse(ctx context.Context, pool P
 		return nil, err
 	}
 	return ParseUpdatePoolResponse(rsp)
+}
+
+// GetPoolCapacityWithResponse Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/pools/{pool}/capacity (the `GetPoolCapacity` operationId).
+func (c *ClientWithResponses) GetPoolCapacityWithResponse(ctx context.Context, pool PoolNameParam, params *GetPoolCapacityParams, reqEditors ...RequestEditorFn) (*GetPoolCapacityResponse, error) {
+	rsp, err := c.GetPoolCapacity(ctx, pool, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPoolCapacityResponse(rsp)
 }
 
 // GetSizingWithResponse Nodes per pool CIDR and addresses per node for a node mask.
@@ -6347,6 +6578,39 @@ func ParseUpdatePoolResponse(rsp *http.Response) (*UpdatePoolResponse, error) {
 	return response, nil
 }
 
+// ParseGetPoolCapacityResponse parses an HTTP response from a GetPoolCapacityWithResponse call
+func ParseGetPoolCapacityResponse(rsp *http.Response) (*GetPoolCapacityResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPoolCapacityResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PoolCapacity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetSizingResponse parses an HTTP response from a GetSizingWithResponse call
 func ParseGetSizingResponse(rsp *http.Response) (*GetSizingResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6576,6 +6840,9 @@ type ServerInterface interface {
 	// UpdatePool Replace labels and spec.
 	// (PUT /v1/pools/{pool})
 	UpdatePool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params UpdatePoolParams)
+	// GetPoolCapacity Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
+	// (GET /v1/pools/{pool}/capacity)
+	GetPoolCapacity(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params GetPoolCapacityParams)
 	// GetSizing Nodes per pool CIDR and addresses per node for a node mask.
 	// (GET /v1/sizing)
 	GetSizing(w http.ResponseWriter, r *http.Request, params GetSizingParams)
@@ -6719,6 +6986,12 @@ func (_ Unimplemented) GetPool(w http.ResponseWriter, r *http.Request, pool Pool
 // UpdatePool Replace labels and spec.
 // (PUT /v1/pools/{pool})
 func (_ Unimplemented) UpdatePool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params UpdatePoolParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetPoolCapacity Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
+// (GET /v1/pools/{pool}/capacity)
+func (_ Unimplemented) GetPoolCapacity(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params GetPoolCapacityParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -7852,6 +8125,61 @@ func (siw *ServerInterfaceWrapper) UpdatePool(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// GetPoolCapacity operation middleware
+func (siw *ServerInterfaceWrapper) GetPoolCapacity(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "pool" -------------
+	var pool PoolNameParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "pool", chi.URLParam(r, "pool"), &pool, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pool", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetPoolCapacityParams
+
+	// ------------- Optional query parameter "window" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "window", r.URL.Query(), &params.Window, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "window"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "window", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetPoolCapacity(w, r, pool, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetSizing operation middleware
 func (siw *ServerInterfaceWrapper) GetSizing(w http.ResponseWriter, r *http.Request) {
 
@@ -8220,6 +8548,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Put(options.BaseURL+"/v1/pools/{pool}", wrapper.UpdatePool)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/pools/{pool}/capacity", wrapper.GetPoolCapacity)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/nodes", wrapper.ListNodes)
@@ -9185,6 +9516,46 @@ func (response UpdatePooldefaultApplicationProblemPlusJSONResponse) VisitUpdateP
 	return err
 }
 
+type GetPoolCapacityRequestObject struct {
+	Pool   PoolNameParam `json:"pool"`
+	Params GetPoolCapacityParams
+}
+
+type GetPoolCapacityResponseObject interface {
+	VisitGetPoolCapacityResponse(w http.ResponseWriter) error
+}
+
+type GetPoolCapacity200JSONResponse PoolCapacity
+
+func (response GetPoolCapacity200JSONResponse) VisitGetPoolCapacityResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPoolCapacitydefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetPoolCapacitydefaultApplicationProblemPlusJSONResponse) VisitGetPoolCapacityResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetSizingRequestObject struct {
 	Params GetSizingParams
 }
@@ -9442,6 +9813,9 @@ type StrictServerInterface interface {
 	// UpdatePool Replace labels and spec.
 	// (PUT /v1/pools/{pool})
 	UpdatePool(ctx context.Context, request UpdatePoolRequestObject) (UpdatePoolResponseObject, error)
+	// GetPoolCapacity Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
+	// (GET /v1/pools/{pool}/capacity)
+	GetPoolCapacity(ctx context.Context, request GetPoolCapacityRequestObject) (GetPoolCapacityResponseObject, error)
 	// GetSizing Nodes per pool CIDR and addresses per node for a node mask.
 	// (GET /v1/sizing)
 	GetSizing(ctx context.Context, request GetSizingRequestObject) (GetSizingResponseObject, error)
@@ -10123,6 +10497,33 @@ func (sh *strictHandler) UpdatePool(w http.ResponseWriter, r *http.Request, pool
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(UpdatePoolResponseObject); ok {
 		if err := validResponse.VisitUpdatePoolResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetPoolCapacity operation middleware
+func (sh *strictHandler) GetPoolCapacity(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params GetPoolCapacityParams) {
+	var request GetPoolCapacityRequestObject
+
+	request.Pool = pool
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetPoolCapacity(ctx, request.(GetPoolCapacityRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetPoolCapacity")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetPoolCapacityResponseObject); ok {
+		if err := validResponse.VisitGetPoolCapacityResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

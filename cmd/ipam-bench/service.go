@@ -185,14 +185,12 @@ func stopReplicas(rs []*replica) {
 // runGC is cmd/server's GC loop (store.RunMaintenance), counted for the
 // report.
 func runGC(ctx context.Context, st *store.Store, every time.Duration, log *slog.Logger, gc *gcStats) {
-	store.RunMaintenance(ctx, st, every, func(_ context.Context, p store.MaintenancePass) {
+	store.RunMaintenance(ctx, st, every, time.Minute, func(_ context.Context, p store.MaintenancePass) {
 		gc.expired.Add(p.Expired)
 		gc.purged.Add(p.Purged)
-		for _, err := range []error{p.ExpireErr, p.PurgeErr} {
-			if err != nil {
-				gc.errors.Add(1)
-				log.Error("store maintenance", "err", err)
-			}
+		for _, err := range p.Errors() {
+			gc.errors.Add(1)
+			log.Error("store maintenance", "err", err)
 		}
 	})
 }

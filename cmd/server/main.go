@@ -176,7 +176,7 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 	gcDone := make(chan struct{})
 	go func() {
 		defer close(gcDone)
-		runGC(gcCtx, st, cfg.GCInterval, log, gcm)
+		runGC(gcCtx, st, cfg.GCInterval, cfg.UsageSampleEvery, log, gcm)
 	}()
 
 	errc := make(chan error, 1)
@@ -202,13 +202,14 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 
 // runGC runs the store's maintenance until ctx ends, logging and counting
 // what each pass released, purged and failed at.
-func runGC(ctx context.Context, st store.Maintainer, every time.Duration, log *slog.Logger, m gcMetrics) {
-	store.RunMaintenance(ctx, st, every, func(ctx context.Context, p store.MaintenancePass) {
-		for _, err := range []error{p.ExpireErr, p.PurgeErr} {
-			if err != nil {
-				log.Error("store maintenance", "err", err)
-				m.errors.Add(ctx, 1)
-			}
+func runGC(ctx context.Context, st store.Maintainer, every, sampleEvery time.Duration, log *slog.Logger, m gcMetrics) {
+	store.RunMaintenance(ctx, st, every, sampleEvery, func(ctx context.Context, p store.MaintenancePass) {
+		for _, err := range p.Errors() {
+			log.Error("store maintenance", "err", err)
+			m.errors.Add(ctx, 1)
+		}
+		if r := p.Rebalanced; r.Carved > 0 || r.Released > 0 || r.InDeficit > 0 {
+			log.Info("rebalanced multi-pool blocks", "carved", r.Carved, "released", r.Released, "nodePoolsInDeficit", r.InDeficit)
 		}
 		if p.Expired > 0 {
 			log.Info("released expired pending leases", "count", p.Expired)

@@ -176,7 +176,7 @@ func TestMetricsGCErrors(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runGC(ctx, st, time.Millisecond, slog.New(slog.DiscardHandler), m)
+		runGC(ctx, st, time.Millisecond, time.Minute, slog.New(slog.DiscardHandler), m)
 	}()
 	defer func() { cancel(); <-done }()
 	deadline := time.Now().Add(10 * time.Second)

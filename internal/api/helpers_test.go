@@ -71,14 +71,24 @@ const (
 // PostgreSQL).
 func newEnv(t *testing.T, wrap func(*store.Store) Store) *env {
 	t.Helper()
+	return newEnvWith(t, wrap, nil)
+}
+
+// newEnvWith is newEnv with store options changed by opts (when not nil).
+func newEnvWith(t *testing.T, wrap func(*store.Store) Store, opts func(*store.Options)) *env {
+	t.Helper()
 	conn := pgtest.NewDatabase(t)
 	clk := &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	st, err := store.Open(t.Context(), conn, store.Options{
+	o := store.Options{
 		LeaseExpiry:       testLeaseExpiry,
 		Cooldown:          testCooldown,
 		AutoRegisterNodes: true,
 		Now:               clk.Now,
-	})
+	}
+	if opts != nil {
+		opts(&o)
+	}
+	st, err := store.Open(t.Context(), conn, o)
 	if err != nil {
 		t.Fatalf("store.Open: %v", err)
 	}

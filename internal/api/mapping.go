@@ -428,6 +428,62 @@ func blockListToAPI(items []alloc.Block) ipamv1.BlockList {
 	return l
 }
 
+// ---- capacity ----
+
+// Forecast windows: at least a few samples, at most the samples kept.
+const (
+	minWindow     = 5 * time.Minute
+	maxWindow     = 24 * time.Hour
+	defaultWindow = time.Hour
+)
+
+func parseWindow(w *string) (time.Duration, error) {
+	if w == nil {
+		return defaultWindow, nil
+	}
+	d, err := time.ParseDuration(*w)
+	if err != nil || d < minWindow || d > maxWindow {
+		return 0, alloc.Invalid("window", "%q is not a duration from %s to %s", *w, minWindow, maxWindow)
+	}
+	return d, nil
+}
+
+func poolCapacityToAPI(pool string, window time.Duration, c map[alloc.Family]alloc.FamilyCapacity) ipamv1.PoolCapacity {
+	out := ipamv1.PoolCapacity{Pool: pool, Window: window.String()}
+	for f, fc := range c {
+		v := familyCapacityToAPI(fc)
+		if f == alloc.IPv4 {
+			out.Ipv4 = &v
+		} else {
+			out.Ipv6 = &v
+		}
+	}
+	return out
+}
+
+func familyCapacityToAPI(c alloc.FamilyCapacity) ipamv1.FamilyCapacity {
+	out := ipamv1.FamilyCapacity{
+		BlocksPossible: c.BlocksPossible, BlocksCarved: c.BlocksCarved, FreeBlocks: c.FreeBlocks,
+		AddressesPossible: c.AddressesPossible, AddressesInBlocks: c.AddressesInBlocks,
+		Leased: c.Leased, Cooling: c.Cooling, Free: c.Free(),
+		NodesWithBlocks: c.NodesWithBlocks, NodesAtCapacity: c.NodesAtCapacity, NodesInDeficit: c.NodesInDeficit,
+		Forecast: ipamv1.Forecast{RatePerHour: c.Forecast.RatePerHour, Samples: c.Forecast.Samples},
+	}
+	if c.LargestFreeBlock.IsValid() {
+		out.LargestFreeBlock = ptr(c.LargestFreeBlock.String())
+	}
+	switch h := c.Forecast.HoursToFull; {
+	case h != nil:
+		out.Forecast.HoursToFull = ptr(*h)
+		out.Forecast.Summary = fmt.Sprintf("at this rate the pool is full in %.1f hours", *h)
+	case c.Forecast.Samples < 2:
+		out.Forecast.Summary = "not enough usage samples yet for a forecast"
+	default:
+		out.Forecast.Summary = "use is not growing: no exhaustion forecast"
+	}
+	return out
+}
+
 // ---- leases ----
 
 // leaseRequestFromAPI parses and validates an allocation request. Expire

@@ -212,6 +212,26 @@ func (s *Server) DeletePool(ctx context.Context, req ipamv1.DeletePoolRequestObj
 	return ipamv1.DeletePool204Response{}, nil
 }
 
+// GetPoolCapacity reports a pool's capacity and forecast.
+func (s *Server) GetPoolCapacity(ctx context.Context, req ipamv1.GetPoolCapacityRequestObject) (ipamv1.GetPoolCapacityResponseObject, error) {
+	space, err := parseSpace(req.Params.Space)
+	if err != nil {
+		return nil, err
+	}
+	if err := alloc.ValidateLabelName("pool", req.Pool); err != nil {
+		return nil, err
+	}
+	window, err := parseWindow(req.Params.Window)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.store.PoolCapacity(ctx, space, req.Pool, window)
+	if err != nil {
+		return nil, err
+	}
+	return ipamv1.GetPoolCapacity200JSONResponse(poolCapacityToAPI(req.Pool, window, c)), nil
+}
+
 // ---- nodes ----
 
 func (s *Server) ListNodes(ctx context.Context, req ipamv1.ListNodesRequestObject) (ipamv1.ListNodesResponseObject, error) {

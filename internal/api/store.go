@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/netip"
+	"time"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
@@ -41,6 +42,9 @@ type Store interface {
 	// DeletePool refuses (KindInUse, naming the nodes) a pool that has
 	// blocks; it answers the pool as it was.
 	DeletePool(ctx context.Context, space, name string, opts ...alloc.WriteOption) (alloc.Pool, error)
+	// PoolCapacity reports each family's capacity, fragmentation, nodes at
+	// capacity or in deficit, and the forecast over window.
+	PoolCapacity(ctx context.Context, space, name string, window time.Duration) (map[alloc.Family]alloc.FamilyCapacity, error)
 
 	// PutNode registers n or replaces its labels, addresses and provider ID;
 	// created reports a registration.

@@ -98,19 +98,38 @@ const purgeLockKey int64 = 0x697061_6d6763
 type Maintainer interface {
 	ExpirePending(ctx context.Context) (int64, error)
 	PurgeCooled(ctx context.Context) (int64, error)
+	Rebalance(ctx context.Context) (Rebalanced, error)
+	SampleUsage(ctx context.Context, every time.Duration) (int64, error)
 }
 
 // MaintenancePass is the outcome of one pass of RunMaintenance. An error
 // caused by ctx ending is not reported.
 type MaintenancePass struct {
 	Expired, Purged     int64
+	Rebalanced          Rebalanced
+	Sampled             int64
 	ExpireErr, PurgeErr error
+	RebalanceErr        error
+	SampleErr           error
 }
 
-// RunMaintenance releases expired pending leases and purges cooled
-// addresses every interval until ctx ends, handing each pass to report.
-// Every replica may run it: SKIP LOCKED and the purge lock split the work.
-func RunMaintenance(ctx context.Context, m Maintainer, every time.Duration, report func(context.Context, MaintenancePass)) {
+// Errors lists the pass's errors.
+func (p MaintenancePass) Errors() []error {
+	var errs []error
+	for _, err := range []error{p.ExpireErr, p.PurgeErr, p.RebalanceErr, p.SampleErr} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// RunMaintenance, every interval until ctx ends: releases expired pending
+// leases, purges cooled addresses, rebalances multi-pool node capacity
+// (pre-allocation and block release) and samples pool usage every
+// sampleEvery, handing each pass to report. Every replica may run it: SKIP
+// LOCKED and advisory locks split the work.
+func RunMaintenance(ctx context.Context, m Maintainer, every, sampleEvery time.Duration, report func(context.Context, MaintenancePass)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -122,8 +141,10 @@ func RunMaintenance(ctx context.Context, m Maintainer, every time.Duration, repo
 		var p MaintenancePass
 		p.Expired, p.ExpireErr = m.ExpirePending(ctx)
 		p.Purged, p.PurgeErr = m.PurgeCooled(ctx)
+		p.Rebalanced, p.RebalanceErr = m.Rebalance(ctx)
+		p.Sampled, p.SampleErr = m.SampleUsage(ctx, sampleEvery)
 		if ctx.Err() != nil {
-			p.ExpireErr, p.PurgeErr = nil, nil
+			p.ExpireErr, p.PurgeErr, p.RebalanceErr, p.SampleErr = nil, nil, nil, nil
 		}
 		report(ctx, p)
 	}

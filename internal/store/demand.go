@@ -1,0 +1,259 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// NodePoolUsage is one node's use of one family of a multi-pool pool, with
+// what the pre-allocation rule asks of it.
+type NodePoolUsage struct {
+	Space, Node, Pool string
+	Family            alloc.Family
+	Blocks            int64
+	alloc.NodePoolDemand
+}
+
+// nodePoolUsageSQL aggregates, per node, multi-pool pool and family of the
+// space $1 (every space when NULL), the node's blocks: their capacity and
+// their lease rows (blocks.allocated: pending, active, and released rows
+// not yet purged, which the purge just before removes when cooled). Pools
+// whose effective pre-allocation is positive ($2 names the default pool,
+// which pre-allocates DefaultPreAllocate unless set) also list every node
+// of the space that holds no block of them yet: Cilium's agent asks for the
+// pre-allocation of such pools before the node's first Pod.
+const nodePoolUsageSQL = `WITH mp AS (
+		SELECT p.id, p.space, p.name, f.family,
+		       coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) AS pre
+		FROM pools p CROSS JOIN (VALUES (4::smallint), (6::smallint)) f (family)
+		WHERE p.mode = 'multi-pool' AND ($1::text IS NULL OR p.space = $1)
+		  AND CASE f.family WHEN 4 THEN p.ipv4_mask_size IS NOT NULL ELSE p.ipv6_mask_size IS NOT NULL END
+	), used AS (
+		SELECT b.node_id, b.pool_id, b.family, count(*) AS blocks, sum(b.capacity) AS capacity, sum(b.allocated) AS demand
+		FROM blocks b JOIN mp ON mp.id = b.pool_id AND mp.family = b.family
+		GROUP BY b.node_id, b.pool_id, b.family
+	)
+	SELECT mp.space, n.name, mp.name, mp.family, mp.pre, coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0)
+	FROM mp JOIN nodes n ON n.space = mp.space
+	LEFT JOIN used u ON u.node_id = n.id AND u.pool_id = mp.id AND u.family = mp.family
+	WHERE u.node_id IS NOT NULL OR mp.pre > 0
+	ORDER BY mp.space, n.name, mp.name, mp.family`
+
+// NodePoolUsage lists the use of every multi-pool pool by every node of
+// the space that holds blocks of it or should (pre-allocation).
+func (s *Store) NodePoolUsage(ctx context.Context, space string) ([]NodePoolUsage, error) {
+	return s.nodePoolUsage(ctx, &space)
+}
+
+func (s *Store) nodePoolUsage(ctx context.Context, space *string) ([]NodePoolUsage, error) {
+	rows, err := s.db.Query(ctx, nodePoolUsageSQL, space, s.opts.DefaultPool, alloc.DefaultPreAllocate)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (NodePoolUsage, error) {
+		var u NodePoolUsage
+		var fam int16
+		err := r.Scan(&u.Space, &u.Node, &u.Pool, &fam, &u.PreAlloc, &u.Blocks, &u.Capacity, &u.InUse)
+		u.Family = alloc.Family(fam)
+		return u, err
+	})
+}
+
+// Rebalanced is what one Rebalance pass did.
+type Rebalanced struct {
+	Carved, Released int64
+	// InDeficit counts node pools still short of their need afterwards
+	// (their pool is full or disabled).
+	InDeficit int64
+}
+
+// Rebalance keeps every node's multi-pool capacity at its need, as Cilium's
+// operator and agent do between them: it carves blocks where a node's
+// capacity is below NeededIPCeil(demand, preAllocate), and returns blocks
+// that are completely free, were empty for the hold-off, and are above the
+// need. One replica rebalances at a time (a session advisory lock the others
+// skip); each node pool is its own transaction.
+//
+// Allocation never waits for it: a node with no room carves on the lease
+// path. Rebalance is what makes the pre-allocation ready before the Pods
+// arrive, and what gives blocks back when they leave.
+func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
+	var out Rebalanced
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return out, err
+	}
+	defer conn.Release()
+	var mine bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, rebalanceLockKey).Scan(&mine); err != nil || !mine {
+		return out, err
+	}
+	defer func() {
+		// A fresh context: the lock must go even when ctx has ended.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, rebalanceLockKey); err != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx)) // the session, and its lock, end with the connection
+		}
+	}()
+	usage, err := s.nodePoolUsage(ctx, nil)
+	if err != nil {
+		return out, err
+	}
+	holdOff := s.opts.BlockReleaseHoldOff
+	for _, u := range usage {
+		switch {
+		case u.Deficit() > 0:
+			n, err := s.topUp(ctx, u)
+			out.Carved += n
+			if err != nil {
+				if !alloc.IsKind(err, alloc.KindPoolExhausted) {
+					return out, err
+				}
+				out.InDeficit++
+			}
+		case u.Blocks > 0 && u.Capacity > u.Needed():
+			n, err := s.releaseAboveNeed(ctx, u, holdOff)
+			out.Released += n
+			if err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// rebalanceLockKey is the advisory lock of Rebalance ("ipamrb").
+const rebalanceLockKey int64 = 0x697061_6d7262
+
+// nodePoolIDs resolves a usage row's node and pool; ok is false when either
+// went away.
+func (s *Store) nodePoolIDs(ctx context.Context, tx pgx.Tx, u NodePoolUsage) (nodeID int64, p allocPool, ok bool, err error) {
+	nodeID, err = s.nodeID(ctx, tx, u.Space, u.Node)
+	if err == nil {
+		p, err = s.allocPool(ctx, tx, u.Space, u.Pool)
+	}
+	switch {
+	case alloc.IsKind(err, alloc.KindNotFound):
+		return 0, p, false, nil // deleted meanwhile
+	case err != nil:
+		return 0, p, false, err
+	}
+	return nodeID, p, p.mode == alloc.ModeMultiPool, nil
+}
+
+// topUp carves blocks for a node pool below its need, one per
+// transaction. Each first locks the pool's CIDR rows of the family (as
+// carving does) and reads the node's blocks again under that lock, so a
+// block the lease path carved meanwhile counts and none is carved twice.
+func (s *Store) topUp(ctx context.Context, u NodePoolUsage) (int64, error) {
+	var carved int64
+	for {
+		var more bool
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			more = false
+			nodeID, p, ok, err := s.nodePoolIDs(ctx, tx, u)
+			if err != nil || !ok {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE pool_id = $1 AND family = $2 ORDER BY position FOR NO KEY UPDATE`,
+				p.id, int16(u.Family)); err != nil {
+				return err
+			}
+			d := u.NodePoolDemand
+			if err := tx.QueryRow(ctx, `SELECT coalesce(sum(capacity), 0), coalesce(sum(allocated), 0) FROM blocks
+				WHERE node_id = $1 AND pool_id = $2 AND family = $3`, nodeID, p.id, int16(u.Family)).Scan(&d.Capacity, &d.InUse); err != nil {
+				return err
+			}
+			if d.Deficit() <= 0 {
+				return nil
+			}
+			if _, ok, err := carve(ctx, tx, u.Space, nodeID, p, u.Family, s.now(), false); err != nil {
+				return err
+			} else if !ok {
+				return alloc.Exhausted(p.name, u.Family)
+			}
+			more = true
+			return nil
+		})
+		if err != nil || !more {
+			return carved, err
+		}
+		carved++
+	}
+}
+
+// releaseAboveNeed returns the node pool's blocks that are empty, have been
+// for the hold-off, and are not needed to meet the node's need, newest
+// first. The blocks are locked (in the allocation path's order) and checked
+// empty again under the lock.
+func (s *Store) releaseAboveNeed(ctx context.Context, u NodePoolUsage, holdOff time.Duration) (int64, error) {
+	var released int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		released = 0
+		nodeID, p, ok, err := s.nodePoolIDs(ctx, tx, u)
+		if err != nil || !ok {
+			return err
+		}
+		type blk struct {
+			id, capacity, allocated int64
+			quiet                   bool // empty for the hold-off
+		}
+		rows, err := tx.Query(ctx, `SELECT id, capacity, allocated, coalesce(emptied_at, created_at) <= $4 FROM blocks
+			WHERE node_id = $1 AND pool_id = $2 AND family = $3 ORDER BY id FOR NO KEY UPDATE`,
+			nodeID, p.id, int16(u.Family), s.now().Add(-holdOff))
+		if err != nil {
+			return err
+		}
+		blocks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (blk, error) {
+			var b blk
+			return b, r.Scan(&b.id, &b.capacity, &b.allocated, &b.quiet)
+		})
+		if err != nil {
+			return err
+		}
+		d := u.NodePoolDemand
+		d.Capacity, d.InUse = 0, 0
+		for _, b := range blocks {
+			d.Capacity += b.capacity
+			d.InUse += b.allocated
+		}
+		var freeIDs, freeCaps []int64
+		for i := len(blocks) - 1; i >= 0; i-- { // newest first
+			if b := blocks[i]; b.allocated == 0 && b.quiet {
+				freeIDs, freeCaps = append(freeIDs, b.id), append(freeCaps, b.capacity)
+			}
+		}
+		var ids []int64
+		for _, i := range d.Releasable(freeCaps) {
+			ids = append(ids, freeIDs[i])
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		if err := lockCarveRowsOf(ctx, tx, ids); err != nil {
+			return err
+		}
+		if err := deleteBlocks(ctx, tx, `DELETE FROM blocks WHERE id = ANY ($1) AND allocated = 0
+			RETURNING pool_cidr_id, parent_cidr, cidr`, ids); err != nil {
+			return err
+		}
+		released = int64(len(ids))
+		return nil
+	})
+	return released, err
+}
+
+// lockCarveRowsOf locks the pool CIDR rows whose carve cursors deleting the
+// blocks ids lowers, in the order carving locks them.
+func lockCarveRowsOf(ctx context.Context, tx pgx.Tx, ids []int64) error {
+	_, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE id IN (SELECT pool_cidr_id FROM blocks WHERE id = ANY ($1))
+		ORDER BY pool_id, family, position FOR NO KEY UPDATE`, ids)
+	if err != nil {
+		return fmt.Errorf("lock pool CIDRs: %w", err)
+	}
+	return nil
+}
