@@ -139,7 +139,9 @@ func Select(s Selection, known map[string]Candidate, bySelector []Candidate) ([]
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	wanted, explicit := s.Families, true
+	// Choices come IPv4 first, whatever the request's order: it is the
+	// order the store locks blocks in.
+	wanted, explicit := slices.Sorted(slices.Values(s.Families)), true
 	if len(wanted) == 0 {
 		wanted, explicit = Families, false
 	}
@@ -154,10 +156,10 @@ func Select(s Selection, known map[string]Candidate, bySelector []Candidate) ([]
 
 	var out []Choice
 	var blocked []Family
-	for i, f := range wanted {
+	for _, f := range wanted {
 		famField := "families"
 		if explicit {
-			famField = fmt.Sprintf("families[%d]", i)
+			famField = fmt.Sprintf("families[%d]", slices.Index(s.Families, f))
 		}
 		named, by, field, perFamily := s.namedPool(f)
 		if named != "" {
