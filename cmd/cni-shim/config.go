@@ -179,6 +179,11 @@ func loadConfig(stdin []byte) (*config, error) {
 	if strings.ContainsAny(c.pool, "/?#%& ") {
 		return nil, configError("ipam.pool", "%q is not a pool name", c.pool)
 	}
+	for f, name := range c.pools {
+		if strings.ContainsAny(name, "/?#%& ") {
+			return nil, configError("ipam.pools."+string(f), "%q is not a pool name", name)
+		}
+	}
 	return c, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,20 @@ func (s *service) createPool(t *testing.T, name, v4 string, mask4 int, v6 string
 	if err != nil || r.StatusCode() != http.StatusCreated {
 		t.Fatalf("create pool %s: %v %s", name, err, r.Body)
 	}
+}
+
+// createPoolSpec creates a pool of any spec (single-family, selectors).
+func (s *service) createPoolSpec(t *testing.T, name string, spec ipamv1.PoolSpec) {
+	t.Helper()
+	r, err := s.client.CreatePoolWithResponse(context.Background(), nil, ipamv1.PoolRequest{Name: name, Spec: spec})
+	if err != nil || r.StatusCode() != http.StatusCreated {
+		t.Fatalf("create pool %s: %v %s", name, err, r.Body)
+	}
+}
+
+// family is a pool family spec of one CIDR.
+func family(cidr string, mask int) *ipamv1.PoolFamilySpec {
+	return &ipamv1.PoolFamilySpec{Cidrs: []string{cidr}, MaskSize: mask}
 }
 
 // attachment is the service's view of one container interface; nil when
@@ -483,6 +498,164 @@ func TestPoolExhausted(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// singleFamilyPools adds an IPv4-only pool v4 and an IPv6-only pool v6 to
+// a dual-stack service, with block sizes other than the default pool's.
+func singleFamilyPools(t *testing.T) *service {
+	s := dualStack(t, nil)
+	s.createPoolSpec(t, "v4", ipamv1.PoolSpec{Ipv4: family("10.50.0.0/16", 26)})
+	s.createPoolSpec(t, "v6", ipamv1.PoolSpec{Ipv6: family("fd00:50::/108", 124)})
+	return s
+}
+
+// pools is the pool and the rule of each family the service holds for the
+// attachment, e.g. "ipv4=v4/request ipv6=v6/request".
+func (s *service) pools(t *testing.T, node, cid string) string {
+	t.Helper()
+	a := s.attachment(t, node, cid, "eth0")
+	if a == nil {
+		t.Fatalf("the service holds nothing for %s", cid)
+	}
+	var out []string
+	for _, la := range a.Addresses {
+		by := "?"
+		if la.SelectedBy != nil {
+			by = string(*la.SelectedBy)
+		}
+		out = append(out, fmt.Sprintf("%s=%s/%s", la.Family, la.Pool, by))
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
+}
+
+func TestAddPoolsPerFamily(t *testing.T) {
+	s := singleFamilyPools(t)
+	// A pool per family wins over "pool" (default, dual-stack): one address
+	// of each family, each with its own pool's block and gateway.
+	conf := netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "default", "pools": map[string]string{"ipv4": "v4", "ipv6": "v6"}}), nil)
+	out := shim(t, "ADD", "c1", "eth0", conf, "CNI_ARGS=K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0").ok(t)
+	sameJSON(t, out, `{
+		"cniVersion": "1.1.0",
+		"ips": [
+			{"address": "10.50.0.3/26", "gateway": "10.50.0.1"},
+			{"address": "fd00:50::3/124", "gateway": "fd00:50::1"}
+		],
+		"routes": [
+			{"dst": "0.0.0.0/0", "gw": "10.50.0.1"},
+			{"dst": "::/0", "gw": "fd00:50::1"}
+		]
+	}`)
+	if got, want := s.pools(t, "worker-1", "c1"), "ipv4=v4/request ipv6=v6/request"; got != want {
+		t.Fatalf("service holds %s, want %s", got, want)
+	}
+	// A retry: the same result.
+	sameJSON(t, shim(t, "ADD", "c1", "eth0", conf, "CNI_ARGS=K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0").ok(t), string(out))
+
+	// A pool for one family: the other family falls to the default pool.
+	conf = netconf(t, "1.0.0", s.ipam(map[string]any{"pools": map[string]string{"ipv6": "v6"}}), nil)
+	out = shim(t, "ADD", "c2", "eth0", conf).ok(t)
+	sameJSON(t, out, `{
+		"cniVersion": "1.0.0",
+		"ips": [
+			{"address": "10.244.0.3/24", "gateway": "10.244.0.1"},
+			{"address": "fd00:50::4/124", "gateway": "fd00:50::1"}
+		],
+		"routes": [
+			{"dst": "0.0.0.0/0", "gw": "10.244.0.1"},
+			{"dst": "::/0", "gw": "fd00:50::1"}
+		]
+	}`)
+	if got, want := s.pools(t, "worker-1", "c2"), "ipv4=default/default ipv6=v6/request"; got != want {
+		t.Fatalf("service holds %s, want %s", got, want)
+	}
+	// The same attachment with another pool for a family it holds: a conflict.
+	e := shim(t, "ADD", "c2", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"pools": map[string]string{"ipv4": "v4", "ipv6": "v6"}}), nil)).fails(t, ErrLeaseConflict)
+	if !strings.Contains(e.Msg, `pool "default"`) {
+		t.Errorf("conflict message %q does not name the pool held", e.Msg)
+	}
+
+	// With families, only those; CNI 0.3.1 names the version of each address.
+	conf = netconf(t, "0.3.1", s.ipam(map[string]any{"pools": map[string]string{"ipv4": "v4", "ipv6": "v6"}, "families": []string{"ipv6"}, "defaultRoute": false}), nil)
+	sameJSON(t, shim(t, "ADD", "c3", "eth0", conf).ok(t), `{
+		"cniVersion": "0.3.1",
+		"ips": [{"version": "6", "address": "fd00:50::5/124", "gateway": "fd00:50::1"}],
+		"dns": {}
+	}`)
+
+	// DEL releases both families.
+	shim(t, "DEL", "c1", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"pools": map[string]string{"ipv4": "v4", "ipv6": "v6"}}), nil)).ok(t)
+	if a := s.attachment(t, "worker-1", "c1", "eth0"); a != nil {
+		t.Fatalf("after DEL the service still holds %+v", a)
+	}
+
+	// The service's refusals: a pool that lacks the family it is named
+	// for, and a pool that does not exist.
+	e = shim(t, "ADD", "c4", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"pools": map[string]string{"ipv4": "v6"}}), nil)).fails(t, ErrRejected)
+	if !strings.Contains(e.Msg, `pool "v6" has no ipv4 CIDRs`) || !strings.Contains(e.Details, "invalid-input") {
+		t.Errorf("IPv6-only pool named for ipv4: %+v", e)
+	}
+	e = shim(t, "ADD", "c4", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"pools": map[string]string{"ipv6": "none-such"}}), nil)).fails(t, ErrNotFound)
+	if !strings.Contains(e.Msg, "none-such") {
+		t.Errorf("unknown pool: %+v", e)
+	}
+	if a := s.attachment(t, "worker-1", "c4", "eth0"); a != nil {
+		t.Fatalf("a refused ADD leased %+v", a)
+	}
+}
+
+func TestPoolMatch(t *testing.T) {
+	s := dualStack(t, nil)
+	// Two IPv4 pools select every Pod of namespace shop: the synthetic
+	// label is all the service knows of a Pod without Kubernetes access.
+	shop := ipamv1.LabelSelector{MatchLabels: &ipamv1.Labels{"io.kubernetes.pod.namespace": "shop"}}
+	s.createPoolSpec(t, "shop-a", ipamv1.PoolSpec{Ipv4: family("10.60.0.0/16", 24), PodSelector: &shop})
+	s.createPoolSpec(t, "shop-b", ipamv1.PoolSpec{Ipv4: family("10.61.0.0/16", 24), PodSelector: &shop})
+
+	// The service's own answer to the same request.
+	r, err := s.client.AllocateLeaseWithResponse(context.Background(), "worker-1", nil, ipamv1.LeaseRequest{
+		ContainerID: "probe", Interface: "eth0", Owner: ipamv1.Owner{Namespace: "shop", Name: "web-0"}})
+	if err != nil || r.StatusCode() != http.StatusConflict || r.ApplicationproblemJSONDefault == nil ||
+		r.ApplicationproblemJSONDefault.Type != "urn:ipam:problem:pool-match" || r.ApplicationproblemJSONDefault.Detail == nil {
+		t.Fatalf("the service answers %v %s, want 409 pool-match", err, r.Body)
+	}
+	detail := *r.ApplicationproblemJSONDefault.Detail
+
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	e := shim(t, "ADD", "c1", "eth0", conf, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=u1").fails(t, ErrPoolMatch)
+	if !strings.Contains(e.Msg, detail) || !strings.Contains(e.Msg, "shop-a, shop-b") || e.Details != "HTTP 409 urn:ipam:problem:pool-match" {
+		t.Fatalf("error %+v lacks the service's detail %q", e, detail)
+	}
+	if a := s.attachment(t, "worker-1", "c1", "eth0"); a != nil {
+		t.Fatalf("a pool-match failure leased %+v", a)
+	}
+	// The same from args.cni, the owner's other source.
+	withArgs := netconf(t, "1.1.0", s.ipam(nil), map[string]any{"args": map[string]any{"cni": map[string]any{"K8S_POD_NAMESPACE": "shop", "K8S_POD_NAME": "web-1"}}})
+	shim(t, "ADD", "c1", "eth0", withArgs).fails(t, ErrPoolMatch)
+
+	// A Pod of another namespace: no selector matches, the default pool.
+	shim(t, "ADD", "c2", "eth0", conf, "CNI_ARGS=K8S_POD_NAMESPACE=other;K8S_POD_NAME=web-0").ok(t)
+	if got, want := s.pools(t, "worker-1", "c2"), "ipv4=default/default ipv6=default/default"; got != want {
+		t.Fatalf("service holds %s, want %s", got, want)
+	}
+	// Naming the IPv4 pool resolves it; IPv6 matches no selector and
+	// falls to the default pool.
+	named := netconf(t, "1.1.0", s.ipam(map[string]any{"pools": map[string]string{"ipv4": "shop-b"}}), nil)
+	out := shim(t, "ADD", "c1", "eth0", named, "CNI_ARGS=K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0").ok(t)
+	sameJSON(t, out, `{
+		"cniVersion": "1.1.0",
+		"ips": [
+			{"address": "10.61.0.3/24", "gateway": "10.61.0.1"},
+			{"address": "fd00:10:244::4/120", "gateway": "fd00:10:244::1"}
+		],
+		"routes": [
+			{"dst": "0.0.0.0/0", "gw": "10.61.0.1"},
+			{"dst": "::/0", "gw": "fd00:10:244::1"}
+		]
+	}`)
+	if got, want := s.pools(t, "worker-1", "c1"), "ipv4=shop-b/request ipv6=default/default"; got != want {
+		t.Fatalf("service holds %s, want %s", got, want)
+	}
+}
+
 func TestBadConfig(t *testing.T) {
 	s := dualStack(t, nil)
 	dir := t.TempDir()
@@ -515,6 +688,9 @@ func TestBadConfig(t *testing.T) {
 		{"https bad cert", s.ipam(map[string]any{"server": "https://127.0.0.1:1", "certFile": notPEM, "keyFile": notPEM}), "ipam.certFile"},
 		{"https missing cert", s.ipam(map[string]any{"server": "https://127.0.0.1:1", "certFile": "/none", "keyFile": notPEM}), "ipam.certFile"},
 		{"node", s.ipam(map[string]any{"node": "a/b"}), "ipam.node"},
+		{"pools family", s.ipam(map[string]any{"pools": map[string]string{"ipv5": "v5"}}), "ipam.pools.ipv5"},
+		{"pools empty name", s.ipam(map[string]any{"pools": map[string]string{"ipv4": "default", "ipv6": ""}}), "ipam.pools.ipv6"},
+		{"pools wrong type", s.ipam(map[string]any{"pools": "default"}), "ipam.pools"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, verb := range []string{"ADD", "DEL", "STATUS"} {

@@ -7,15 +7,19 @@ package e2e
 import (
 	"context"
 	"crypto/sha512"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pgtest"
 	"github.com/ipam-dev/ipam/internal/pki"
@@ -86,6 +90,9 @@ func build(t *testing.T, bin string) {
 	must(t, gobin, goTool, "install", cnitoolModule)
 }
 
+// setups numbers the tests' namespaces and networks (tests run one at a time).
+var setups int
+
 func setup(t *testing.T) *e2e {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -93,7 +100,8 @@ func setup(t *testing.T) *e2e {
 	}
 	e := &e2e{t: t, bin: t.TempDir(), dir: t.TempDir()}
 	build(t, e.bin)
-	e.prefix = fmt.Sprintf("ipam-e2e-%d", os.Getpid())
+	setups++
+	e.prefix = fmt.Sprintf("ipam-e2e-%d-%d", os.Getpid(), setups)
 	e.node, e.netName = e.prefix+"-node", e.prefix
 	t.Cleanup(e.cleanup)
 	must(t, nil, "ip", "netns", "add", e.node)
@@ -117,6 +125,7 @@ func setup(t *testing.T) *e2e {
 	}{
 		{"server", func() ([]byte, []byte, error) { return ca.IssueServer([]string{"127.0.0.1"}, time.Hour) }},
 		{"node", func() ([]byte, []byte, error) { return ca.IssueNode("e2e-node", time.Hour) }},
+		{"operator", func() ([]byte, []byte, error) { return ca.IssueClient("e2e-operator", time.Hour) }},
 	} {
 		cert, key, err := c.issue()
 		if err != nil {
@@ -202,9 +211,15 @@ func (e *e2e) cleanup() {
 // not on the host) for the pod namespace pod.
 func (e *e2e) cnitool(verb, pod string) (string, error) {
 	e.t.Helper()
+	return e.cnitoolOn(e.netName, verb, pod)
+}
+
+// cnitoolOn is cnitool for the network netName (a conflist in e.dir).
+func (e *e2e) cnitoolOn(netName, verb, pod string) (string, error) {
+	e.t.Helper()
 	env := []string{"CNI_PATH=" + e.bin, "NETCONFPATH=" + e.dir,
 		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=e2e;K8S_POD_NAME=" + pod + ";K8S_POD_UID=uid-" + pod}
-	return run(e.t, env, "ip", "netns", "exec", e.node, filepath.Join(e.bin, "cnitool"), verb, e.netName, "/var/run/netns/"+e.prefix+"-"+pod)
+	return run(e.t, env, "ip", "netns", "exec", e.node, filepath.Join(e.bin, "cnitool"), verb, netName, "/var/run/netns/"+e.prefix+"-"+pod)
 }
 
 func (e *e2e) pod(name string) {
@@ -351,4 +366,148 @@ func (e *e2e) shim(verb, containerID, stdin string) (string, error) {
 func cnitoolContainerID(netns string) string {
 	s := sha512.Sum512([]byte(netns))
 	return fmt.Sprintf("cnitool-%x", s[:10])
+}
+
+// Dual-stack: with an IPv4 and an IPv6 pool, the Pod gets one address of
+// each. The pools are single-family and the conflist names one per family.
+func TestDualStackPools(t *testing.T) {
+	e := setup(t)
+	pools := map[ipamv1.Family]netip.Prefix{ipamv1.Ipv4: netip.MustParsePrefix("10.98.0.0/16"), ipamv1.Ipv6: netip.MustParsePrefix("fd00:98::/108")}
+	for _, pool := range []string{
+		`{"name": "v4", "spec": {"ipv4": {"cidrs": ["10.98.0.0/16"], "maskSize": 26}}}`,
+		`{"name": "v6", "spec": {"ipv6": {"cidrs": ["fd00:98::/108"], "maskSize": 122}}}`,
+	} {
+		if code, body := e.api("operator", "POST", "/v1/pools", pool); code != 201 {
+			t.Fatalf("create pool %s: %d %s", pool, code, body)
+		}
+	}
+	netName := e.netName + "-ds"
+	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "plugins": [{
+		"type": "bridge", "bridge": "cni-e2e-ds0", "isGateway": true, "ipMasq": false,
+		"ipam": {"type": "ipam-shim", "server": "https://%s", "caFile": %q, "certFile": %q, "keyFile": %q, "node": "e2e-node",
+		         "pools": {"ipv4": "v4", "ipv6": "v6"}}
+	}, {"type": "loopback"}]}`, netName, listen, filepath.Join(e.dir, "ca.crt"), filepath.Join(e.dir, "node.crt"), filepath.Join(e.dir, "node.key"))
+	if err := os.WriteFile(filepath.Join(e.dir, netName+".conflist"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	e.pod("ds1")
+	if out, err := e.cnitoolOn(netName, "add", "ds1"); err != nil {
+		t.Fatalf("ADD: %v\n%s", err, out)
+	}
+	// What the service leased, read back through its API with the node's
+	// certificate.
+	attachment := "/v1/nodes/e2e-node/attachments/" + cnitoolContainerID("/var/run/netns/"+e.prefix+"-ds1") + "/eth0"
+	code, body := e.api("node", "GET", attachment, "")
+	var a ipamv1.Allocation
+	if code != 200 {
+		t.Fatalf("GET %s: %d %s", attachment, code, body)
+	}
+	if err := json.Unmarshal(body, &a); err != nil {
+		t.Fatalf("GET %s: %v %s", attachment, err, body)
+	}
+	if a.State != ipamv1.Active || a.Owner.Namespace != "e2e" || a.Owner.Name != "ds1" || len(a.Addresses) != 2 {
+		t.Fatalf("the service holds %s, want two active addresses owned by e2e/ds1", body)
+	}
+	var want []string
+	gateways := map[ipamv1.Family]string{}
+	for _, la := range a.Addresses {
+		p, err := netip.ParsePrefix(la.Address)
+		wantPool, wantBits := "v4", 26
+		if la.Family == ipamv1.Ipv6 {
+			wantPool, wantBits = "v6", 122
+		}
+		if err != nil || la.Pool != wantPool || p.Bits() != wantBits || !pools[la.Family].Contains(p.Addr()) ||
+			la.SelectedBy == nil || *la.SelectedBy != ipamv1.LeaseAddressSelectedByRequest || la.Gateway == nil {
+			t.Fatalf("the service leased %+v, want a /%d of pool %s chosen by the request, with a gateway", la, wantBits, wantPool)
+		}
+		want = append(want, p.String())
+		gateways[la.Family] = *la.Gateway
+	}
+	if len(gateways) != 2 {
+		t.Fatalf("the service leased %s, want one address of each family", body)
+	}
+	slices.Sort(want)
+	got, raw := e.podAddrs("ds1")
+	if !slices.Equal(got, want) {
+		t.Fatalf("the pod's global addresses are %v, the service leased %v:\n%s", got, want, raw)
+	}
+	for fam, flag := range map[ipamv1.Family]string{ipamv1.Ipv4: "-4", ipamv1.Ipv6: "-6"} {
+		routes := must(t, nil, "ip", "netns", "exec", e.prefix+"-ds1", "ip", flag, "route", "show", "default")
+		if !strings.Contains(routes, "via "+gateways[fam]+" ") {
+			t.Errorf("the pod's %s default route is not via %s:\n%s", fam, gateways[fam], routes)
+		}
+	}
+	if out, err := e.cnitoolOn(netName, "check", "ds1"); err != nil {
+		t.Fatalf("CHECK: %v\n%s", err, out)
+	}
+
+	if out, err := e.cnitoolOn(netName, "del", "ds1"); err != nil {
+		t.Fatalf("DEL: %v\n%s", err, out)
+	}
+	if code, body := e.api("node", "GET", attachment, ""); code != 404 {
+		t.Fatalf("GET %s after DEL: %d %s, want 404", attachment, code, body)
+	}
+	if held := e.leases(); len(held) != 0 {
+		t.Fatalf("leases after DEL: %+v", held)
+	}
+	for _, pool := range []string{"v4", "v6"} {
+		code, body := e.api("operator", "GET", "/v1/pools/"+pool, "")
+		var p ipamv1.Pool
+		if code != 200 || json.Unmarshal(body, &p) != nil {
+			t.Fatalf("GET pool %s: %d %s", pool, code, body)
+		}
+		for fam, st := range map[string]*ipamv1.PoolFamilyStatus{"ipv4": p.Status.Ipv4, "ipv6": p.Status.Ipv6} {
+			if st != nil && st.Leased != 0 {
+				t.Errorf("pool %s %s still has %d leased after DEL", pool, fam, st.Leased)
+			}
+		}
+	}
+}
+
+// api calls the service from the node namespace over mutual TLS with the
+// certificate who ("node" or "operator"); it answers the HTTP status and
+// the body.
+func (e *e2e) api(who, method, path, body string) (int, []byte) {
+	e.t.Helper()
+	args := []string{"netns", "exec", e.node, "curl", "-sS", "-X", method, "-w", "\n%{http_code}",
+		"--cacert", filepath.Join(e.dir, "ca.crt"), "--cert", filepath.Join(e.dir, who+".crt"), "--key", filepath.Join(e.dir, who+".key")}
+	if body != "" {
+		args = append(args, "-H", "Content-Type: application/json", "--data-binary", body)
+	}
+	out := must(e.t, nil, "ip", append(args, "https://"+listen+path)...)
+	i := strings.LastIndexByte(out, '\n')
+	code, err := strconv.Atoi(out[i+1:])
+	if i < 0 || err != nil {
+		e.t.Fatalf("curl %s %s: no status in %q", method, path, out)
+	}
+	return code, []byte(out[:i])
+}
+
+// podAddrs lists the global addresses of eth0 in the pod namespace, sorted,
+// whatever their flags (a fresh IPv6 address may still be tentative), and
+// the raw listing.
+func (e *e2e) podAddrs(pod string) ([]string, string) {
+	e.t.Helper()
+	raw := must(e.t, nil, "ip", "netns", "exec", e.prefix+"-"+pod, "ip", "-o", "addr", "show", "dev", "eth0")
+	var addrs []string
+	for _, line := range strings.Split(raw, "\n") {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] != "inet" && f[i] != "inet6" {
+				continue
+			}
+			p, err := netip.ParsePrefix(f[i+1])
+			if err != nil {
+				e.t.Fatalf("pod %s: %q in %q: %v", pod, f[i+1], line, err)
+			}
+			if scope := slices.Index(f, "scope"); scope > 0 && scope+1 < len(f) && f[scope+1] != "global" {
+				break // link-local, host
+			}
+			addrs = append(addrs, p.String())
+			break
+		}
+	}
+	slices.Sort(addrs)
+	return addrs, raw
 }
