@@ -242,14 +242,14 @@ func TestBadInput(t *testing.T) {
 				"ipv4": map[string]any{"cidrs": []string{"10.0.0.0/16"}, "maskSize": 25},
 				"ipv6": map[string]any{"cidrs": []string{"fd00::/104"}, "maskSize": 120},
 			}},
-			status: 422, kind: "immutable-field", field: "spec.ipv4.maskSize"},
+			status: 409, kind: "immutable-field", field: "spec.ipv4.maskSize"},
 		{name: "immutable node-local reservations", method: "PUT", path: "/v1/pools/default",
 			body: map[string]any{"spec": map[string]any{
 				"ipv4":      map[string]any{"cidrs": []string{"10.0.0.0/16"}, "maskSize": 24},
 				"ipv6":      map[string]any{"cidrs": []string{"fd00::/104"}, "maskSize": 120},
 				"nodeLocal": map[string]any{"ingress": true},
 			}},
-			status: 422, kind: "immutable-field", field: "spec.nodeLocal"},
+			status: 409, kind: "immutable-field", field: "spec.nodeLocal"},
 		{name: "removing a CIDR with blocks", method: "PUT", path: "/v1/pools/default",
 			body: map[string]any{"spec": map[string]any{
 				"ipv4": map[string]any{"cidrs": []string{"10.1.0.0/16"}, "maskSize": 24},

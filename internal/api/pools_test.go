@@ -668,7 +668,7 @@ func TestLab3ClusterPoolToMultiPool(t *testing.T) {
 	}
 
 	// One way only.
-	p = e.plRefuse("PUT", "/v1/pools/default", map[string]any{"spec": spec("cluster-pool")}, 422, "immutable-field", "spec.mode")
+	p = e.plRefuse("PUT", "/v1/pools/default", map[string]any{"spec": spec("cluster-pool")}, 409, "immutable-field", "spec.mode")
 	plDetail(t, p, "one-way")
 	// Without mode it stays multi-pool.
 	e.mustDo(200, "PUT", "/v1/pools/default", map[string]any{"labels": plKV("step", "2"), "spec": spec("")}, &pool)
@@ -732,7 +732,7 @@ func TestSafePoolChanges(t *testing.T) {
 		{map[string]any{"ipv4": plFam(24, "10.0.0.0/16"), "ipv6": plFam(120, "fd00::/104"), "allowLastIP": true}, "spec.allowLastIP"},
 		{map[string]any{"ipv4": plFam(24, "10.0.0.0/16"), "ipv6": plFam(120, "fd00::/104"), "nodeLocal": map[string]any{"health": false}}, "spec.nodeLocal"},
 	} {
-		e.plRefuse("PUT", "/v1/pools/default", map[string]any{"spec": c.spec}, 422, "immutable-field", c.field)
+		e.plRefuse("PUT", "/v1/pools/default", map[string]any{"spec": c.spec}, 409, "immutable-field", c.field)
 	}
 
 	// 33 CIDRs, on update and on create.
@@ -829,8 +829,8 @@ func TestSafePoolChanges(t *testing.T) {
 		{"remove a CIDR in use", "PUT", "/v1/pools/default", map[string]any{"spec": def("10.1.0.0/16")}, 409, "in-use", "spec.ipv4.cidrs"},
 		{"change maskSize", "PUT", "/v1/pools/default",
 			map[string]any{"spec": map[string]any{"ipv4": plFam(25, "10.0.0.0/16", "10.1.0.0/16"), "ipv6": plFam(120, "fd00::/104")}},
-			422, "immutable-field", "spec.ipv4.maskSize"},
-		{"become cluster-pool", "PUT", "/v1/pools/default", map[string]any{"spec": clusterPool}, 422, "immutable-field", "spec.mode"},
+			409, "immutable-field", "spec.ipv4.maskSize"},
+		{"become cluster-pool", "PUT", "/v1/pools/default", map[string]any{"spec": clusterPool}, 409, "immutable-field", "spec.mode"},
 		{"update with an overlap", "PUT", "/v1/pools/default", map[string]any{"spec": def("10.0.0.0/16", "10.1.0.0/16", "10.2.0.0/24")},
 			409, "overlap", "spec.ipv4.cidrs[2]"},
 		{"create with an overlap", "POST", "/v1/pools", map[string]any{"name": "fourth", "spec": map[string]any{"ipv4": plFam(24, "10.2.0.0/24")}},

@@ -47,7 +47,7 @@ var problemClasses = map[alloc.Kind]problemClass{
 	alloc.KindNotFound:       {http.StatusNotFound, "Not found"},
 	alloc.KindConflict:       {http.StatusConflict, "Already exists"},
 	alloc.KindOverlap:        {http.StatusConflict, "CIDR overlap"},
-	alloc.KindImmutable:      {http.StatusUnprocessableEntity, "Immutable field"},
+	alloc.KindImmutable:      {http.StatusConflict, "Immutable field"},
 	alloc.KindInUse:          {http.StatusConflict, "In use"},
 	alloc.KindLeaseConflict:  {http.StatusConflict, "Lease conflict"},
 	alloc.KindPoolExhausted:  {http.StatusConflict, "Pool exhausted"},
