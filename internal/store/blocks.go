@@ -74,9 +74,8 @@ func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPo
 		}
 	}
 	if p.mode == alloc.ModeClusterPool {
-		var have []netip.Prefix
-		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(cidr ORDER BY cidr), '{}') FROM blocks
-			WHERE node_id = $1 AND pool_id = $2 AND family = $3`, nodeID, p.id, int16(f)).Scan(&have); err != nil {
+		have, err := nodeBlocksOf(ctx, tx, nodeID, p.id, f)
+		if err != nil {
 			return blockRow{}, false, err
 		}
 		if len(have) > 0 {
@@ -117,6 +116,23 @@ func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPo
 		return b, err == nil, err
 	}
 	return blockRow{}, false, nil
+}
+
+// nodeBlocksOf lists the node's blocks of one family of a pool.
+func nodeBlocksOf(ctx context.Context, q querier, nodeID, poolID int64, f alloc.Family) ([]netip.Prefix, error) {
+	var have []netip.Prefix
+	err := q.QueryRow(ctx, `SELECT coalesce(array_agg(cidr ORDER BY cidr), '{}') FROM blocks
+		WHERE node_id = $1 AND pool_id = $2 AND family = $3`, nodeID, poolID, int16(f)).Scan(&have)
+	return have, err
+}
+
+// lockCarveRowsOf locks the pool CIDR rows whose carve cursors deleting
+// the blocks matching where (on blocks, with arg as $1) lowers, in the
+// order carving locks them.
+func lockCarveRowsOf(ctx context.Context, tx pgx.Tx, where string, arg any) error {
+	_, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE id IN (SELECT pool_cidr_id FROM blocks WHERE `+where+`)
+		ORDER BY pool_id, family, position FOR NO KEY UPDATE`, arg)
+	return err
 }
 
 // coversAll reports whether one reserved range spans the whole CIDR (a CIDR

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,7 +19,7 @@ type NodePoolUsage struct {
 }
 
 // nodePoolUsageSQL aggregates, per node, multi-pool pool and family of the
-// space $1 (every space when NULL), the node's blocks: their capacity and
+// space $1 and pool $4 (every one when NULL), the node's blocks: their capacity and
 // their lease rows (blocks.allocated: pending, active, and released rows
 // not yet purged, which the purge just before removes when cooled). Pools
 // whose effective pre-allocation is positive ($2 names the default pool,
@@ -31,7 +30,7 @@ const nodePoolUsageSQL = `WITH mp AS (
 		SELECT p.id, p.space, p.name, f.family,
 		       coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) AS pre
 		FROM pools p CROSS JOIN (VALUES (4::smallint), (6::smallint)) f (family)
-		WHERE p.mode = 'multi-pool' AND ($1::text IS NULL OR p.space = $1)
+		WHERE p.mode = 'multi-pool' AND ($1::text IS NULL OR p.space = $1) AND ($4::text IS NULL OR p.name = $4)
 		  AND CASE f.family WHEN 4 THEN p.ipv4_mask_size IS NOT NULL ELSE p.ipv6_mask_size IS NOT NULL END
 	), used AS (
 		SELECT b.node_id, b.pool_id, b.family, count(*) AS blocks, sum(b.capacity) AS capacity, sum(b.allocated) AS demand
@@ -44,14 +43,11 @@ const nodePoolUsageSQL = `WITH mp AS (
 	WHERE u.node_id IS NOT NULL OR mp.pre > 0
 	ORDER BY mp.space, n.name, mp.name, mp.family`
 
-// NodePoolUsage lists the use of every multi-pool pool by every node of
-// the space that holds blocks of it or should (pre-allocation).
-func (s *Store) NodePoolUsage(ctx context.Context, space string) ([]NodePoolUsage, error) {
-	return s.nodePoolUsage(ctx, &space)
-}
-
-func (s *Store) nodePoolUsage(ctx context.Context, space *string) ([]NodePoolUsage, error) {
-	rows, err := s.db.Query(ctx, nodePoolUsageSQL, space, s.opts.DefaultPool, alloc.DefaultPreAllocate)
+// nodePoolUsage lists the use of the multi-pool pools by every node that
+// holds blocks of them or should (pre-allocation): of one space and one
+// pool, or of all when nil.
+func (s *Store) nodePoolUsage(ctx context.Context, space, pool *string) ([]NodePoolUsage, error) {
+	rows, err := s.db.Query(ctx, nodePoolUsageSQL, space, s.opts.DefaultPool, alloc.DefaultPreAllocate, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +95,7 @@ func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 			conn.Conn().Close(context.WithoutCancel(ctx)) // the session, and its lock, end with the connection
 		}
 	}()
-	usage, err := s.nodePoolUsage(ctx, nil)
+	usage, err := s.nodePoolUsage(ctx, nil, nil)
 	if err != nil {
 		return out, err
 	}
@@ -234,7 +230,7 @@ func (s *Store) releaseAboveNeed(ctx context.Context, u NodePoolUsage, holdOff t
 		if len(ids) == 0 {
 			return nil
 		}
-		if err := lockCarveRowsOf(ctx, tx, ids); err != nil {
+		if err := lockCarveRowsOf(ctx, tx, `id = ANY ($1)`, ids); err != nil {
 			return err
 		}
 		if err := deleteBlocks(ctx, tx, `DELETE FROM blocks WHERE id = ANY ($1) AND allocated = 0
@@ -245,15 +241,4 @@ func (s *Store) releaseAboveNeed(ctx context.Context, u NodePoolUsage, holdOff t
 		return nil
 	})
 	return released, err
-}
-
-// lockCarveRowsOf locks the pool CIDR rows whose carve cursors deleting the
-// blocks ids lowers, in the order carving locks them.
-func lockCarveRowsOf(ctx context.Context, tx pgx.Tx, ids []int64) error {
-	_, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE id IN (SELECT pool_cidr_id FROM blocks WHERE id = ANY ($1))
-		ORDER BY pool_id, family, position FOR NO KEY UPDATE`, ids)
-	if err != nil {
-		return fmt.Errorf("lock pool CIDRs: %w", err)
-	}
-	return nil
 }

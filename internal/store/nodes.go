@@ -136,9 +136,8 @@ func (s *Store) adopt(ctx context.Context, tx pgx.Tx, space string, nodeID int64
 		if err != nil {
 			return err
 		}
-		var have []netip.Prefix
-		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(cidr ORDER BY cidr), '{}') FROM blocks
-			WHERE node_id = $1 AND pool_id = $2 AND family = $3`, nodeID, p.id, int16(f)).Scan(&have); err != nil {
+		have, err := nodeBlocksOf(ctx, tx, nodeID, p.id, f)
+		if err != nil {
 			return err
 		}
 		requested := byPool[t.pool+"/"+f.String()]
@@ -275,8 +274,7 @@ func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) 
 		// Then the CIDR rows whose carve cursors the deletion lowers, in the
 		// order carving locks them, and only then the node: a carve holds
 		// those rows while it takes a key-share lock on its node.
-		if _, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE id IN (SELECT pool_cidr_id FROM blocks WHERE node_id = $1)
-			ORDER BY pool_id, family, position FOR NO KEY UPDATE`, id); err != nil {
+		if err := lockCarveRowsOf(ctx, tx, `node_id = $1`, id); err != nil {
 			return err
 		}
 		var active int64
