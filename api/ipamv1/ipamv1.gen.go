@@ -172,14 +172,14 @@ func (e NodeAddressType) Valid() bool {
 	}
 }
 
-// Defines values for PoolSpecMode.
+// Defines values for PoolMode.
 const (
-	ClusterPool PoolSpecMode = "cluster-pool"
-	MultiPool   PoolSpecMode = "multi-pool"
+	ClusterPool PoolMode = "cluster-pool"
+	MultiPool   PoolMode = "multi-pool"
 )
 
-// Valid indicates whether the value is a known member of the PoolSpecMode enum.
-func (e PoolSpecMode) Valid() bool {
+// Valid indicates whether the value is a known member of the PoolMode enum.
+func (e PoolMode) Valid() bool {
 	switch e {
 	case ClusterPool:
 		return true
@@ -463,6 +463,46 @@ type NodeLocalAddresses struct {
 	Router  *bool `json:"router,omitempty"`
 }
 
+// NodePoolUsage defines model for NodePoolUsage.
+type NodePoolUsage struct {
+	// AtCapacity The node holds blocks of the pool family and none has a free address.
+	AtCapacity bool `json:"atCapacity"`
+
+	// Available capacity - leased - released.
+	Available int64 `json:"available"`
+
+	// Blocks The node's blocks of the pool family.
+	Blocks int64 `json:"blocks"`
+
+	// Capacity Leasable addresses in those blocks.
+	Capacity int64 `json:"capacity"`
+
+	// Deficit max(needed - capacity, 0): what the next maintenance pass carves for.
+	Deficit int64  `json:"deficit"`
+	Family  Family `json:"family"`
+
+	// Leased Pending and active leases.
+	Leased int64 `json:"leased"`
+
+	// Mode multi-pool (default): blocks are carved as a node's demand grows
+	// and free blocks above it go back after a hold-off. cluster-pool:
+	// each node gets one block per family, at registration or first
+	// lease, that never grows ("node range full" when it is).
+	Mode PoolMode `json:"mode"`
+
+	// Needed Multi-pool: neededIPCeil(leased + released, preAllocate), the
+	// capacity the node should have. Cluster-pool: leased + released
+	// (its one block never grows).
+	Needed int64  `json:"needed"`
+	Pool   string `json:"pool"`
+
+	// PreAllocate The pool's effective pre-allocation (0 for cluster-pool).
+	PreAllocate int64 `json:"preAllocate"`
+
+	// Released Released addresses not free again yet (in cooldown, or cooled and awaiting the purge).
+	Released int64 `json:"released"`
+}
+
 // NodeSpec defines model for NodeSpec.
 type NodeSpec struct {
 	Addresses *[]NodeAddress `json:"addresses,omitempty"`
@@ -476,6 +516,12 @@ type NodeSpec struct {
 	// another node is an overlap.
 	PodCIDRs   *[]string `json:"podCIDRs,omitempty"`
 	ProviderID *string   `json:"providerID,omitempty"`
+}
+
+// NodeUsage defines model for NodeUsage.
+type NodeUsage struct {
+	Items []NodePoolUsage `json:"items"`
+	Node  string          `json:"node"`
 }
 
 // ObjectMetadata The labels and annotations of the Pod or its namespace, for pool
@@ -562,6 +608,12 @@ type PoolList struct {
 	Items    []Pool  `json:"items"`
 }
 
+// PoolMode multi-pool (default): blocks are carved as a node's demand grows
+// and free blocks above it go back after a hold-off. cluster-pool:
+// each node gets one block per family, at registration or first
+// lease, that never grows ("node range full" when it is).
+type PoolMode string
+
 // PoolRequest defines model for PoolRequest.
 type PoolRequest struct {
 	Labels *Labels `json:"labels,omitempty"`
@@ -588,7 +640,7 @@ type PoolSpec struct {
 	// and free blocks above it go back after a hold-off. cluster-pool:
 	// each node gets one block per family, at registration or first
 	// lease, that never grows ("node range full" when it is).
-	Mode *PoolSpecMode `json:"mode,omitempty"`
+	Mode *PoolMode `json:"mode,omitempty"`
 
 	// NamespaceSelector A Kubernetes label selector; an empty one matches everything.
 	NamespaceSelector *LabelSelector `json:"namespaceSelector,omitempty"`
@@ -610,12 +662,6 @@ type PoolSpec struct {
 	// SkipMasquerade Returned with every lease of the pool (Cilium's ipam.cilium.io/skip-masquerade).
 	SkipMasquerade *bool `json:"skipMasquerade,omitempty"`
 }
-
-// PoolSpecMode multi-pool (default): blocks are carved as a node's demand grows
-// and free blocks above it go back after a hold-off. cluster-pool:
-// each node gets one block per family, at registration or first
-// lease, that never grows ("node range full" when it is).
-type PoolSpecMode string
 
 // PoolStatus defines model for PoolStatus.
 type PoolStatus struct {
@@ -828,6 +874,12 @@ type CarveBlockParams struct {
 
 // AllocateLeaseParams defines parameters for AllocateLease.
 type AllocateLeaseParams struct {
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
+// GetNodeUsageParams defines parameters for GetNodeUsage.
+type GetNodeUsageParams struct {
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
@@ -1115,6 +1167,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/nodes/{node}/leases (the `AllocateLease` operationId).
 	AllocateLease(ctx context.Context, node NodeNameParam, params *AllocateLeaseParams, body AllocateLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetNodeUsage The node's use of each pool it holds blocks of or pre-allocates from.
+	//
+	// Per pool and family: the node's capacity, its leases, what Cilium's
+	// pre-allocation rule needs (neededIPCeil(demand, preAllocate)) and
+	// the deficit a maintenance pass will carve for. One snapshot.
+	//
+	// Corresponds with GET /v1/nodes/{node}/pools (the `GetNodeUsage` operationId).
+	GetNodeUsage(ctx context.Context, node NodeNameParam, params *GetNodeUsageParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReconcileNodeWithBody Release every lease of the node not held by a listed attachment.
 	//
@@ -1519,6 +1580,25 @@ func (c *Client) AllocateLeaseWithBody(ctx context.Context, node NodeNameParam, 
 // Corresponds with POST /v1/nodes/{node}/leases (the `AllocateLease` operationId).
 func (c *Client) AllocateLease(ctx context.Context, node NodeNameParam, params *AllocateLeaseParams, body AllocateLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAllocateLeaseRequest(c.Server, node, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetNodeUsage The node's use of each pool it holds blocks of or pre-allocates from.
+//
+// Per pool and family: the node's capacity, its leases, what Cilium's
+// pre-allocation rule needs (neededIPCeil(demand, preAllocate)) and
+// the deficit a maintenance pass will carve for. One snapshot.
+//
+// Corresponds with GET /v1/nodes/{node}/pools (the `GetNodeUsage` operationId).
+func (c *Client) GetNodeUsage(ctx context.Context, node NodeNameParam, params *GetNodeUsageParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetNodeUsageRequest(c.Server, node, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2907,6 +2987,67 @@ func NewAllocateLeaseRequestWithBody(server string, node NodeNameParam, params *
 	return req, nil
 }
 
+// NewGetNodeUsageRequest constructs an http.Request for the GetNodeUsage method
+func NewGetNodeUsageRequest(server string, node NodeNameParam, params *GetNodeUsageParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "node", node, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/nodes/%s/pools", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewReconcileNodeRequest calls the generic ReconcileNode builder with application/json body
 func NewReconcileNodeRequest(server string, node NodeNameParam, params *ReconcileNodeParams, body ReconcileNodeJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3900,6 +4041,17 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/nodes/{node}/leases (the `AllocateLease` operationId).
 	AllocateLeaseWithResponse(ctx context.Context, node NodeNameParam, params *AllocateLeaseParams, body AllocateLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*AllocateLeaseResponse, error)
 
+	// GetNodeUsageWithResponse The node's use of each pool it holds blocks of or pre-allocates from.
+	//
+	// Per pool and family: the node's capacity, its leases, what Cilium's
+	// pre-allocation rule needs (neededIPCeil(demand, preAllocate)) and
+	// the deficit a maintenance pass will carve for. One snapshot.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/nodes/{node}/pools (the `GetNodeUsage` operationId).
+	GetNodeUsageWithResponse(ctx context.Context, node NodeNameParam, params *GetNodeUsageParams, reqEditors ...RequestEditorFn) (*GetNodeUsageResponse, error)
+
 	// ReconcileNodeWithBodyWithResponse Release every lease of the node not held by a listed attachment.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -4790,6 +4942,54 @@ func (r AllocateLeaseResponse) ContentType() string {
 	return ""
 }
 
+type GetNodeUsageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *NodeUsage
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetNodeUsageResponse) GetJSON200() *NodeUsage {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetNodeUsageResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetNodeUsageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetNodeUsageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetNodeUsageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetNodeUsageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ReconcileNodeResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5613,6 +5813,23 @@ func (c *ClientWithResponses) AllocateLeaseWithResponse(ctx context.Context, nod
 	return ParseAllocateLeaseResponse(rsp)
 }
 
+// GetNodeUsageWithResponse The node's use of each pool it holds blocks of or pre-allocates from.
+//
+// Per pool and family: the node's capacity, its leases, what Cilium's
+// pre-allocation rule needs (neededIPCeil(demand, preAllocate)) and
+// the deficit a maintenance pass will carve for. One snapshot.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/nodes/{node}/pools (the `GetNodeUsage` operationId).
+func (c *ClientWithResponses) GetNodeUsageWithResponse(ctx context.Context, node NodeNameParam, params *GetNodeUsageParams, reqEditors ...RequestEditorFn) (*GetNodeUsageResponse, error) {
+	rsp, err := c.GetNodeUsage(ctx, node, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetNodeUsageResponse(rsp)
+}
+
 // ReconcileNodeWithBodyWithResponse Release every lease of the node not held by a listed attachment.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -6370,6 +6587,39 @@ func ParseAllocateLeaseResponse(rsp *http.Response) (*AllocateLeaseResponse, err
 	return response, nil
 }
 
+// ParseGetNodeUsageResponse parses an HTTP response from a GetNodeUsageWithResponse call
+func ParseGetNodeUsageResponse(rsp *http.Response) (*GetNodeUsageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetNodeUsageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest NodeUsage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseReconcileNodeResponse parses an HTTP response from a ReconcileNodeWithResponse call
 func ParseReconcileNodeResponse(rsp *http.Response) (*ReconcileNodeResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6822,6 +7072,9 @@ type ServerInterface interface {
 	// AllocateLease Lease one address per requested family to a container interface.
 	// (POST /v1/nodes/{node}/leases)
 	AllocateLease(w http.ResponseWriter, r *http.Request, node NodeNameParam, params AllocateLeaseParams)
+	// GetNodeUsage The node's use of each pool it holds blocks of or pre-allocates from.
+	// (GET /v1/nodes/{node}/pools)
+	GetNodeUsage(w http.ResponseWriter, r *http.Request, node NodeNameParam, params GetNodeUsageParams)
 	// ReconcileNode Release every lease of the node not held by a listed attachment.
 	// (POST /v1/nodes/{node}/reconcile)
 	ReconcileNode(w http.ResponseWriter, r *http.Request, node NodeNameParam, params ReconcileNodeParams)
@@ -6953,6 +7206,12 @@ func (_ Unimplemented) CarveBlock(w http.ResponseWriter, r *http.Request, node N
 // AllocateLease Lease one address per requested family to a container interface.
 // (POST /v1/nodes/{node}/leases)
 func (_ Unimplemented) AllocateLease(w http.ResponseWriter, r *http.Request, node NodeNameParam, params AllocateLeaseParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetNodeUsage The node's use of each pool it holds blocks of or pre-allocates from.
+// (GET /v1/nodes/{node}/pools)
+func (_ Unimplemented) GetNodeUsage(w http.ResponseWriter, r *http.Request, node NodeNameParam, params GetNodeUsageParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -7826,6 +8085,48 @@ func (siw *ServerInterfaceWrapper) AllocateLease(w http.ResponseWriter, r *http.
 	handler.ServeHTTP(w, r)
 }
 
+// GetNodeUsage operation middleware
+func (siw *ServerInterfaceWrapper) GetNodeUsage(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "node" -------------
+	var node NodeNameParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "node", chi.URLParam(r, "node"), &node, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "node", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetNodeUsageParams
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetNodeUsage(w, r, node, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ReconcileNode operation middleware
 func (siw *ServerInterfaceWrapper) ReconcileNode(w http.ResponseWriter, r *http.Request) {
 
@@ -8565,6 +8866,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Put(options.BaseURL+"/v1/nodes/{node}", wrapper.PutNode)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/nodes/{node}/pools", wrapper.GetNodeUsage)
+	})
+	r.Group(func(r chi.Router) {
 		r.Delete(options.BaseURL+"/v1/nodes/{node}/blocks", wrapper.ReleaseBlock)
 	})
 	r.Group(func(r chi.Router) {
@@ -9253,6 +9557,46 @@ func (response AllocateLeasedefaultApplicationProblemPlusJSONResponse) VisitAllo
 	return err
 }
 
+type GetNodeUsageRequestObject struct {
+	Node   NodeNameParam `json:"node"`
+	Params GetNodeUsageParams
+}
+
+type GetNodeUsageResponseObject interface {
+	VisitGetNodeUsageResponse(w http.ResponseWriter) error
+}
+
+type GetNodeUsage200JSONResponse NodeUsage
+
+func (response GetNodeUsage200JSONResponse) VisitGetNodeUsageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetNodeUsagedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetNodeUsagedefaultApplicationProblemPlusJSONResponse) VisitGetNodeUsageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ReconcileNodeRequestObject struct {
 	Node   NodeNameParam `json:"node"`
 	Params ReconcileNodeParams
@@ -9795,6 +10139,9 @@ type StrictServerInterface interface {
 	// AllocateLease Lease one address per requested family to a container interface.
 	// (POST /v1/nodes/{node}/leases)
 	AllocateLease(ctx context.Context, request AllocateLeaseRequestObject) (AllocateLeaseResponseObject, error)
+	// GetNodeUsage The node's use of each pool it holds blocks of or pre-allocates from.
+	// (GET /v1/nodes/{node}/pools)
+	GetNodeUsage(ctx context.Context, request GetNodeUsageRequestObject) (GetNodeUsageResponseObject, error)
 	// ReconcileNode Release every lease of the node not held by a listed attachment.
 	// (POST /v1/nodes/{node}/reconcile)
 	ReconcileNode(ctx context.Context, request ReconcileNodeRequestObject) (ReconcileNodeResponseObject, error)
@@ -10316,6 +10663,33 @@ func (sh *strictHandler) AllocateLease(w http.ResponseWriter, r *http.Request, n
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(AllocateLeaseResponseObject); ok {
 		if err := validResponse.VisitAllocateLeaseResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetNodeUsage operation middleware
+func (sh *strictHandler) GetNodeUsage(w http.ResponseWriter, r *http.Request, node NodeNameParam, params GetNodeUsageParams) {
+	var request GetNodeUsageRequestObject
+
+	request.Node = node
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetNodeUsage(ctx, request.(GetNodeUsageRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetNodeUsage")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetNodeUsageResponseObject); ok {
+		if err := validResponse.VisitGetNodeUsageResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -65,3 +65,29 @@ func (d NodePoolDemand) Releasable(freeBlocks []int64) []int {
 	}
 	return out
 }
+
+// NodePoolUsage is one node's use of one family of a pool, with what the
+// pre-allocation rule asks of it (multi-pool pools only: a cluster-pool
+// block is fixed, so its PreAlloc is 0 and its need is its demand).
+type NodePoolUsage struct {
+	Node, Pool string
+	Mode       PoolMode
+	Family     Family
+	Blocks     int64
+	// Leased counts pending and active leases; the demand (InUse) is every
+	// lease row of the blocks, released rows not yet purged included.
+	Leased int64
+	NodePoolDemand
+}
+
+// Released is the demand that is not leased: released addresses in
+// cooldown or awaiting the purge.
+func (u NodePoolUsage) Released() int64 { return max(u.Demand()-u.Leased, 0) }
+
+// Available is how many addresses the node can still lease from the pool
+// family's blocks.
+func (u NodePoolUsage) Available() int64 { return max(u.Capacity-u.Demand(), 0) }
+
+// AtCapacity says the node holds blocks of the pool family and none has a
+// free address.
+func (u NodePoolUsage) AtCapacity() bool { return u.Blocks > 0 && u.Available() == 0 }

@@ -90,6 +90,9 @@ func TestNodeCertificateIsConfinedToItsNode(t *testing.T) {
 	if s, p := call(nodeA, "POST", "/v1/nodes/node-a/leases", lease("a1")); s != 201 {
 		t.Fatalf("node-a leases on itself: %d %+v", s, p)
 	}
+	if s, p := call(nodeA, "GET", "/v1/nodes/node-a/pools", ""); s != 200 {
+		t.Fatalf("node-a reads its own pool usage: %d %+v", s, p)
+	}
 	if s, _ := call(nodeA, "GET", "/readyz", ""); s != 200 {
 		t.Fatalf("node-a readyz: %d", s)
 	}
@@ -99,6 +102,7 @@ func TestNodeCertificateIsConfinedToItsNode(t *testing.T) {
 		{"POST", "/v1/nodes/node-b/leases", lease("x"), "node"},
 		{"POST", "/v1/nodes/node-b/reconcile", `{"attachments":[]}`, "node"},
 		{"GET", "/v1/nodes/node-b/blocks", "", "node"},
+		{"GET", "/v1/nodes/node-b/pools", "", "node"},
 		{"DELETE", "/v1/addresses/10.9.1.1", "", ""},
 		{"POST", "/v1/pools", `{"name":"mine","spec":{"ipv4":{"cidrs":["10.10.0.0/16"],"maskSize":24}}}`, ""},
 	} {

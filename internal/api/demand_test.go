@@ -45,6 +45,34 @@ func (e *env) lease(node, pool, container string) ipamv1.Allocation {
 	return a
 }
 
+// usageOf answers the node's use of one pool family through the API, and
+// fails unless the node lists it.
+func (e *env) usageOf(node, pool string, f ipamv1.Family) ipamv1.NodePoolUsage {
+	e.t.Helper()
+	var u ipamv1.NodeUsage
+	e.mustDo(200, "GET", "/v1/nodes/"+node+"/pools", nil, &u)
+	for _, it := range u.Items {
+		if it.Pool == pool && it.Family == f {
+			return it
+		}
+	}
+	e.t.Fatalf("node %s lists no %s %s: %s", node, pool, f, dump(u))
+	return ipamv1.NodePoolUsage{}
+}
+
+// wantUsage compares the figures of a node pool usage that change as
+// Pods come and go.
+func (e *env) wantUsage(node, pool string, blocks, capacity, leased, released, needed, available, deficit int64) {
+	e.t.Helper()
+	u := e.usageOf(node, pool, ipamv1.Ipv4)
+	got := []int64{u.Blocks, u.Capacity, u.Leased, u.Released, u.Needed, u.Available, u.Deficit}
+	want := []int64{blocks, capacity, leased, released, needed, available, deficit}
+	if !slices.Equal(got, want) {
+		e.t.Fatalf("node %s pool %s usage [blocks capacity leased released needed available deficit] = %v, want %v",
+			node, pool, got, want)
+	}
+}
+
 // A node's multi-pool blocks follow its Pods: the pre-allocation is carved
 // before the first Pod, demand past two blocks carves a third
 // (neededIPCeil(20, 8) = 32 > 2 x 12), and once the Pods are gone and the
@@ -57,6 +85,11 @@ func TestDemandBlocksFollowPods(t *testing.T) {
 	e.mustDo(201, "POST", "/v1/pools", map[string]any{"name": "default",
 		"spec": map[string]any{"ipv4": map[string]any{"cidrs": []string{"10.10.0.0/24"}, "maskSize": 28}}}, nil)
 	e.mustDo(201, "PUT", "/v1/nodes/n1", map[string]any{}, nil)
+	// The node's view shows the pre-allocation it lacks before any block.
+	if u := e.usageOf("n1", "default", ipamv1.Ipv4); u.PreAllocate != 8 || u.Mode != ipamv1.MultiPool || u.AtCapacity {
+		t.Fatalf("usage %s", dump(u))
+	}
+	e.wantUsage("n1", "default", 0, 0, 0, 0, 8, 0, 8)
 
 	// Before any Pod: the default pool's pre-allocation of 8 asks one /28
 	// (12 leasable addresses: 16 - network, broadcast, router, health).
@@ -72,6 +105,7 @@ func TestDemandBlocksFollowPods(t *testing.T) {
 	if got := e.blocksOf("n1"); len(got) != 2 {
 		t.Fatalf("after 20 leases the lease path carved to %v, want 2 blocks", got)
 	}
+	e.wantUsage("n1", "default", 2, 24, 20, 0, 32, 4, 8)
 	// Demand 20 needs 32: a third block.
 	if r := e.rebalance(); r.Carved != 1 || r.Released != 0 {
 		t.Fatalf("rebalance at demand 20: %+v, want 1 carved", r)
@@ -79,6 +113,7 @@ func TestDemandBlocksFollowPods(t *testing.T) {
 	if got := e.blocksOf("n1"); len(got) != 3 {
 		t.Fatalf("blocks %v, want 3", got)
 	}
+	e.wantUsage("n1", "default", 3, 36, 20, 0, 32, 16, 0)
 	// Balanced: nothing to do.
 	if r := e.rebalance(); r != (store.Rebalanced{}) {
 		t.Fatalf("second rebalance %+v", r)
@@ -88,6 +123,7 @@ func TestDemandBlocksFollowPods(t *testing.T) {
 		e.mustDo(204, "DELETE", fmt.Sprintf("/v1/nodes/n1/attachments/c%d/eth0", i), nil, nil)
 	}
 	// Cooling addresses are still demand.
+	e.wantUsage("n1", "default", 3, 36, 0, 20, 32, 16, 0)
 	if r := e.rebalance(); r.Released != 0 {
 		t.Fatalf("released %d blocks while addresses cool", r.Released)
 	}
@@ -95,6 +131,7 @@ func TestDemandBlocksFollowPods(t *testing.T) {
 	if n, err := e.store.PurgeCooled(t.Context()); err != nil || n != 20 {
 		t.Fatalf("purged %d, %v", n, err)
 	}
+	e.wantUsage("n1", "default", 3, 36, 0, 0, 8, 36, 0)
 	// Empty, but not for the hold-off yet.
 	if r := e.rebalance(); r.Released != 0 {
 		t.Fatalf("released %d blocks before the hold-off", r.Released)
@@ -106,6 +143,9 @@ func TestDemandBlocksFollowPods(t *testing.T) {
 	if got := e.blocksOf("n1"); !slices.Equal(got, []string{"10.10.0.0/28"}) {
 		t.Fatalf("blocks %v, want the oldest only", got)
 	}
+	e.wantUsage("n1", "default", 1, 12, 0, 0, 8, 12, 0)
+	// An unknown node is a 404 naming it.
+	e.mustDo(404, "GET", "/v1/nodes/n9/pools", nil, nil)
 	var p ipamv1.Pool
 	e.mustDo(200, "GET", "/v1/pools/default", nil, &p)
 	if p.Status.Ipv4.BlocksCarved != 1 {

@@ -264,7 +264,7 @@ func poolSpecToAPI(s alloc.PoolSpec) ipamv1.PoolSpec {
 			Health:  &s.NodeLocal.Health,
 			Ingress: &s.NodeLocal.Ingress,
 		},
-		Mode:              ptr(ipamv1.PoolSpecMode(s.EffectiveMode())),
+		Mode:              ptr(ipamv1.PoolMode(s.EffectiveMode())),
 		PreAllocate:       s.PreAllocate,
 		PodSelector:       selectorToAPI(s.PodSelector),
 		NamespaceSelector: selectorToAPI(s.NamespaceSelector),
@@ -446,6 +446,19 @@ func parseWindow(w *string) (time.Duration, error) {
 		return 0, alloc.Invalid("window", "%q is not a duration from %s to %s", *w, minWindow, maxWindow)
 	}
 	return d, nil
+}
+
+func nodeUsageToAPI(node string, usage []alloc.NodePoolUsage) ipamv1.NodeUsage {
+	out := ipamv1.NodeUsage{Node: node, Items: make([]ipamv1.NodePoolUsage, len(usage))}
+	for i, u := range usage {
+		out.Items[i] = ipamv1.NodePoolUsage{
+			Pool: u.Pool, Family: familyToAPI(u.Family), Mode: ipamv1.PoolMode(u.Mode),
+			Blocks: u.Blocks, Capacity: u.Capacity, Leased: u.Leased, Released: u.Released(),
+			PreAllocate: u.PreAlloc, Needed: u.Needed(), Available: u.Available(), Deficit: u.Deficit(),
+			AtCapacity: u.AtCapacity(),
+		}
+	}
+	return out
 }
 
 func poolCapacityToAPI(pool string, window time.Duration, c map[alloc.Family]alloc.FamilyCapacity) ipamv1.PoolCapacity {

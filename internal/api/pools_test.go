@@ -586,6 +586,17 @@ func TestLab1ClusterPoolExhaustion(t *testing.T) {
 	if got := plBlockCIDRs(e.plBlocks(node)); !slices.Equal(got, []string{"10.244.0.0/28"}) {
 		t.Errorf("blocks after the refusals %v", got)
 	}
+	// The node's view: its one fixed block is full, and cluster-pool never
+	// asks for more (no pre-allocation, no deficit).
+	var nu ipamv1.NodeUsage
+	e.mustDo(200, "GET", "/v1/nodes/"+node+"/pools", nil, &nu)
+	if len(nu.Items) != 1 {
+		t.Fatalf("node usage %s", dump(nu))
+	}
+	if u := nu.Items[0]; u.Pool != "default" || u.Mode != ipamv1.ClusterPool || u.Blocks != 1 || u.Capacity != usable ||
+		u.Leased != usable || u.Available != 0 || !u.AtCapacity || u.PreAllocate != 0 || u.Deficit != 0 {
+		t.Errorf("node usage at range full %s", dump(u))
+	}
 	// The other worker is unaffected.
 	if a := e.plLeaseOK("kind-worker2", plLease("w2", "default", "other", nil)); a.Addresses[0].Block != "10.244.0.16/28" {
 		t.Errorf("kind-worker2 leased %s", dump(a.Addresses))

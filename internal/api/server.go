@@ -265,6 +265,21 @@ func (s *Server) GetNode(ctx context.Context, req ipamv1.GetNodeRequestObject) (
 	return ipamv1.GetNode200JSONResponse(nodeToAPI(n)), nil
 }
 
+func (s *Server) GetNodeUsage(ctx context.Context, req ipamv1.GetNodeUsageRequestObject) (ipamv1.GetNodeUsageResponseObject, error) {
+	space, err := parseSpace(req.Params.Space)
+	if err != nil {
+		return nil, err
+	}
+	if err := alloc.ValidateNodeName("node", req.Node); err != nil {
+		return nil, err
+	}
+	u, err := s.store.NodeUsage(ctx, space, req.Node)
+	if err != nil {
+		return nil, err
+	}
+	return ipamv1.GetNodeUsage200JSONResponse(nodeUsageToAPI(req.Node, u)), nil
+}
+
 // PutNode answers 201 when it registered the node, 200 when it replaced it.
 func (s *Server) PutNode(ctx context.Context, req ipamv1.PutNodeRequestObject) (ipamv1.PutNodeResponseObject, error) {
 	space, err := parseSpace(req.Params.Space)

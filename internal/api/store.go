@@ -55,6 +55,10 @@ type Store interface {
 	// unless force; force releases its leases and blocks first.
 	DeleteNode(ctx context.Context, space, name string, force bool) error
 
+	// NodeUsage reports the node's use of each pool family it holds blocks
+	// of or pre-allocates from, in one snapshot.
+	NodeUsage(ctx context.Context, space, node string) ([]alloc.NodePoolUsage, error)
+
 	ListBlocks(ctx context.Context, space, node string) ([]alloc.Block, error)
 	// CarveBlock carves the first free aligned block of the pool's mask.
 	CarveBlock(ctx context.Context, space, node, pool string, f alloc.Family) (alloc.Block, error)

@@ -88,7 +88,7 @@ func (s *Store) PoolCapacity(ctx context.Context, space, name string, window tim
 	if err := s.fillStatus(ctx, s.db, &p); err != nil {
 		return nil, err
 	}
-	usage, err := s.nodePoolUsage(ctx, &space, &name)
+	usage, err := s.nodePoolUsage(ctx, s.db, &space, &name, nil)
 	if err != nil {
 		return nil, err
 	}

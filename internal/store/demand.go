@@ -9,55 +9,102 @@ import (
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
-// NodePoolUsage is one node's use of one family of a multi-pool pool, with
-// what the pre-allocation rule asks of it.
-type NodePoolUsage struct {
-	Space, Node, Pool string
-	Family            alloc.Family
-	Blocks            int64
-	alloc.NodePoolDemand
+// nodeUsageRow is one node's use of one pool family, with its space.
+type nodeUsageRow struct {
+	Space string
+	alloc.NodePoolUsage
 }
 
-// nodePoolUsageSQL aggregates, per node, multi-pool pool and family of the
-// space $1 and pool $4 (every one when NULL), the node's blocks: their capacity and
-// their lease rows (blocks.allocated: pending, active, and released rows
-// not yet purged, which the purge just before removes when cooled). Pools
-// whose effective pre-allocation is positive ($2 names the default pool,
-// which pre-allocates DefaultPreAllocate unless set) also list every node
-// of the space that holds no block of them yet: Cilium's agent asks for the
-// pre-allocation of such pools before the node's first Pod.
+// nodePoolUsageSQL aggregates, per node, pool and family of the space $1,
+// pool $4 and node $5 (every one when NULL), the node's blocks: their
+// capacity and their lease rows (blocks.allocated: pending, active, and
+// released rows not yet purged, which the purge just before Rebalance
+// removes when cooled). Multi-pool pools whose effective pre-allocation is
+// positive ($2 names the default pool, which pre-allocates $3 unless set)
+// also list every node of the space that holds no block of them yet:
+// Cilium's agent asks for the pre-allocation of such pools before the
+// node's first Pod.
 const nodePoolUsageSQL = `WITH mp AS (
-		SELECT p.id, p.space, p.name, f.family,
-		       coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) AS pre
+		SELECT p.id, p.space, p.name, p.mode, f.family,
+		       CASE WHEN p.mode = 'multi-pool' THEN coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) ELSE 0 END AS pre
 		FROM pools p CROSS JOIN (VALUES (4::smallint), (6::smallint)) f (family)
-		WHERE p.mode = 'multi-pool' AND ($1::text IS NULL OR p.space = $1) AND ($4::text IS NULL OR p.name = $4)
+		WHERE ($1::text IS NULL OR p.space = $1) AND ($4::text IS NULL OR p.name = $4)
 		  AND CASE f.family WHEN 4 THEN p.ipv4_mask_size IS NOT NULL ELSE p.ipv6_mask_size IS NOT NULL END
 	), used AS (
 		SELECT b.node_id, b.pool_id, b.family, count(*) AS blocks, sum(b.capacity) AS capacity, sum(b.allocated) AS demand
 		FROM blocks b JOIN mp ON mp.id = b.pool_id AND mp.family = b.family
 		GROUP BY b.node_id, b.pool_id, b.family
 	)
-	SELECT mp.space, n.name, mp.name, mp.family, mp.pre, coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0)
-	FROM mp JOIN nodes n ON n.space = mp.space
+	SELECT mp.space, n.name, mp.name, mp.mode, mp.family, mp.pre, coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0)
+	FROM mp JOIN nodes n ON n.space = mp.space AND ($5::text IS NULL OR n.name = $5)
 	LEFT JOIN used u ON u.node_id = n.id AND u.pool_id = mp.id AND u.family = mp.family
 	WHERE u.node_id IS NOT NULL OR mp.pre > 0
 	ORDER BY mp.space, n.name, mp.name, mp.family`
 
-// nodePoolUsage lists the use of the multi-pool pools by every node that
-// holds blocks of them or should (pre-allocation): of one space and one
-// pool, or of all when nil.
-func (s *Store) nodePoolUsage(ctx context.Context, space, pool *string) ([]NodePoolUsage, error) {
-	rows, err := s.db.Query(ctx, nodePoolUsageSQL, space, s.opts.DefaultPool, alloc.DefaultPreAllocate, pool)
+// nodePoolUsage lists the use of the pools by every node that holds blocks
+// of them or should (pre-allocation): of one space, pool and node, or of
+// all when nil.
+func (s *Store) nodePoolUsage(ctx context.Context, q querier, space, pool, node *string) ([]nodeUsageRow, error) {
+	rows, err := q.Query(ctx, nodePoolUsageSQL, space, s.opts.DefaultPool, alloc.DefaultPreAllocate, pool, node)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (NodePoolUsage, error) {
-		var u NodePoolUsage
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodeUsageRow, error) {
+		var u nodeUsageRow
 		var fam int16
-		err := r.Scan(&u.Space, &u.Node, &u.Pool, &fam, &u.PreAlloc, &u.Blocks, &u.Capacity, &u.InUse)
+		err := r.Scan(&u.Space, &u.Node, &u.Pool, &u.Mode, &fam, &u.PreAlloc, &u.Blocks, &u.Capacity, &u.InUse)
 		u.Family = alloc.Family(fam)
 		return u, err
 	})
+}
+
+// NodeUsage reports one node's use of every pool it holds blocks of or
+// pre-allocates from: capacity, leases, need and deficit per pool family.
+// It reads one snapshot (a read-only repeatable-read transaction), so the
+// lease counts and the block totals agree.
+func (s *Store) NodeUsage(ctx context.Context, space, node string) ([]alloc.NodePoolUsage, error) {
+	var out []alloc.NodePoolUsage
+	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		nodeID, err := s.nodeID(ctx, tx, space, node)
+		if err != nil {
+			return err
+		}
+		rows, err := s.nodePoolUsage(ctx, tx, &space, nil, &node)
+		if err != nil {
+			return err
+		}
+		out = make([]alloc.NodePoolUsage, len(rows))
+		for i, r := range rows {
+			out[i] = r.NodePoolUsage
+		}
+		// The partial index leases_attachment (node_id, ... WHERE state <>
+		// 'released') answers this without touching released rows.
+		leasedRows, err := tx.Query(ctx, `SELECT p.name, l.family, count(*) FROM leases l JOIN pools p ON p.id = l.pool_id
+			WHERE l.node_id = $1 AND l.state <> 'released' GROUP BY p.name, l.family`, nodeID)
+		if err != nil {
+			return err
+		}
+		type key struct {
+			pool string
+			fam  alloc.Family
+		}
+		leased := map[key]int64{}
+		var k key
+		var fam int16
+		var n int64
+		if _, err := pgx.ForEachRow(leasedRows, []any{&k.pool, &fam, &n}, func() error {
+			k.fam = alloc.Family(fam)
+			leased[k] = n
+			return nil
+		}); err != nil {
+			return err
+		}
+		for i := range out {
+			out[i].Leased = leased[key{out[i].Pool, out[i].Family}]
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Rebalanced is what one Rebalance pass did.
@@ -95,13 +142,16 @@ func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 			conn.Conn().Close(context.WithoutCancel(ctx)) // the session, and its lock, end with the connection
 		}
 	}()
-	usage, err := s.nodePoolUsage(ctx, nil, nil)
+	usage, err := s.nodePoolUsage(ctx, s.db, nil, nil, nil)
 	if err != nil {
 		return out, err
 	}
 	holdOff := s.opts.BlockReleaseHoldOff
 	for _, u := range usage {
 		switch {
+		case u.Mode != alloc.ModeMultiPool:
+			// A cluster-pool block is the node's for good: never topped
+			// up, never returned.
 		case u.Deficit() > 0:
 			n, err := s.topUp(ctx, u)
 			out.Carved += n
@@ -127,7 +177,7 @@ const rebalanceLockKey int64 = 0x697061_6d7262
 
 // nodePoolIDs resolves a usage row's node and pool; ok is false when either
 // went away.
-func (s *Store) nodePoolIDs(ctx context.Context, tx pgx.Tx, u NodePoolUsage) (nodeID int64, p allocPool, ok bool, err error) {
+func (s *Store) nodePoolIDs(ctx context.Context, tx pgx.Tx, u nodeUsageRow) (nodeID int64, p allocPool, ok bool, err error) {
 	nodeID, err = s.nodeID(ctx, tx, u.Space, u.Node)
 	if err == nil {
 		p, err = s.allocPool(ctx, tx, u.Space, u.Pool)
@@ -145,7 +195,7 @@ func (s *Store) nodePoolIDs(ctx context.Context, tx pgx.Tx, u NodePoolUsage) (no
 // transaction. Each first locks the pool's CIDR rows of the family (as
 // carving does) and reads the node's blocks again under that lock, so a
 // block the lease path carved meanwhile counts and none is carved twice.
-func (s *Store) topUp(ctx context.Context, u NodePoolUsage) (int64, error) {
+func (s *Store) topUp(ctx context.Context, u nodeUsageRow) (int64, error) {
 	var carved int64
 	for {
 		var more bool
@@ -186,7 +236,7 @@ func (s *Store) topUp(ctx context.Context, u NodePoolUsage) (int64, error) {
 // for the hold-off, and are not needed to meet the node's need, newest
 // first. The blocks are locked (in the allocation path's order) and checked
 // empty again under the lock.
-func (s *Store) releaseAboveNeed(ctx context.Context, u NodePoolUsage, holdOff time.Duration) (int64, error) {
+func (s *Store) releaseAboveNeed(ctx context.Context, u nodeUsageRow, holdOff time.Duration) (int64, error) {
 	var released int64
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		released = 0
