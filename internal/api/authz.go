@@ -35,6 +35,11 @@ func authorizeNode(ps problems, requireCert bool) ipamv1.MiddlewareFunc {
 				ps.write(w, r, &alloc.Error{Kind: kindForbidden, Detail: "the client certificate is neither a node's nor an operator's"})
 				return
 			}
+			actor := "cert:" + id.Subject
+			if id.IsNode() {
+				actor = "node:" + id.Node
+			}
+			r = r.WithContext(alloc.WithActor(r.Context(), actor))
 			node := chi.URLParam(r, "node")
 			switch {
 			case !id.IsNode(), node == id.Node, health:
