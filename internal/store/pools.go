@@ -293,8 +293,14 @@ func (s *Store) getPool(ctx context.Context, q querier, space, name string, forU
 	return p, err
 }
 
-// fillStatus counts blocks and leases of the pool per family. Cooling counts
-// released addresses whose cooldown has not ended yet.
+// fillStatus counts blocks and leases of the pool per family. Cooling
+// counts released addresses whose cooldown has not ended yet.
+//
+// It reads the blocks' lease counters (blocks.allocated: every lease row
+// of the block) and the released rows only (the partial index
+// leases_cooldown), never the pool's active leases: at 550,000 leases a
+// count over them would cost a scan of the lease table on every read of a
+// pool and every metrics refresh.
 func (s *Store) fillStatus(ctx context.Context, q querier, p *poolRow) error {
 	p.Status = map[alloc.Family]alloc.PoolFamilyStatus{}
 	for _, f := range p.Spec.Families() {
@@ -304,10 +310,10 @@ func (s *Store) fillStatus(ctx context.Context, q querier, p *poolRow) error {
 		SELECT f.family,
 		       (SELECT count(*) FROM blocks b WHERE b.pool_id = $1 AND b.family = f.family),
 		       (SELECT coalesce(sum(capacity), 0) FROM blocks b WHERE b.pool_id = $1 AND b.family = f.family),
-		       (SELECT count(*) FROM blocks b JOIN leases l ON l.block_id = b.id
-		        WHERE b.pool_id = $1 AND b.family = f.family AND l.state <> 'released'),
-		       (SELECT count(*) FROM blocks b JOIN leases l ON l.block_id = b.id
-		        WHERE b.pool_id = $1 AND b.family = f.family AND l.state = 'released' AND l.cooldown_until > $2)
+		       (SELECT coalesce(sum(allocated), 0) FROM blocks b WHERE b.pool_id = $1 AND b.family = f.family),
+		       (SELECT count(*) FROM leases l WHERE l.state = 'released' AND l.pool_id = $1 AND l.family = f.family),
+		       (SELECT count(*) FROM leases l WHERE l.state = 'released' AND l.pool_id = $1 AND l.family = f.family
+		          AND l.cooldown_until > $2)
 		FROM (VALUES (4::smallint), (6::smallint)) f(family)`, p.id, s.now())
 	if err != nil {
 		return err
@@ -315,15 +321,15 @@ func (s *Store) fillStatus(ctx context.Context, q querier, p *poolRow) error {
 	defer rows.Close()
 	for rows.Next() {
 		var fam int16
-		var carved, total, leased, cooling int64
-		if err := rows.Scan(&fam, &carved, &total, &leased, &cooling); err != nil {
+		var carved, total, rowsHeld, released, cooling int64
+		if err := rows.Scan(&fam, &carved, &total, &rowsHeld, &released, &cooling); err != nil {
 			return err
 		}
 		st, ok := p.Status[alloc.Family(fam)]
 		if !ok {
 			continue
 		}
-		st.BlocksCarved, st.AddressesTotal, st.Leased, st.Cooling = carved, total, leased, cooling
+		st.BlocksCarved, st.AddressesTotal, st.Leased, st.Cooling = carved, total, rowsHeld-released, cooling
 		p.Status[alloc.Family(fam)] = st
 	}
 	return rows.Err()
