@@ -79,17 +79,35 @@ func possibleAddresses(spec alloc.PoolSpec, f alloc.Family) int64 {
 
 // PoolCapacity reports, per family, what the pool holds and can still
 // give, its fragmentation, the nodes at capacity or in deficit, and the
-// exhaustion forecast from the usage samples of the last window.
+// exhaustion forecast from the usage samples of the last window. It reads
+// one snapshot.
 func (s *Store) PoolCapacity(ctx context.Context, space, name string, window time.Duration) (map[alloc.Family]alloc.FamilyCapacity, error) {
-	p, err := s.getPool(ctx, s.db, space, name, false)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.fillStatus(ctx, s.db, &p); err != nil {
-		return nil, err
-	}
-	usage, err := s.nodePoolUsage(ctx, s.db, &space, &name, nil)
-	if err != nil {
+	var out map[alloc.Family]alloc.FamilyCapacity
+	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
+		p, err := s.getPool(ctx, tx, space, name, false)
+		if err != nil {
+			return err
+		}
+		usage, err := s.nodePoolUsage(ctx, tx, &space, &name, nil)
+		if err != nil {
+			return err
+		}
+		out, err = s.poolCapacity(ctx, tx, p, usage, window)
+		return err
+	})
+	return out, err
+}
+
+// readSnapshot runs fn in a read-only repeatable-read transaction: every
+// statement sees the same snapshot, and nothing waits for it.
+func (s *Store) readSnapshot(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+}
+
+// poolCapacity is PoolCapacity of a pool already read, given the node
+// usage of (at least) its pool.
+func (s *Store) poolCapacity(ctx context.Context, q querier, p poolRow, usage []nodeUsageRow, window time.Duration) (map[alloc.Family]alloc.FamilyCapacity, error) {
+	if err := s.fillStatus(ctx, q, &p); err != nil {
 		return nil, err
 	}
 	now := s.now()
@@ -102,7 +120,7 @@ func (s *Store) PoolCapacity(ctx context.Context, space, name string, window tim
 			Leased: st.Leased, Cooling: st.Cooling,
 		}
 		var blocks []netip.Prefix
-		rows, err := s.db.Query(ctx, `SELECT cidr FROM blocks WHERE pool_id = $1 AND family = $2`, p.id, int16(f))
+		rows, err := q.Query(ctx, `SELECT cidr FROM blocks WHERE pool_id = $1 AND family = $2`, p.id, int16(f))
 		if err != nil {
 			return nil, err
 		}
@@ -110,19 +128,21 @@ func (s *Store) PoolCapacity(ctx context.Context, space, name string, window tim
 			return nil, err
 		}
 		c.LargestFreeBlock, c.FreeBlocks = alloc.FreeSpace(*p.Spec.Family(f), blocks)
-		if err := s.db.QueryRow(ctx, `SELECT count(DISTINCT node_id),
-				count(DISTINCT node_id) FILTER (WHERE NOT EXISTS (
-					SELECT 1 FROM blocks o WHERE o.node_id = b.node_id AND o.pool_id = b.pool_id AND o.family = b.family
-					  AND o.allocated < o.capacity))
-			FROM blocks b WHERE b.pool_id = $1 AND b.family = $2`, p.id, int16(f)).Scan(&c.NodesWithBlocks, &c.NodesAtCapacity); err != nil {
-			return nil, err
-		}
 		for _, u := range usage {
-			if u.Pool == name && u.Family == f && u.Deficit() > 0 {
+			if u.Space != p.Space || u.Pool != p.Name || u.Family != f {
+				continue
+			}
+			if u.Blocks > 0 {
+				c.NodesWithBlocks++
+			}
+			if u.AtCapacity() {
+				c.NodesAtCapacity++
+			}
+			if u.Deficit() > 0 {
 				c.NodesInDeficit++
 			}
 		}
-		rows, err = s.db.Query(ctx, `SELECT at, used FROM pool_usage_samples
+		rows, err = q.Query(ctx, `SELECT at, used FROM pool_usage_samples
 			WHERE pool_id = $1 AND family = $2 AND at >= $3 ORDER BY at`, p.id, int16(f), now.Add(-window))
 		if err != nil {
 			return nil, err

@@ -64,7 +64,7 @@ func (s *Store) nodePoolUsage(ctx context.Context, q querier, space, pool, node 
 // lease counts and the block totals agree.
 func (s *Store) NodeUsage(ctx context.Context, space, node string) ([]alloc.NodePoolUsage, error) {
 	var out []alloc.NodePoolUsage
-	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
 		nodeID, err := s.nodeID(ctx, tx, space, node)
 		if err != nil {
 			return err

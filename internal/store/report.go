@@ -1,0 +1,101 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// NodeTotals is one node's use of all its pools, in Cilium operator's
+// terms: Available is what the node holds (the leasable addresses of its
+// blocks), Used what of that is taken (leased, pending, or released and
+// not free yet), Needed the addresses it lacks to meet its pools' need
+// (the sum of the deficits).
+type NodeTotals struct {
+	Space, Node             string
+	Available, Used, Needed int64
+	// InDeficit: some multi-pool pool family of the node is below its need.
+	InDeficit bool
+	// AtCapacity: in some pool family the node holds blocks of, none has a
+	// free address.
+	AtCapacity bool
+}
+
+// PoolFamilyReport is the capacity report of one family of one pool.
+type PoolFamilyReport struct {
+	Space, Pool string
+	Family      alloc.Family
+	alloc.FamilyCapacity
+}
+
+// UsageReport is the service-wide picture the metrics export: every node
+// and every pool family, from one snapshot.
+type UsageReport struct {
+	Nodes []NodeTotals
+	Pools []PoolFamilyReport
+}
+
+// UsageReport reads every node's totals and every pool family's capacity
+// (with the forecast over window) in one read-only snapshot. Its cost
+// grows with nodes, blocks and pools, not with leases: it reads the
+// blocks' lease counters and the released rows only.
+func (s *Store) UsageReport(ctx context.Context, window time.Duration) (UsageReport, error) {
+	var out UsageReport
+	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
+		out = UsageReport{}
+		rows, err := tx.Query(ctx, `SELECT space, name FROM nodes ORDER BY space, name`)
+		if err != nil {
+			return err
+		}
+		out.Nodes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (NodeTotals, error) {
+			var n NodeTotals
+			return n, r.Scan(&n.Space, &n.Node)
+		})
+		if err != nil {
+			return err
+		}
+		usage, err := s.nodePoolUsage(ctx, tx, nil, nil, nil)
+		if err != nil {
+			return err
+		}
+		type key struct{ space, node string }
+		index := make(map[key]int, len(out.Nodes))
+		for i, n := range out.Nodes {
+			index[key{n.Space, n.Node}] = i
+		}
+		for _, u := range usage {
+			i, ok := index[key{u.Space, u.Node}]
+			if !ok {
+				continue
+			}
+			n := &out.Nodes[i]
+			n.Available += u.Capacity
+			n.Used += u.Demand()
+			n.Needed += u.Deficit()
+			n.InDeficit = n.InDeficit || u.Deficit() > 0
+			n.AtCapacity = n.AtCapacity || u.AtCapacity()
+		}
+		rows, err = tx.Query(ctx, `SELECT `+poolColumns+` FROM pools p ORDER BY p.space, p.name`)
+		if err != nil {
+			return err
+		}
+		pools, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (poolRow, error) { return scanPool(r) })
+		if err != nil {
+			return err
+		}
+		for _, p := range pools {
+			c, err := s.poolCapacity(ctx, tx, p, usage, window)
+			if err != nil {
+				return err
+			}
+			for _, f := range p.Spec.Families() {
+				out.Pools = append(out.Pools, PoolFamilyReport{Space: p.Space, Pool: p.Name, Family: f, FamilyCapacity: c[f]})
+			}
+		}
+		return nil
+	})
+	return out, err
+}
