@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -34,9 +35,16 @@ type config struct {
 	DefaultPool       string
 	BlockReleaseDelay time.Duration
 	UsageSampleEvery  time.Duration
-	Kubeconfig        string
-	KubeInCluster     bool
+	// MetricsPrefix goes before the Cilium-named metrics, joined by "_".
+	MetricsPrefix string
+	// UsageMetricsRefresh is the most often a scrape reads the usage report.
+	UsageMetricsRefresh time.Duration
+	Kubeconfig          string
+	KubeInCluster       bool
 }
+
+// metricsPrefixRE is what a Prometheus metric name may start with.
+var metricsPrefixRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 func (c config) Validate() error {
 	var errs []error
@@ -76,6 +84,12 @@ func (c config) Validate() error {
 	if c.UsageSampleEvery <= 0 {
 		errs = append(errs, errors.New("usage-sample-interval must be positive"))
 	}
+	if c.UsageMetricsRefresh <= 0 {
+		errs = append(errs, errors.New("usage-metrics-refresh must be positive"))
+	}
+	if c.MetricsPrefix != "" && !metricsPrefixRE.MatchString(c.MetricsPrefix) {
+		errs = append(errs, fmt.Errorf("metrics-prefix %q is not a Prometheus metric name prefix ([a-zA-Z_][a-zA-Z0-9_]*)", c.MetricsPrefix))
+	}
 	if c.Kubeconfig != "" && c.KubeInCluster {
 		errs = append(errs, errors.New("kubeconfig and kube-in-cluster exclude each other"))
 	}
@@ -114,6 +128,8 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.StringVar(&c.DefaultPool, "default-pool", "default", "the pool of Pods no annotation, request or selector places (Cilium's ipam-default-ip-pool)")
 	fs.DurationVar(&c.BlockReleaseDelay, "block-release-delay", 3*time.Minute, "how long a multi-pool block stays completely free above a node's need before it returns to the pool")
 	fs.DurationVar(&c.UsageSampleEvery, "usage-sample-interval", time.Minute, "how often pool usage is sampled for the exhaustion forecast")
+	fs.StringVar(&c.MetricsPrefix, "metrics-prefix", "", `prefix of the Cilium-named metrics (ipam_available_ips, ...), joined by "_": "cilium_operator" makes them cilium_operator_ipam_available_ips`)
+	fs.DurationVar(&c.UsageMetricsRefresh, "usage-metrics-refresh", 15*time.Second, "the most often a metrics scrape reads node and pool usage from the database")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection from this cluster")
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")
 

@@ -112,7 +112,7 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 	}
 	defer st.Close()
 
-	metrics, err := telemetry.New()
+	metrics, err := telemetry.New(telemetry.CiliumPrefix(cfg.MetricsPrefix))
 	if err != nil {
 		return err
 	}
@@ -128,6 +128,11 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 	if err != nil {
 		return err
 	}
+	if err := observeUsage(metrics.CiliumMeter(), metrics.Meter(), &usageReports{
+		read: st.UsageReport, refresh: cfg.UsageMetricsRefresh, timeout: 10 * time.Second, log: log, now: time.Now,
+	}); err != nil {
+		return err
+	}
 
 	if !cfg.InsecureHTTP && cfg.TLSCertFile == "" {
 		if cfg, err = withDevelopmentPKI(cfg, log); err != nil {
@@ -139,7 +144,7 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 		return err
 	}
 	handler := api.NewHandler(st, api.Options{
-		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), IsUnavailable: store.IsUnavailable,
+		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), CiliumMeter: metrics.CiliumMeter(), IsUnavailable: store.IsUnavailable,
 		RequireClientCertificate: cfg.ClientCAFile != "", PodMetadata: pods,
 	})
 	srv := &http.Server{

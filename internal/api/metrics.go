@@ -43,6 +43,8 @@ type metrics struct {
 	allocations metric.Int64Counter
 	byResult    [numAllocationResults][]metric.AddOption
 	releases    metric.Int64Counter
+
+	cilium *ciliumMetrics // nil without a Cilium meter
 }
 
 // routeKey is one series of the request duration.
@@ -127,6 +129,9 @@ func (m *metrics) observeRequest(ctx context.Context, method, route string, stat
 		opts = m.addRoute(k)
 	}
 	m.duration.Record(ctx, d.Seconds(), opts...)
+	if m.cilium != nil {
+		m.cilium.observe(ctx, method, route, status, d)
+	}
 }
 
 // addRoute publishes the attribute set of a series seen for the first
@@ -161,11 +166,17 @@ func methodLabel(method string) string {
 // countAllocation counts one AllocateLease call by its outcome.
 func (m *metrics) countAllocation(ctx context.Context, a alloc.Allocation, err error) {
 	m.allocations.Add(ctx, 1, m.byResult[allocationResultOf(a, err)]...)
+	if m.cilium != nil && err == nil && a.Created {
+		m.cilium.allocated(ctx, a.Leases)
+	}
 }
 
 // countReleases counts released leases; nothing released counts nothing.
 func (m *metrics) countReleases(ctx context.Context, released []alloc.Lease) {
 	if len(released) > 0 {
 		m.releases.Add(ctx, int64(len(released)))
+	}
+	if m.cilium != nil {
+		m.cilium.released(ctx, released)
 	}
 }

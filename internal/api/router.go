@@ -38,6 +38,10 @@ type Options struct {
 	// status code) and the lease counters (ipam.lease.allocations by
 	// result, ipam.lease.releases). Nil means a no-op meter.
 	Meter metric.Meter
+	// CiliumMeter receives the metrics named after Cilium's
+	// (ipam_ip_allocation_ops, ipam_events_total, ...), and must export
+	// names as given (telemetry.Metrics.CiliumMeter). Nil leaves them out.
+	CiliumMeter metric.Meter
 	// IsUnavailable tells store errors that mean the database cannot be
 	// reached (connection refused or lost, timeouts) from failed
 	// statements; those are answered 503 "unavailable" with Retry-After,
@@ -97,6 +101,11 @@ func NewHandler(store Store, o Options) http.Handler {
 	m, err := newMetrics(o.Meter)
 	if err != nil {
 		panic(err)
+	}
+	if o.CiliumMeter != nil {
+		if m.cilium, err = newCiliumMetrics(o.CiliumMeter); err != nil {
+			panic(err)
+		}
 	}
 	ps := problems{log: o.Logger, isUnavailable: o.IsUnavailable}
 
