@@ -35,6 +35,8 @@ type config struct {
 	DefaultPool       string
 	BlockReleaseDelay time.Duration
 	UsageSampleEvery  time.Duration
+	// Tracing is on when the OTEL_* variables ask for spans (not a flag).
+	Tracing bool
 	// MetricsPrefix goes before the Cilium-named metrics, joined by "_".
 	MetricsPrefix string
 	// UsageMetricsRefresh is the most often a scrape reads the usage report.

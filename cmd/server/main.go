@@ -52,7 +52,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, bound c
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	// The standard OTEL_* variables turn tracing on (read through getenv,
+	// like every setting, so tests decide).
+	cfg.Tracing = telemetry.TracingRequested(getenv)
+	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})))
 
 	dbURL, stopDB, err := database(ctx, cfg, log)
 	if err != nil {
@@ -99,7 +102,23 @@ func database(ctx context.Context, cfg config, log *slog.Logger) (url string, st
 }
 
 func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, bound chan<- string) error {
+	tracing := &telemetry.Tracing{}
+	if cfg.Tracing {
+		var err error
+		if tracing, err = telemetry.NewTracing(ctx); err != nil {
+			return err
+		}
+		log.Info("tracing on: spans are exported as the OTEL_* variables say")
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			log.Error("flushing traces", "err", err)
+		}
+	}()
 	st, err := store.Open(ctx, dbURL, store.Options{
+		TracerProvider:      tracing.Provider(),
 		LeaseExpiry:         cfg.LeaseExpiry,
 		Cooldown:            cfg.Cooldown,
 		AutoRegisterNodes:   cfg.AutoRegisterNodes,
@@ -144,7 +163,7 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 		return err
 	}
 	handler := api.NewHandler(st, api.Options{
-		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), CiliumMeter: metrics.CiliumMeter(), IsUnavailable: store.IsUnavailable,
+		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), CiliumMeter: metrics.CiliumMeter(), TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable,
 		RequireClientCertificate: cfg.ClientCAFile != "", PodMetadata: pods,
 	})
 	srv := &http.Server{

@@ -12,11 +12,15 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/telemetry"
 )
 
 // DefaultMaxBodyBytes bounds request bodies when Options.MaxBodyBytes is 0.
@@ -42,6 +46,10 @@ type Options struct {
 	// (ipam_ip_allocation_ops, ipam_events_total, ...), and must export
 	// names as given (telemetry.Metrics.CiliumMeter). Nil leaves them out.
 	CiliumMeter metric.Meter
+	// TracerProvider, when set, makes a server span of every request
+	// (continuing the caller's W3C trace context); the store's spans of the
+	// request's statements are its children. Nil traces nothing.
+	TracerProvider trace.TracerProvider
 	// IsUnavailable tells store errors that mean the database cannot be
 	// reached (connection refused or lost, timeouts) from failed
 	// statements; those are answered 503 "unavailable" with Retry-After,
@@ -128,13 +136,20 @@ func NewHandler(store Store, o Options) http.Handler {
 		RequestErrorHandlerFunc:  ps.requestError,
 		ResponseErrorHandlerFunc: ps.write,
 	})
-	return ipamv1.HandlerWithOptions(strict, ipamv1.ChiServerOptions{
+	h := ipamv1.HandlerWithOptions(strict, ipamv1.ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: ps.paramError,
 		// The last runs first: a node reaching beyond its node is refused
 		// before its body is looked at.
 		Middlewares: []ipamv1.MiddlewareFunc{requireJSON(ps), authorizeNode(ps, o.RequireClientCertificate)},
 	})
+	if o.TracerProvider == nil {
+		return h
+	}
+	// One server span per request, continuing the caller's trace (W3C
+	// traceparent); the edge names it by route once chi has matched one.
+	return otelhttp.NewHandler(h, "http.server", otelhttp.WithTracerProvider(o.TracerProvider),
+		otelhttp.WithPropagators(telemetry.Propagator()), otelhttp.WithMeterProvider(noop.NewMeterProvider()))
 }
 
 // allowedMethods lists the methods routed for path, for the Allow header
@@ -180,6 +195,14 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if rec.status == 0 {
 				writeProblem(rec, internalProblem())
 			}
+		}
+		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+			route := chi.RouteContext(r.Context()).RoutePattern()
+			if route == "" {
+				route = unmatchedRoute
+			}
+			span.SetName(r.Method + " " + route)
+			span.SetAttributes(attribute.String("http.route", route))
 		}
 		if !logged && !measured {
 			return

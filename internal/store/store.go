@@ -15,9 +15,11 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
@@ -26,6 +28,9 @@ import (
 type Options struct {
 	// LeaseExpiry is how long a pending lease lives unless confirmed.
 	LeaseExpiry time.Duration
+	// TracerProvider, when set, traces every statement (OpenTelemetry
+	// spans, children of the context's span). Nil traces nothing.
+	TracerProvider trace.TracerProvider
 	// Cooldown is how long a released address rests before it is leased
 	// again; 0 is allowed.
 	Cooldown time.Duration
@@ -122,6 +127,12 @@ func Open(ctx context.Context, connString string, o Options) (*Store, error) {
 	// leases. Hence no sequential scans where an index exists.
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	if o.TracerProvider != nil {
+		// A span per statement, connection acquire and batch, child of
+		// the request's span. The statement text is recorded, never its
+		// parameters (owners, container IDs).
+		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(o.TracerProvider), otelpgx.WithTrimSQLInSpanName())
+	}
 	db, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
