@@ -92,6 +92,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`ipam_lease_allocations_total{result="retry"}`:                                                                   "1",
 		`ipam_lease_allocations_total{result="exhausted"}`:                                                               "1",
 		`ipam_lease_allocations_total{result="conflict"}`:                                                                "0",
+		`ipam_lease_allocations_total{result="pool-match"}`:                                                              "0",
 		`ipam_lease_allocations_total{result="error"}`:                                                                   "0",
 		`ipam_lease_releases_total`:                                                                                      "1",
 		dur + `_count{method="POST",route="/v1/nodes/{node}/leases",status_code="201"}`:                                  "1",

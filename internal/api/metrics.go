@@ -62,11 +62,12 @@ const (
 	resultRetry                             // 200: the attachment's existing leases
 	resultExhausted                         // pool-exhausted
 	resultConflict                          // lease-conflict: the key is held otherwise
+	resultPoolMatch                         // pool-match: no pool, or several, for the Pod
 	resultError                             // anything else: invalid input, not found, internal
 	numAllocationResults
 )
 
-var allocationResultNames = [numAllocationResults]string{"created", "retry", "exhausted", "conflict", "error"}
+var allocationResultNames = [numAllocationResults]string{"created", "retry", "exhausted", "conflict", "pool-match", "error"}
 
 // allocationResultOf classifies the outcome of Store.Allocate (or of the
 // validation before it).
@@ -81,6 +82,8 @@ func allocationResultOf(a alloc.Allocation, err error) allocationResult {
 		return resultExhausted
 	case errors.As(err, &ae) && ae.Kind == alloc.KindLeaseConflict:
 		return resultConflict
+	case errors.As(err, &ae) && ae.Kind == alloc.KindPoolMatch:
+		return resultPoolMatch
 	}
 	return resultError
 }
@@ -98,7 +101,7 @@ func newMetrics(meter metric.Meter) (*metrics, error) {
 	err = errors.Join(err, e)
 	m.allocations, e = meter.Int64Counter("ipam.lease.allocations",
 		metric.WithUnit("{allocation}"),
-		metric.WithDescription("Lease allocation requests by result: created, retry (the attachment's existing leases), exhausted, conflict or error."))
+		metric.WithDescription("Lease allocation requests by result: created, retry (the attachment's existing leases), exhausted, conflict, pool-match (pools conflict: several match the Pod, or none and one is required) or error."))
 	err = errors.Join(err, e)
 	m.releases, e = meter.Int64Counter("ipam.lease.releases",
 		metric.WithUnit("{lease}"),

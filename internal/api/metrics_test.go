@@ -102,6 +102,7 @@ func TestAllocationResultOf(t *testing.T) {
 		{alloc.Allocation{}, nil, resultRetry},
 		{alloc.Allocation{}, alloc.Exhausted("default", alloc.IPv4), resultExhausted},
 		{alloc.Allocation{}, &alloc.Error{Kind: alloc.KindLeaseConflict}, resultConflict},
+		{alloc.Allocation{}, &alloc.Error{Kind: alloc.KindPoolMatch}, resultPoolMatch},
 		{alloc.Allocation{}, alloc.Invalid("interface", "is required"), resultError},
 		{alloc.Allocation{}, alloc.NotFound("node", "node", "n1"), resultError},
 		{alloc.Allocation{}, errors.New("connection refused"), resultError},
