@@ -15,11 +15,13 @@ postgres:
 	@scripts/ensure-postgres.sh >/dev/null
 
 # The README tour test runs curl and the CNI end-to-end test ip (iproute2);
-# install them like PostgreSQL when missing.
+# install them like PostgreSQL when missing. The alert rules test runs
+# promtool, unpacked into .tools/bin from Debian's package when missing.
 tools:
 	@{ command -v curl >/dev/null && command -v ip >/dev/null; } || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl ca-certificates iproute2 >&2; } || \
 		{ echo "curl or ip is missing: sudo apt-get install -y curl iproute2"; exit 1; }
+	@scripts/ensure-promtool.sh >/dev/null
 
 build:
 	$(GO) build -o $(BIN)/ipam-server ./cmd/server

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ipam-dev/ipam/internal/pgtest"
+)
+
+// metricNameRE finds the service's metric names in PromQL and prose.
+var metricNameRE = regexp.MustCompile(`\b(?:ipam|process|go)_[a-z0-9_]+\b`)
+
+// The alert rules and the Grafana dashboard in deploy/observability name
+// only metrics the service exports: every name they use appears in a
+// scrape after a sequence that makes every series exist (leases,
+// releases, a growing pool with a forecast).
+func TestOperationsKitUsesExportedMetrics(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	base := startServer(t, dbURL, "--usage-metrics-refresh", "1ms")
+	mustCall(t, 201, "POST", base+"/v1/pools", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":28}}}`)
+	for i := range 3 {
+		mustCall(t, 201, "POST", base+"/v1/nodes/n1/leases",
+			fmt.Sprintf(`{"containerID":"c%d","interface":"eth0","owner":{"namespace":"ns","name":"p%d"}}`, i, i))
+	}
+	mustCall(t, 204, "DELETE", base+"/v1/nodes/n1/attachments/c0/eth0", "")
+	// A pool growing by 100 addresses every 25 minutes, so that the
+	// forecast (and its gauge) exists.
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	now := time.Now()
+	for i, used := range []int{0, 100, 200} {
+		if _, err := conn.Exec(t.Context(), `INSERT INTO pool_usage_samples (pool_id, family, at, used, capacity)
+			SELECT id, 4, $1, $2, 1000000 FROM pools WHERE name = 'default'`, now.Add(time.Duration(i-2)*25*time.Minute-time.Second), used); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exposition := mustCall(t, 200, "GET", base+"/metrics", "")
+	exported := map[string]bool{}
+	for line := range strings.Lines(exposition) {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, _, _ := strings.Cut(line, "{")
+		name, _, _ = strings.Cut(name, " ")
+		exported[name] = true
+	}
+	for _, want := range []string{"ipam_pool_exhaustion_forecast_hours", "ipam_release_duration_seconds_bucket", "ipam_available_ips"} {
+		if !exported[want] {
+			t.Fatalf("the sequence did not make %s exist; exposition:\n%s", want, exposition)
+		}
+	}
+	for _, f := range []string{"../../deploy/observability/alerts.yaml", "../../deploy/observability/grafana-dashboard.json"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var used []string
+		for _, name := range metricNameRE.FindAllString(string(b), -1) {
+			if !slices.Contains(used, name) {
+				used = append(used, name)
+			}
+		}
+		if len(used) < 4 {
+			t.Fatalf("%s names only %v", f, used)
+		}
+		for _, name := range used {
+			if !exported[name] {
+				t.Errorf("%s uses %s, which the service does not export", f, name)
+			}
+		}
+		t.Logf("%s: %d metric names, all exported", f, len(used))
+	}
+}
