@@ -80,4 +80,6 @@ type Store interface {
 	// Reconcile releases every pending or active lease of the node whose
 	// attachment is not in valid, and returns them.
 	Reconcile(ctx context.Context, space, node string, valid []alloc.Attachment) ([]alloc.Lease, error)
+
+	FenceStore
 }
