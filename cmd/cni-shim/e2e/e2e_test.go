@@ -136,7 +136,9 @@ func setup(t *testing.T) *e2e {
 	}
 
 	conn := pgtest.NewDatabase(t)
-	e.st, err = store.Open(context.Background(), conn, store.DefaultOptions())
+	o := store.DefaultOptions()
+	o.ReconcileMinAge = 0 // GC here frees a lease made a moment earlier
+	e.st, err = store.Open(context.Background(), conn, o)
 	if err != nil {
 		t.Fatal(err)
 	}
