@@ -254,8 +254,9 @@ func (s *Store) ListNodes(ctx context.Context, space string, page alloc.Page) ([
 	return items, next, nil
 }
 
-// DeleteNode removes a node. With pending or active leases it is refused
-// unless force, which deletes the node's leases (cooling ones included) and
+// DeleteNode removes a node. With pending or active leases, or released
+// addresses still bound to a workload identity, it is refused unless force,
+// which deletes the node's leases (cooling ones included) and
 // blocks in the same transaction: the node is gone, so its addresses go back
 // to the pool with it.
 func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) error {
