@@ -85,11 +85,12 @@ func ValidateIdentity(field, id string) error {
 type Binding struct {
 	Identity  string
 	Retention time.Duration
-	// Reused and Reason are set in the answer of the allocation that
-	// bound the address only: Reused when the identity got its address
-	// back, else Reason says why not (empty when it had none).
-	Reused bool
-	Reason string
+	// Decided is set in the answer of the allocation that bound the
+	// address only; then Reused says whether the identity got its address
+	// back, and if not, Reason says why (empty when it had none).
+	Decided bool
+	Reused  bool
+	Reason  string
 }
 
 // BoundAddress is what a lease request finds bound to its identity, for

@@ -2,10 +2,29 @@ package alloc
 
 import (
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 )
+
+// identityCheck is the CHECK of leases.sticky_identity (migration 00005):
+// ValidateIdentity must accept exactly what the database accepts, so a
+// valid request never fails on the constraint (a 500) and the database
+// never holds what the API would refuse.
+var identityCheck = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._:/-]{0,251}[A-Za-z0-9])?$`)
+
+func FuzzValidateIdentity(f *testing.F) {
+	for _, s := range []string{"statefulset/ns/web/0", "a", "a-", "-a", "a b", strings.Repeat("x", 253), strings.Repeat("x", 254), "vm:db.1_2", "é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		err := ValidateIdentity("sticky.identity", id)
+		if ok := identityCheck.MatchString(id); ok != (err == nil) {
+			t.Fatalf("%q: database accepts %v, ValidateIdentity says %v", id, ok, err)
+		}
+	})
+}
 
 func TestValidateIdentity(t *testing.T) {
 	for _, c := range []struct {

@@ -92,7 +92,7 @@ func stickyToAPI(b *alloc.Binding) *ipamv1.StickyStatus {
 		return nil
 	}
 	out := &ipamv1.StickyStatus{Identity: b.Identity, Retention: b.Retention.String(), Reason: optString(b.Reason)}
-	if b.Reused || b.Reason != "" {
+	if b.Decided {
 		out.Reused = ptr(b.Reused)
 	}
 	return out

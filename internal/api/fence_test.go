@@ -270,13 +270,15 @@ func TestStickySameNode(t *testing.T) {
 	var a ipamv1.Allocation
 	e.mustDo(201, "POST", "/v1/nodes/n1/leases", stickyLease("web-a", "web-0", id, map[string]any{"retention": "1h"}), &a)
 	bound := a.Addresses[0].Address
-	if s := a.Addresses[0].Sticky; s == nil || s.Identity != id || s.Retention != "1h0m0s" {
+	if s := a.Addresses[0].Sticky; s == nil || s.Identity != id || s.Retention != "1h0m0s" || s.Reused == nil || *s.Reused || s.Reason != nil {
 		t.Fatalf("sticky status %s", dump(a.Addresses[0]))
 	}
 	// A retry is the same lease.
 	var retry ipamv1.Allocation
 	e.mustDo(200, "POST", "/v1/nodes/n1/leases", stickyLease("web-a", "web-0", id, map[string]any{"retention": "1h"}), &retry)
-	if retry.Addresses[0].Address != bound || retry.Generation != a.Generation {
+	// (The retry reads the stored lease: whether it was a reuse is only in
+	// the first answer.)
+	if retry.Addresses[0].Address != bound || retry.Generation != a.Generation || retry.Addresses[0].Sticky.Reused != nil {
 		t.Fatalf("retry %s", dump(retry))
 	}
 	// While the Pod holds it, another Pod claiming the identity is refused.

@@ -101,7 +101,7 @@ func (s *Store) leaseSticky(ctx context.Context, tx pgx.Tx, lk allocLookup, p al
 		return alloc.Lease{}, err
 	}
 	lease, args := s.newLease(lk.nodeID, p, c, r, now, lk.generation)
-	binding := &alloc.Binding{Identity: id, Retention: retention, Reused: choice.Reuse, Reason: choice.Reason}
+	binding := &alloc.Binding{Identity: id, Retention: retention, Decided: true, Reused: choice.Reuse, Reason: choice.Reason}
 	if choice.Reuse {
 		ok, err := scanLeased(&lease, tx.QueryRow(ctx, leaseBoundSQL, append(args, bound.Addr, id, interval(retention))...))
 		if err == nil && !ok { // the row is locked by boundAddress: it cannot have changed
