@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -483,5 +484,117 @@ func TestStickyConcurrent(t *testing.T) {
 	var held int
 	if err := e.db.QueryRow(t.Context(), `SELECT count(*) FROM leases WHERE sticky_identity = $1`, id).Scan(&held); err != nil || held != 1 {
 		t.Fatalf("%d rows bound to the identity (%v)", held, err)
+	}
+}
+
+// Duplicated and late calls, all at once, keep one address per attachment:
+// duplicates of ADD answer one generation; duplicates of confirm and DEL
+// naming it are idempotent; and late duplicates of the old generation,
+// after the attachment was leased again, never free or confirm the new
+// lease.
+func TestDuplicatedCallsKeepOneLeasePerAttachment(t *testing.T) {
+	e := newEnv(t, nil)
+	e.mustDo(201, "POST", "/v1/pools", pool4("default", 24, "10.0.0.0/16"), nil)
+	const attachments, dups = 6, 4
+	cid := func(i int) string { return fmt.Sprint("dup-", i) }
+	// all runs one call per (attachment, duplicate) at once.
+	all := func(call func(i, d int) response) [][]response {
+		out := make([][]response, attachments)
+		var wg sync.WaitGroup
+		for i := range attachments {
+			out[i] = make([]response, dups)
+			for d := range dups {
+				wg.Go(func() { out[i][d] = call(i, d) })
+			}
+		}
+		wg.Wait()
+		return out
+	}
+	decode := func(r response) ipamv1.Allocation {
+		var a ipamv1.Allocation
+		if err := json.Unmarshal(r.body, &a); err != nil {
+			t.Fatalf("%s: %v", r.body, err)
+		}
+		return a
+	}
+
+	gens := make([]int64, attachments)
+	for i, rs := range all(func(i, _ int) response { return e.do("POST", "/v1/nodes/n1/leases", lease(cid(i), "eth0", cid(i))) }) {
+		created := 0
+		for _, r := range rs {
+			if r.status != 201 && r.status != 200 {
+				t.Fatalf("duplicate ADD: %d %s", r.status, r.body)
+			}
+			if r.status == 201 {
+				created++
+			}
+			if g := decode(r).Generation; gens[i] == 0 {
+				gens[i] = g
+			} else if g != gens[i] {
+				t.Fatalf("duplicates of one ADD answered generations %d and %d", gens[i], g)
+			}
+		}
+		if created != 1 {
+			t.Fatalf("%d duplicates of one ADD answered 201", created)
+		}
+	}
+	for _, rs := range all(func(i, _ int) response {
+		return e.do("POST", fmt.Sprintf("/v1/nodes/n1/attachments/%s/eth0/confirm?generation=%d", cid(i), gens[i]), nil)
+	}) {
+		for _, r := range rs {
+			if r.status != 200 || decode(r).State != ipamv1.Active {
+				t.Fatalf("duplicate confirm: %d %s", r.status, r.body)
+			}
+		}
+	}
+	for _, rs := range all(func(i, _ int) response {
+		return e.do("DELETE", fmt.Sprintf("/v1/nodes/n1/attachments/%s/eth0?generation=%d", cid(i), gens[i]), nil)
+	}) {
+		for _, r := range rs {
+			if r.status != 204 {
+				t.Fatalf("duplicate DEL: %d %s", r.status, r.body)
+			}
+		}
+	}
+
+	// Each attachment is leased again; then late duplicates of the old
+	// generation's DEL and confirm arrive, all at once.
+	next := make([]int64, attachments)
+	for i, rs := range all(func(i, d int) response {
+		if d > 0 {
+			return response{status: 201}
+		}
+		return e.do("POST", "/v1/nodes/n1/leases", lease(cid(i), "eth0", cid(i)))
+	}) {
+		if rs[0].status != 201 {
+			t.Fatalf("next ADD: %d %s", rs[0].status, rs[0].body)
+		}
+		next[i] = decode(rs[0]).Generation
+	}
+	all(func(i, d int) response {
+		var r response
+		if d%2 == 0 {
+			r = e.do("DELETE", fmt.Sprintf("/v1/nodes/n1/attachments/%s/eth0?generation=%d", cid(i), gens[i]), nil)
+		} else {
+			r = e.do("POST", fmt.Sprintf("/v1/nodes/n1/attachments/%s/eth0/confirm?generation=%d", cid(i), gens[i]), nil)
+		}
+		if r.status != 409 {
+			t.Errorf("late call of generation %d: %d %s", gens[i], r.status, r.body)
+		}
+		return r
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	addrs := map[string]bool{}
+	for i := range attachments {
+		a := e.attachment("n1", cid(i))
+		if a.Generation != next[i] || next[i] <= gens[i] || a.State != ipamv1.Pending || len(a.Addresses) != 1 {
+			t.Errorf("%s after the late calls: %s, want pending at generation %d", cid(i), dump(a), next[i])
+		}
+		if addrs[a.Addresses[0].Address] {
+			t.Errorf("%s shared", a.Addresses[0].Address)
+		}
+		addrs[a.Addresses[0].Address] = true
 	}
 }
