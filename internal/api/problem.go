@@ -43,24 +43,26 @@ type problemClass struct {
 // API's error semantics. An *alloc.Error whose Kind is missing here is a
 // programming error and answered as internal.
 var problemClasses = map[alloc.Kind]problemClass{
-	alloc.KindInvalid:           {http.StatusBadRequest, "Invalid input"},
-	alloc.KindNotFound:          {http.StatusNotFound, "Not found"},
-	alloc.KindConflict:          {http.StatusConflict, "Already exists"},
-	alloc.KindOverlap:           {http.StatusConflict, "CIDR overlap"},
-	alloc.KindImmutable:         {http.StatusConflict, "Immutable field"},
-	alloc.KindInUse:             {http.StatusConflict, "In use"},
-	alloc.KindLeaseConflict:     {http.StatusConflict, "Lease conflict"},
-	alloc.KindPoolExhausted:     {http.StatusConflict, "Pool exhausted"},
-	alloc.KindPoolMatch:         {http.StatusConflict, "No single pool matches"},
+	alloc.KindInvalid:        {http.StatusBadRequest, "Invalid input"},
+	alloc.KindNotFound:       {http.StatusNotFound, "Not found"},
+	alloc.KindConflict:       {http.StatusConflict, "Already exists"},
+	alloc.KindOverlap:        {http.StatusConflict, "CIDR overlap"},
+	alloc.KindImmutable:      {http.StatusConflict, "Immutable field"},
+	alloc.KindInUse:          {http.StatusConflict, "In use"},
+	alloc.KindLeaseConflict:  {http.StatusConflict, "Lease conflict"},
+	alloc.KindPoolExhausted:  {http.StatusConflict, "Pool exhausted"},
+	alloc.KindPoolMatch:      {http.StatusConflict, "No single pool matches"},
+	kindUnauthenticated:      {http.StatusUnauthorized, "Unauthenticated"},
+	kindForbidden:            {http.StatusForbidden, "Forbidden"},
+	kindMethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
+	kindPayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
+	kindUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	kindUnavailable:          {http.StatusServiceUnavailable, "Unavailable"},
+	kindInternal:             {http.StatusInternalServerError, "Internal error"},
+
+	// Fencing and sticky addresses (issue 5).
 	alloc.KindStaleGeneration:   {http.StatusConflict, "Stale lease generation"},
 	alloc.KindStickyUnavailable: {http.StatusConflict, "Sticky address unavailable"},
-	kindUnauthenticated:         {http.StatusUnauthorized, "Unauthenticated"},
-	kindForbidden:               {http.StatusForbidden, "Forbidden"},
-	kindMethodNotAllowed:        {http.StatusMethodNotAllowed, "Method not allowed"},
-	kindPayloadTooLarge:         {http.StatusRequestEntityTooLarge, "Payload too large"},
-	kindUnsupportedMediaType:    {http.StatusUnsupportedMediaType, "Unsupported media type"},
-	kindUnavailable:             {http.StatusServiceUnavailable, "Unavailable"},
-	kindInternal:                {http.StatusInternalServerError, "Internal error"},
 }
 
 // unavailableError says the service cannot serve now (the database is
