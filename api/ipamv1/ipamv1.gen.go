@@ -201,10 +201,14 @@ type Allocation struct {
 	Addresses   []LeaseAddress `json:"addresses"`
 	ContainerID string         `json:"containerID"`
 	ExpiresAt   *time.Time     `json:"expiresAt,omitempty"`
-	Interface   string         `json:"interface"`
-	Node        string         `json:"node"`
-	Owner       Owner          `json:"owner"`
-	State       LeaseState     `json:"state"`
+
+	// Generation The generation of the attachment's leases: name it when releasing
+	// or confirming them, so the call can never touch a later lease.
+	Generation int64      `json:"generation"`
+	Interface  string     `json:"interface"`
+	Node       string     `json:"node"`
+	Owner      Owner      `json:"owner"`
+	State      LeaseState `json:"state"`
 }
 
 // AttachmentRef defines model for AttachmentRef.
@@ -344,6 +348,7 @@ type Lease struct {
 	ExpiresAt     *time.Time `json:"expiresAt,omitempty"`
 	Family        Family     `json:"family"`
 	Gateway       *string    `json:"gateway,omitempty"`
+	Generation    int64      `json:"generation"`
 	Interface     string     `json:"interface"`
 	Node          string     `json:"node"`
 	Owner         Owner      `json:"owner"`
@@ -354,6 +359,7 @@ type Lease struct {
 	SelectedBy     *LeaseSelectedBy `json:"selectedBy,omitempty"`
 	SkipMasquerade *bool            `json:"skipMasquerade,omitempty"`
 	State          LeaseState       `json:"state"`
+	Sticky         *StickyStatus    `json:"sticky,omitempty"`
 }
 
 // LeaseSelectedBy The rule that chose the pool.
@@ -366,11 +372,15 @@ type LeaseAddress struct {
 	Block   string  `json:"block"`
 	Family  Family  `json:"family"`
 	Gateway *string `json:"gateway,omitempty"`
-	Pool    string  `json:"pool"`
+
+	// Generation The lease's generation.
+	Generation *int64 `json:"generation,omitempty"`
+	Pool       string `json:"pool"`
 
 	// SelectedBy The rule that chose the pool.
 	SelectedBy     *LeaseAddressSelectedBy `json:"selectedBy,omitempty"`
 	SkipMasquerade bool                    `json:"skipMasquerade"`
+	Sticky         *StickyStatus           `json:"sticky,omitempty"`
 }
 
 // LeaseAddressSelectedBy The rule that chose the pool.
@@ -416,6 +426,16 @@ type LeaseRequest struct {
 
 	// Pools A pool per family; wins over `pool`.
 	Pools *FamilyPools `json:"pools,omitempty"`
+
+	// Sticky Bind the leased addresses to a workload identity that outlives the
+	// Pod. Released, they stay bound for the retention: nobody else gets
+	// them, and a request with the same identity on a node whose block
+	// holds them (same pool) gets them back, even during the cooldown.
+	// Elsewhere it gets a fresh address, now bound, and the answer says
+	// why (with `require`, a 409 `urn:ipam:problem:sticky-unavailable`
+	// instead). While a Pod holds the address, another request with the
+	// identity is a 409 lease conflict.
+	Sticky *StickyRequest `json:"sticky,omitempty"`
 }
 
 // LeaseState defines model for LeaseState.
@@ -700,11 +720,21 @@ type Problem struct {
 // ReconcileRequest defines model for ReconcileRequest.
 type ReconcileRequest struct {
 	Attachments []AttachmentRef `json:"attachments"`
+
+	// Generation The highest lease generation the list accounts for (from
+	// GET /v1/nodes/{node}/reconcile before the list was taken):
+	// leases of a higher generation are kept.
+	Generation *int64 `json:"generation,omitempty"`
 }
 
 // ReconcileResult defines model for ReconcileResult.
 type ReconcileResult struct {
 	Released []Lease `json:"released"`
+}
+
+// ReconcileWatermark defines model for ReconcileWatermark.
+type ReconcileWatermark struct {
+	Generation int64 `json:"generation"`
 }
 
 // ReservedAddresses defines model for ReservedAddresses.
@@ -747,6 +777,40 @@ type SpaceRequest struct {
 	Name string `json:"name"`
 }
 
+// StickyRequest Bind the leased addresses to a workload identity that outlives the
+// Pod. Released, they stay bound for the retention: nobody else gets
+// them, and a request with the same identity on a node whose block
+// holds them (same pool) gets them back, even during the cooldown.
+// Elsewhere it gets a fresh address, now bound, and the answer says
+// why (with `require`, a 409 `urn:ipam:problem:sticky-unavailable`
+// instead). While a Pod holds the address, another request with the
+// identity is a 409 lease conflict.
+type StickyRequest struct {
+	// Identity 1 to 253 letters, digits and . _ : / -, starting and ending with
+	// a letter or digit, e.g. statefulset/ns/web/0.
+	Identity string `json:"identity"`
+
+	// Require Fail rather than lease another address than the bound one.
+	Require *bool `json:"require,omitempty"`
+
+	// Retention How long a released address stays bound (Go duration, 1s to 720h); default the server's.
+	Retention *string `json:"retention,omitempty"`
+}
+
+// StickyStatus defines model for StickyStatus.
+type StickyStatus struct {
+	Identity string `json:"identity"`
+
+	// Reason In the answer of the allocation that made the lease only - why the bound address could not be reused.
+	Reason *string `json:"reason,omitempty"`
+
+	// Retention Go duration.
+	Retention string `json:"retention"`
+
+	// Reused In the answer of the allocation that made the lease only - the identity got its bound address back.
+	Reused *bool `json:"reused,omitempty"`
+}
+
 // ContainerIDParam defines model for ContainerIDParam.
 type ContainerIDParam = string
 
@@ -755,6 +819,9 @@ type ContinueParam = string
 
 // DryRunParam defines model for DryRunParam.
 type DryRunParam = bool
+
+// GenerationParam defines model for GenerationParam.
+type GenerationParam = int64
 
 // InterfaceParam defines model for InterfaceParam.
 type InterfaceParam = string
@@ -773,6 +840,10 @@ type SpaceParam = string
 
 // ReleaseAddressParams defines parameters for ReleaseAddress.
 type ReleaseAddressParams struct {
+	// Generation The lease generation the call is meant for (from the allocation's
+	// answer); leases of another generation are left alone (409).
+	Generation *GenerationParam `form:"generation,omitempty" json:"generation,omitempty"`
+
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
@@ -835,6 +906,10 @@ type PutNodeParams struct {
 
 // ReleaseAttachmentParams defines parameters for ReleaseAttachment.
 type ReleaseAttachmentParams struct {
+	// Generation The lease generation the call is meant for (from the allocation's
+	// answer); leases of another generation are left alone (409).
+	Generation *GenerationParam `form:"generation,omitempty" json:"generation,omitempty"`
+
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
@@ -847,6 +922,10 @@ type GetAttachmentParams struct {
 
 // ConfirmAttachmentParams defines parameters for ConfirmAttachment.
 type ConfirmAttachmentParams struct {
+	// Generation The lease generation the call is meant for (from the allocation's
+	// answer); leases of another generation are left alone (409).
+	Generation *GenerationParam `form:"generation,omitempty" json:"generation,omitempty"`
+
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
@@ -880,6 +959,12 @@ type AllocateLeaseParams struct {
 
 // GetNodeUsageParams defines parameters for GetNodeUsage.
 type GetNodeUsageParams struct {
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
+// GetReconcileWatermarkParams defines parameters for GetReconcileWatermark.
+type GetReconcileWatermarkParams struct {
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
@@ -964,6 +1049,24 @@ type ListSpacesParams struct {
 
 	// Continue The `continue` token of the previous page.
 	Continue *ContinueParam `form:"continue,omitempty" json:"continue,omitempty"`
+}
+
+// DeleteStickyBindingsParams defines parameters for DeleteStickyBindings.
+type DeleteStickyBindingsParams struct {
+	// Identity The workload identity, e.g. statefulset/ns/web/0.
+	Identity string `form:"identity" json:"identity"`
+
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
+// GetStickyBindingsParams defines parameters for GetStickyBindings.
+type GetStickyBindingsParams struct {
+	// Identity The workload identity, e.g. statefulset/ns/web/0.
+	Identity string `form:"identity" json:"identity"`
+
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
 
 // PutNodeJSONRequestBody defines body for PutNode for application/json ContentType.
@@ -1073,6 +1176,11 @@ type ClientInterface interface {
 
 	// ReleaseAddress Release the lease holding this address; succeeds when nothing is held.
 	//
+	// With `generation`, only a lease of that generation is released: when
+	// the address is held (or cooling) at another generation the answer is
+	// a 409 `urn:ipam:problem:stale-generation` and nothing changes. A
+	// lease of that generation already released answers 204 again.
+	//
 	// Corresponds with DELETE /v1/addresses/{address} (the `ReleaseAddress` operationId).
 	ReleaseAddress(ctx context.Context, address string, params *ReleaseAddressParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -1111,6 +1219,10 @@ type ClientInterface interface {
 
 	// ReleaseAttachment Release the attachment's addresses; succeeds when nothing is held.
 	//
+	// With `generation`, only leases of that generation are released: when
+	// the attachment holds leases of another generation the answer is a
+	// 409 `urn:ipam:problem:stale-generation` and nothing changes.
+	//
 	// Corresponds with DELETE /v1/nodes/{node}/attachments/{containerID}/{interface} (the `ReleaseAttachment` operationId).
 	ReleaseAttachment(ctx context.Context, node NodeNameParam, containerID ContainerIDParam, pInterface InterfaceParam, params *ReleaseAttachmentParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -1120,6 +1232,10 @@ type ClientInterface interface {
 	GetAttachment(ctx context.Context, node NodeNameParam, containerID ContainerIDParam, pInterface InterfaceParam, params *GetAttachmentParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ConfirmAttachment Confirm the attachment's pending leases; their expiry stops.
+	//
+	// With `generation`, only leases of that generation are confirmed: when
+	// the attachment holds leases of another generation the answer is a
+	// 409 `urn:ipam:problem:stale-generation` and nothing changes.
 	//
 	// Corresponds with POST /v1/nodes/{node}/attachments/{containerID}/{interface}/confirm (the `ConfirmAttachment` operationId).
 	ConfirmAttachment(ctx context.Context, node NodeNameParam, containerID ContainerIDParam, pInterface InterfaceParam, params *ConfirmAttachmentParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1177,7 +1293,19 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/nodes/{node}/pools (the `GetNodeUsage` operationId).
 	GetNodeUsage(ctx context.Context, node NodeNameParam, params *GetNodeUsageParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetReconcileWatermark The lease generation to name in a reconcile whose list is taken next.
+	//
+	// Read this, then list the valid attachments, then reconcile naming
+	// the generation read: no lease made after the read is released.
+	//
+	// Corresponds with GET /v1/nodes/{node}/reconcile (the `GetReconcileWatermark` operationId).
+	GetReconcileWatermark(ctx context.Context, node NodeNameParam, params *GetReconcileWatermarkParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ReconcileNodeWithBody Release every lease of the node not held by a listed attachment.
+	//
+	// Leases made after the list was taken are kept: those of a higher
+	// generation than the request's `generation`, and, whatever it says,
+	// those younger than the server's reconcile minimum age.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1185,6 +1313,10 @@ type ClientInterface interface {
 	ReconcileNodeWithBody(ctx context.Context, node NodeNameParam, params *ReconcileNodeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReconcileNode Release every lease of the node not held by a listed attachment.
+	//
+	// Leases made after the list was taken are kept: those of a higher
+	// generation than the request's `generation`, and, whatever it says,
+	// those younger than the server's reconcile minimum age.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1291,6 +1423,20 @@ type ClientInterface interface {
 
 	// GetSpace performs a GET /v1/spaces/{space} (the `GetSpace` operationId) request.
 	GetSpace(ctx context.Context, space string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteStickyBindings End the identity's bindings before their retention.
+	//
+	// A held lease keeps its address, unbound. A released address cools
+	// for what is left of its ordinary cooldown, then frees. Succeeds when
+	// nothing is bound.
+	//
+	// Corresponds with DELETE /v1/sticky-bindings (the `DeleteStickyBindings` operationId).
+	DeleteStickyBindings(ctx context.Context, params *DeleteStickyBindingsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetStickyBindings The addresses bound to a workload identity (held, or released within their retention).
+	//
+	// Corresponds with GET /v1/sticky-bindings (the `GetStickyBindings` operationId).
+	GetStickyBindings(ctx context.Context, params *GetStickyBindingsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetHealthz Liveness; the process serves HTTP.
@@ -1324,6 +1470,11 @@ func (c *Client) GetReadyz(ctx context.Context, reqEditors ...RequestEditorFn) (
 }
 
 // ReleaseAddress Release the lease holding this address; succeeds when nothing is held.
+//
+// With `generation`, only a lease of that generation is released: when
+// the address is held (or cooling) at another generation the answer is
+// a 409 `urn:ipam:problem:stale-generation` and nothing changes. A
+// lease of that generation already released answers 204 again.
 //
 // Corresponds with DELETE /v1/addresses/{address} (the `ReleaseAddress` operationId).
 func (c *Client) ReleaseAddress(ctx context.Context, address string, params *ReleaseAddressParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1443,6 +1594,10 @@ func (c *Client) PutNode(ctx context.Context, node NodeNameParam, params *PutNod
 
 // ReleaseAttachment Release the attachment's addresses; succeeds when nothing is held.
 //
+// With `generation`, only leases of that generation are released: when
+// the attachment holds leases of another generation the answer is a
+// 409 `urn:ipam:problem:stale-generation` and nothing changes.
+//
 // Corresponds with DELETE /v1/nodes/{node}/attachments/{containerID}/{interface} (the `ReleaseAttachment` operationId).
 func (c *Client) ReleaseAttachment(ctx context.Context, node NodeNameParam, containerID ContainerIDParam, pInterface InterfaceParam, params *ReleaseAttachmentParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReleaseAttachmentRequest(c.Server, node, containerID, pInterface, params)
@@ -1472,6 +1627,10 @@ func (c *Client) GetAttachment(ctx context.Context, node NodeNameParam, containe
 }
 
 // ConfirmAttachment Confirm the attachment's pending leases; their expiry stops.
+//
+// With `generation`, only leases of that generation are confirmed: when
+// the attachment holds leases of another generation the answer is a
+// 409 `urn:ipam:problem:stale-generation` and nothing changes.
 //
 // Corresponds with POST /v1/nodes/{node}/attachments/{containerID}/{interface}/confirm (the `ConfirmAttachment` operationId).
 func (c *Client) ConfirmAttachment(ctx context.Context, node NodeNameParam, containerID ContainerIDParam, pInterface InterfaceParam, params *ConfirmAttachmentParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1609,7 +1768,29 @@ func (c *Client) GetNodeUsage(ctx context.Context, node NodeNameParam, params *G
 	return c.Client.Do(req)
 }
 
+// GetReconcileWatermark The lease generation to name in a reconcile whose list is taken next.
+//
+// Read this, then list the valid attachments, then reconcile naming
+// the generation read: no lease made after the read is released.
+//
+// Corresponds with GET /v1/nodes/{node}/reconcile (the `GetReconcileWatermark` operationId).
+func (c *Client) GetReconcileWatermark(ctx context.Context, node NodeNameParam, params *GetReconcileWatermarkParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetReconcileWatermarkRequest(c.Server, node, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ReconcileNodeWithBody Release every lease of the node not held by a listed attachment.
+//
+// Leases made after the list was taken are kept: those of a higher
+// generation than the request's `generation`, and, whatever it says,
+// those younger than the server's reconcile minimum age.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1627,6 +1808,10 @@ func (c *Client) ReconcileNodeWithBody(ctx context.Context, node NodeNameParam, 
 }
 
 // ReconcileNode Release every lease of the node not held by a listed attachment.
+//
+// Leases made after the list was taken are kept: those of a higher
+// generation than the request's `generation`, and, whatever it says,
+// those younger than the server's reconcile minimum age.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1884,6 +2069,40 @@ func (c *Client) GetSpace(ctx context.Context, space string, reqEditors ...Reque
 	return c.Client.Do(req)
 }
 
+// DeleteStickyBindings End the identity's bindings before their retention.
+//
+// A held lease keeps its address, unbound. A released address cools
+// for what is left of its ordinary cooldown, then frees. Succeeds when
+// nothing is bound.
+//
+// Corresponds with DELETE /v1/sticky-bindings (the `DeleteStickyBindings` operationId).
+func (c *Client) DeleteStickyBindings(ctx context.Context, params *DeleteStickyBindingsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteStickyBindingsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetStickyBindings The addresses bound to a workload identity (held, or released within their retention).
+//
+// Corresponds with GET /v1/sticky-bindings (the `GetStickyBindings` operationId).
+func (c *Client) GetStickyBindings(ctx context.Context, params *GetStickyBindingsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetStickyBindingsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // NewGetHealthzRequest constructs an http.Request for the GetHealthz method
 func NewGetHealthzRequest(server string) (*http.Request, error) {
 	var err error
@@ -1972,6 +2191,18 @@ func NewReleaseAddressRequest(server string, address string, params *ReleaseAddr
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.Generation != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "generation", *params.Generation, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.Space != nil {
 
@@ -2533,6 +2764,18 @@ func NewReleaseAttachmentRequest(server string, node NodeNameParam, containerID 
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
+		if params.Generation != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "generation", *params.Generation, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Space != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -2682,6 +2925,18 @@ func NewConfirmAttachmentRequest(server string, node NodeNameParam, containerID 
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.Generation != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "generation", *params.Generation, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.Space != nil {
 
@@ -3004,6 +3259,67 @@ func NewGetNodeUsageRequest(server string, node NodeNameParam, params *GetNodeUs
 	}
 
 	operationPath := fmt.Sprintf("/v1/nodes/%s/pools", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetReconcileWatermarkRequest constructs an http.Request for the GetReconcileWatermark method
+func NewGetReconcileWatermarkRequest(server string, node NodeNameParam, params *GetReconcileWatermarkParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "node", node, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/nodes/%s/reconcile", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -3864,6 +4180,130 @@ func NewGetSpaceRequest(server string, space string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewDeleteStickyBindingsRequest constructs an http.Request for the DeleteStickyBindings method
+func NewDeleteStickyBindingsRequest(server string, params *DeleteStickyBindingsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sticky-bindings")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "identity", params.Identity, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetStickyBindingsRequest constructs an http.Request for the GetStickyBindings method
+func NewGetStickyBindingsRequest(server string, params *GetStickyBindingsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sticky-bindings")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "identity", params.Identity, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -3924,6 +4364,11 @@ type ClientWithResponsesInterface interface {
 
 	// ReleaseAddressWithResponse Release the lease holding this address; succeeds when nothing is held.
 	//
+	// With `generation`, only a lease of that generation is released: when
+	// the address is held (or cooling) at another generation the answer is
+	// a 409 `urn:ipam:problem:stale-generation` and nothing changes. A
+	// lease of that generation already released answers 204 again.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /v1/addresses/{address} (the `ReleaseAddress` operationId).
@@ -3974,6 +4419,10 @@ type ClientWithResponsesInterface interface {
 
 	// ReleaseAttachmentWithResponse Release the attachment's addresses; succeeds when nothing is held.
 	//
+	// With `generation`, only leases of that generation are released: when
+	// the attachment holds leases of another generation the answer is a
+	// 409 `urn:ipam:problem:stale-generation` and nothing changes.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /v1/nodes/{node}/attachments/{containerID}/{interface} (the `ReleaseAttachment` operationId).
@@ -3987,6 +4436,10 @@ type ClientWithResponsesInterface interface {
 	GetAttachmentWithResponse(ctx context.Context, node NodeNameParam, containerID ContainerIDParam, pInterface InterfaceParam, params *GetAttachmentParams, reqEditors ...RequestEditorFn) (*GetAttachmentResponse, error)
 
 	// ConfirmAttachmentWithResponse Confirm the attachment's pending leases; their expiry stops.
+	//
+	// With `generation`, only leases of that generation are confirmed: when
+	// the attachment holds leases of another generation the answer is a
+	// 409 `urn:ipam:problem:stale-generation` and nothing changes.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4052,7 +4505,21 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/nodes/{node}/pools (the `GetNodeUsage` operationId).
 	GetNodeUsageWithResponse(ctx context.Context, node NodeNameParam, params *GetNodeUsageParams, reqEditors ...RequestEditorFn) (*GetNodeUsageResponse, error)
 
+	// GetReconcileWatermarkWithResponse The lease generation to name in a reconcile whose list is taken next.
+	//
+	// Read this, then list the valid attachments, then reconcile naming
+	// the generation read: no lease made after the read is released.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/nodes/{node}/reconcile (the `GetReconcileWatermark` operationId).
+	GetReconcileWatermarkWithResponse(ctx context.Context, node NodeNameParam, params *GetReconcileWatermarkParams, reqEditors ...RequestEditorFn) (*GetReconcileWatermarkResponse, error)
+
 	// ReconcileNodeWithBodyWithResponse Release every lease of the node not held by a listed attachment.
+	//
+	// Leases made after the list was taken are kept: those of a higher
+	// generation than the request's `generation`, and, whatever it says,
+	// those younger than the server's reconcile minimum age.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4060,6 +4527,10 @@ type ClientWithResponsesInterface interface {
 	ReconcileNodeWithBodyWithResponse(ctx context.Context, node NodeNameParam, params *ReconcileNodeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReconcileNodeResponse, error)
 
 	// ReconcileNodeWithResponse Release every lease of the node not held by a listed attachment.
+	//
+	// Leases made after the list was taken are kept: those of a higher
+	// generation than the request's `generation`, and, whatever it says,
+	// those younger than the server's reconcile minimum age.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4186,6 +4657,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Returns a wrapper object for the known response body format(s).
 	GetSpaceWithResponse(ctx context.Context, space string, reqEditors ...RequestEditorFn) (*GetSpaceResponse, error)
+
+	// DeleteStickyBindingsWithResponse End the identity's bindings before their retention.
+	//
+	// A held lease keeps its address, unbound. A released address cools
+	// for what is left of its ordinary cooldown, then frees. Succeeds when
+	// nothing is bound.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/sticky-bindings (the `DeleteStickyBindings` operationId).
+	DeleteStickyBindingsWithResponse(ctx context.Context, params *DeleteStickyBindingsParams, reqEditors ...RequestEditorFn) (*DeleteStickyBindingsResponse, error)
+
+	// GetStickyBindingsWithResponse The addresses bound to a workload identity (held, or released within their retention).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sticky-bindings (the `GetStickyBindings` operationId).
+	GetStickyBindingsWithResponse(ctx context.Context, params *GetStickyBindingsParams, reqEditors ...RequestEditorFn) (*GetStickyBindingsResponse, error)
 }
 
 type GetHealthzResponse struct {
@@ -4990,6 +5479,54 @@ func (r GetNodeUsageResponse) ContentType() string {
 	return ""
 }
 
+type GetReconcileWatermarkResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReconcileWatermark
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetReconcileWatermarkResponse) GetJSON200() *ReconcileWatermark {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetReconcileWatermarkResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetReconcileWatermarkResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetReconcileWatermarkResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetReconcileWatermarkResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetReconcileWatermarkResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ReconcileNodeResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5566,6 +6103,102 @@ func (r GetSpaceResponse) ContentType() string {
 	return ""
 }
 
+type DeleteStickyBindingsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LeaseList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteStickyBindingsResponse) GetJSON200() *LeaseList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteStickyBindingsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteStickyBindingsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteStickyBindingsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteStickyBindingsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteStickyBindingsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetStickyBindingsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LeaseList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetStickyBindingsResponse) GetJSON200() *LeaseList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetStickyBindingsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetStickyBindingsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetStickyBindingsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetStickyBindingsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetStickyBindingsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetHealthzWithResponse Liveness; the process serves HTTP.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -5593,6 +6226,11 @@ func (c *ClientWithResponses) GetReadyzWithResponse(ctx context.Context, reqEdit
 }
 
 // ReleaseAddressWithResponse Release the lease holding this address; succeeds when nothing is held.
+//
+// With `generation`, only a lease of that generation is released: when
+// the address is held (or cooling) at another generation the answer is
+// a 409 `urn:ipam:problem:stale-generation` and nothing changes. A
+// lease of that generation already released answers 204 again.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5692,6 +6330,10 @@ func (c *ClientWithResponses) PutNodeWithResponse(ctx context.Context, node Node
 
 // ReleaseAttachmentWithResponse Release the attachment's addresses; succeeds when nothing is held.
 //
+// With `generation`, only leases of that generation are released: when
+// the attachment holds leases of another generation the answer is a
+// 409 `urn:ipam:problem:stale-generation` and nothing changes.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /v1/nodes/{node}/attachments/{containerID}/{interface} (the `ReleaseAttachment` operationId).
@@ -5717,6 +6359,10 @@ func (c *ClientWithResponses) GetAttachmentWithResponse(ctx context.Context, nod
 }
 
 // ConfirmAttachmentWithResponse Confirm the attachment's pending leases; their expiry stops.
+//
+// With `generation`, only leases of that generation are confirmed: when
+// the attachment holds leases of another generation the answer is a
+// 409 `urn:ipam:problem:stale-generation` and nothing changes.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5830,7 +6476,27 @@ func (c *ClientWithResponses) GetNodeUsageWithResponse(ctx context.Context, node
 	return ParseGetNodeUsageResponse(rsp)
 }
 
+// GetReconcileWatermarkWithResponse The lease generation to name in a reconcile whose list is taken next.
+//
+// Read this, then list the valid attachments, then reconcile naming
+// the generation read: no lease made after the read is released.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/nodes/{node}/reconcile (the `GetReconcileWatermark` operationId).
+func (c *ClientWithResponses) GetReconcileWatermarkWithResponse(ctx context.Context, node NodeNameParam, params *GetReconcileWatermarkParams, reqEditors ...RequestEditorFn) (*GetReconcileWatermarkResponse, error) {
+	rsp, err := c.GetReconcileWatermark(ctx, node, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetReconcileWatermarkResponse(rsp)
+}
+
 // ReconcileNodeWithBodyWithResponse Release every lease of the node not held by a listed attachment.
+//
+// Leases made after the list was taken are kept: those of a higher
+// generation than the request's `generation`, and, whatever it says,
+// those younger than the server's reconcile minimum age.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5844,6 +6510,10 @@ func (c *ClientWithResponses) ReconcileNodeWithBodyWithResponse(ctx context.Cont
 }
 
 // ReconcileNodeWithResponse Release every lease of the node not held by a listed attachment.
+//
+// Leases made after the list was taken are kept: those of a higher
+// generation than the request's `generation`, and, whatever it says,
+// those younger than the server's reconcile minimum age.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6059,6 +6729,36 @@ func (c *ClientWithResponses) GetSpaceWithResponse(ctx context.Context, space st
 		return nil, err
 	}
 	return ParseGetSpaceResponse(rsp)
+}
+
+// DeleteStickyBindingsWithResponse End the identity's bindings before their retention.
+//
+// A held lease keeps its address, unbound. A released address cools
+// for what is left of its ordinary cooldown, then frees. Succeeds when
+// nothing is bound.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/sticky-bindings (the `DeleteStickyBindings` operationId).
+func (c *ClientWithResponses) DeleteStickyBindingsWithResponse(ctx context.Context, params *DeleteStickyBindingsParams, reqEditors ...RequestEditorFn) (*DeleteStickyBindingsResponse, error) {
+	rsp, err := c.DeleteStickyBindings(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteStickyBindingsResponse(rsp)
+}
+
+// GetStickyBindingsWithResponse The addresses bound to a workload identity (held, or released within their retention).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sticky-bindings (the `GetStickyBindings` operationId).
+func (c *ClientWithResponses) GetStickyBindingsWithResponse(ctx context.Context, params *GetStickyBindingsParams, reqEditors ...RequestEditorFn) (*GetStickyBindingsResponse, error) {
+	rsp, err := c.GetStickyBindings(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetStickyBindingsResponse(rsp)
 }
 
 // ParseGetHealthzResponse parses an HTTP response from a GetHealthzWithResponse call
@@ -6620,6 +7320,39 @@ func ParseGetNodeUsageResponse(rsp *http.Response) (*GetNodeUsageResponse, error
 	return response, nil
 }
 
+// ParseGetReconcileWatermarkResponse parses an HTTP response from a GetReconcileWatermarkWithResponse call
+func ParseGetReconcileWatermarkResponse(rsp *http.Response) (*GetReconcileWatermarkResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetReconcileWatermarkResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReconcileWatermark
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseReconcileNodeResponse parses an HTTP response from a ReconcileNodeWithResponse call
 func ParseReconcileNodeResponse(rsp *http.Response) (*ReconcileNodeResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -7022,6 +7755,72 @@ func ParseGetSpaceResponse(rsp *http.Response) (*GetSpaceResponse, error) {
 	return response, nil
 }
 
+// ParseDeleteStickyBindingsResponse parses an HTTP response from a DeleteStickyBindingsWithResponse call
+func ParseDeleteStickyBindingsResponse(rsp *http.Response) (*DeleteStickyBindingsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteStickyBindingsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LeaseList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetStickyBindingsResponse parses an HTTP response from a GetStickyBindingsWithResponse call
+func ParseGetStickyBindingsResponse(rsp *http.Response) (*GetStickyBindingsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetStickyBindingsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LeaseList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// GetHealthz Liveness; the process serves HTTP.
@@ -7075,6 +7874,9 @@ type ServerInterface interface {
 	// GetNodeUsage The node's use of each pool it holds blocks of or pre-allocates from.
 	// (GET /v1/nodes/{node}/pools)
 	GetNodeUsage(w http.ResponseWriter, r *http.Request, node NodeNameParam, params GetNodeUsageParams)
+	// GetReconcileWatermark The lease generation to name in a reconcile whose list is taken next.
+	// (GET /v1/nodes/{node}/reconcile)
+	GetReconcileWatermark(w http.ResponseWriter, r *http.Request, node NodeNameParam, params GetReconcileWatermarkParams)
 	// ReconcileNode Release every lease of the node not held by a listed attachment.
 	// (POST /v1/nodes/{node}/reconcile)
 	ReconcileNode(w http.ResponseWriter, r *http.Request, node NodeNameParam, params ReconcileNodeParams)
@@ -7111,6 +7913,12 @@ type ServerInterface interface {
 
 	// (GET /v1/spaces/{space})
 	GetSpace(w http.ResponseWriter, r *http.Request, space string)
+	// DeleteStickyBindings End the identity's bindings before their retention.
+	// (DELETE /v1/sticky-bindings)
+	DeleteStickyBindings(w http.ResponseWriter, r *http.Request, params DeleteStickyBindingsParams)
+	// GetStickyBindings The addresses bound to a workload identity (held, or released within their retention).
+	// (GET /v1/sticky-bindings)
+	GetStickyBindings(w http.ResponseWriter, r *http.Request, params GetStickyBindingsParams)
 }
 
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
@@ -7215,6 +8023,12 @@ func (_ Unimplemented) GetNodeUsage(w http.ResponseWriter, r *http.Request, node
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// GetReconcileWatermark The lease generation to name in a reconcile whose list is taken next.
+// (GET /v1/nodes/{node}/reconcile)
+func (_ Unimplemented) GetReconcileWatermark(w http.ResponseWriter, r *http.Request, node NodeNameParam, params GetReconcileWatermarkParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // ReconcileNode Release every lease of the node not held by a listed attachment.
 // (POST /v1/nodes/{node}/reconcile)
 func (_ Unimplemented) ReconcileNode(w http.ResponseWriter, r *http.Request, node NodeNameParam, params ReconcileNodeParams) {
@@ -7281,6 +8095,18 @@ func (_ Unimplemented) GetSpace(w http.ResponseWriter, r *http.Request, space st
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// DeleteStickyBindings End the identity's bindings before their retention.
+// (DELETE /v1/sticky-bindings)
+func (_ Unimplemented) DeleteStickyBindings(w http.ResponseWriter, r *http.Request, params DeleteStickyBindingsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetStickyBindings The addresses bound to a workload identity (held, or released within their retention).
+// (GET /v1/sticky-bindings)
+func (_ Unimplemented) GetStickyBindings(w http.ResponseWriter, r *http.Request, params GetStickyBindingsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // ServerInterfaceWrapper converts contexts to parameters.
 type ServerInterfaceWrapper struct {
 	Handler            ServerInterface
@@ -7335,6 +8161,19 @@ func (siw *ServerInterfaceWrapper) ReleaseAddress(w http.ResponseWriter, r *http
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ReleaseAddressParams
+
+	// ------------- Optional query parameter "generation" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "generation", r.URL.Query(), &params.Generation, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "generation"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "generation", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "space" -------------
 
@@ -7760,6 +8599,19 @@ func (siw *ServerInterfaceWrapper) ReleaseAttachment(w http.ResponseWriter, r *h
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ReleaseAttachmentParams
 
+	// ------------- Optional query parameter "generation" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "generation", r.URL.Query(), &params.Generation, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "generation"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "generation", Err: err})
+		}
+		return
+	}
+
 	// ------------- Optional query parameter "space" -------------
 
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
@@ -7879,6 +8731,19 @@ func (siw *ServerInterfaceWrapper) ConfirmAttachment(w http.ResponseWriter, r *h
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ConfirmAttachmentParams
+
+	// ------------- Optional query parameter "generation" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "generation", r.URL.Query(), &params.Generation, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "generation"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "generation", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "space" -------------
 
@@ -8118,6 +8983,48 @@ func (siw *ServerInterfaceWrapper) GetNodeUsage(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetNodeUsage(w, r, node, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetReconcileWatermark operation middleware
+func (siw *ServerInterfaceWrapper) GetReconcileWatermark(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "node" -------------
+	var node NodeNameParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "node", chi.URLParam(r, "node"), &node, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "node", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetReconcileWatermarkParams
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetReconcileWatermark(w, r, node, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -8704,6 +9611,98 @@ func (siw *ServerInterfaceWrapper) GetSpace(w http.ResponseWriter, r *http.Reque
 	handler.ServeHTTP(w, r)
 }
 
+// DeleteStickyBindings operation middleware
+func (siw *ServerInterfaceWrapper) DeleteStickyBindings(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DeleteStickyBindingsParams
+
+	// ------------- Required query parameter "identity" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "identity", r.URL.Query(), &params.Identity, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "identity"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "identity", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteStickyBindings(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetStickyBindings operation middleware
+func (siw *ServerInterfaceWrapper) GetStickyBindings(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetStickyBindingsParams
+
+	// ------------- Required query parameter "identity" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "identity", r.URL.Query(), &params.Identity, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "identity"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "identity", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetStickyBindings(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -8890,6 +9889,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/v1/nodes/{node}/attachments/{containerID}/{interface}/confirm", wrapper.ConfirmAttachment)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/nodes/{node}/reconcile", wrapper.GetReconcileWatermark)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/v1/nodes/{node}/reconcile", wrapper.ReconcileNode)
 	})
 	r.Group(func(r chi.Router) {
@@ -8900,6 +9902,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/addresses/{address}", wrapper.GetAddress)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/sticky-bindings", wrapper.DeleteStickyBindings)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/sticky-bindings", wrapper.GetStickyBindings)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/sizing", wrapper.GetSizing)
@@ -9597,6 +10605,46 @@ func (response GetNodeUsagedefaultApplicationProblemPlusJSONResponse) VisitGetNo
 	return err
 }
 
+type GetReconcileWatermarkRequestObject struct {
+	Node   NodeNameParam `json:"node"`
+	Params GetReconcileWatermarkParams
+}
+
+type GetReconcileWatermarkResponseObject interface {
+	VisitGetReconcileWatermarkResponse(w http.ResponseWriter) error
+}
+
+type GetReconcileWatermark200JSONResponse ReconcileWatermark
+
+func (response GetReconcileWatermark200JSONResponse) VisitGetReconcileWatermarkResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetReconcileWatermarkdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetReconcileWatermarkdefaultApplicationProblemPlusJSONResponse) VisitGetReconcileWatermarkResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ReconcileNodeRequestObject struct {
 	Node   NodeNameParam `json:"node"`
 	Params ReconcileNodeParams
@@ -10089,6 +11137,84 @@ func (response GetSpacedefaultApplicationProblemPlusJSONResponse) VisitGetSpaceR
 	return err
 }
 
+type DeleteStickyBindingsRequestObject struct {
+	Params DeleteStickyBindingsParams
+}
+
+type DeleteStickyBindingsResponseObject interface {
+	VisitDeleteStickyBindingsResponse(w http.ResponseWriter) error
+}
+
+type DeleteStickyBindings200JSONResponse LeaseList
+
+func (response DeleteStickyBindings200JSONResponse) VisitDeleteStickyBindingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteStickyBindingsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteStickyBindingsdefaultApplicationProblemPlusJSONResponse) VisitDeleteStickyBindingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStickyBindingsRequestObject struct {
+	Params GetStickyBindingsParams
+}
+
+type GetStickyBindingsResponseObject interface {
+	VisitGetStickyBindingsResponse(w http.ResponseWriter) error
+}
+
+type GetStickyBindings200JSONResponse LeaseList
+
+func (response GetStickyBindings200JSONResponse) VisitGetStickyBindingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStickyBindingsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetStickyBindingsdefaultApplicationProblemPlusJSONResponse) VisitGetStickyBindingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// GetHealthz Liveness; the process serves HTTP.
@@ -10142,6 +11268,9 @@ type StrictServerInterface interface {
 	// GetNodeUsage The node's use of each pool it holds blocks of or pre-allocates from.
 	// (GET /v1/nodes/{node}/pools)
 	GetNodeUsage(ctx context.Context, request GetNodeUsageRequestObject) (GetNodeUsageResponseObject, error)
+	// GetReconcileWatermark The lease generation to name in a reconcile whose list is taken next.
+	// (GET /v1/nodes/{node}/reconcile)
+	GetReconcileWatermark(ctx context.Context, request GetReconcileWatermarkRequestObject) (GetReconcileWatermarkResponseObject, error)
 	// ReconcileNode Release every lease of the node not held by a listed attachment.
 	// (POST /v1/nodes/{node}/reconcile)
 	ReconcileNode(ctx context.Context, request ReconcileNodeRequestObject) (ReconcileNodeResponseObject, error)
@@ -10178,6 +11307,12 @@ type StrictServerInterface interface {
 
 	// (GET /v1/spaces/{space})
 	GetSpace(ctx context.Context, request GetSpaceRequestObject) (GetSpaceResponseObject, error)
+	// DeleteStickyBindings End the identity's bindings before their retention.
+	// (DELETE /v1/sticky-bindings)
+	DeleteStickyBindings(ctx context.Context, request DeleteStickyBindingsRequestObject) (DeleteStickyBindingsResponseObject, error)
+	// GetStickyBindings The addresses bound to a workload identity (held, or released within their retention).
+	// (GET /v1/sticky-bindings)
+	GetStickyBindings(ctx context.Context, request GetStickyBindingsRequestObject) (GetStickyBindingsResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -10697,6 +11832,33 @@ func (sh *strictHandler) GetNodeUsage(w http.ResponseWriter, r *http.Request, no
 	}
 }
 
+// GetReconcileWatermark operation middleware
+func (sh *strictHandler) GetReconcileWatermark(w http.ResponseWriter, r *http.Request, node NodeNameParam, params GetReconcileWatermarkParams) {
+	var request GetReconcileWatermarkRequestObject
+
+	request.Node = node
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetReconcileWatermark(ctx, request.(GetReconcileWatermarkRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetReconcileWatermark")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetReconcileWatermarkResponseObject); ok {
+		if err := validResponse.VisitGetReconcileWatermarkResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ReconcileNode operation middleware
 func (sh *strictHandler) ReconcileNode(w http.ResponseWriter, r *http.Request, node NodeNameParam, params ReconcileNodeParams) {
 	var request ReconcileNodeRequestObject
@@ -11033,6 +12195,58 @@ func (sh *strictHandler) GetSpace(w http.ResponseWriter, r *http.Request, space 
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetSpaceResponseObject); ok {
 		if err := validResponse.VisitGetSpaceResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteStickyBindings operation middleware
+func (sh *strictHandler) DeleteStickyBindings(w http.ResponseWriter, r *http.Request, params DeleteStickyBindingsParams) {
+	var request DeleteStickyBindingsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteStickyBindings(ctx, request.(DeleteStickyBindingsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteStickyBindings")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteStickyBindingsResponseObject); ok {
+		if err := validResponse.VisitDeleteStickyBindingsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetStickyBindings operation middleware
+func (sh *strictHandler) GetStickyBindings(w http.ResponseWriter, r *http.Request, params GetStickyBindingsParams) {
+	var request GetStickyBindingsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetStickyBindings(ctx, request.(GetStickyBindingsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetStickyBindings")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetStickyBindingsResponseObject); ok {
+		if err := validResponse.VisitGetStickyBindingsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

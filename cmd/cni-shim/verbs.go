@@ -84,7 +84,10 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if alloc == nil {
 		return problemError("allocate", r.StatusCode(), r.ApplicationproblemJSONDefault, r.Body)
 	}
-	conf, err := c.client.ConfirmAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamv1.ConfirmAttachmentParams{Space: c.space()})
+	// Confirm the leases this ADD got and no others: if they were released
+	// and the attachment leased again meanwhile, the confirm is refused.
+	conf, err := c.client.ConfirmAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName,
+		&ipamv1.ConfirmAttachmentParams{Space: c.space(), Generation: &alloc.Generation})
 	if err != nil {
 		return transportError("confirm", err)
 	}

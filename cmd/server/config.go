@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/store"
 )
 
 // config is every setting of the server. Each flag has an IPAM_* environment
@@ -43,6 +46,8 @@ type config struct {
 	UsageMetricsRefresh time.Duration
 	Kubeconfig          string
 	KubeInCluster       bool
+	ReconcileMinAge     time.Duration
+	StickyRetention     time.Duration
 }
 
 // metricsPrefixRE is what a Prometheus metric name may start with.
@@ -82,6 +87,12 @@ func (c config) Validate() error {
 	}
 	if c.BlockReleaseDelay < 0 {
 		errs = append(errs, errors.New("block-release-delay must not be negative"))
+	}
+	if c.ReconcileMinAge < 0 {
+		errs = append(errs, errors.New("reconcile-min-age must not be negative"))
+	}
+	if c.StickyRetention < time.Second || c.StickyRetention > alloc.MaxStickyRetention {
+		errs = append(errs, fmt.Errorf("sticky-retention must be from 1s to %s", alloc.MaxStickyRetention))
 	}
 	if c.UsageSampleEvery <= 0 {
 		errs = append(errs, errors.New("usage-sample-interval must be positive"))
@@ -134,6 +145,8 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.DurationVar(&c.UsageMetricsRefresh, "usage-metrics-refresh", 15*time.Second, "the most often a metrics scrape reads node and pool usage from the database")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection from this cluster")
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")
+	fs.DurationVar(&c.ReconcileMinAge, "reconcile-min-age", store.DefaultReconcileMinAge, "a reconcile (CNI GC) never releases a lease younger than this, whatever its list says")
+	fs.DurationVar(&c.StickyRetention, "sticky-retention", alloc.DefaultStickyRetention, "how long a released address stays bound to its workload identity when the request names no retention")
 
 	// Environment first, so explicit flags override it.
 	var envErrs []error

@@ -125,6 +125,8 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 		MaxConns:            int32(cfg.MaxConns),
 		DefaultPool:         cfg.DefaultPool,
 		BlockReleaseHoldOff: cfg.BlockReleaseDelay,
+		ReconcileMinAge:     cfg.ReconcileMinAge,
+		StickyRetention:     cfg.StickyRetention,
 	})
 	if err != nil {
 		return err

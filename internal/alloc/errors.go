@@ -31,6 +31,14 @@ const (
 	// KindPoolMatch: pool selection found more than one pool for a family,
 	// or none while the Pod or namespace requires a match.
 	KindPoolMatch Kind = "pool-match"
+	// KindStaleGeneration: a release or confirm named a lease generation
+	// that is not the current one of the address or attachment; nothing
+	// was changed.
+	KindStaleGeneration Kind = "stale-generation"
+	// KindStickyUnavailable: the request requires the address bound to its
+	// workload identity, and that address cannot be leased on this node or
+	// pool; Detail says why.
+	KindStickyUnavailable Kind = "sticky-unavailable"
 )
 
 // Error is the one error type of the domain. Handlers map Kind to an HTTP

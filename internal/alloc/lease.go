@@ -55,6 +55,9 @@ type LeaseRequest struct {
 	Pod       Metadata
 	Namespace Metadata
 	Expire    bool
+	// Sticky binds the leased addresses to a workload identity that
+	// outlives the Pod; nil for an ordinary lease.
+	Sticky *StickyRequest
 }
 
 // Selection is the request's input to Select, with the default pool's name.
@@ -83,6 +86,11 @@ func (r *LeaseRequest) Validate() error {
 	}
 	if err := r.Selection("").validate(); err != nil {
 		return err
+	}
+	if r.Sticky != nil {
+		if err := r.Sticky.Validate(); err != nil {
+			return err
+		}
 	}
 	slices.Sort(r.Families) // IPv4 first: the lock order
 	return nil
@@ -120,6 +128,12 @@ type Lease struct {
 	// SelectedBy is the rule that chose the pool ("" for leases made before
 	// the service recorded it).
 	SelectedBy SelectedBy
+	// Generation numbers this lease's lifetime (see fence.go); the leases
+	// of one allocation share it.
+	Generation int64
+	// Sticky is the address's binding to a workload identity; nil when
+	// none.
+	Sticky *Binding
 }
 
 // Prefix is the address with the block's prefix length, as CNI wants it.
@@ -136,6 +150,9 @@ type Allocation struct {
 	// Created is false when the request was a retry answered from existing
 	// leases.
 	Created bool
+	// Generation is the leases' generation: what release and confirm name
+	// to be sure they act on these leases and no later ones.
+	Generation int64
 }
 
 // Block is a prefix a node owns in a pool.

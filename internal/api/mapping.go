@@ -547,6 +547,9 @@ func leaseRequestFromAPI(space, node string, b ipamv1.LeaseRequest) (alloc.Lease
 			r.Families[i] = fam
 		}
 	}
+	if r.Sticky, err = stickyFromAPI(b.Sticky); err != nil {
+		return alloc.LeaseRequest{}, err
+	}
 	if err := r.Validate(); err != nil {
 		return alloc.LeaseRequest{}, err
 	}
@@ -586,6 +589,7 @@ func allocationToAPI(a alloc.Allocation) ipamv1.Allocation {
 		State:       ipamv1.LeaseState(a.State),
 		ExpiresAt:   optTime(a.ExpiresAt),
 		Addresses:   make([]ipamv1.LeaseAddress, len(a.Leases)),
+		Generation:  a.Generation,
 	}
 	for i, l := range a.Leases {
 		out.Addresses[i] = ipamv1.LeaseAddress{
@@ -596,6 +600,8 @@ func allocationToAPI(a alloc.Allocation) ipamv1.Allocation {
 			Block:   l.Block.String(),
 
 			SkipMasquerade: l.SkipMasquerade,
+			Generation:     &l.Generation,
+			Sticky:         stickyToAPI(l.Sticky),
 		}
 		if l.SelectedBy != "" {
 			out.Addresses[i].SelectedBy = ptr(ipamv1.LeaseAddressSelectedBy(l.SelectedBy))
@@ -622,6 +628,8 @@ func leaseToAPI(l alloc.Lease) ipamv1.Lease {
 		ReleasedAt:     optTime(l.ReleasedAt),
 		CooldownUntil:  optTime(l.CooldownUntil),
 		SkipMasquerade: &l.SkipMasquerade,
+		Generation:     l.Generation,
+		Sticky:         stickyToAPI(l.Sticky),
 	}
 	if l.SelectedBy != "" {
 		out.SelectedBy = ptr(ipamv1.LeaseSelectedBy(l.SelectedBy))

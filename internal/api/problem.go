@@ -59,6 +59,10 @@ var problemClasses = map[alloc.Kind]problemClass{
 	kindUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
 	kindUnavailable:          {http.StatusServiceUnavailable, "Unavailable"},
 	kindInternal:             {http.StatusInternalServerError, "Internal error"},
+
+	// Fencing and sticky addresses (issue 5).
+	alloc.KindStaleGeneration:   {http.StatusConflict, "Stale lease generation"},
+	alloc.KindStickyUnavailable: {http.StatusConflict, "Sticky address unavailable"},
 }
 
 // unavailableError says the service cannot serve now (the database is
@@ -224,6 +228,7 @@ func (ps problems) paramError(w http.ResponseWriter, r *http.Request, err error)
 // paramTypes names the type of the parameters that are not strings.
 var paramTypes = map[string]string{
 	"limit":        "an integer",
+	"generation":   "an integer",
 	"maskSize":     "an integer",
 	"force":        "true or false",
 	"allowFirstIP": "true or false",

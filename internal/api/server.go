@@ -430,7 +430,12 @@ func (s *Server) ConfirmAttachment(ctx context.Context, req ipamv1.ConfirmAttach
 	if err != nil {
 		return nil, err
 	}
-	got, err := s.store.Confirm(ctx, space, node, a)
+	var got alloc.Allocation
+	if g := req.Params.Generation; g != nil {
+		got, err = s.store.ConfirmAt(ctx, space, node, a, *g)
+	} else {
+		got, err = s.store.Confirm(ctx, space, node, a)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -444,7 +449,12 @@ func (s *Server) ReleaseAttachment(ctx context.Context, req ipamv1.ReleaseAttach
 	if err != nil {
 		return nil, err
 	}
-	released, err := s.store.ReleaseAttachment(ctx, space, node, a)
+	var released []alloc.Lease
+	if g := req.Params.Generation; g != nil {
+		released, err = s.store.ReleaseAttachmentAt(ctx, space, node, a, *g)
+	} else {
+		released, err = s.store.ReleaseAttachment(ctx, space, node, a)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -466,7 +476,15 @@ func (s *Server) ReconcileNode(ctx context.Context, req ipamv1.ReconcileNodeRequ
 	if err != nil {
 		return nil, err
 	}
-	released, err := s.store.Reconcile(ctx, space, req.Node, valid)
+	var released []alloc.Lease
+	if g := req.Body.Generation; g != nil {
+		if err := alloc.ValidateGeneration("generation", *g); err != nil { // 0 would mean "no watermark" to the store
+			return nil, err
+		}
+		released, err = s.store.ReconcileUpTo(ctx, space, req.Node, valid, *g)
+	} else {
+		released, err = s.store.Reconcile(ctx, space, req.Node, valid)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -517,7 +535,12 @@ func (s *Server) ReleaseAddress(ctx context.Context, req ipamv1.ReleaseAddressRe
 	if err != nil {
 		return nil, err
 	}
-	released, err := s.store.ReleaseAddress(ctx, space, addr)
+	var released []alloc.Lease
+	if g := req.Params.Generation; g != nil {
+		released, err = s.store.ReleaseAddressAt(ctx, space, addr, *g)
+	} else {
+		released, err = s.store.ReleaseAddress(ctx, space, addr)
+	}
 	if err != nil {
 		return nil, err
 	}

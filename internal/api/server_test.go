@@ -339,9 +339,12 @@ func TestLeaseLifecycle(t *testing.T) {
 	}
 	wantAddrs := []ipamv1.LeaseAddress{
 		{Family: ipamv1.Ipv4, Address: "10.244.0.3/26", Gateway: ptr("10.244.0.1"), Pool: "default", Block: "10.244.0.0/26",
-			SelectedBy: ptr(ipamv1.LeaseAddressSelectedByDefault)},
+			SelectedBy: ptr(ipamv1.LeaseAddressSelectedByDefault), Generation: ptr(first.Generation)},
 		{Family: ipamv1.Ipv6, Address: "fd00::3/120", Gateway: ptr("fd00::1"), Pool: "default", Block: "fd00::/120",
-			SelectedBy: ptr(ipamv1.LeaseAddressSelectedByDefault)},
+			SelectedBy: ptr(ipamv1.LeaseAddressSelectedByDefault), Generation: ptr(first.Generation)},
+	}
+	if first.Generation < 1 {
+		t.Errorf("generation %d", first.Generation)
 	}
 	if dump(first.Addresses) != dump(wantAddrs) {
 		t.Errorf("addresses %s, want %s", dump(first.Addresses), dump(wantAddrs))

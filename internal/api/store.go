@@ -51,8 +51,9 @@ type Store interface {
 	PutNode(ctx context.Context, n alloc.Node) (node alloc.Node, created bool, err error)
 	GetNode(ctx context.Context, space, name string) (alloc.Node, error)
 	ListNodes(ctx context.Context, space string, page alloc.Page) (items []alloc.Node, next string, err error)
-	// DeleteNode refuses (KindInUse) a node with pending or active leases
-	// unless force; force releases its leases and blocks first.
+	// DeleteNode refuses (KindInUse) a node with pending or active leases,
+	// or with addresses bound to workload identities, unless force; force
+	// releases its leases (and bindings) and blocks first.
 	DeleteNode(ctx context.Context, space, name string, force bool) error
 
 	// NodeUsage reports the node's use of each pool family it holds blocks
@@ -80,4 +81,6 @@ type Store interface {
 	// Reconcile releases every pending or active lease of the node whose
 	// attachment is not in valid, and returns them.
 	Reconcile(ctx context.Context, space, node string, valid []alloc.Attachment) ([]alloc.Lease, error)
+
+	FenceStore
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -124,6 +125,9 @@ type allocLookup struct {
 	guess       string
 	guessFamily alloc.Family
 	lockedBlock int64
+	// generation is the number the allocation's leases get (taken whether
+	// or not they are made: numbers may skip, never repeat).
+	generation int64
 }
 
 // lookupForAllocate resolves, in one statement, the node, whether the
@@ -152,13 +156,13 @@ func (s *Store) lookupForAllocate(ctx context.Context, tx pgx.Tx, r alloc.LeaseR
 			EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.id AND l.container_id = $3 AND l.interface = $4 AND l.state <> 'released'),
 			(SELECT coalesce(json_agg(`+allocPoolJSONSQL+`), '[]') FROM pools p WHERE p.space = $1
 			   AND (p.name = ANY ($7) OR p.pod_selector IS NOT NULL OR p.namespace_selector IS NOT NULL)),
-			blk.id, blk.family
+			blk.id, blk.family, nextval('lease_generations')
 		FROM (VALUES (1)) v
 		LEFT JOIN nodes n ON n.space = $1 AND n.name = $2
 		LEFT JOIN pools p ON p.space = $1 AND p.name = $5
 		LEFT JOIN LATERAL (`+lockBlockWithRoomSQL+`) blk ON true`,
 		r.Space, r.Node, r.Attachment.ContainerID, r.Attachment.Interface, lk.guess, int16(lk.guessFamily), sel.Named()).
-		Scan(&nid, &lk.held, &lk.pools, &bid, &fam)
+		Scan(&nid, &lk.held, &lk.pools, &bid, &fam, &lk.generation)
 	if err != nil {
 		return lk, err
 	}
@@ -190,7 +194,7 @@ const lockBlockWithRoomSQL = `SELECT b.id, b.family FROM blocks b
 // tell cooling rows from rows whose cooldown has ended.
 const leaseColumns = `l.space, n.name, p.name, l.family, l.addr, l.block_cidr, b.router, l.container_id, l.interface,
 	l.owner_namespace, l.owner_name, l.owner_uid, l.state, l.created_at, l.expires_at, l.confirmed_at,
-	l.released_at, l.cooldown_until, p.skip_masquerade, l.selected_by`
+	l.released_at, l.cooldown_until, p.skip_masquerade, l.selected_by, l.generation, l.sticky_identity, l.sticky_retention`
 
 const leaseJoins = ` JOIN nodes n ON n.id = l.node_id JOIN pools p ON p.id = l.pool_id JOIN blocks b ON b.id = l.block_id`
 
@@ -201,11 +205,17 @@ func scanLease(r pgx.Row) (alloc.Lease, error) {
 		gw                                 *netip.Addr
 		state                              string
 		expires, confirmed, released, cool *time.Time
+		identity                           *string
+		retention                          pgtype.Interval
 	)
 	err := r.Scan(&l.Space, &l.Node, &l.Pool, &fam, &l.Addr, &l.Block, &gw, &l.Attachment.ContainerID, &l.Attachment.Interface,
-		&l.Owner.Namespace, &l.Owner.Name, &l.Owner.UID, &state, &l.CreatedAt, &expires, &confirmed, &released, &cool, &l.SkipMasquerade, &l.SelectedBy)
+		&l.Owner.Namespace, &l.Owner.Name, &l.Owner.UID, &state, &l.CreatedAt, &expires, &confirmed, &released, &cool, &l.SkipMasquerade, &l.SelectedBy,
+		&l.Generation, &identity, &retention)
 	if err != nil {
 		return l, err
+	}
+	if identity != nil {
+		l.Sticky = &alloc.Binding{Identity: *identity, Retention: intervalDuration(retention)}
 	}
 	l.Family = alloc.Family(fam)
 	if gw != nil {
@@ -245,6 +255,7 @@ func allocationOf(node string, a alloc.Attachment, leases []alloc.Lease, created
 	out := alloc.Allocation{Node: node, Attachment: a, Leases: leases, Created: created, State: alloc.StateActive}
 	for _, l := range leases {
 		out.Owner = l.Owner
+		out.Generation = max(out.Generation, l.Generation)
 		if l.State == alloc.StatePending {
 			out.State = alloc.StatePending
 			out.ExpiresAt = l.ExpiresAt
@@ -310,7 +321,12 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 			if c.Pool == lk.guess && c.Family == lk.guessFamily {
 				locked = lk.lockedBlock
 			}
-			l, err := s.leaseOne(ctx, tx, lk.nodeID, pools[c.Pool], c, r, now, locked)
+			var l alloc.Lease
+			if r.Sticky != nil {
+				l, err = s.leaseSticky(ctx, tx, lk, pools[c.Pool], c, r, now, locked)
+			} else {
+				l, err = s.leaseOne(ctx, tx, lk.nodeID, pools[c.Pool], c, r, now, locked, lk.generation)
+			}
 			if err != nil {
 				return err
 			}
@@ -354,6 +370,9 @@ func sameRequest(existing []alloc.Lease, r alloc.LeaseRequest) error {
 		case named != "" && l.Pool != named:
 			return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "pool",
 				Detail: fmt.Sprintf("attachment holds %s addresses of pool %q", l.Family, l.Pool)}
+		case r.Sticky != nil && (l.Sticky == nil || l.Sticky.Identity != r.Sticky.Identity):
+			return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "sticky.identity",
+				Detail: fmt.Sprintf("attachment holds %s, which is not bound to %q", l.Addr, r.Sticky.Identity)}
 		}
 		held = append(held, l.Family)
 	}
@@ -368,19 +387,29 @@ func sameRequest(existing []alloc.Lease, r alloc.LeaseRequest) error {
 //
 // locked is the block of the family that the caller already locked, 0 when
 // the caller found none with room, or blockNotLocked.
-func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPool, c alloc.Choice, r alloc.LeaseRequest, now time.Time, locked int64) (alloc.Lease, error) {
-	f := c.Family
-	lease := alloc.Lease{Space: r.Space, Node: r.Node, Pool: p.name, Family: f, Attachment: r.Attachment,
-		Owner: r.Owner, State: alloc.StateActive, CreatedAt: now, SkipMasquerade: p.skipMasquerade, SelectedBy: c.By}
+func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPool, c alloc.Choice, r alloc.LeaseRequest, now time.Time, locked, gen int64) (alloc.Lease, error) {
+	lease, args := s.newLease(nodeID, p, c, r, now, gen)
+	return s.leaseNew(ctx, tx, nodeID, p, c.Family, r, now, locked, lease, args)
+}
+
+// newLease is the lease of family c.Family that r asks for, before it has
+// an address, and the parameters $1-$14 of the lease statements.
+func (s *Store) newLease(nodeID int64, p allocPool, c alloc.Choice, r alloc.LeaseRequest, now time.Time, gen int64) (alloc.Lease, []any) {
+	lease := alloc.Lease{Space: r.Space, Node: r.Node, Pool: p.name, Family: c.Family, Attachment: r.Attachment,
+		Owner: r.Owner, State: alloc.StateActive, CreatedAt: now, SkipMasquerade: p.skipMasquerade, SelectedBy: c.By, Generation: gen}
 	var expires *time.Time
 	if r.Expire {
 		e := now.Add(s.opts.LeaseExpiry)
 		lease.State, lease.ExpiresAt, expires = alloc.StatePending, e, &e
 	}
-	state := string(lease.State)
-	args := []any{nodeID, p.id, int16(f), r.Space, state, r.Attachment.ContainerID, r.Attachment.Interface,
-		r.Owner.Namespace, r.Owner.Name, r.Owner.UID, now, expires, string(c.By)}
+	return lease, []any{nodeID, p.id, int16(c.Family), r.Space, string(lease.State), r.Attachment.ContainerID, r.Attachment.Interface,
+		r.Owner.Namespace, r.Owner.Name, r.Owner.UID, now, expires, string(c.By), gen}
+}
 
+// leaseNew leases lease (made by newLease, with its args) a fresh or cooled
+// address, carving a block when the node has none with room.
+func (s *Store) leaseNew(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPool, f alloc.Family, r alloc.LeaseRequest, now time.Time,
+	locked int64, lease alloc.Lease, args []any) (alloc.Lease, error) {
 	ok, err := s.leaseFresh(ctx, tx, nodeID, p.id, f, &lease, args, locked)
 	if err != nil || ok {
 		return lease, err
@@ -449,7 +478,7 @@ func (s *Store) leaseFresh(ctx context.Context, tx pgx.Tx, nodeID, poolID int64,
 const blockNotLocked int64 = -1
 
 // leaseFreshSQL leases, in one statement, the first address of the locked
-// block $14 from its round-robin cursor onwards that has no lease row (held
+// block $15 from its round-robin cursor onwards that has no lease row (held
 // or cooling) and is not node-local; it inserts the lease and advances the
 // cursor and the block's count. No row: every address has a row.
 //
@@ -459,11 +488,11 @@ const blockNotLocked int64 = -1
 //
 // Parameters: $1 node, $2 pool, $3 family, $4 space, $5 state, $6 container,
 // $7 interface, $8-$10 owner, $11 now, $12 expires (NULL when active),
-// $13 the selection rule, $14 block.
+// $13 the selection rule, $14 the generation, $15 block.
 const leaseFreshSQL = `WITH b AS (
 		SELECT id, cidr, set_masklen(cidr::inet, CASE WHEN family = 4 THEN 32 ELSE 128 END) AS base,
 		       first_offset, last_offset, reserved, next_offset, router
-		FROM blocks WHERE id = $14
+		FROM blocks WHERE id = $15
 	), cand AS (
 		SELECT b.*, c.o FROM b, LATERAL (
 			SELECT s.o FROM (
@@ -482,8 +511,8 @@ const leaseFreshSQL = `WITH b AS (
 		) c
 	), ins AS (
 		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
-			owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by)
-		SELECT $4, base + o, id, cidr, $1, $2, $3, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM cand
+			owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by, generation)
+		SELECT $4, base + o, id, cidr, $1, $2, $3, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 FROM cand
 		RETURNING addr
 	), upd AS (
 		UPDATE blocks SET allocated = allocated + 1,
@@ -494,9 +523,11 @@ const leaseFreshSQL = `WITH b AS (
 
 // leaseCooledSQL re-leases, in place, the address of the node's blocks
 // (pool $2, family $3) whose cooldown ended longest ago. SKIP LOCKED lets
-// concurrent requests take different rows. Parameters as leaseFreshSQL.
+// concurrent requests take different rows. Parameters as leaseFreshSQL. A
+// binding whose retention ended goes with the row's old lease.
 const leaseCooledSQL = `UPDATE leases l SET state = $5, container_id = $6, interface = $7,
 		owner_namespace = $8, owner_name = $9, owner_uid = $10, created_at = $11, expires_at = $12, selected_by = $13,
+		generation = $14, sticky_identity = NULL, sticky_retention = NULL,
 		confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
 	FROM blocks b
 	WHERE b.id = l.block_id AND l.space = $4 AND l.addr = (
@@ -542,8 +573,11 @@ func (s *Store) Confirm(ctx context.Context, space, node string, a alloc.Attachm
 }
 
 // releaseSet is the assignment that turns a lease into a cooling address;
-// $1 is now, $2 the end of the cooldown.
-const releaseSet = `state = 'released', expires_at = NULL, released_at = $1, cooldown_until = $2`
+// $1 is now, $2 the end of the cooldown. An address bound to a workload
+// identity cools for the longer of the cooldown and its retention: nothing
+// but its identity leases it, and no purge deletes it, before then.
+const releaseSet = `state = 'released', expires_at = NULL, released_at = $1,
+	cooldown_until = CASE WHEN sticky_retention IS NULL THEN $2 ELSE greatest($2::timestamptz, $1::timestamptz + sticky_retention) END`
 
 func (s *Store) released(ctx context.Context, where string, args ...any) ([]alloc.Lease, error) {
 	now := s.now()
@@ -570,6 +604,22 @@ func (s *Store) ReleaseAddress(ctx context.Context, space string, addr netip.Add
 // attachment holds and that was made before this call (so an ADD racing with
 // the runtime's GC keeps its address).
 func (s *Store) Reconcile(ctx context.Context, space, node string, valid []alloc.Attachment) ([]alloc.Lease, error) {
+	return s.ReconcileUpTo(ctx, space, node, valid, 0)
+}
+
+// ReconcileUpTo is Reconcile for a valid list that accounts for the leases
+// up to generation upTo (0: unknown). The list is a snapshot the runtime
+// took some time before this call, so a lease made after it is not in it
+// and must survive: leases above upTo are kept, and so, whatever upTo, are
+// leases younger than the ReconcileMinAge option (which also covers a
+// transaction that took its number before upTo was read and committed
+// after).
+func (s *Store) ReconcileUpTo(ctx context.Context, space, node string, valid []alloc.Attachment, upTo int64) ([]alloc.Lease, error) {
+	if upTo != 0 {
+		if err := alloc.ValidateGeneration("generation", upTo); err != nil {
+			return nil, err
+		}
+	}
 	for i, a := range valid {
 		if err := alloc.ValidateAttachment(fmt.Sprintf("attachments[%d].", i), a); err != nil {
 			return nil, err
@@ -585,9 +635,9 @@ func (s *Store) Reconcile(ctx context.Context, space, node string, valid []alloc
 		ids[i], ifaces[i] = a.ContainerID, a.Interface
 	}
 	return s.released(ctx, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
-		AND l.created_at <= $1
+		AND l.created_at <= $7 AND ($8 = 0 OR l.generation <= $8)
 		AND (l.container_id, l.interface) NOT IN (SELECT * FROM unnest($5::text[], $6::text[]))`,
-		space, node, ids, ifaces)
+		space, node, ids, ifaces, s.now().Add(-s.opts.ReconcileMinAge), upTo)
 }
 
 // GetAddress answers the lease holding addr: pending, active or cooling.

@@ -254,8 +254,9 @@ func (s *Store) ListNodes(ctx context.Context, space string, page alloc.Page) ([
 	return items, next, nil
 }
 
-// DeleteNode removes a node. With pending or active leases it is refused
-// unless force, which deletes the node's leases (cooling ones included) and
+// DeleteNode removes a node. With pending or active leases, or released
+// addresses still bound to a workload identity, it is refused unless force,
+// which deletes the node's leases (cooling ones included) and
 // blocks in the same transaction: the node is gone, so its addresses go back
 // to the pool with it.
 func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) error {
@@ -277,9 +278,11 @@ func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) 
 		if err := lockCarveRowsOf(ctx, tx, `node_id = $1`, id); err != nil {
 			return err
 		}
-		var active int64
-		err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM leases l WHERE l.node_id = n.id AND l.state <> 'released')
-			FROM nodes n WHERE n.id = $1 FOR UPDATE`, id).Scan(&active)
+		var active, bound int64
+		err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM leases l WHERE l.node_id = n.id AND l.state <> 'released'),
+				(SELECT count(*) FROM leases l WHERE l.node_id = n.id AND l.state = 'released'
+				   AND l.sticky_identity IS NOT NULL AND l.cooldown_until > $2)
+			FROM nodes n WHERE n.id = $1 FOR UPDATE`, id, s.now()).Scan(&active, &bound)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return alloc.NotFound("node", "node", name) // deleted meanwhile
 		} else if err != nil {
@@ -287,6 +290,11 @@ func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) 
 		}
 		if active > 0 && !force {
 			return &alloc.Error{Kind: alloc.KindInUse, Field: "node", Detail: fmt.Sprintf("node %q holds %d leases; release them or delete with force=true", name, active)}
+		}
+		// An address bound to a workload identity is promised to it: only
+		// force (or unbinding it first) breaks that promise.
+		if bound > 0 && !force {
+			return &alloc.Error{Kind: alloc.KindInUse, Field: "node", Detail: fmt.Sprintf("node %q holds %d released addresses bound to workload identities; unbind them or delete with force=true", name, bound)}
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM leases WHERE block_id IN (SELECT id FROM blocks WHERE node_id = $1)`, id); err != nil {
 			return err

@@ -48,18 +48,31 @@ type Options struct {
 	// completely free (and above the node's need) before it goes back to
 	// the pool, so a node whose Pods churn does not flap blocks.
 	BlockReleaseHoldOff time.Duration
+	// ReconcileMinAge: a reconcile never releases a lease younger than
+	// this, whatever its valid list says (the list was taken before the
+	// call; a lease made meanwhile is not in it).
+	ReconcileMinAge time.Duration
+	// StickyRetention is how long a released address stays bound to its
+	// workload identity when the request names no retention; 0 means
+	// alloc.DefaultStickyRetention.
+	StickyRetention time.Duration
 }
 
 // DefaultOptions are the defaults of Cilium (10 minute expiry) and the VPC
 // CNI (30 second cooldown).
 func DefaultOptions() Options {
 	return Options{LeaseExpiry: 10 * time.Minute, Cooldown: 30 * time.Second, AutoRegisterNodes: true,
-		DefaultPool: alloc.DefaultPool, BlockReleaseHoldOff: DefaultBlockReleaseHoldOff}
+		DefaultPool: alloc.DefaultPool, BlockReleaseHoldOff: DefaultBlockReleaseHoldOff,
+		ReconcileMinAge: DefaultReconcileMinAge, StickyRetention: alloc.DefaultStickyRetention}
 }
 
 // DefaultBlockReleaseHoldOff matches the release delay Cilium's ENI mode
 // applies to excess addresses (180 s).
 const DefaultBlockReleaseHoldOff = 3 * time.Minute
+
+// DefaultReconcileMinAge covers the time between a runtime listing its
+// attachments and the reconcile reaching the database, with a wide margin.
+const DefaultReconcileMinAge = time.Minute
 
 // Validate checks the options.
 func (o Options) Validate() error {
@@ -75,6 +88,12 @@ func (o Options) Validate() error {
 	}
 	if o.BlockReleaseHoldOff < 0 {
 		errs = append(errs, errors.New("block release hold-off must not be negative"))
+	}
+	if o.ReconcileMinAge < 0 {
+		errs = append(errs, errors.New("reconcile minimum age must not be negative"))
+	}
+	if o.StickyRetention < 0 || o.StickyRetention > alloc.MaxStickyRetention {
+		errs = append(errs, fmt.Errorf("sticky retention must be from 0 to %s", alloc.MaxStickyRetention))
 	}
 	if o.DefaultPool != "" {
 		if err := alloc.ValidateLabelName("default pool", o.DefaultPool); err != nil {
@@ -224,7 +243,9 @@ func retryable(err error) bool {
 		return true
 	case codeUniqueViolation:
 		// Two requests for one attachment raced; the retry finds the winner.
-		return constraint == "leases_attachment" || constraint == "nodes_space_name_key"
+		// Two requests of one workload identity raced to bind it; the
+		// retry finds the winner's binding.
+		return constraint == "leases_attachment" || constraint == "nodes_space_name_key" || constraint == "leases_sticky_identity"
 	case codeExclusionViolation:
 		// Two carves of one prefix raced; the retry picks the next one.
 		return constraint == "blocks_no_overlap"

@@ -432,7 +432,9 @@ func TestDualStackAllOrNothing(t *testing.T) {
 // started.
 func TestReconcile(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, nil)
+	// The minimum age is tested through the API (fence_test.go); here the
+	// list alone decides.
+	f := newFixture(t, func(o *Options) { o.ReconcileMinAge = 0 })
 	f.pool("default", alloc.PoolSpec{IPv4: fam(24, "10.244.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
 	for _, c := range []string{"keep", "gone-1", "gone-2"} {
 		f.allocate(req("node-a", c))

@@ -150,6 +150,7 @@ func setup(t *testing.T) *e2e {
 	}
 	e.srvArgs = []string{"netns", "exec", e.node, filepath.Join(e.bin, "ipam-server"), "serve",
 		"--database-url", conn, "--listen", listen, "--log-level", "warn", "--cooldown", "0s",
+		"--reconcile-min-age", "0s", // GC below frees a lease made a moment earlier
 		"--tls-cert-file", filepath.Join(e.dir, "server.crt"), "--tls-key-file", filepath.Join(e.dir, "server.key"),
 		"--client-ca-file", filepath.Join(e.dir, "ca.crt")}
 	e.startServer()

@@ -1,0 +1,119 @@
+package alloc
+
+import (
+	"net/netip"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// identityCheck is the CHECK of leases.sticky_identity (migration 00005):
+// ValidateIdentity must accept exactly what the database accepts, so a
+// valid request never fails on the constraint (a 500) and the database
+// never holds what the API would refuse.
+var identityCheck = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._:/-]{0,251}[A-Za-z0-9])?$`)
+
+func FuzzValidateIdentity(f *testing.F) {
+	for _, s := range []string{"statefulset/ns/web/0", "a", "a-", "-a", "a b", strings.Repeat("x", 253), strings.Repeat("x", 254), "vm:db.1_2", "é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		err := ValidateIdentity("sticky.identity", id)
+		if ok := identityCheck.MatchString(id); ok != (err == nil) {
+			t.Fatalf("%q: database accepts %v, ValidateIdentity says %v", id, ok, err)
+		}
+	})
+}
+
+func TestValidateIdentity(t *testing.T) {
+	for _, c := range []struct {
+		id string
+		ok bool
+	}{
+		{"statefulset/ns/web/0", true},
+		{"vm:db-1.example_2", true},
+		{"a", true},
+		{strings.Repeat("a", 253), true},
+		{strings.Repeat("a", 254), false},
+		{"", false},
+		{"/web/0", false},
+		{"web/0/", false},
+		{"web 0", false},
+		{"web\x00", false},
+		{"wéb", false},
+		{"web/0?x", false},
+	} {
+		err := ValidateIdentity("sticky.identity", c.id)
+		if (err == nil) != c.ok {
+			t.Errorf("%q: %v, want ok=%v", c.id, err, c.ok)
+		}
+		if err != nil && (!IsKind(err, KindInvalid) || err.(*Error).Field != "sticky.identity") {
+			t.Errorf("%q: %v is not an invalid-input of sticky.identity", c.id, err)
+		}
+	}
+}
+
+func TestStickyRequestValidate(t *testing.T) {
+	for _, c := range []struct {
+		retention time.Duration
+		ok        bool
+	}{
+		{0, true}, // the server's default
+		{time.Second, true},
+		{MaxStickyRetention, true},
+		{MaxStickyRetention + time.Second, false},
+		{time.Millisecond, false},
+		{-time.Second, false},
+	} {
+		err := StickyRequest{Identity: "vm/a", Retention: c.retention}.Validate()
+		if (err == nil) != c.ok {
+			t.Errorf("retention %s: %v, want ok=%v", c.retention, err, c.ok)
+		}
+	}
+}
+
+func TestChooseSticky(t *testing.T) {
+	bound := BoundAddress{Addr: netip.MustParseAddr("10.0.3.7"), Block: netip.MustParsePrefix("10.0.3.0/28"),
+		Node: "n1", Pool: "default", Attachment: Attachment{ContainerID: "c1", Interface: "eth0"}, Generation: 9}
+	held := bound
+	held.Held = true
+	for _, c := range []struct {
+		name      string
+		bound     *BoundAddress
+		node      string
+		pool      string
+		require   bool
+		reuse     bool
+		reason    string // substring
+		errKind   Kind
+		errDetail string // substring
+	}{
+		{name: "nothing bound", node: "n1", pool: "default"},
+		{name: "nothing bound, required", node: "n1", pool: "default", require: true},
+		{name: "same node and pool", bound: &bound, node: "n1", pool: "default", reuse: true},
+		{name: "same node and pool, required", bound: &bound, node: "n1", pool: "default", require: true, reuse: true},
+		{name: "other node", bound: &bound, node: "n2", pool: "default",
+			reason: "10.0.3.7 is in block 10.0.3.0/28 of node n1, not of n2"},
+		{name: "other node, required", bound: &bound, node: "n2", pool: "default", require: true,
+			errKind: KindStickyUnavailable, errDetail: "10.0.3.7 is in block 10.0.3.0/28 of node n1, not of n2"},
+		{name: "other pool", bound: &bound, node: "n1", pool: "blue",
+			reason: `10.0.3.7 is in pool "default", but this request's ipv4 pool is "blue"`},
+		{name: "still held", bound: &held, node: "n1", pool: "default",
+			errKind: KindLeaseConflict, errDetail: "through attachment c1/eth0 on node n1 (generation 9)"},
+		{name: "still held, elsewhere", bound: &held, node: "n2", pool: "default",
+			errKind: KindLeaseConflict, errDetail: "release it first"},
+	} {
+		got, err := ChooseSticky("statefulset/ns/web/0", c.bound, c.node, c.pool, IPv4, c.require)
+		switch {
+		case c.errKind != "":
+			if !IsKind(err, c.errKind) || !strings.Contains(err.Error(), c.errDetail) || err.(*Error).Field != "sticky.identity" {
+				t.Errorf("%s: %v, want %s saying %q", c.name, err, c.errKind, c.errDetail)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case got.Reuse != c.reuse || !strings.Contains(got.Reason, c.reason) || (c.reason == "") != (got.Reason == ""):
+			t.Errorf("%s: %+v, want reuse=%v reason %q", c.name, got, c.reuse, c.reason)
+		}
+	}
+}

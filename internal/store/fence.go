@@ -1,0 +1,165 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// The fenced calls (see alloc/fence.go) act only on leases of the
+// generation they name. Each runs the ordinary statement with the
+// generation as one more condition, so a stale call changes nothing by
+// construction; only when it changed nothing does it read why: nothing held
+// (or already released: a retry) is success, another generation is
+// KindStaleGeneration.
+//
+// A lease of the named generation that the statement did not see can only
+// be one whose transaction committed after the statement's snapshot was
+// taken; the call then runs again, a bounded number of times.
+
+// fenceAttempts bounds those runs.
+const fenceAttempts = 3
+
+// ReleaseAddressAt releases the lease holding addr if it is of generation
+// gen. Nothing held, or a lease of gen already released, is success with
+// nothing released.
+func (s *Store) ReleaseAddressAt(ctx context.Context, space string, addr netip.Addr, gen int64) ([]alloc.Lease, error) {
+	if err := alloc.ValidateGeneration("generation", gen); err != nil {
+		return nil, err
+	}
+	for range fenceAttempts {
+		released, err := s.released(ctx, `l.space = $3 AND l.addr = $4 AND l.generation = $5`, space, addr, gen)
+		if err != nil || len(released) > 0 {
+			return released, err
+		}
+		var have int64
+		var state string
+		err = s.db.QueryRow(ctx, `SELECT generation, state FROM leases WHERE space = $1 AND addr = $2`, space, addr).Scan(&have, &state)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		case have != gen:
+			return nil, alloc.StaleGeneration("address "+addr.String(), gen, have, leaseState(state))
+		case state == "released":
+			return nil, nil
+		}
+	}
+	return nil, fmt.Errorf("release %s generation %d: the lease kept changing", addr, gen)
+}
+
+// ReleaseAttachmentAt releases the attachment's leases if they are of
+// generation gen. Nothing held is success with nothing released.
+func (s *Store) ReleaseAttachmentAt(ctx context.Context, space, node string, a alloc.Attachment, gen int64) ([]alloc.Lease, error) {
+	if err := alloc.ValidateGeneration("generation", gen); err != nil {
+		return nil, err
+	}
+	for range fenceAttempts {
+		released, err := s.released(ctx, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
+			AND l.container_id = $5 AND l.interface = $6 AND l.generation = $7`, space, node, a.ContainerID, a.Interface, gen)
+		if err != nil || len(released) > 0 {
+			return released, err
+		}
+		held, err := heldGenerations(ctx, s.db, space, node, a)
+		if err != nil || len(held) == 0 {
+			return nil, err
+		}
+		if err := sameGeneration(a, held, gen); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("release %s/%s generation %d: the leases kept changing", a.ContainerID, a.Interface, gen)
+}
+
+// ConfirmAt confirms the attachment's pending leases if they are of
+// generation gen, and answers the attachment. Confirming again is a no-op;
+// an attachment holding nothing is not found.
+func (s *Store) ConfirmAt(ctx context.Context, space, node string, a alloc.Attachment, gen int64) (alloc.Allocation, error) {
+	if err := alloc.ValidateGeneration("generation", gen); err != nil {
+		return alloc.Allocation{}, err
+	}
+	for range fenceAttempts {
+		if _, err := s.db.Exec(ctx, `UPDATE leases SET state = 'active', expires_at = NULL, confirmed_at = $5
+			WHERE node_id = (SELECT id FROM nodes WHERE space = $1 AND name = $2)
+			  AND container_id = $3 AND interface = $4 AND state = 'pending' AND generation = $6`,
+			space, node, a.ContainerID, a.Interface, s.now(), gen); err != nil {
+			return alloc.Allocation{}, err
+		}
+		got, err := s.GetAttachment(ctx, space, node, a)
+		if err != nil {
+			return got, err
+		}
+		held := make([]heldGeneration, len(got.Leases))
+		pending := false
+		for i, l := range got.Leases {
+			held[i] = heldGeneration{l.Generation, l.State}
+			pending = pending || l.State == alloc.StatePending
+		}
+		if err := sameGeneration(a, held, gen); err != nil {
+			return alloc.Allocation{}, err
+		}
+		if !pending {
+			return got, nil
+		}
+	}
+	return alloc.Allocation{}, fmt.Errorf("confirm %s/%s generation %d: the leases kept changing", a.ContainerID, a.Interface, gen)
+}
+
+// heldGeneration is the generation and state of one held lease.
+type heldGeneration struct {
+	gen   int64
+	state alloc.LeaseState
+}
+
+// heldGenerations reads the generations of the attachment's pending and
+// active leases.
+func heldGenerations(ctx context.Context, q querier, space, node string, a alloc.Attachment) ([]heldGeneration, error) {
+	rows, err := q.Query(ctx, `SELECT generation, state FROM leases
+		WHERE node_id = (SELECT id FROM nodes WHERE space = $1 AND name = $2)
+		  AND container_id = $3 AND interface = $4 AND state <> 'released' ORDER BY family`, space, node, a.ContainerID, a.Interface)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (heldGeneration, error) {
+		var h heldGeneration
+		var state string
+		err := r.Scan(&h.gen, &state)
+		h.state = leaseState(state)
+		return h, err
+	})
+}
+
+// sameGeneration answers KindStaleGeneration when a held lease of the
+// attachment is not of generation gen.
+func sameGeneration(a alloc.Attachment, held []heldGeneration, gen int64) error {
+	for _, h := range held {
+		if h.gen != gen {
+			return alloc.StaleGeneration(fmt.Sprintf("attachment %s/%s", a.ContainerID, a.Interface), gen, h.gen, h.state)
+		}
+	}
+	return nil
+}
+
+// leaseState is the API's name of a stored state.
+func leaseState(s string) alloc.LeaseState {
+	if s == "released" {
+		return alloc.StateCooling
+	}
+	return alloc.LeaseState(s)
+}
+
+// GenerationHighWater answers the highest lease generation issued so far:
+// what a runtime reads before listing its attachments and then names in
+// ReconcileUpTo. (A transaction that took a lower number may still be
+// running; ReconcileMinAge covers it.)
+func (s *Store) GenerationHighWater(ctx context.Context) (int64, error) {
+	var g int64
+	err := s.db.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM lease_generations`).Scan(&g)
+	return g, err
+}

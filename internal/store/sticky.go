@@ -1,0 +1,163 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// Sticky addresses live in the lease rows (migration 00005): a row's
+// sticky_identity binds its address to a workload identity, and a released
+// bound row cools until the longer of the cooldown and its retention
+// (releaseSet). Everything that keeps a cooling row from others therefore
+// keeps a bound address: the allocator's reuse and the purge wait for the
+// end of the cooldown, a block holding the row is not empty (ReleaseBlock,
+// Rebalance), and the cooldown trigger lets only the bound identity lease
+// it earlier. Requests without sticky never read a binding.
+
+// stickyRetention is the retention of a request that names none.
+func (s *Store) stickyRetention(r *alloc.StickyRequest) time.Duration {
+	switch {
+	case r.Retention != 0:
+		return r.Retention
+	case s.opts.StickyRetention != 0:
+		return s.opts.StickyRetention
+	}
+	return alloc.DefaultStickyRetention
+}
+
+// interval is d as a PostgreSQL interval (microseconds only, so it adds
+// to a timestamp as an exact duration).
+func interval(d time.Duration) pgtype.Interval {
+	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
+}
+
+// intervalDuration is the duration of an interval the store wrote (days
+// and months only appear in rows written by hand; they count as 24 h and
+// 30 days).
+func intervalDuration(i pgtype.Interval) time.Duration {
+	if !i.Valid {
+		return 0
+	}
+	return time.Duration(i.Microseconds)*time.Microsecond + time.Duration(i.Days)*24*time.Hour +
+		time.Duration(i.Months)*30*24*time.Hour
+}
+
+// boundAddress reads, and locks, the address of family f bound to
+// identity; nil when none. The lock makes concurrent requests of one
+// identity take turns: the second sees what the first did.
+func boundAddress(ctx context.Context, tx pgx.Tx, space, identity string, f alloc.Family) (*alloc.BoundAddress, error) {
+	var b alloc.BoundAddress
+	err := tx.QueryRow(ctx, `SELECT l.addr, l.block_cidr, n.name, p.name, l.state <> 'released', l.container_id, l.interface, l.generation
+		FROM leases l JOIN nodes n ON n.id = l.node_id JOIN pools p ON p.id = l.pool_id
+		WHERE l.space = $1 AND l.sticky_identity = $2 AND l.family = $3
+		FOR UPDATE OF l`, space, identity, int16(f)).
+		Scan(&b.Addr, &b.Block, &b.Node, &b.Pool, &b.Held, &b.Attachment.ContainerID, &b.Attachment.Interface, &b.Generation)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// leaseBoundSQL leases the released address $15 bound to identity $16
+// again, in place, to the request of leaseFreshSQL's parameters $1-$14,
+// with retention $17. The row keeps its block (counted in allocated) and
+// its binding.
+const leaseBoundSQL = `UPDATE leases l SET state = $5, container_id = $6, interface = $7,
+		owner_namespace = $8, owner_name = $9, owner_uid = $10, created_at = $11, expires_at = $12, selected_by = $13,
+		generation = $14, sticky_retention = $17, confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
+	FROM blocks b
+	WHERE b.id = l.block_id AND l.space = $4 AND l.addr = $15 AND l.sticky_identity = $16 AND l.state = 'released'
+	  AND l.node_id = $1 AND l.pool_id = $2 AND l.family = $3
+	RETURNING l.addr, l.block_cidr, b.router`
+
+// unbindSet ends a binding: a released row then cools only for what is
+// left of its ordinary cooldown ($1), counted from its release.
+const unbindSet = `sticky_identity = NULL, sticky_retention = NULL,
+	cooldown_until = CASE WHEN state = 'released' THEN least(cooldown_until, released_at + $1::interval) ELSE cooldown_until END`
+
+// leaseSticky leases the address of family c.Family for a request with a
+// workload identity: the address bound to it when alloc.ChooseSticky says
+// so, else a fresh one (leaseNew) that the identity is bound to instead.
+func (s *Store) leaseSticky(ctx context.Context, tx pgx.Tx, lk allocLookup, p allocPool, c alloc.Choice, r alloc.LeaseRequest,
+	now time.Time, locked int64) (alloc.Lease, error) {
+	id := r.Sticky.Identity
+	retention := s.stickyRetention(r.Sticky)
+	bound, err := boundAddress(ctx, tx, r.Space, id, c.Family)
+	if err != nil {
+		return alloc.Lease{}, err
+	}
+	choice, err := alloc.ChooseSticky(id, bound, r.Node, p.name, c.Family, r.Sticky.Require)
+	if err != nil {
+		return alloc.Lease{}, err
+	}
+	lease, args := s.newLease(lk.nodeID, p, c, r, now, lk.generation)
+	binding := &alloc.Binding{Identity: id, Retention: retention, Decided: true, Reused: choice.Reuse, Reason: choice.Reason}
+	if choice.Reuse {
+		ok, err := scanLeased(&lease, tx.QueryRow(ctx, leaseBoundSQL, append(args, bound.Addr, id, interval(retention))...))
+		if err == nil && !ok { // the row is locked by boundAddress: it cannot have changed
+			err = fmt.Errorf("identity %q: bound address %s vanished under its lock", id, bound.Addr)
+		}
+		lease.Sticky = binding
+		return lease, err
+	}
+	if bound != nil {
+		// The identity moves: its old address cools and frees as any other.
+		if _, err := tx.Exec(ctx, `UPDATE leases SET `+unbindSet+` WHERE space = $2 AND addr = $3`,
+			interval(s.opts.Cooldown), r.Space, bound.Addr); err != nil {
+			return alloc.Lease{}, err
+		}
+	}
+	lease, err = s.leaseNew(ctx, tx, lk.nodeID, p, c.Family, r, now, locked, lease, args)
+	if err != nil {
+		return lease, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE leases SET sticky_identity = $3, sticky_retention = $4 WHERE space = $1 AND addr = $2`,
+		r.Space, lease.Addr, id, interval(retention)); err != nil {
+		return lease, err
+	}
+	lease.Sticky = binding
+	return lease, nil
+}
+
+// Bindings answers the addresses bound to identity: held by a lease, or
+// released and within their retention.
+func (s *Store) Bindings(ctx context.Context, space, identity string) ([]alloc.Lease, error) {
+	if err := alloc.ValidateIdentity("identity", identity); err != nil {
+		return nil, err
+	}
+	items, err := collectLeases(s.db.Query(ctx, `SELECT `+leaseColumns+` FROM leases l`+leaseJoins+`
+		WHERE l.space = $1 AND l.sticky_identity = $2 AND (l.state <> 'released' OR l.cooldown_until > $3)
+		ORDER BY l.family`, space, identity, s.now()))
+	if err != nil {
+		return nil, err
+	}
+	return items, s.emptyListOf(ctx, space, len(items))
+}
+
+// Unbind ends the bindings of identity before their retention: a held
+// lease keeps its address, unbound; a released address cools for what is
+// left of its ordinary cooldown and then frees. It returns the addresses
+// it unbound; none is not an error.
+func (s *Store) Unbind(ctx context.Context, space, identity string) ([]alloc.Lease, error) {
+	if err := alloc.ValidateIdentity("identity", identity); err != nil {
+		return nil, err
+	}
+	items, err := collectLeases(s.db.Query(ctx, `WITH u AS (
+			UPDATE leases SET `+unbindSet+` WHERE space = $2 AND sticky_identity = $3 RETURNING *
+		)
+		SELECT `+leaseColumns+` FROM u l`+leaseJoins+` ORDER BY l.family`, interval(s.opts.Cooldown), space, identity))
+	if err != nil {
+		return nil, err
+	}
+	return items, s.emptyListOf(ctx, space, len(items))
+}
