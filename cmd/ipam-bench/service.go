@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/api"
 	"github.com/ipam-dev/ipam/internal/pgembed"
 	"github.com/ipam-dev/ipam/internal/store"
@@ -133,7 +134,10 @@ func startReplica(ctx context.Context, dbURL string, o store.Options, gcEvery ti
 	}
 	// The same timeouts as cmd/server.
 	srv := &http.Server{
-		Handler:           api.NewHandler(st, api.Options{Logger: log, MaxBodyBytes: api.DefaultMaxBodyBytes}),
+		Handler: api.NewHandler(st, api.Options{Logger: log, MaxBodyBytes: api.DefaultMaxBodyBytes,
+			// cmd/server's default limits (the shim phase's node certificates
+			// meet them); plain HTTP acts as admin, as with --dev-no-auth.
+			AnonymousRole: alloc.RoleAdmin, RateLimits: api.DefaultRateLimits}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ipam-dev/ipam/internal/api"
 )
 
 // config is every setting of the server. Each flag has an IPAM_* environment
@@ -36,6 +38,11 @@ type config struct {
 	UsageSampleEvery  time.Duration
 	Kubeconfig        string
 	KubeInCluster     bool
+	// Authentication and limits (auth.go).
+	DevNoAuth          bool
+	BootstrapTokenFile string
+	BootstrapTokenTTL  time.Duration
+	RateLimits         api.RateLimits
 }
 
 func (c config) Validate() error {
@@ -79,6 +86,7 @@ func (c config) Validate() error {
 	if c.Kubeconfig != "" && c.KubeInCluster {
 		errs = append(errs, errors.New("kubeconfig and kube-in-cluster exclude each other"))
 	}
+	errs = append(errs, c.validateAuth()...)
 	if c.DatabaseURL == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("data-dir is needed for the embedded PostgreSQL when no database-url is set"))
 	}
@@ -116,6 +124,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.DurationVar(&c.UsageSampleEvery, "usage-sample-interval", time.Minute, "how often pool usage is sampled for the exhaustion forecast")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection from this cluster")
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")
+	c.authFlags(fs)
 
 	// Environment first, so explicit flags override it.
 	var envErrs []error

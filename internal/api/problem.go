@@ -26,6 +26,7 @@ const problemTypePrefix = "urn:ipam:problem:"
 const (
 	kindUnauthenticated      alloc.Kind = "unauthenticated"
 	kindForbidden            alloc.Kind = "forbidden"
+	kindRateLimited          alloc.Kind = "rate-limited"
 	kindMethodNotAllowed     alloc.Kind = "method-not-allowed"
 	kindPayloadTooLarge      alloc.Kind = "payload-too-large"
 	kindUnsupportedMediaType alloc.Kind = "unsupported-media-type"
@@ -54,6 +55,7 @@ var problemClasses = map[alloc.Kind]problemClass{
 	alloc.KindPoolMatch:      {http.StatusConflict, "No single pool matches"},
 	kindUnauthenticated:      {http.StatusUnauthorized, "Unauthenticated"},
 	kindForbidden:            {http.StatusForbidden, "Forbidden"},
+	kindRateLimited:          {http.StatusTooManyRequests, "Too many requests"},
 	kindMethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	kindPayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	kindUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
