@@ -810,7 +810,8 @@ type TokenList struct {
 
 // TokenRequest defines model for TokenRequest.
 type TokenRequest struct {
-	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	// ExpiresAt An RFC 3339 date-time (a string, so that a bad one is answered naming this field).
+	ExpiresAt *string `json:"expiresAt,omitempty"`
 
 	// ExpiresIn A Go duration, e.g. 720h; excludes expiresAt.
 	ExpiresIn *string `json:"expiresIn,omitempty"`

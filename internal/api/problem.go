@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -171,6 +172,7 @@ func bodyError(err error) error {
 		tooLarge *http.MaxBytesError
 		typeErr  *json.UnmarshalTypeError
 		syntax   *json.SyntaxError
+		timeErr  *time.ParseError
 	)
 	switch {
 	case errors.As(err, &tooLarge):
@@ -184,6 +186,9 @@ func bodyError(err error) error {
 		return alloc.Invalid(field, "must be %s, not a JSON %s", jsonTypeName(typeErr.Type), typeErr.Value)
 	case errors.As(err, &syntax):
 		return alloc.Invalid("body", "malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
+	case errors.As(err, &timeErr):
+		// A date-time field's own decoder says not which field it is.
+		return alloc.Invalid("body", "a date-time is not RFC 3339: %q", timeErr.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return alloc.Invalid("body", "the JSON body ends early")
 	case errors.Is(err, io.EOF):

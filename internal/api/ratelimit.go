@@ -65,9 +65,8 @@ type RateLimits struct {
 	Node RateLimit
 	// Client limits each token and each operator certificate.
 	Client RateLimit
-	// Anonymous limits each remote address without credentials: the
-	// probes, and failed authentications (so guessing tokens is slow and
-	// costs the database little).
+	// Anonymous limits the failed authentications of each remote address
+	// (the probes /healthz and /readyz are not limited).
 	Anonymous RateLimit
 }
 
@@ -133,18 +132,6 @@ func (ls *limiters) allow(key string, l RateLimit, now time.Time) (bool, time.Du
 	wait := r.DelayFrom(now)
 	r.CancelAt(now)
 	return false, wait
-}
-
-// exhausted reports whether key's bucket is empty at now, without taking
-// from it.
-func (ls *limiters) exhausted(key string, l RateLimit, now time.Time) bool {
-	if l.PerSecond == 0 {
-		return false
-	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	b, ok := ls.buckets[key]
-	return ok && b.lim.TokensAt(now) < 1
 }
 
 func (ls *limiters) bucketLocked(key string, l RateLimit, now time.Time) *bucket {

@@ -50,7 +50,7 @@ func specOperations(t *testing.T) map[string]struct {
 				continue
 			}
 			var op struct {
-				OperationID string                `yaml:"operationId"`
+				OperationID string                 `yaml:"operationId"`
 				Security    *[]map[string][]string `yaml:"security"`
 			}
 			if err := node.Decode(&op); err != nil {
@@ -196,7 +196,7 @@ func (c caller) do(t *testing.T, method, path, body string) response {
 func mustToken(t *testing.T, e *env, name string, role alloc.Role) string {
 	t.Helper()
 	secret, hash := alloc.NewTokenSecret()
-	if _, err := e.store.CreateToken(t.Context(), alloc.TokenSpec{Name: name, Role: role, TTL: time.Hour, CreatedBy: "test"}, hash); err != nil {
+	if _, err := e.store.CreateToken(t.Context(), alloc.TokenSpec{Name: name, Role: role, TTL: 30 * 24 * time.Hour, CreatedBy: "test"}, hash); err != nil {
 		t.Fatal(err)
 	}
 	return secret

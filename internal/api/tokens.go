@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -41,7 +42,11 @@ func (s *Server) CreateToken(ctx context.Context, req ipamv1.CreateTokenRequestO
 		spec.TTL = ttl
 	}
 	if b.ExpiresAt != nil {
-		spec.ExpiresAt = *b.ExpiresAt
+		at, err := time.Parse(time.RFC3339, *b.ExpiresAt)
+		if err != nil {
+			return nil, alloc.Invalid("expiresAt", "%.64q is not an RFC 3339 date-time such as 2030-01-02T15:04:05Z", *b.ExpiresAt)
+		}
+		spec.ExpiresAt = at
 	}
 	secret, hash := alloc.NewTokenSecret()
 	t, err := s.store.CreateToken(ctx, spec, hash)
