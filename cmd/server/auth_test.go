@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/pgtest"
+)
+
+// get sends GET path with a bearer token (none when empty) and answers
+// the status.
+func get(t *testing.T, base, path, token string) int {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+func readSecret(t *testing.T, path string) string {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s has mode %v, want 0600", path, fi.Mode().Perm())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.TrimSpace(string(data))
+	if !alloc.LooksLikeTokenSecret(s) {
+		t.Fatalf("%s holds %q", path, s)
+	}
+	return s
+}
+
+// --insecure-http without --dev-no-auth requires a token; the first admin
+// token comes from --bootstrap-token-file: created when the file is
+// missing, kept across restarts, registered in a database that lacks it,
+// and not resurrected once revoked.
+func TestBootstrapTokenFile(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	file := filepath.Join(t.TempDir(), "secrets", "admin.token")
+	base := startServer(t, dbURL, "--insecure-http", "--bootstrap-token-file", file)
+	secret := readSecret(t, file)
+	if s := get(t, base, "/v1/pools", ""); s != 401 {
+		t.Errorf("plain HTTP without a token: %d", s)
+	}
+	if s := get(t, base, "/healthz", ""); s != 200 {
+		t.Errorf("healthz: %d", s)
+	}
+	if s := get(t, base, "/v1/tokens", secret); s != 200 {
+		t.Fatalf("the bootstrap token lists tokens: %d", s)
+	}
+
+	// A second replica (or a restart) keeps the token and the file.
+	base2 := startServer(t, dbURL, "--insecure-http", "--bootstrap-token-file", file)
+	if again := readSecret(t, file); again != secret {
+		t.Error("a restart replaced the bootstrap token")
+	}
+	if s := get(t, base2, "/v1/tokens", secret); s != 200 {
+		t.Errorf("the bootstrap token on the second server: %d", s)
+	}
+
+	// A fresh database registers the secret the file holds (a Secret
+	// provisioned before the service's first start).
+	base3 := startServer(t, pgtest.NewDatabase(t), "--insecure-http", "--bootstrap-token-file", file)
+	if s := get(t, base3, "/v1/tokens", secret); s != 200 {
+		t.Errorf("the file's token on a fresh database: %d", s)
+	}
+
+	// Revoked through the API, it stays revoked across a restart.
+	req, _ := http.NewRequest("DELETE", base+"/v1/tokens/"+BootstrapTokenName, nil)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 204 {
+		t.Fatalf("revoke: %v %v", res, err)
+	}
+	res.Body.Close()
+	base4 := startServer(t, dbURL, "--insecure-http", "--bootstrap-token-file", file)
+	if s := get(t, base4, "/v1/pools", secret); s != 401 {
+		t.Errorf("a revoked bootstrap token after a restart: %d", s)
+	}
+
+	// A file that holds something else stops the start.
+	bad := filepath.Join(t.TempDir(), "bad.token")
+	if err := os.WriteFile(bad, []byte("hunter2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = run(t.Context(), []string{"serve", "--listen", "127.0.0.1:0", "--database-url", dbURL, "--insecure-http",
+		"--bootstrap-token-file", bad}, func(string) string { return "" }, nil)
+	if err == nil || !strings.Contains(err.Error(), "does not hold an API token") || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("a file without a token: %v", err)
+	}
+}
+
+// `ipam-server token create|list|revoke` works on the database of
+// IPAM_DATABASE_URL; the secret is printed once and works over HTTP.
+func TestTokenCommand(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	base := startServer(t, dbURL, "--insecure-http")
+	env := func(k string) string {
+		if k == "IPAM_DATABASE_URL" {
+			return dbURL
+		}
+		return ""
+	}
+	ctx := context.Background()
+	var out strings.Builder
+	if err := tokenCommand(ctx, []string{"create", "--name", "ci", "--role", "viewer", "--ttl", "1h"}, env, &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	secret := lines[len(lines)-1]
+	if !alloc.LooksLikeTokenSecret(secret) || strings.Count(out.String(), secret) != 1 {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	if s := get(t, base, "/v1/pools", secret); s != 200 {
+		t.Errorf("the viewer token reads: %d", s)
+	}
+	if s := get(t, base, "/v1/tokens", secret); s != 403 {
+		t.Errorf("the viewer token lists tokens: %d", s)
+	}
+	out.Reset()
+	if err := tokenCommand(ctx, []string{"list"}, env, &out); err != nil || !strings.Contains(out.String(), "ci") ||
+		!strings.Contains(out.String(), "viewer") || strings.Contains(out.String(), secret) {
+		t.Errorf("list: %v\n%s", err, out.String())
+	}
+	if err := tokenCommand(ctx, []string{"revoke", "--name", "ci"}, env, &out); err != nil {
+		t.Fatal(err)
+	}
+	if s := get(t, base, "/v1/pools", secret); s != 401 {
+		t.Errorf("after revoke: %d", s)
+	}
+	for _, args := range [][]string{
+		{}, {"frobnicate"}, {"create", "--name", "x", "--role", "root"}, {"create", "--name", "Bad_Name"},
+		{"create", "--name", "x", "--ttl", "9000h"}, {"revoke", "--name", "nobody"}, {"list", "extra"},
+	} {
+		if err := tokenCommand(ctx, args, env, &out); err == nil {
+			t.Errorf("token %v accepted", args)
+		}
+	}
+	if err := tokenCommand(ctx, []string{"list"}, func(string) string { return "" }, &out); err == nil {
+		t.Error("token list without a database URL accepted")
+	}
+}
+
+// The flags of authentication and limits parse, with their environment
+// variables, and refuse what makes no sense.
+func TestAuthFlags(t *testing.T) {
+	env := func(k string) string {
+		if k == "IPAM_NODE_RATE_LIMIT" {
+			return "10,20"
+		}
+		return ""
+	}
+	c, err := parseConfig("serve", []string{"--database-url", "postgres://x", "--client-rate-limit", "0"}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RateLimits.Node.PerSecond != 10 || c.RateLimits.Node.Burst != 20 || c.RateLimits.Client.PerSecond != 0 ||
+		c.RateLimits.Anonymous.PerSecond == 0 {
+		t.Errorf("rate limits %+v", c.RateLimits)
+	}
+	none := func(string) string { return "" }
+	for _, args := range [][]string{
+		{"--dev-no-auth"},
+		{"--node-rate-limit", "fast"},
+		{"--client-rate-limit", "5,0"},
+		{"--bootstrap-token-ttl", "10s"},
+	} {
+		if _, err := parseConfig("serve", append(args, "--database-url", "postgres://x"), none); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
+
+// The TLS listener refuses TLS 1.1 and older.
+func TestTLSMinimumVersion(t *testing.T) {
+	base := startServer(t, pgtest.NewDatabase(t), "--data-dir", t.TempDir())
+	addr := strings.TrimPrefix(base, "http://")
+	for v, want := range map[uint16]bool{tls.VersionTLS11: false, tls.VersionTLS12: true, tls.VersionTLS13: true} {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS10, MaxVersion: v}) //nolint:gosec // only the version is under test
+		if err == nil {
+			conn.Close()
+		}
+		if (err == nil) != want {
+			t.Errorf("TLS version %x: handshake error %v, want success %v", v, err, want)
+		}
+	}
+}
