@@ -228,6 +228,9 @@ type Allocation struct {
 	State       LeaseState     `json:"state"`
 }
 
+// Annotations Kubernetes annotations; keys are qualified names, and keys and values take at most 256 KiB in all.
+type Annotations map[string]string
+
 // AttachmentRef defines model for AttachmentRef.
 type AttachmentRef struct {
 	ContainerID string `json:"containerID"`
@@ -337,7 +340,9 @@ type Health struct {
 // LabelSelector A Kubernetes label selector; an empty one matches everything.
 type LabelSelector struct {
 	MatchExpressions *[]LabelSelectorRequirement `json:"matchExpressions,omitempty"`
-	MatchLabels      *Labels                     `json:"matchLabels,omitempty"`
+
+	// MatchLabels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	MatchLabels *Labels `json:"matchLabels,omitempty"`
 }
 
 // LabelSelectorRequirement defines model for LabelSelectorRequirement.
@@ -350,7 +355,7 @@ type LabelSelectorRequirement struct {
 // LabelSelectorRequirementOperator defines model for LabelSelectorRequirement.Operator.
 type LabelSelectorRequirementOperator string
 
-// Labels defines model for Labels.
+// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
 type Labels map[string]string
 
 // Lease defines model for Lease.
@@ -449,7 +454,9 @@ type Node struct {
 	// Blocks Blocks the node owns.
 	Blocks    int       `json:"blocks"`
 	CreatedAt time.Time `json:"createdAt"`
-	Labels    Labels    `json:"labels"`
+
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	Labels Labels `json:"labels"`
 
 	// Leases Pending and active leases on the node.
 	Leases     int       `json:"leases"`
@@ -527,7 +534,9 @@ type NodePoolUsage struct {
 // NodeSpec defines model for NodeSpec.
 type NodeSpec struct {
 	Addresses *[]NodeAddress `json:"addresses,omitempty"`
-	Labels    *Labels        `json:"labels,omitempty"`
+
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	Labels *Labels `json:"labels,omitempty"`
 
 	// PodCIDRs CIDRs Kubernetes already assigned the node (Node.spec.podCIDRs),
 	// adopted as its blocks: each must lie inside a CIDR of a pool and
@@ -549,8 +558,11 @@ type NodeUsage struct {
 // selection. Left out, the server looks them up in Kubernetes when it
 // has access; otherwise they count as empty.
 type ObjectMetadata struct {
-	Annotations *Labels `json:"annotations,omitempty"`
-	Labels      *Labels `json:"labels,omitempty"`
+	// Annotations Kubernetes annotations; keys are qualified names, and keys and values take at most 256 KiB in all.
+	Annotations *Annotations `json:"annotations,omitempty"`
+
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	Labels *Labels `json:"labels,omitempty"`
 }
 
 // Owner defines model for Owner.
@@ -562,7 +574,9 @@ type Owner struct {
 
 // Pool defines model for Pool.
 type Pool struct {
-	CreatedAt time.Time  `json:"createdAt"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
 	Labels    Labels     `json:"labels"`
 	Name      string     `json:"name"`
 	Space     string     `json:"space"`
@@ -637,6 +651,7 @@ type PoolMode string
 
 // PoolRequest defines model for PoolRequest.
 type PoolRequest struct {
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
 	Labels *Labels `json:"labels,omitempty"`
 
 	// Name A DNS label.
@@ -692,6 +707,7 @@ type PoolStatus struct {
 
 // PoolUpdate defines model for PoolUpdate.
 type PoolUpdate struct {
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
 	Labels *Labels  `json:"labels,omitempty"`
 	Spec   PoolSpec `json:"spec"`
 }

@@ -163,7 +163,7 @@ func (s TokenSpec) Resolve(now time.Time) (TokenSpec, error) {
 // bounds it.
 func ParseTokenTTL(field, s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
-	if err != nil || len(s) > 32 {
+	if err != nil || len(s) > 32 { // 32: the spec's maxLength
 		return 0, Invalid(field, "%.32q is not a duration such as 720h", s)
 	}
 	if d < MinTokenTTL || d > MaxTokenTTL {

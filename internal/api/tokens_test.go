@@ -339,3 +339,21 @@ func TestAnonymousRoleIsLoopbackOnly(t *testing.T) {
 		}
 	}
 }
+
+// A token cannot be checked while the database is down: 503 with
+// Retry-After (the client retries), not 401 (which would read as "your
+// token is bad") and not 500.
+func TestTokenCheckWithDatabaseDown(t *testing.T) {
+	st, err := store.Open(t.Context(), "host=127.0.0.1 port=1 user=nobody dbname=none connect_timeout=2 sslmode=disable", store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv := httptest.NewServer(NewHandler(st, Options{Logger: slog.New(slog.DiscardHandler), IsUnavailable: store.IsUnavailable}))
+	defer srv.Close()
+	secret, _ := alloc.NewTokenSecret()
+	r := caller{name: "c", client: http.DefaultClient, token: secret, base: srv.URL}.do(t, "GET", "/v1/pools", "")
+	if p := r.problem(t); r.status != 503 || p.Type != "urn:ipam:problem:unavailable" || r.header.Get("Retry-After") == "" {
+		t.Errorf("%d %+v", r.status, p)
+	}
+}
