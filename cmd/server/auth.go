@@ -96,6 +96,9 @@ func bootstrapToken(ctx context.Context, st *store.Store, cfg config, log *slog.
 	case errors.Is(err, fs.ErrNotExist):
 		secret, hash := alloc.NewTokenSecret()
 		t, err := st.ReplaceToken(ctx, spec, hash)
+		if alloc.IsKind(err, alloc.KindConflict) {
+			return fmt.Errorf("bootstrap token: another replica created %s at the same moment; give the replicas one file (a Secret) and start again", BootstrapTokenName)
+		}
 		if err != nil {
 			return fmt.Errorf("bootstrap token: %w", err)
 		}

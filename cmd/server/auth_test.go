@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pgtest"
+	"github.com/ipam-dev/ipam/internal/pki"
 )
 
 // get sends GET path with a bearer token (none when empty) and answers
@@ -206,5 +208,114 @@ func TestTLSMinimumVersion(t *testing.T) {
 		if (err == nil) != want {
 			t.Errorf("TLS version %x: handshake error %v, want success %v", v, err, want)
 		}
+	}
+}
+
+// The real server, at debug level, logs no secret: not the bootstrap
+// token it creates, not the tokens its requests carry, not one it hands
+// out through the API.
+func TestServerLogsNoSecret(t *testing.T) {
+	logFile, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = logFile // run logs to os.Stderr; these tests are not parallel
+	defer func() { os.Stderr = stderr }()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	file := filepath.Join(t.TempDir(), "admin.token")
+	bound, done := make(chan string, 1), make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--database-url", pgtest.NewDatabase(t),
+			"--insecure-http", "--bootstrap-token-file", file, "--log-level", "debug"}, func(string) string { return "" }, bound)
+	}()
+	var base string
+	select {
+	case addr := <-bound:
+		base = "http://" + addr
+	case err := <-done:
+		t.Fatalf("server did not start: %v", err)
+	}
+	admin := readSecret(t, file)
+	call := func(method, path, token, body string) string {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var b strings.Builder
+		_, _ = io.Copy(&b, res.Body)
+		return b.String()
+	}
+	created := call("POST", "/v1/tokens", admin, `{"name":"ci","role":"viewer","expiresIn":"1h"}`)
+	_, rest, _ := strings.Cut(created, `"secret":"`)
+	ci, _, _ := strings.Cut(rest, `"`)
+	if !alloc.LooksLikeTokenSecret(ci) {
+		t.Fatalf("create: %s", created)
+	}
+	call("GET", "/v1/pools", ci, "")
+	call("POST", "/v1/pools", ci, `{"name":"p","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24}}}`) // 403
+	call("DELETE", "/v1/tokens/ci", admin, "")
+	call("GET", "/v1/pools", ci, "")                       // 401 revoked
+	call("GET", "/v1/pools", admin[:len(admin)-1]+"A", "") // 401 unknown
+	call("GET", "/v1/pools?continue="+admin, admin, "")    // 400: a secret in the wrong place
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("server exit: %v", err)
+	}
+	os.Stderr = stderr
+	data, err := os.ReadFile(logFile.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := string(data)
+	for _, want := range []string{`"msg":"created the bootstrap admin token"`, `"msg":"http request"`, `"status":401`, `"status":403`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %s: the check below would prove little\n%s", want, logs)
+		}
+	}
+	for _, secret := range []string{admin, ci, strings.TrimPrefix(admin, "ipam_"), strings.TrimPrefix(ci, "ipam_")} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("a log line holds a secret:\n%s", logs)
+		}
+	}
+}
+
+// issue-cert --client names the operator's role in the certificate
+// (admin unless --role says otherwise); a role that is not one is refused.
+func TestIssueCertRole(t *testing.T) {
+	dir := t.TempDir()
+	for role, want := range map[string]string{"": "ipam:admin", "viewer": "ipam:viewer"} {
+		args := []string{"--ca-dir", filepath.Join(dir, "pki"), "--out", dir, "--client", "c" + role}
+		if role != "" {
+			args = append(args, "--role", role)
+		}
+		if err := issueCert(args, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(dir, "client-c"+role+".crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := pki.ParseCert(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cert.Subject.Organization) != 1 || cert.Subject.Organization[0] != want {
+			t.Errorf("role %q: organization %v, want %s", role, cert.Subject.Organization, want)
+		}
+	}
+	if err := issueCert([]string{"--ca-dir", filepath.Join(dir, "pki"), "--out", dir, "--client", "x", "--role", "node"}, io.Discard); err == nil {
+		t.Error("--role node accepted")
 	}
 }

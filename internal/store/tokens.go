@@ -41,7 +41,7 @@ func (s *Store) CreateToken(ctx context.Context, spec alloc.TokenSpec, hash [sha
 		return alloc.Token{}, err
 	}
 	t, err := insertToken(ctx, s.db, spec, hash, now)
-	if code, constraint := pgCode(err); code == codeUniqueViolation && constraint == "api_tokens_live_name" {
+	if tokenTaken(err) {
 		return alloc.Token{}, errTokenNameTaken(spec.Name)
 	}
 	return t, err
@@ -66,11 +66,19 @@ func (s *Store) ReplaceToken(ctx context.Context, spec alloc.TokenSpec, hash [sh
 		t, err = insertToken(ctx, tx, spec, hash, now)
 		return err
 	})
-	if code, constraint := pgCode(err); code == codeUniqueViolation && constraint == "api_tokens_live_name" {
+	if tokenTaken(err) {
 		// Another replica replaced it at the same moment; theirs stands.
 		return alloc.Token{}, errTokenNameTaken(spec.Name)
 	}
 	return t, err
+}
+
+// tokenTaken reports a concurrent writer's token: the live name, or the
+// same secret (replicas registering one bootstrap file at once). A random
+// secret of another token never collides.
+func tokenTaken(err error) bool {
+	code, constraint := pgCode(err)
+	return code == codeUniqueViolation && (constraint == "api_tokens_live_name" || constraint == "api_tokens_secret_sha256_key")
 }
 
 func insertToken(ctx context.Context, q querier, spec alloc.TokenSpec, hash [sha256.Size]byte, now time.Time) (alloc.Token, error) {
