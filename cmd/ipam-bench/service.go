@@ -135,9 +135,12 @@ func startReplica(ctx context.Context, dbURL string, o store.Options, gcEvery ti
 	// The same timeouts as cmd/server.
 	srv := &http.Server{
 		Handler: api.NewHandler(st, api.Options{Logger: log, MaxBodyBytes: api.DefaultMaxBodyBytes,
-			// cmd/server's default limits (the shim phase's node certificates
-			// meet them); plain HTTP acts as admin, as with --dev-no-auth.
-			AnonymousRole: alloc.RoleAdmin, RateLimits: api.DefaultRateLimits}),
+			// Plain HTTP acts as admin, as with --dev-no-auth. No rate
+			// limits: the shim phase drives one node with 16 parallel
+			// shims, hundreds of requests per second, far beyond a real
+			// node and cmd/server's default node limit (the load of many
+			// nodes meets the defaults: TestDefaultRateLimitsDoNotThrottleTheBenchmark).
+			AnonymousRole: alloc.RoleAdmin}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
