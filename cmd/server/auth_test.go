@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -317,5 +319,42 @@ func TestIssueCertRole(t *testing.T) {
 	}
 	if err := issueCert([]string{"--ca-dir", filepath.Join(dir, "pki"), "--out", dir, "--client", "x", "--role", "node"}, io.Discard); err == nil {
 		t.Error("--role node accepted")
+	}
+}
+
+// The server bounds what a client may hold or send before a handler runs:
+// headers over 64 KiB are refused (431), and a client that sends its
+// headers too slowly is cut off after the 5 s header timeout instead of
+// holding a connection (and a goroutine) forever.
+func TestServerBoundsHeaders(t *testing.T) {
+	base := startServer(t, pgtest.NewDatabase(t))
+	req, _ := http.NewRequest("GET", base+"/healthz", nil)
+	req.Header.Set("X-Padding", strings.Repeat("a", 80<<10))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("80 KiB of headers: %d", res.StatusCode)
+	}
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")); err != nil { // never finished
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_ = conn.SetReadDeadline(start.Add(15 * time.Second))
+	_, err = io.ReadAll(conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the server still holds a half-sent request after %s", time.Since(start))
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the connection was closed after %s, want about 5 s", d)
 	}
 }
