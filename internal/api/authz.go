@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pki"
 )
@@ -51,6 +50,7 @@ type identity struct {
 type authenticator struct {
 	ps           problems
 	tokens       TokenStore
+	routes       *chi.Mux // to find the operation before the router runs it
 	anonymous    alloc.Role
 	loopbackOnly bool
 	limits       RateLimits
@@ -66,7 +66,28 @@ func errUnauthenticated(format string, args ...any) error {
 
 func (a *authenticator) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pattern := chi.RouteContext(r.Context()).RoutePattern()
+		// Find the route as chi will (the raw path when there is one), so
+		// that {node} here is what the handler gets.
+		path := r.URL.RawPath
+		if path == "" {
+			path = r.URL.Path
+		}
+		rctx := chi.NewRouteContext()
+		pattern := a.routes.Find(rctx, r.Method, path)
+		if pattern == "" {
+			next.ServeHTTP(w, r) // 404 or 405, from the router
+			return
+		}
+		// The router never runs for a refused request: record its route
+		// for the request metrics here, and take it back when the request
+		// goes on to the router, which records it again.
+		rc := chi.RouteContext(r.Context())
+		mark := len(rc.RoutePatterns)
+		rc.RoutePatterns = append(rc.RoutePatterns, pattern)
+		proceed := func(r *http.Request) {
+			rc.RoutePatterns = rc.RoutePatterns[:mark]
+			next.ServeHTTP(w, r)
+		}
 		opID, ok := operationsByRoute[r.Method+" "+pattern]
 		if !ok {
 			// TestRoleTableMatchesSpec keeps this from happening; refuse
@@ -83,7 +104,7 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 			// Probes are not limited: a kubelet behind the same address
 			// as a misbehaving client must not restart a healthy replica.
 			// Both answers are cheap (readyz is one query).
-			next.ServeHTTP(w, r)
+			proceed(r)
 			return
 		}
 		id, err := a.identify(r)
@@ -101,11 +122,11 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 			return
 		}
 		r = r.WithContext(alloc.WithActor(r.Context(), id.actor))
-		if node := chi.URLParam(r, "node"); !op.allows(id, node) {
+		if node := rctx.URLParam("node"); !op.allows(id, node) {
 			a.ps.write(w, r, forbidden(id, op, node))
 			return
 		}
-		next.ServeHTTP(w, r)
+		proceed(r)
 	})
 }
 
@@ -241,5 +262,3 @@ func isLoopback(host string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
-
-var _ ipamv1.MiddlewareFunc = (*authenticator)(nil).middleware

@@ -122,6 +122,12 @@ func NewHandler(store Store, o Options) http.Handler {
 	r.Use(func(next http.Handler) http.Handler {
 		return &edge{next: next, log: o.Logger, maxBody: o.MaxBodyBytes, problems: ps, metrics: m}
 	})
+	// Before routing, parameter binding and body checks: a caller without
+	// the operation's role learns nothing about its request, and every
+	// request counts against its identity's rate.
+	auth := &authenticator{ps: ps, tokens: store, routes: r, anonymous: o.AnonymousRole, loopbackOnly: o.AnonymousLoopbackOnly,
+		limits: o.RateLimits, buckets: newLimiters(), log: o.Logger, now: time.Now}
+	r.Use(auth.middleware)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		ps.write(w, req, &alloc.Error{Kind: alloc.KindNotFound,
 			Detail: fmt.Sprintf("no route for %s %s", req.Method, req.URL.Path)})
@@ -133,8 +139,6 @@ func NewHandler(store Store, o Options) http.Handler {
 			Detail: fmt.Sprintf("%s is not allowed on %s; use %s", req.Method, req.URL.Path, strings.Join(allow, ", "))})
 	})
 
-	auth := &authenticator{ps: ps, tokens: store, anonymous: o.AnonymousRole, loopbackOnly: o.AnonymousLoopbackOnly,
-		limits: o.RateLimits, buckets: newLimiters(), log: o.Logger, now: time.Now}
 	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata}, nil, ipamv1.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  ps.requestError,
 		ResponseErrorHandlerFunc: ps.write,
@@ -142,9 +146,7 @@ func NewHandler(store Store, o Options) http.Handler {
 	return ipamv1.HandlerWithOptions(strict, ipamv1.ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: ps.paramError,
-		// The last runs first: a caller without the operation's role is
-		// refused before its body is looked at.
-		Middlewares: []ipamv1.MiddlewareFunc{requireJSON(ps), auth.middleware},
+		Middlewares:      []ipamv1.MiddlewareFunc{requireJSON(ps)},
 	})
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/store"
+	"github.com/ipam-dev/ipam/internal/telemetry"
 )
 
 // newTokenServer serves e's store over plain HTTP with authentication
@@ -355,5 +357,64 @@ func TestTokenCheckWithDatabaseDown(t *testing.T) {
 	r := caller{name: "c", client: http.DefaultClient, token: secret, base: srv.URL}.do(t, "GET", "/v1/pools", "")
 	if p := r.problem(t); r.status != 503 || p.Type != "urn:ipam:problem:unavailable" || r.header.Get("Retry-After") == "" {
 		t.Errorf("%d %+v", r.status, p)
+	}
+}
+
+// Refused requests are measured under their operation's route, like the
+// others, and an admitted one under its route once.
+func TestRefusalsAreMeasuredByRoute(t *testing.T) {
+	e := newEnv(t, nil)
+	m, err := telemetry.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
+	base, _ := newTokenServer(t, e, Options{Meter: m.Meter()})
+	viewer := caller{name: "viewer", client: http.DefaultClient, token: mustToken(t, e, "v", alloc.RoleViewer), base: base}
+	anon := caller{name: "anon", client: http.DefaultClient, base: base}
+	anon.do(t, "GET", "/v1/pools", "")
+	viewer.do(t, "POST", "/v1/pools", `{}`)
+	viewer.do(t, "GET", "/v1/pools?limit=x", "") // refused after the gate, by parameter binding
+	viewer.do(t, "GET", "/v1/pools", "")
+	e.metrics = m
+	got := e.scrape()
+	const dur = "ipam_http_server_request_duration_seconds"
+	for series, want := range map[string]string{
+		dur + `_count{method="GET",route="/v1/pools",status_code="401"}`:  "1",
+		dur + `_count{method="POST",route="/v1/pools",status_code="403"}`: "1",
+		dur + `_count{method="GET",route="/v1/pools",status_code="400"}`:  "1",
+		dur + `_count{method="GET",route="/v1/pools",status_code="200"}`:  "1",
+	} {
+		if v, ok := sample(got, series); !ok || v != want {
+			t.Errorf("%s = %q (present %v), want %s", series, v, ok, want)
+		}
+	}
+	if strings.Contains(got, "/v1/pools/v1/pools") {
+		t.Error("a route recorded twice")
+	}
+}
+
+// The gate runs before parameters and bodies are looked at: without
+// credentials a malformed request is a 401, and a caller without the role
+// learns nothing about its request's validity (403, not 400 or 415).
+func TestGateBeforeValidation(t *testing.T) {
+	e := newEnv(t, nil)
+	base, _ := newTokenServer(t, e, Options{})
+	anon := caller{name: "anon", client: http.DefaultClient, base: base}
+	viewer := caller{name: "viewer", client: http.DefaultClient, token: mustToken(t, e, "v", alloc.RoleViewer), base: base}
+	for _, c := range []struct {
+		who          caller
+		method, path string
+		body         string
+		want         int
+	}{
+		{anon, "GET", "/v1/pools?limit=x", "", 401},
+		{anon, "GET", "/v1/nodes/" + strings.Repeat("a", 300) + "/blocks", "", 401},
+		{viewer, "POST", "/v1/pools", "not json", 403},
+		{viewer, "DELETE", "/v1/nodes/n/blocks?cidr=x", "", 403},
+	} {
+		if r := c.who.do(t, c.method, c.path, c.body); r.status != c.want {
+			t.Errorf("%s %s %s: %d, want %d: %s", c.who.name, c.method, c.path, r.status, c.want, r.body)
+		}
 	}
 }
