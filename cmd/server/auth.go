@@ -188,6 +188,9 @@ func tokenCommand(ctx context.Context, args []string, getenv func(string) string
 		return err
 	}
 	defer st.Close()
+	if _, err := st.Ready(ctx); err != nil {
+		return fmt.Errorf("the database is not ready for tokens (run ipam-server migrate first): %w", err)
+	}
 	switch verb {
 	case "create":
 		r, err := alloc.ParseTokenRole("role", *role)
