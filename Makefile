@@ -26,9 +26,9 @@ tools:
 build:
 	$(GO) build -o $(BIN)/ipam-server ./cmd/server
 
-## run: serve the API on :8080 over plain HTTP for local development; without IPAM_DATABASE_URL a private PostgreSQL starts under the data dir it prints
+## run: serve the API on :8080 over plain HTTP for local development (loopback callers act as admin; others need a token); without IPAM_DATABASE_URL a private PostgreSQL starts under the data dir it prints
 run: postgres build
-	$(BIN)/ipam-server serve --insecure-http $(ARGS)
+	$(BIN)/ipam-server serve --insecure-http --dev-no-auth $(ARGS)
 
 ## test: every test, against throwaway PostgreSQL clusters
 test: postgres tools

@@ -190,6 +190,27 @@ func (e PoolMode) Valid() bool {
 	}
 }
 
+// Defines values for TokenRole.
+const (
+	Admin    TokenRole = "admin"
+	Operator TokenRole = "operator"
+	Viewer   TokenRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the TokenRole enum.
+func (e TokenRole) Valid() bool {
+	switch e {
+	case Admin:
+		return true
+	case Operator:
+		return true
+	case Viewer:
+		return true
+	default:
+		return false
+	}
+}
+
 // AddressRange defines model for AddressRange.
 type AddressRange struct {
 	End   string `json:"end"`
@@ -210,6 +231,9 @@ type Allocation struct {
 	Owner      Owner      `json:"owner"`
 	State      LeaseState `json:"state"`
 }
+
+// Annotations Kubernetes annotations; keys are qualified names, and keys and values take at most 256 KiB in all.
+type Annotations map[string]string
 
 // AttachmentRef defines model for AttachmentRef.
 type AttachmentRef struct {
@@ -320,7 +344,9 @@ type Health struct {
 // LabelSelector A Kubernetes label selector; an empty one matches everything.
 type LabelSelector struct {
 	MatchExpressions *[]LabelSelectorRequirement `json:"matchExpressions,omitempty"`
-	MatchLabels      *Labels                     `json:"matchLabels,omitempty"`
+
+	// MatchLabels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	MatchLabels *Labels `json:"matchLabels,omitempty"`
 }
 
 // LabelSelectorRequirement defines model for LabelSelectorRequirement.
@@ -333,7 +359,7 @@ type LabelSelectorRequirement struct {
 // LabelSelectorRequirementOperator defines model for LabelSelectorRequirement.Operator.
 type LabelSelectorRequirementOperator string
 
-// Labels defines model for Labels.
+// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
 type Labels map[string]string
 
 // Lease defines model for Lease.
@@ -448,7 +474,9 @@ type Node struct {
 	// Blocks Blocks the node owns.
 	Blocks    int       `json:"blocks"`
 	CreatedAt time.Time `json:"createdAt"`
-	Labels    Labels    `json:"labels"`
+
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	Labels Labels `json:"labels"`
 
 	// Leases Pending and active leases on the node.
 	Leases     int       `json:"leases"`
@@ -526,7 +554,9 @@ type NodePoolUsage struct {
 // NodeSpec defines model for NodeSpec.
 type NodeSpec struct {
 	Addresses *[]NodeAddress `json:"addresses,omitempty"`
-	Labels    *Labels        `json:"labels,omitempty"`
+
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	Labels *Labels `json:"labels,omitempty"`
 
 	// PodCIDRs CIDRs Kubernetes already assigned the node (Node.spec.podCIDRs),
 	// adopted as its blocks: each must lie inside a CIDR of a pool and
@@ -548,8 +578,11 @@ type NodeUsage struct {
 // selection. Left out, the server looks them up in Kubernetes when it
 // has access; otherwise they count as empty.
 type ObjectMetadata struct {
-	Annotations *Labels `json:"annotations,omitempty"`
-	Labels      *Labels `json:"labels,omitempty"`
+	// Annotations Kubernetes annotations; keys are qualified names, and keys and values take at most 256 KiB in all.
+	Annotations *Annotations `json:"annotations,omitempty"`
+
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	Labels *Labels `json:"labels,omitempty"`
 }
 
 // Owner defines model for Owner.
@@ -561,7 +594,9 @@ type Owner struct {
 
 // Pool defines model for Pool.
 type Pool struct {
-	CreatedAt time.Time  `json:"createdAt"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
 	Labels    Labels     `json:"labels"`
 	Name      string     `json:"name"`
 	Space     string     `json:"space"`
@@ -636,6 +671,7 @@ type PoolMode string
 
 // PoolRequest defines model for PoolRequest.
 type PoolRequest struct {
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
 	Labels *Labels `json:"labels,omitempty"`
 
 	// Name A DNS label.
@@ -691,6 +727,7 @@ type PoolStatus struct {
 
 // PoolUpdate defines model for PoolUpdate.
 type PoolUpdate struct {
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
 	Labels *Labels  `json:"labels,omitempty"`
 	Spec   PoolSpec `json:"spec"`
 }
@@ -712,8 +749,9 @@ type Problem struct {
 
 	// Type A stable URI per cause, e.g. urn:ipam:problem:pool-exhausted,
 	// pool-match, invalid-input, not-found, conflict, in-use,
-	// immutable-field, overlap, lease-conflict, method-not-allowed,
-	// payload-too-large, unavailable, internal.
+	// immutable-field, overlap, lease-conflict, unauthenticated,
+	// forbidden, rate-limited, method-not-allowed, payload-too-large,
+	// unavailable, internal.
 	Type string `json:"type"`
 }
 
@@ -810,6 +848,61 @@ type StickyStatus struct {
 	// Reused In the answer of the allocation that made the lease only - the identity got its bound address back.
 	Reused *bool `json:"reused,omitempty"`
 }
+
+// Token defines model for Token.
+type Token struct {
+	CreatedAt time.Time `json:"createdAt"`
+	CreatedBy string    `json:"createdBy"`
+	ExpiresAt time.Time `json:"expiresAt"`
+
+	// LastUsedAt Updated at most once a minute.
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+	Name       string     `json:"name"`
+	Role       TokenRole  `json:"role"`
+
+	// State active or expired (revoked tokens are not listed).
+	State string `json:"state"`
+}
+
+// TokenCreated defines model for TokenCreated.
+type TokenCreated struct {
+	CreatedAt time.Time `json:"createdAt"`
+	CreatedBy string    `json:"createdBy"`
+	ExpiresAt time.Time `json:"expiresAt"`
+
+	// LastUsedAt Updated at most once a minute.
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+	Name       string     `json:"name"`
+	Role       TokenRole  `json:"role"`
+
+	// Secret Shown once: Authorization: Bearer SECRET.
+	Secret string `json:"secret"`
+
+	// State active or expired (revoked tokens are not listed).
+	State string `json:"state"`
+}
+
+// TokenList defines model for TokenList.
+type TokenList struct {
+	Continue *string `json:"continue,omitempty"`
+	Items    []Token `json:"items"`
+}
+
+// TokenRequest defines model for TokenRequest.
+type TokenRequest struct {
+	// ExpiresAt An RFC 3339 date-time (a string, so that a bad one is answered naming this field).
+	ExpiresAt *string `json:"expiresAt,omitempty"`
+
+	// ExpiresIn A Go duration, e.g. 720h; excludes expiresAt.
+	ExpiresIn *string `json:"expiresIn,omitempty"`
+
+	// Name A DNS label; the identity in logs and the address history (token:NAME).
+	Name string    `json:"name"`
+	Role TokenRole `json:"role"`
+}
+
+// TokenRole defines model for TokenRole.
+type TokenRole string
 
 // ContainerIDParam defines model for ContainerIDParam.
 type ContainerIDParam = string
@@ -1069,6 +1162,15 @@ type GetStickyBindingsParams struct {
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
 
+// ListTokensParams defines parameters for ListTokens.
+type ListTokensParams struct {
+	// Limit Page size, 1 to 1000; default 100.
+	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Continue The `continue` token of the previous page.
+	Continue *ContinueParam `form:"continue,omitempty" json:"continue,omitempty"`
+}
+
 // PutNodeJSONRequestBody defines body for PutNode for application/json ContentType.
 type PutNodeJSONRequestBody = NodeSpec
 
@@ -1089,6 +1191,9 @@ type UpdatePoolJSONRequestBody = PoolUpdate
 
 // CreateSpaceJSONRequestBody defines body for CreateSpace for application/json ContentType.
 type CreateSpaceJSONRequestBody = SpaceRequest
+
+// CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
+type CreateTokenJSONRequestBody = TokenRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1437,6 +1542,40 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/sticky-bindings (the `GetStickyBindings` operationId).
 	GetStickyBindings(ctx context.Context, params *GetStickyBindingsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTokens Live (not revoked) API tokens, ordered by name; never a secret or hash. Admin only.
+	//
+	// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+	ListTokens(ctx context.Context, params *ListTokensParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTokenWithBody Create an API token; its secret is in this answer only. Admin only.
+	//
+	// The service keeps only the secret's SHA-256. A token always
+	// expires: `expiresIn` (a Go duration, e.g. 720h) or `expiresAt`,
+	// from 1 minute to 366 days ahead; default 720h. A live token of the
+	// same name is a 409 conflict (revoke it first).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateToken Create an API token; its secret is in this answer only. Admin only.
+	//
+	// The service keeps only the secret's SHA-256. A token always
+	// expires: `expiresIn` (a Go duration, e.g. 720h) or `expiresAt`,
+	// from 1 minute to 366 days ahead; default 720h. A live token of the
+	// same name is a 409 conflict (revoke it first).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeToken Revoke a token; every replica refuses it from the next request on. Admin only.
+	//
+	// Corresponds with DELETE /v1/tokens/{name} (the `RevokeToken` operationId).
+	RevokeToken(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetHealthz Liveness; the process serves HTTP.
@@ -2093,6 +2232,80 @@ func (c *Client) DeleteStickyBindings(ctx context.Context, params *DeleteStickyB
 // Corresponds with GET /v1/sticky-bindings (the `GetStickyBindings` operationId).
 func (c *Client) GetStickyBindings(ctx context.Context, params *GetStickyBindingsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetStickyBindingsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTokens Live (not revoked) API tokens, ordered by name; never a secret or hash. Admin only.
+//
+// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+func (c *Client) ListTokens(ctx context.Context, params *ListTokensParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTokensRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTokenWithBody Create an API token; its secret is in this answer only. Admin only.
+//
+// The service keeps only the secret's SHA-256. A token always
+// expires: `expiresIn` (a Go duration, e.g. 720h) or `expiresAt`,
+// from 1 minute to 366 days ahead; default 720h. A live token of the
+// same name is a 409 conflict (revoke it first).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateToken Create an API token; its secret is in this answer only. Admin only.
+//
+// The service keeps only the secret's SHA-256. A token always
+// expires: `expiresIn` (a Go duration, e.g. 720h) or `expiresAt`,
+// from 1 minute to 366 days ahead; default 720h. A live token of the
+// same name is a 409 conflict (revoke it first).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeToken Revoke a token; every replica refuses it from the next request on. Admin only.
+//
+// Corresponds with DELETE /v1/tokens/{name} (the `RevokeToken` operationId).
+func (c *Client) RevokeToken(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeTokenRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -4304,6 +4517,146 @@ func NewGetStickyBindingsRequest(server string, params *GetStickyBindingsParams)
 	return req, nil
 }
 
+// NewListTokensRequest constructs an http.Request for the ListTokens method
+func NewListTokensRequest(server string, params *ListTokensParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Continue != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "continue", *params.Continue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTokenRequest calls the generic CreateToken builder with application/json body
+func NewCreateTokenRequest(server string, body CreateTokenJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTokenRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateTokenRequestWithBody constructs an http.Request for the CreateToken method, with any body, and a specified content type
+func NewCreateTokenRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRevokeTokenRequest constructs an http.Request for the RevokeToken method
+func NewRevokeTokenRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tokens/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -4675,6 +5028,44 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/sticky-bindings (the `GetStickyBindings` operationId).
 	GetStickyBindingsWithResponse(ctx context.Context, params *GetStickyBindingsParams, reqEditors ...RequestEditorFn) (*GetStickyBindingsResponse, error)
+
+	// ListTokensWithResponse Live (not revoked) API tokens, ordered by name; never a secret or hash. Admin only.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+	ListTokensWithResponse(ctx context.Context, params *ListTokensParams, reqEditors ...RequestEditorFn) (*ListTokensResponse, error)
+
+	// CreateTokenWithBodyWithResponse Create an API token; its secret is in this answer only. Admin only.
+	//
+	// The service keeps only the secret's SHA-256. A token always
+	// expires: `expiresIn` (a Go duration, e.g. 720h) or `expiresAt`,
+	// from 1 minute to 366 days ahead; default 720h. A live token of the
+	// same name is a 409 conflict (revoke it first).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
+	// CreateTokenWithResponse Create an API token; its secret is in this answer only. Admin only.
+	//
+	// The service keeps only the secret's SHA-256. A token always
+	// expires: `expiresIn` (a Go duration, e.g. 720h) or `expiresAt`,
+	// from 1 minute to 366 days ahead; default 720h. A live token of the
+	// same name is a 409 conflict (revoke it first).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
+	// RevokeTokenWithResponse Revoke a token; every replica refuses it from the next request on. Admin only.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/tokens/{name} (the `RevokeToken` operationId).
+	RevokeTokenWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error)
 }
 
 type GetHealthzResponse struct {
@@ -6199,6 +6590,143 @@ func (r GetStickyBindingsResponse) ContentType() string {
 	return ""
 }
 
+type ListTokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TokenList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTokensResponse) GetJSON200() *TokenList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *TokenCreated
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateTokenResponse) GetJSON201() *TokenCreated {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetHealthzWithResponse Liveness; the process serves HTTP.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -6759,6 +7287,68 @@ func (c *ClientWithResponses) GetStickyBindingsWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseGetStickyBindingsResponse(rsp)
+}
+
+// ListTokensWithResponse Live (not revoked) API tokens, ordered by name; never a secret or hash. Admin only.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tokens (the `ListTokens` operationId).
+func (c *ClientWithResponses) ListTokensWithResponse(ctx context.Context, params *ListTokensParams, reqEditors ...RequestEditorFn) (*ListTokensResponse, error) {
+	rsp, err := c.ListTokens(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTokensResponse(rsp)
+}
+
+// CreateTokenWithBodyWithResponse Create an API token; its secret is in this answer only. Admin only.
+//
+// The service keeps only the secret's SHA-256. A token always
+// expires: `expiresIn` (a Go duration, e.g. 720h) or `expiresAt`,
+// from 1 minute to 366 days ahead; default 720h. A live token of the
+// same name is a 409 conflict (revoke it first).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateTokenWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
+// CreateTokenWithResponse Create an API token; its secret is in this answer only. Admin only.
+//
+// The service keeps only the secret's SHA-256. A token always
+// expires: `expiresIn` (a Go duration, e.g. 720h) or `expiresAt`,
+// from 1 minute to 366 days ahead; default 720h. A live token of the
+// same name is a 409 conflict (revoke it first).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateToken(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
+// RevokeTokenWithResponse Revoke a token; every replica refuses it from the next request on. Admin only.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/tokens/{name} (the `RevokeToken` operationId).
+func (c *ClientWithResponses) RevokeTokenWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error) {
+	rsp, err := c.RevokeToken(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeTokenResponse(rsp)
 }
 
 // ParseGetHealthzResponse parses an HTTP response from a GetHealthzWithResponse call
@@ -7821,6 +8411,101 @@ func ParseGetStickyBindingsResponse(rsp *http.Response) (*GetStickyBindingsRespo
 	return response, nil
 }
 
+// ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
+func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TokenList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateTokenResponse parses an HTTP response from a CreateTokenWithResponse call
+func ParseCreateTokenResponse(rsp *http.Response) (*CreateTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest TokenCreated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeTokenResponse parses an HTTP response from a RevokeTokenWithResponse call
+func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// GetHealthz Liveness; the process serves HTTP.
@@ -7919,6 +8604,15 @@ type ServerInterface interface {
 	// GetStickyBindings The addresses bound to a workload identity (held, or released within their retention).
 	// (GET /v1/sticky-bindings)
 	GetStickyBindings(w http.ResponseWriter, r *http.Request, params GetStickyBindingsParams)
+	// ListTokens Live (not revoked) API tokens, ordered by name; never a secret or hash. Admin only.
+	// (GET /v1/tokens)
+	ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams)
+	// CreateToken Create an API token; its secret is in this answer only. Admin only.
+	// (POST /v1/tokens)
+	CreateToken(w http.ResponseWriter, r *http.Request)
+	// RevokeToken Revoke a token; every replica refuses it from the next request on. Admin only.
+	// (DELETE /v1/tokens/{name})
+	RevokeToken(w http.ResponseWriter, r *http.Request, name string)
 }
 
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
@@ -8104,6 +8798,24 @@ func (_ Unimplemented) DeleteStickyBindings(w http.ResponseWriter, r *http.Reque
 // GetStickyBindings The addresses bound to a workload identity (held, or released within their retention).
 // (GET /v1/sticky-bindings)
 func (_ Unimplemented) GetStickyBindings(w http.ResponseWriter, r *http.Request, params GetStickyBindingsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListTokens Live (not revoked) API tokens, ordered by name; never a secret or hash. Admin only.
+// (GET /v1/tokens)
+func (_ Unimplemented) ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateToken Create an API token; its secret is in this answer only. Admin only.
+// (POST /v1/tokens)
+func (_ Unimplemented) CreateToken(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RevokeToken Revoke a token; every replica refuses it from the next request on. Admin only.
+// (DELETE /v1/tokens/{name})
+func (_ Unimplemented) RevokeToken(w http.ResponseWriter, r *http.Request, name string) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -9703,6 +10415,92 @@ func (siw *ServerInterfaceWrapper) GetStickyBindings(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// ListTokens operation middleware
+func (siw *ServerInterfaceWrapper) ListTokens(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTokensParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "continue" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "continue", r.URL.Query(), &params.Continue, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "continue"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "continue", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTokens(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateToken operation middleware
+func (siw *ServerInterfaceWrapper) CreateToken(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateToken(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RevokeToken operation middleware
+func (siw *ServerInterfaceWrapper) RevokeToken(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", chi.URLParam(r, "name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RevokeToken(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -9911,6 +10709,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/sizing", wrapper.GetSizing)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/tokens", wrapper.ListTokens)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/tokens", wrapper.CreateToken)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/tokens/{name}", wrapper.RevokeToken)
 	})
 
 	return r
@@ -11215,6 +12022,117 @@ func (response GetStickyBindingsdefaultApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
+type ListTokensRequestObject struct {
+	Params ListTokensParams
+}
+
+type ListTokensResponseObject interface {
+	VisitListTokensResponse(w http.ResponseWriter) error
+}
+
+type ListTokens200JSONResponse TokenList
+
+func (response ListTokens200JSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTokensdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListTokensdefaultApplicationProblemPlusJSONResponse) VisitListTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTokenRequestObject struct {
+	Body *CreateTokenJSONRequestBody
+}
+
+type CreateTokenResponseObject interface {
+	VisitCreateTokenResponse(w http.ResponseWriter) error
+}
+
+type CreateToken201JSONResponse TokenCreated
+
+func (response CreateToken201JSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateTokendefaultApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeTokenRequestObject struct {
+	Name string `json:"name"`
+}
+
+type RevokeTokenResponseObject interface {
+	VisitRevokeTokenResponse(w http.ResponseWriter) error
+}
+
+type RevokeToken204Response struct {
+}
+
+func (response RevokeToken204Response) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type RevokeTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RevokeTokendefaultApplicationProblemPlusJSONResponse) VisitRevokeTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// GetHealthz Liveness; the process serves HTTP.
@@ -11313,6 +12231,15 @@ type StrictServerInterface interface {
 	// GetStickyBindings The addresses bound to a workload identity (held, or released within their retention).
 	// (GET /v1/sticky-bindings)
 	GetStickyBindings(ctx context.Context, request GetStickyBindingsRequestObject) (GetStickyBindingsResponseObject, error)
+	// ListTokens Live (not revoked) API tokens, ordered by name; never a secret or hash. Admin only.
+	// (GET /v1/tokens)
+	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
+	// CreateToken Create an API token; its secret is in this answer only. Admin only.
+	// (POST /v1/tokens)
+	CreateToken(ctx context.Context, request CreateTokenRequestObject) (CreateTokenResponseObject, error)
+	// RevokeToken Revoke a token; every replica refuses it from the next request on. Admin only.
+	// (DELETE /v1/tokens/{name})
+	RevokeToken(ctx context.Context, request RevokeTokenRequestObject) (RevokeTokenResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -12247,6 +13174,89 @@ func (sh *strictHandler) GetStickyBindings(w http.ResponseWriter, r *http.Reques
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetStickyBindingsResponseObject); ok {
 		if err := validResponse.VisitGetStickyBindingsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListTokens operation middleware
+func (sh *strictHandler) ListTokens(w http.ResponseWriter, r *http.Request, params ListTokensParams) {
+	var request ListTokensRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTokens(ctx, request.(ListTokensRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTokens")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListTokensResponseObject); ok {
+		if err := validResponse.VisitListTokensResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateToken operation middleware
+func (sh *strictHandler) CreateToken(w http.ResponseWriter, r *http.Request) {
+	var request CreateTokenRequestObject
+
+	var body CreateTokenJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateToken(ctx, request.(CreateTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateTokenResponseObject); ok {
+		if err := validResponse.VisitCreateTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RevokeToken operation middleware
+func (sh *strictHandler) RevokeToken(w http.ResponseWriter, r *http.Request, name string) {
+	var request RevokeTokenRequestObject
+
+	request.Name = name
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RevokeToken(ctx, request.(RevokeTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RevokeToken")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RevokeTokenResponseObject); ok {
+		if err := validResponse.VisitRevokeTokenResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

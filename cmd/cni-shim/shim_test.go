@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/api"
 	"github.com/ipam-dev/ipam/internal/pgtest"
 	ipampki "github.com/ipam-dev/ipam/internal/pki"
@@ -90,7 +91,8 @@ func newService(t *testing.T, p *pki) *service {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	h := api.NewHandler(st, api.Options{IsUnavailable: store.IsUnavailable,
+	// Plain HTTP (p == nil) acts as admin; over TLS the certificates decide.
+	h := api.NewHandler(st, api.Options{IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	s := &service{tls: p}
 	hc := http.DefaultClient

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/api"
 	"github.com/ipam-dev/ipam/internal/pgembed"
 	"github.com/ipam-dev/ipam/internal/store"
@@ -133,7 +134,13 @@ func startReplica(ctx context.Context, dbURL string, o store.Options, gcEvery ti
 	}
 	// The same timeouts as cmd/server.
 	srv := &http.Server{
-		Handler:           api.NewHandler(st, api.Options{Logger: log, MaxBodyBytes: api.DefaultMaxBodyBytes}),
+		Handler: api.NewHandler(st, api.Options{Logger: log, MaxBodyBytes: api.DefaultMaxBodyBytes,
+			// Plain HTTP acts as admin, as with --dev-no-auth. No rate
+			// limits: the shim phase drives one node with 16 parallel
+			// shims, hundreds of requests per second, far beyond a real
+			// node and cmd/server's default node limit (the load of many
+			// nodes meets the defaults: TestDefaultRateLimitsDoNotThrottleTheBenchmark).
+			AnonymousRole: alloc.RoleAdmin}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pki"
 )
 
@@ -19,7 +20,7 @@ import (
 // writes one certificate and key into --out:
 //
 //	issue-cert --node NAME        a node's client certificate (CN=system:node:NAME)
-//	issue-cert --client NAME      an operator's client certificate
+//	issue-cert --client NAME      an operator's client certificate (--role, default admin)
 //	issue-cert --server HOST,...  the server's certificate for these names or IPs
 func issueCert(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("issue-cert", flag.ContinueOnError)
@@ -27,6 +28,7 @@ func issueCert(args []string, stdout io.Writer) error {
 	out := fs.String("out", ".", "directory to write NAME.crt and NAME.key to")
 	node := fs.String("node", "", "issue the client certificate of this node")
 	client := fs.String("client", "", "issue an operator's client certificate with this common name")
+	role := fs.String("role", string(alloc.RoleAdmin), "with --client: the operator's role, admin, operator or viewer (O=ipam:ROLE)")
 	server := fs.String("server", "", "issue the server certificate for these comma-separated DNS names or IPs")
 	validity := fs.Duration("validity", 365*24*time.Hour, "how long the certificate is valid")
 	if err := fs.Parse(args); err != nil {
@@ -44,6 +46,9 @@ func issueCert(args []string, stdout io.Writer) error {
 	if kinds != 1 {
 		return errors.New("issue-cert needs exactly one of --node, --client and --server")
 	}
+	if _, err := alloc.ParseTokenRole("role", *role); err != nil {
+		return err
+	}
 	ca, created, err := pki.LoadOrCreateCA(*caDir, "ipam development CA", 10*365*24*time.Hour)
 	if err != nil {
 		return err
@@ -59,7 +64,7 @@ func issueCert(args []string, stdout io.Writer) error {
 		certPEM, keyPEM, err = ca.IssueNode(*node, *validity)
 	case *client != "":
 		name = "client-" + *client
-		certPEM, keyPEM, err = ca.IssueClient(*client, *validity)
+		certPEM, keyPEM, err = ca.IssueOperator(*client, *role, *validity)
 	default:
 		name = "server"
 		certPEM, keyPEM, err = ca.IssueServer(strings.Split(*server, ","), *validity)
@@ -106,7 +111,7 @@ func withDevelopmentPKI(cfg config, log *slog.Logger) (config, error) {
 			return ca.IssueServer([]string{"localhost", "127.0.0.1", "::1", host}, validity)
 		}},
 		{"node-" + host, func() ([]byte, []byte, error) { return ca.IssueNode(host, validity) }},
-		{"client-admin", func() ([]byte, []byte, error) { return ca.IssueClient("admin", validity) }},
+		{"client-admin", func() ([]byte, []byte, error) { return ca.IssueOperator("admin", string(alloc.RoleAdmin), validity) }},
 	} {
 		certPath, keyPath := filepath.Join(dir, c.name+".crt"), filepath.Join(dir, c.name+".key")
 		if _, err := os.Stat(certPath); err == nil {

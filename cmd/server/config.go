@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/api"
 	"github.com/ipam-dev/ipam/internal/store"
 )
 
@@ -48,6 +49,11 @@ type config struct {
 	KubeInCluster       bool
 	ReconcileMinAge     time.Duration
 	StickyRetention     time.Duration
+	// Authentication and limits (auth.go).
+	DevNoAuth          bool
+	BootstrapTokenFile string
+	BootstrapTokenTTL  time.Duration
+	RateLimits         api.RateLimits
 }
 
 // metricsPrefixRE is what a Prometheus metric name may start with.
@@ -106,6 +112,7 @@ func (c config) Validate() error {
 	if c.Kubeconfig != "" && c.KubeInCluster {
 		errs = append(errs, errors.New("kubeconfig and kube-in-cluster exclude each other"))
 	}
+	errs = append(errs, c.validateAuth()...)
 	if c.DatabaseURL == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("data-dir is needed for the embedded PostgreSQL when no database-url is set"))
 	}
@@ -147,6 +154,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")
 	fs.DurationVar(&c.ReconcileMinAge, "reconcile-min-age", store.DefaultReconcileMinAge, "a reconcile (CNI GC) never releases a lease younger than this, whatever its list says")
 	fs.DurationVar(&c.StickyRetention, "sticky-retention", alloc.DefaultStickyRetention, "how long a released address stays bound to its workload identity when the request names no retention")
+	c.authFlags(fs)
 
 	// Environment first, so explicit flags override it.
 	var envErrs []error

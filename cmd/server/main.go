@@ -4,6 +4,8 @@
 //	server migrate [flags]   apply database migrations and exit
 //	server issue-cert [flags] issue a server, node or operator certificate
 //	                          from a CA directory (created when empty)
+//	server token create|list|revoke [flags]
+//	                          manage API tokens in the database
 //
 // With no database URL, serve starts a private PostgreSQL from the locally
 // installed binaries under the data directory and stops it on exit.
@@ -44,6 +46,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, bound c
 	cmd := "serve"
 	if len(args) > 0 && args[0] == "issue-cert" {
 		return issueCert(args[1:], os.Stdout)
+	}
+	if len(args) > 0 && args[0] == "token" {
+		return tokenCommand(ctx, args[1:], getenv, os.Stdout)
 	}
 	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
 		cmd, args = args[0], args[1:]
@@ -132,6 +137,9 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 		return err
 	}
 	defer st.Close()
+	if err := bootstrapToken(ctx, st, cfg, log); err != nil {
+		return err
+	}
 
 	metrics, err := telemetry.New(telemetry.CiliumPrefix(cfg.MetricsPrefix))
 	if err != nil {
@@ -166,7 +174,8 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 	}
 	handler := api.NewHandler(st, api.Options{
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), CiliumMeter: metrics.CiliumMeter(), TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable,
-		RequireClientCertificate: cfg.ClientCAFile != "", PodMetadata: pods,
+		PodMetadata: pods, RateLimits: cfg.RateLimits,
+		AnonymousRole: anonymousRole(cfg), AnonymousLoopbackOnly: true,
 	})
 	srv := &http.Server{
 		Handler:           withMetrics(handler, metrics.Handler()),
@@ -190,7 +199,7 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 		ln = tls.NewListener(ln, tc)
 	}
 	if cfg.InsecureHTTP {
-		log.Warn("serving plain HTTP without authentication: for local development only", "addr", ln.Addr().String())
+		logInsecure(log, cfg, ln.Addr().String())
 	} else {
 		log.Info("serving", "addr", ln.Addr().String(), "tls", true, "clientCertificates", cfg.ClientCAFile != "")
 	}
@@ -266,9 +275,10 @@ func serverTLS(cfg config) (*tls.Config, error) {
 		if !pool.AppendCertsFromPEM(pemData) {
 			return nil, fmt.Errorf("client-ca-file %s holds no PEM certificate", cfg.ClientCAFile)
 		}
-		// Verified when given, required by the API for every route but
-		// /healthz, /readyz and /metrics, so that probes and scrapers need
-		// no client certificate (api.Options.RequireClientCertificate).
+		// Verified when given, not required by TLS: a request may carry a
+		// bearer token instead, and probes and scrapers carry nothing
+		// (/healthz, /readyz, /metrics). The API answers 401 to any other
+		// request without credentials.
 		tc.ClientCAs, tc.ClientAuth = pool, tls.VerifyClientCertIfGiven
 	}
 	return tc, nil

@@ -36,8 +36,9 @@ func startServer(t *testing.T, dbURL string, extra ...string) string {
 	bound := make(chan string, 1)
 	done := make(chan error, 1)
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--database-url", dbURL, "--log-level", "error"}, extra...)
-	if !slices.Contains(extra, "--tls-cert-file") && !slices.Contains(extra, "--data-dir") {
-		args = append(args, "--insecure-http") // these tests speak plain HTTP
+	if !slices.Contains(extra, "--tls-cert-file") && !slices.Contains(extra, "--data-dir") && !slices.Contains(extra, "--insecure-http") {
+		// These tests speak plain HTTP from loopback, as make run's user.
+		args = append(args, "--insecure-http", "--dev-no-auth")
 	}
 	go func() { done <- run(ctx, args, func(string) string { return "" }, bound) }()
 	select {

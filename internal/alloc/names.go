@@ -37,8 +37,16 @@ func ValidateNodeName(field, name string) error {
 	return nil
 }
 
-// ValidateLabels checks keys and values with Kubernetes' label rules.
+// MaxLabels bounds the labels of one object or selector; Kubernetes
+// bounds only an object's size, and no pool or node needs more.
+const MaxLabels = 128
+
+// ValidateLabels checks keys and values with Kubernetes' label rules, and
+// their number.
 func ValidateLabels(field string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return Invalid(field, "has %d labels; at most %d are allowed", len(labels), MaxLabels)
+	}
 	for k, v := range labels {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			return Invalid(fmt.Sprintf("%s[%s]", field, k), "invalid label key: %s", strings.Join(errs, "; "))
@@ -51,12 +59,19 @@ func ValidateLabels(field string, labels map[string]string) error {
 }
 
 // MaxAnnotationBytes bounds the annotations a request may carry, as the
-// Kubernetes API server bounds an object's (256 KiB in total).
-const MaxAnnotationBytes = 256 << 10
+// Kubernetes API server bounds an object's (256 KiB in total); at most
+// MaxAnnotations of them.
+const (
+	MaxAnnotationBytes = 256 << 10
+	MaxAnnotations     = 1024
+)
 
 // ValidateAnnotations checks annotation keys with Kubernetes' rules and
 // bounds their total size.
 func ValidateAnnotations(field string, ann map[string]string) error {
+	if len(ann) > MaxAnnotations {
+		return Invalid(field, "has %d annotations; at most %d are allowed", len(ann), MaxAnnotations)
+	}
 	total := 0
 	for k, v := range ann {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {

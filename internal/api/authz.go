@@ -1,56 +1,264 @@
 package api
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"math"
+	"net"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pki"
 )
 
-// authorizeNode confines a node to its own node. A caller that presented a
-// node certificate (pki: CN=system:node:NAME) may reach the health endpoints
-// and the routes under /v1/nodes/{node} of its own name, nothing else: not
-// another node's leases, blocks or reconcile, and not pools or releases by
-// address. Operators' certificates are not confined. With requireCert, a
-// TLS request without a verified certificate reaches the health endpoints
-// only (401 elsewhere); plain HTTP (local development) is not checked.
-func authorizeNode(ps problems, requireCert bool) ipamv1.MiddlewareFunc {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			health := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
-			if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-				if requireCert && r.TLS != nil && !health {
-					ps.write(w, r, &alloc.Error{Kind: kindUnauthenticated, Detail: "a client certificate of the service's CA is required"})
+// identity is an authenticated caller.
+type identity struct {
+	role alloc.Role
+	node string // the node of a RoleNode identity
+	// actor is who the address history and the logs name: node:NAME,
+	// token:NAME, cert:CN, or anonymous.
+	actor string
+	// key is the rate-limit bucket, limit its size (zero: unlimited).
+	key   string
+	limit RateLimit
+}
+
+// authenticator is the API's gate. For every routed request it finds the
+// operation (roles.go), and unless the operation is public it:
+//  1. identifies the caller: a bearer token (checked in the database on
+//     every request, so a revocation holds at once on every replica), else
+//     a verified client certificate (a node's, or an operator's with the
+//     role its Organization names), else the anonymous role when allowed;
+//     otherwise 401;
+//  2. takes one request from the caller's rate-limit bucket (429 with
+//     Retry-After when empty);
+//  3. checks the operation's role (403), and records the actor in the
+//     context for the address history.
+//
+// Failed authentications count against the remote address's anonymous
+// bucket (then 429). A valid credential from the same address is not held
+// back by them: behind a proxy or NAT every client shares one address,
+// and one client with a revoked token must not lock out the others. A
+// failed lookup costs one index probe; guessing a 256-bit secret is hopeless
+// anyway.
+type authenticator struct {
+	ps           problems
+	tokens       TokenStore
+	routes       *chi.Mux // to find the operation before the router runs it
+	anonymous    alloc.Role
+	loopbackOnly bool
+	limits       RateLimits
+	buckets      *limiters
+	log          *slog.Logger
+	now          func() time.Time
+}
+
+// errUnauthenticated is a 401; Detail never quotes a credential.
+func errUnauthenticated(format string, args ...any) error {
+	return &alloc.Error{Kind: kindUnauthenticated, Detail: fmt.Sprintf(format, args...)}
+}
+
+func (a *authenticator) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Find the route as chi will (the raw path when there is one), so
+		// that {node} here is what the handler gets.
+		path := r.URL.RawPath
+		if path == "" {
+			path = r.URL.Path
+		}
+		rctx := chi.NewRouteContext()
+		pattern := a.routes.Find(rctx, r.Method, path)
+		if pattern == "" {
+			next.ServeHTTP(w, r) // 404 or 405, from the router
+			return
+		}
+		// The router never runs for a refused request: record its route
+		// for the request metrics here, and take it back when the request
+		// goes on to the router, which records it again.
+		rc := chi.RouteContext(r.Context())
+		mark := len(rc.RoutePatterns)
+		rc.RoutePatterns = append(rc.RoutePatterns, pattern)
+		proceed := func(r *http.Request) {
+			rc.RoutePatterns = rc.RoutePatterns[:mark]
+			next.ServeHTTP(w, r)
+		}
+		opID, ok := operationsByRoute[r.Method+" "+pattern]
+		if !ok {
+			// TestRoleTableMatchesSpec keeps this from happening; refuse
+			// rather than serve an operation nobody gave a role.
+			a.log.LogAttrs(r.Context(), slog.LevelError, "api: operation without a role",
+				slog.String("method", r.Method), slog.String("route", pattern))
+			a.ps.write(w, r, &alloc.Error{Kind: kindForbidden, Detail: "this operation has no role"})
+			return
+		}
+		op := operations[opID]
+		now := a.now()
+		addrKey := "anonymous@" + remoteHost(r)
+		if op.min == public {
+			// Probes are not limited: a kubelet behind the same address
+			// as a misbehaving client must not restart a healthy replica.
+			// Both answers are cheap (readyz is one query).
+			proceed(r)
+			return
+		}
+		id, err := a.identify(r)
+		if err != nil {
+			if alloc.IsKind(err, kindUnauthenticated) {
+				if !a.take(w, r, addrKey, a.limits.Anonymous, now) {
 					return
 				}
-				next.ServeHTTP(w, r)
-				return
+				w.Header().Set("WWW-Authenticate", `Bearer realm="ipam"`)
 			}
-			id, err := pki.IdentityOf(r.TLS.PeerCertificates[0])
-			if err != nil {
-				ps.write(w, r, &alloc.Error{Kind: kindForbidden, Detail: "the client certificate is neither a node's nor an operator's"})
-				return
-			}
-			actor := "cert:" + id.Subject
-			if id.IsNode() {
-				actor = "node:" + id.Node
-			}
-			r = r.WithContext(alloc.WithActor(r.Context(), actor))
-			node := chi.URLParam(r, "node")
-			switch {
-			case !id.IsNode(), node == id.Node, health:
-				next.ServeHTTP(w, r)
-			case node != "":
-				ps.write(w, r, &alloc.Error{Kind: kindForbidden, Field: "node",
-					Detail: fmt.Sprintf("node %q may act on its own node only, not on %q", id.Node, node)})
-			default:
-				ps.write(w, r, &alloc.Error{Kind: kindForbidden,
-					Detail: fmt.Sprintf("node %q may use the routes of its own node only", id.Node)})
-			}
-		})
+			a.ps.write(w, r, err)
+			return
+		}
+		if !a.take(w, r, id.key, id.limit, now) {
+			return
+		}
+		r = r.WithContext(alloc.WithActor(r.Context(), id.actor))
+		if node := rctx.URLParam("node"); !op.allows(id, node) {
+			a.ps.write(w, r, forbidden(id, op, node))
+			return
+		}
+		proceed(r)
+	})
+}
+
+// forbidden explains a refusal without naming more than the caller knows.
+func forbidden(id identity, op access, node string) error {
+	switch {
+	case id.role == alloc.RoleNode && op.ownNode && node != "":
+		return &alloc.Error{Kind: kindForbidden, Field: "node",
+			Detail: fmt.Sprintf("node %q may act on its own node only, not on %q", id.node, node)}
+	case id.role == alloc.RoleNode:
+		return &alloc.Error{Kind: kindForbidden,
+			Detail: fmt.Sprintf("node %q may use the routes of its own node only", id.node)}
 	}
+	return &alloc.Error{Kind: kindForbidden,
+		Detail: fmt.Sprintf("role %s may not %s %s; it needs %s", id.role, op.method, op.path, op.min)}
+}
+
+// take takes one request from key's bucket, or answers 429.
+func (a *authenticator) take(w http.ResponseWriter, r *http.Request, key string, l RateLimit, now time.Time) bool {
+	ok, wait := a.buckets.allow(key, l, now)
+	if ok {
+		return true
+	}
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	a.ps.write(w, r, &alloc.Error{Kind: kindRateLimited,
+		Detail: fmt.Sprintf("too many requests from this caller; retry in %d s", secs)})
+	return false
+}
+
+// identify authenticates r: a bearer token wins over a client certificate
+// (it is the more specific credential), and either over anonymity.
+func (a *authenticator) identify(r *http.Request) (identity, error) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		return a.bearer(r.Context(), h)
+	}
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		return a.certificate(r)
+	}
+	if a.anonymous != "" && r.TLS == nil && (!a.loopbackOnly || isLoopback(remoteHost(r))) {
+		// Local development (--dev-no-auth): one person on loopback, not
+		// rate-limited.
+		return identity{role: a.anonymous, actor: alloc.ActorAnonymous}, nil
+	}
+	if r.TLS != nil {
+		return identity{}, errUnauthenticated("a bearer token or a client certificate of the service's CA is required")
+	}
+	return identity{}, errUnauthenticated("a bearer token is required (Authorization: Bearer ipam_...)")
+}
+
+// bearer checks an Authorization header's token in the store.
+func (a *authenticator) bearer(ctx context.Context, header string) (identity, error) {
+	scheme, secret, _ := strings.Cut(header, " ")
+	secret = strings.TrimSpace(secret)
+	if !strings.EqualFold(scheme, "Bearer") {
+		return identity{}, errUnauthenticated("the Authorization header must be Bearer followed by an API token")
+	}
+	if !alloc.LooksLikeTokenSecret(secret) {
+		return identity{}, errUnauthenticated("the bearer credential is not an API token of this service")
+	}
+	if a.tokens == nil {
+		return identity{}, errUnauthenticated("this server accepts no API tokens")
+	}
+	t, err := a.tokens.TokenBySecret(ctx, alloc.HashTokenSecret(secret))
+	switch {
+	case alloc.IsKind(err, alloc.KindNotFound):
+		return identity{}, errUnauthenticated("unknown API token")
+	case err != nil:
+		return identity{}, err
+	case t.State == alloc.TokenRevoked:
+		return identity{}, errUnauthenticated("API token %q was revoked", t.Name)
+	case t.State != alloc.TokenActive:
+		return identity{}, errUnauthenticated("API token %q expired at %s", t.Name, t.ExpiresAt.Format(time.RFC3339))
+	}
+	actor := "token:" + t.Name
+	return identity{role: t.Role, actor: actor, key: actor, limit: a.limits.Client}, nil
+}
+
+// certificate reads the identity of a verified client certificate.
+func (a *authenticator) certificate(r *http.Request) (identity, error) {
+	cert := r.TLS.PeerCertificates[0]
+	id, err := pki.IdentityOf(cert)
+	if err != nil {
+		return identity{}, &alloc.Error{Kind: kindForbidden, Detail: "the client certificate is neither a node's nor an operator's"}
+	}
+	if id.IsNode() {
+		actor := "node:" + id.Node
+		return identity{role: alloc.RoleNode, node: id.Node, actor: actor, key: actor, limit: a.limits.Node}, nil
+	}
+	role, err := certRole(cert.Subject.Organization)
+	if err != nil {
+		return identity{}, err
+	}
+	actor := "cert:" + id.Subject
+	return identity{role: role, actor: actor, key: actor, limit: a.limits.Client}, nil
+}
+
+// certRole is the role an operator certificate's Organization names. A
+// certificate that names none is an admin: before roles every operator
+// certificate could do everything, and those already issued keep working.
+// One that names two roles, or an unknown one, is refused.
+func certRole(orgs []string) (alloc.Role, error) {
+	role := alloc.RoleAdmin
+	named := 0
+	for _, o := range orgs {
+		name, ok := strings.CutPrefix(o, pki.RoleOrganizationPrefix)
+		if !ok {
+			continue
+		}
+		named++
+		r, err := alloc.ParseTokenRole("", name)
+		if err != nil || named > 1 {
+			return "", &alloc.Error{Kind: kindForbidden,
+				Detail: "the client certificate must name one role as O=ipam:admin, ipam:operator or ipam:viewer"}
+		}
+		role = r
+	}
+	return role, nil
+}
+
+// remoteHost is the peer's address without its port. Behind a proxy every
+// anonymous caller shares the proxy's address; forwarded headers are not
+// trusted, since any client can set them.
+func remoteHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pgtest"
 	"github.com/ipam-dev/ipam/internal/store"
 	"github.com/ipam-dev/ipam/internal/telemetry"
@@ -104,7 +105,10 @@ func newEnvWith(t *testing.T, wrap func(*store.Store) Store, opts func(*store.Op
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = metrics.Shutdown(context.Background()) })
-	srv := httptest.NewServer(NewHandler(s, Options{Logger: log, Meter: metrics.Meter(), IsUnavailable: store.IsUnavailable}))
+	// Plain HTTP without credentials acts as admin here; the role and
+	// token tests (auth_test.go) start servers that authenticate.
+	srv := httptest.NewServer(NewHandler(s, Options{Logger: log, Meter: metrics.Meter(), IsUnavailable: store.IsUnavailable,
+		AnonymousRole: alloc.RoleAdmin}))
 	t.Cleanup(srv.Close)
 	client, err := ipamv1.NewClientWithResponses(srv.URL)
 	if err != nil {

@@ -45,6 +45,9 @@ func parsePage(limit *int, cont *string) (alloc.Page, error) {
 		p.Limit = *limit
 	}
 	if cont != nil {
+		if err := checkLen("continue", *cont, maxContinueLen); err != nil {
+			return alloc.Page{}, err
+		}
 		p.Continue = *cont
 	}
 	if err := p.Validate(); err != nil {
@@ -68,6 +71,9 @@ func parseFamily(field string, f ipamv1.Family) (alloc.Family, error) {
 }
 
 func parsePrefix(field, s string) (netip.Prefix, error) {
+	if err := checkLen(field, s, maxAddressTextLen); err != nil {
+		return netip.Prefix{}, err
+	}
 	p, err := alloc.ParseCanonicalPrefix(s)
 	if err != nil {
 		return netip.Prefix{}, alloc.Invalid(field, "%s", err)
@@ -76,6 +82,9 @@ func parsePrefix(field, s string) (netip.Prefix, error) {
 }
 
 func parseAddr(field, s string) (netip.Addr, error) {
+	if err := checkLen(field, s, maxAddressTextLen); err != nil {
+		return netip.Addr{}, err
+	}
 	a, err := alloc.ParseAddr(s)
 	if err != nil {
 		return netip.Addr{}, alloc.Invalid(field, "%s", err)
@@ -193,6 +202,9 @@ func poolFamilyFromAPI(base string, f *ipamv1.PoolFamilySpec) (*alloc.PoolFamily
 		}
 		pf.CIDRs[i] = p
 	}
+	if err := checkCount(base+".pool", len(deref(f.Pool, nil)), maxCIDRConfigs); err != nil {
+		return nil, err
+	}
 	for i, c := range deref(f.Pool, nil) {
 		field := fmt.Sprintf("%s.pool[%d]", base, i)
 		cidr, err := parsePrefix(field+".cidr", c.Cidr)
@@ -223,6 +235,15 @@ func poolFamilyFromAPI(base string, f *ipamv1.PoolFamilySpec) (*alloc.PoolFamily
 func selectorFromAPI(field string, s *ipamv1.LabelSelector) (*metav1.LabelSelector, error) {
 	if s == nil {
 		return nil, nil
+	}
+	exprs := deref(s.MatchExpressions, nil)
+	if err := checkCount(field+".matchExpressions", len(exprs), maxMatchExprs); err != nil {
+		return nil, err
+	}
+	for i, e := range exprs {
+		if err := checkCount(fmt.Sprintf("%s.matchExpressions[%d].values", field, i), len(deref(e.Values, nil)), maxMatchValues); err != nil {
+			return nil, err
+		}
 	}
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -346,6 +367,15 @@ func nodeFromAPI(space, name string, s ipamv1.NodeSpec) (alloc.Node, error) {
 		return alloc.Node{}, err
 	}
 	n := alloc.Node{Space: space, Name: name, Labels: labels, ProviderID: deref(s.ProviderID, "")}
+	for _, err := range []error{
+		checkLen("providerID", n.ProviderID, maxProviderIDLen),
+		checkCount("addresses", len(deref(s.Addresses, nil)), maxNodeAddresses),
+		checkCount("podCIDRs", len(deref(s.PodCIDRs, nil)), maxNodePodCIDRs),
+	} {
+		if err != nil {
+			return alloc.Node{}, err
+		}
+	}
 	if s.Addresses != nil {
 		n.Addresses = make([]alloc.NodeAddress, len(*s.Addresses))
 		for i, a := range *s.Addresses {
@@ -440,6 +470,9 @@ const (
 func parseWindow(w *string) (time.Duration, error) {
 	if w == nil {
 		return defaultWindow, nil
+	}
+	if err := checkLen("window", *w, maxDurationTextLen); err != nil {
+		return 0, err
 	}
 	d, err := time.ParseDuration(*w)
 	if err != nil || d < minWindow || d > maxWindow {
@@ -538,6 +571,9 @@ func leaseRequestFromAPI(space, node string, b ipamv1.LeaseRequest) (alloc.Lease
 		return alloc.LeaseRequest{}, err
 	}
 	if b.Families != nil {
+		if err := checkCount("families", len(*b.Families), maxFamilies); err != nil {
+			return alloc.LeaseRequest{}, err
+		}
 		r.Families = make([]alloc.Family, len(*b.Families))
 		for i, f := range *b.Families {
 			fam, err := parseFamily(fmt.Sprintf("families[%d]", i), f)
@@ -689,6 +725,9 @@ func leaseFilterFromAPI(p ipamv1.ListLeasesParams) (alloc.LeaseFilter, error) {
 func attachmentsFromAPI(b ipamv1.ReconcileRequest) ([]alloc.Attachment, error) {
 	if b.Attachments == nil {
 		return nil, alloc.Invalid("attachments", "is required; send [] to release every lease of the node")
+	}
+	if err := checkCount("attachments", len(b.Attachments), maxAttachments); err != nil {
+		return nil, err
 	}
 	out := make([]alloc.Attachment, len(b.Attachments))
 	for i, a := range b.Attachments {

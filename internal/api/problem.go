@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -26,6 +27,7 @@ const problemTypePrefix = "urn:ipam:problem:"
 const (
 	kindUnauthenticated      alloc.Kind = "unauthenticated"
 	kindForbidden            alloc.Kind = "forbidden"
+	kindRateLimited          alloc.Kind = "rate-limited"
 	kindMethodNotAllowed     alloc.Kind = "method-not-allowed"
 	kindPayloadTooLarge      alloc.Kind = "payload-too-large"
 	kindUnsupportedMediaType alloc.Kind = "unsupported-media-type"
@@ -54,6 +56,7 @@ var problemClasses = map[alloc.Kind]problemClass{
 	alloc.KindPoolMatch:      {http.StatusConflict, "No single pool matches"},
 	kindUnauthenticated:      {http.StatusUnauthorized, "Unauthenticated"},
 	kindForbidden:            {http.StatusForbidden, "Forbidden"},
+	kindRateLimited:          {http.StatusTooManyRequests, "Too many requests"},
 	kindMethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	kindPayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	kindUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
@@ -173,6 +176,7 @@ func bodyError(err error) error {
 		tooLarge *http.MaxBytesError
 		typeErr  *json.UnmarshalTypeError
 		syntax   *json.SyntaxError
+		timeErr  *time.ParseError
 	)
 	switch {
 	case errors.As(err, &tooLarge):
@@ -186,6 +190,9 @@ func bodyError(err error) error {
 		return alloc.Invalid(field, "must be %s, not a JSON %s", jsonTypeName(typeErr.Type), typeErr.Value)
 	case errors.As(err, &syntax):
 		return alloc.Invalid("body", "malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
+	case errors.As(err, &timeErr):
+		// A date-time field's own decoder says not which field it is.
+		return alloc.Invalid("body", "a date-time is not RFC 3339: %q", timeErr.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return alloc.Invalid("body", "the JSON body ends early")
 	case errors.Is(err, io.EOF):

@@ -56,11 +56,21 @@ type Options struct {
 	// so clients such as the CNI plugin retry instead of failing. Nil
 	// answers every unclassified error 500.
 	IsUnavailable func(error) bool
-	// RequireClientCertificate answers 401 "unauthenticated" to a request
-	// over TLS without a verified client certificate, except on /healthz
-	// and /readyz (probes carry none). The TLS layer verifies certificates
-	// when given; this makes them mandatory for the API.
-	RequireClientCertificate bool
+	// AnonymousRole is the role of a plain-HTTP request that carries no
+	// credentials (no bearer token, no client certificate). Empty, the
+	// zero value, answers such a request 401 "unauthenticated", as any
+	// request over TLS without credentials is answered, except on the
+	// public /healthz and /readyz. Tests, the benchmark and
+	// --dev-no-auth set it.
+	AnonymousRole alloc.Role
+	// AnonymousLoopbackOnly grants AnonymousRole only to requests from a
+	// loopback address, so that a development server on :8080 is not
+	// open to the network.
+	AnonymousLoopbackOnly bool
+	// RateLimits bound each identity's requests (429 with Retry-After).
+	// The zero value limits nobody; cmd/server passes its flags, which
+	// default to DefaultRateLimits.
+	RateLimits RateLimits
 	// PodMetadata, when set, looks up the labels and annotations of a
 	// lease request's Pod and namespace that the request does not carry
 	// (the server's Kubernetes informers), for pool selection.
@@ -82,6 +92,14 @@ func (o Options) Validate() error {
 	var errs []error
 	if o.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("api: MaxBodyBytes is %d; it must not be negative", o.MaxBodyBytes))
+	}
+	if o.AnonymousRole != "" {
+		if _, err := alloc.ParseTokenRole("AnonymousRole", string(o.AnonymousRole)); err != nil {
+			errs = append(errs, fmt.Errorf("api: %w", err))
+		}
+	}
+	if err := o.RateLimits.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("api: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -121,6 +139,12 @@ func NewHandler(store Store, o Options) http.Handler {
 	r.Use(func(next http.Handler) http.Handler {
 		return &edge{next: next, log: o.Logger, maxBody: o.MaxBodyBytes, problems: ps, metrics: m}
 	})
+	// Before routing, parameter binding and body checks: a caller without
+	// the operation's role learns nothing about its request, and every
+	// request counts against its identity's rate.
+	auth := &authenticator{ps: ps, tokens: store, routes: r, anonymous: o.AnonymousRole, loopbackOnly: o.AnonymousLoopbackOnly,
+		limits: o.RateLimits, buckets: newLimiters(), log: o.Logger, now: time.Now}
+	r.Use(auth.middleware)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		ps.write(w, req, &alloc.Error{Kind: alloc.KindNotFound,
 			Detail: fmt.Sprintf("no route for %s %s", req.Method, req.URL.Path)})
@@ -139,9 +163,7 @@ func NewHandler(store Store, o Options) http.Handler {
 	h := ipamv1.HandlerWithOptions(strict, ipamv1.ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: ps.paramError,
-		// The last runs first: a node reaching beyond its node is refused
-		// before its body is looked at.
-		Middlewares: []ipamv1.MiddlewareFunc{requireJSON(ps), authorizeNode(ps, o.RequireClientCertificate)},
+		Middlewares:      []ipamv1.MiddlewareFunc{requireJSON(ps)},
 	})
 	if o.TracerProvider == nil {
 		return h

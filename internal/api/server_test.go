@@ -809,6 +809,7 @@ func TestDatabaseUnreachableIsUnavailable(t *testing.T) {
 	srv := httptest.NewServer(NewHandler(st, Options{
 		Logger:        slog.New(slog.NewJSONHandler(logs, nil)),
 		IsUnavailable: store.IsUnavailable,
+		AnonymousRole: alloc.RoleAdmin,
 	}))
 	defer srv.Close()
 	body := strings.NewReader(`{"owner":{"namespace":"ns","name":"pod"},"containerID":"c1","interface":"eth0"}`)

@@ -18,6 +18,9 @@ import (
 // other error is internal: it is logged and answered as a 500 without its
 // text.
 type Store interface {
+	// TokenStore keeps the API tokens (tokens.go).
+	TokenStore
+
 	// Ready answers the applied schema version, or an error when the
 	// database is unreachable or its schema is older than the binary's.
 	Ready(ctx context.Context) (int64, error)

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pgtest"
 	"github.com/ipam-dev/ipam/internal/store"
 	"github.com/ipam-dev/ipam/internal/telemetry"
@@ -36,7 +37,8 @@ func TestOneTracePerRequest(t *testing.T) {
 	t.Cleanup(st.Close)
 	logs := &syncBuffer{}
 	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	srv := httptest.NewServer(NewHandler(st, Options{Logger: log, TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable}))
+	srv := httptest.NewServer(NewHandler(st, Options{Logger: log, TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable,
+		AnonymousRole: alloc.RoleAdmin}))
 	t.Cleanup(srv.Close)
 
 	send := func(method, path, body string, header http.Header) {

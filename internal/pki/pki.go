@@ -31,6 +31,10 @@ const (
 	NodeCommonNamePrefix = "system:node:"
 	// NodesOrganization is the organization of node certificates.
 	NodesOrganization = "system:nodes"
+	// RoleOrganizationPrefix starts the organization that names an
+	// operator certificate's role: O=ipam:admin, ipam:operator or
+	// ipam:viewer. A certificate naming none is an admin (internal/api).
+	RoleOrganizationPrefix = "ipam:"
 )
 
 // CA is a certificate authority that issues the service's certificates.
@@ -151,6 +155,19 @@ func (ca *CA) IssueClient(commonName string, validity time.Duration) (certPEM, k
 		return nil, nil, fmt.Errorf("pki: %q is not an operator name", commonName)
 	}
 	return ca.issue(pkix.Name{CommonName: commonName}, nil, x509.ExtKeyUsageClientAuth, validity)
+}
+
+// IssueOperator issues an operator's client certificate whose
+// organization names its role (ipam:ROLE); the API checks the role.
+func (ca *CA) IssueOperator(commonName, role string, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	if commonName == "" || strings.HasPrefix(commonName, NodeCommonNamePrefix) {
+		return nil, nil, fmt.Errorf("pki: %q is not an operator name", commonName)
+	}
+	if role == "" || strings.ContainsAny(role, ":/ ") {
+		return nil, nil, fmt.Errorf("pki: %q is not a role", role)
+	}
+	name := pkix.Name{CommonName: commonName, Organization: []string{RoleOrganizationPrefix + role}}
+	return ca.issue(name, nil, x509.ExtKeyUsageClientAuth, validity)
 }
 
 func (ca *CA) issue(subject pkix.Name, hosts []string, usage x509.ExtKeyUsage, validity time.Duration) (certPEM, keyPEM []byte, err error) {
