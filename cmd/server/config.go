@@ -34,6 +34,7 @@ type config struct {
 	DefaultPool       string
 	BlockReleaseDelay time.Duration
 	UsageSampleEvery  time.Duration
+	HistoryRetention  time.Duration
 	Kubeconfig        string
 	KubeInCluster     bool
 }
@@ -76,6 +77,9 @@ func (c config) Validate() error {
 	if c.UsageSampleEvery <= 0 {
 		errs = append(errs, errors.New("usage-sample-interval must be positive"))
 	}
+	if c.HistoryRetention < 0 {
+		errs = append(errs, errors.New("history-retention must not be negative"))
+	}
 	if c.Kubeconfig != "" && c.KubeInCluster {
 		errs = append(errs, errors.New("kubeconfig and kube-in-cluster exclude each other"))
 	}
@@ -114,6 +118,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.StringVar(&c.DefaultPool, "default-pool", "default", "the pool of Pods no annotation, request or selector places (Cilium's ipam-default-ip-pool)")
 	fs.DurationVar(&c.BlockReleaseDelay, "block-release-delay", 3*time.Minute, "how long a multi-pool block stays completely free above a node's need before it returns to the pool")
 	fs.DurationVar(&c.UsageSampleEvery, "usage-sample-interval", time.Minute, "how often pool usage is sampled for the exhaustion forecast")
+	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "how long address history events are kept; 0 keeps them forever")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection from this cluster")
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")
 

@@ -106,6 +106,7 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 		MaxConns:            int32(cfg.MaxConns),
 		DefaultPool:         cfg.DefaultPool,
 		BlockReleaseHoldOff: cfg.BlockReleaseDelay,
+		HistoryRetention:    cfg.HistoryRetention,
 	})
 	if err != nil {
 		return err
@@ -218,6 +219,9 @@ func runGC(ctx context.Context, st store.Maintainer, every, sampleEvery time.Dur
 		if p.Purged > 0 {
 			log.Debug("purged cooled addresses", "count", p.Purged)
 			m.purged.Add(ctx, p.Purged)
+		}
+		if p.Pruned > 0 {
+			log.Debug("pruned address history", "count", p.Pruned)
 		}
 	})
 }
