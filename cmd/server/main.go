@@ -2,6 +2,8 @@
 //
 //	server [serve] [flags]   serve the REST API (default)
 //	server migrate [flags]   apply database migrations and exit
+//	server check [flags]     verify the database's invariants in one snapshot,
+//	                          print the report as JSON, exit 2 if anything is found
 //	server issue-cert [flags] issue a server, node or operator certificate
 //	                          from a CA directory (created when empty)
 //
@@ -34,6 +36,9 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "ipam-server:", err)
+		if errors.As(err, new(findingsError)) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
@@ -44,6 +49,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, bound c
 	cmd := "serve"
 	if len(args) > 0 && args[0] == "issue-cert" {
 		return issueCert(args[1:], os.Stdout)
+	}
+	if len(args) > 0 && args[0] == "check" {
+		return check(ctx, args[1:], getenv, os.Stdout)
 	}
 	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
 		cmd, args = args[0], args[1:]
