@@ -84,171 +84,136 @@ CREATE FUNCTION ipam_history_at() RETURNS timestamptz LANGUAGE sql STABLE AS $$
     SELECT coalesce(nullif(current_setting('ipam.at', true), '')::timestamptz, now())
 $$;
 
--- Leases. One statement-level trigger per operation, reading the statement's
--- transition tables: one INSERT ... SELECT per statement, whether it
--- changed one lease (an allocation) or a thousand (a purge batch).
+-- Row-level triggers: on the allocation path each statement changes one
+-- lease, and a row trigger with a WHEN clause costs less there than a
+-- statement trigger's transition tables and joins (measured: about +13%
+-- against +22% per allocate/release pair with fsync off, the worst case).
 -- generation is read through to_jsonb so this works before and after
 -- leases gains that column.
 CREATE FUNCTION address_events_lease_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO address_events (at, kind, space, family, address, block, pool, node, state,
         owner_namespace, owner_name, owner_uid, container_id, interface, actor, reason, generation)
-    SELECT l.created_at, 'lease', l.space, l.family, l.addr, l.block_cidr, p.name, n.name, l.state,
-        l.owner_namespace, l.owner_name, l.owner_uid, l.container_id, l.interface,
-        ipam_history_actor(), coalesce(nullif(ipam_history_reason(), ''), l.selected_by),
-        (to_jsonb(l) ->> 'generation')::bigint
-    FROM new_leases l
-    LEFT JOIN nodes n ON n.id = l.node_id
-    LEFT JOIN pools p ON p.id = l.pool_id;
+    VALUES (NEW.created_at, 'lease', NEW.space, NEW.family, NEW.addr, NEW.block_cidr,
+        (SELECT name FROM pools WHERE id = NEW.pool_id), (SELECT name FROM nodes WHERE id = NEW.node_id), NEW.state,
+        NEW.owner_namespace, NEW.owner_name, NEW.owner_uid, NEW.container_id, NEW.interface,
+        ipam_history_actor(), coalesce(nullif(ipam_history_reason(), ''), NEW.selected_by),
+        (to_jsonb(NEW) ->> 'generation')::bigint);
     RETURN NULL;
 END
 $$;
 
+-- A change of state: confirmation, release or expiry, or a cooled row
+-- leased again in place (its cooldown ended when it did, then the new
+-- holder leased it).
 CREATE FUNCTION address_events_lease_update() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    pool_name text := (SELECT name FROM pools WHERE id = NEW.pool_id);
+    node_name text := (SELECT name FROM nodes WHERE id = NEW.node_id);
+    reason text := ipam_history_reason();
 BEGIN
-    INSERT INTO address_events (at, kind, space, family, address, block, pool, node, state,
-        owner_namespace, owner_name, owner_uid, container_id, interface, actor, reason, generation)
-    SELECT e.at, e.kind, l.space, l.family, l.addr, l.block_cidr, p.name, n.name, e.state,
-        e.owner_namespace, e.owner_name, e.owner_uid, e.container_id, e.interface,
-        ipam_history_actor(), e.reason, e.generation
-    FROM old_leases o
-    JOIN new_leases l USING (space, addr)
-    LEFT JOIN nodes n ON n.id = l.node_id
-    LEFT JOIN pools p ON p.id = l.pool_id
-    CROSS JOIN LATERAL (
-        -- A released row leased again in place: its cooldown ended (when
-        -- it did), then the new holder leased it.
-        SELECT o.cooldown_until AS at, 'cooldown-end' AS kind, 'free' AS state,
-               o.owner_namespace, o.owner_name, o.owner_uid, o.container_id, o.interface,
-               'reused' AS reason, (to_jsonb(o) ->> 'generation')::bigint AS generation, 1 AS ord
-        WHERE o.state = 'released' AND l.state <> 'released'
-        UNION ALL
-        SELECT l.created_at, 'lease', l.state, l.owner_namespace, l.owner_name, l.owner_uid, l.container_id, l.interface,
-               coalesce(nullif(ipam_history_reason(), ''), l.selected_by), (to_jsonb(l) ->> 'generation')::bigint, 2
-        WHERE o.state = 'released' AND l.state <> 'released'
-        UNION ALL
-        SELECT l.confirmed_at, 'confirm', l.state, l.owner_namespace, l.owner_name, l.owner_uid, l.container_id, l.interface,
-               ipam_history_reason(), (to_jsonb(l) ->> 'generation')::bigint, 1
-        WHERE o.state = 'pending' AND l.state = 'active'
-        UNION ALL
-        SELECT l.released_at, CASE WHEN ipam_history_reason() = 'expired' THEN 'expire' ELSE 'release' END, 'cooling',
-               o.owner_namespace, o.owner_name, o.owner_uid, o.container_id, o.interface,
-               ipam_history_reason(), (to_jsonb(o) ->> 'generation')::bigint, 1
-        WHERE o.state <> 'released' AND l.state = 'released'
-    ) e
-    ORDER BY l.addr, e.ord;
+    IF OLD.state = 'released' THEN
+        INSERT INTO address_events (at, kind, space, family, address, block, pool, node, state,
+            owner_namespace, owner_name, owner_uid, container_id, interface, actor, reason, generation)
+        VALUES (OLD.cooldown_until, 'cooldown-end', OLD.space, OLD.family, OLD.addr, OLD.block_cidr, pool_name, node_name, 'free',
+            OLD.owner_namespace, OLD.owner_name, OLD.owner_uid, OLD.container_id, OLD.interface,
+            ipam_history_actor(), 'reused', (to_jsonb(OLD) ->> 'generation')::bigint),
+           (NEW.created_at, 'lease', NEW.space, NEW.family, NEW.addr, NEW.block_cidr, pool_name, node_name, NEW.state,
+            NEW.owner_namespace, NEW.owner_name, NEW.owner_uid, NEW.container_id, NEW.interface,
+            ipam_history_actor(), coalesce(nullif(reason, ''), NEW.selected_by), (to_jsonb(NEW) ->> 'generation')::bigint);
+    ELSIF NEW.state = 'released' THEN
+        INSERT INTO address_events (at, kind, space, family, address, block, pool, node, state,
+            owner_namespace, owner_name, owner_uid, container_id, interface, actor, reason, generation)
+        VALUES (NEW.released_at, CASE WHEN reason = 'expired' THEN 'expire' ELSE 'release' END,
+            NEW.space, NEW.family, NEW.addr, NEW.block_cidr, pool_name, node_name, 'cooling',
+            OLD.owner_namespace, OLD.owner_name, OLD.owner_uid, OLD.container_id, OLD.interface,
+            ipam_history_actor(), reason, (to_jsonb(OLD) ->> 'generation')::bigint);
+    ELSIF OLD.state = 'pending' AND NEW.state = 'active' THEN
+        INSERT INTO address_events (at, kind, space, family, address, block, pool, node, state,
+            owner_namespace, owner_name, owner_uid, container_id, interface, actor, reason, generation)
+        VALUES (coalesce(NEW.confirmed_at, ipam_history_at()), 'confirm', NEW.space, NEW.family, NEW.addr, NEW.block_cidr,
+            pool_name, node_name, NEW.state, NEW.owner_namespace, NEW.owner_name, NEW.owner_uid, NEW.container_id, NEW.interface,
+            ipam_history_actor(), reason, (to_jsonb(NEW) ->> 'generation')::bigint);
+    END IF;
     RETURN NULL;
 END
 $$;
 
+-- A held lease deleted outright (its node deleted with force) is released
+-- and freed at once; a cooling one ends its cooldown: when it was due if
+-- that has passed (the purge), else now.
 CREATE FUNCTION address_events_lease_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    -- A held lease deleted outright (its node deleted with force) is
-    -- released and freed at once; a cooling one ends its cooldown: when it
-    -- was due if that has passed (the purge), else now.
     INSERT INTO address_events (at, kind, space, family, address, block, pool, node, state,
         owner_namespace, owner_name, owner_uid, container_id, interface, actor, reason, generation)
-    SELECT e.at, e.kind, o.space, o.family, o.addr, o.block_cidr, p.name, n.name, 'free',
-        o.owner_namespace, o.owner_name, o.owner_uid, o.container_id, o.interface,
+    VALUES (CASE WHEN OLD.state = 'released' THEN least(OLD.cooldown_until, ipam_history_at()) ELSE ipam_history_at() END,
+        CASE WHEN OLD.state = 'released' THEN 'cooldown-end' ELSE 'release' END,
+        OLD.space, OLD.family, OLD.addr, OLD.block_cidr,
+        (SELECT name FROM pools WHERE id = OLD.pool_id), (SELECT name FROM nodes WHERE id = OLD.node_id), 'free',
+        OLD.owner_namespace, OLD.owner_name, OLD.owner_uid, OLD.container_id, OLD.interface,
         ipam_history_actor(), coalesce(nullif(ipam_history_reason(), ''), 'deleted'),
-        (to_jsonb(o) ->> 'generation')::bigint
-    FROM old_leases o
-    LEFT JOIN nodes n ON n.id = o.node_id
-    LEFT JOIN pools p ON p.id = o.pool_id
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN o.state = 'released' THEN least(o.cooldown_until, ipam_history_at()) ELSE ipam_history_at() END AS at,
-               CASE WHEN o.state = 'released' THEN 'cooldown-end' ELSE 'release' END AS kind
-    ) e
-    ORDER BY o.addr;
+        (to_jsonb(OLD) ->> 'generation')::bigint);
     RETURN NULL;
 END
 $$;
 
-CREATE FUNCTION address_events_block_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION address_events_block() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    b blocks;
 BEGIN
+    IF TG_OP = 'DELETE' THEN
+        b := OLD;
+    ELSE
+        b := NEW;
+    END IF;
     INSERT INTO address_events (at, kind, space, family, block, pool, node, actor, reason)
-    SELECT b.created_at, CASE b.source WHEN 'adopted' THEN 'block-adopt' ELSE 'block-carve' END,
-        b.space, b.family, b.cidr, p.name, n.name, ipam_history_actor(), ipam_history_reason()
-    FROM new_blocks b
-    LEFT JOIN nodes n ON n.id = b.node_id
-    LEFT JOIN pools p ON p.id = b.pool_id
-    ORDER BY b.id;
+    VALUES (CASE TG_OP WHEN 'DELETE' THEN ipam_history_at() ELSE b.created_at END,
+        CASE WHEN TG_OP = 'DELETE' THEN 'block-release' WHEN b.source = 'adopted' THEN 'block-adopt' ELSE 'block-carve' END,
+        b.space, b.family, b.cidr, (SELECT name FROM pools WHERE id = b.pool_id), (SELECT name FROM nodes WHERE id = b.node_id),
+        ipam_history_actor(), ipam_history_reason());
     RETURN NULL;
 END
 $$;
 
-CREATE FUNCTION address_events_block_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION address_events_pool() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO address_events (at, kind, space, family, block, pool, node, actor, reason)
-    SELECT ipam_history_at(), 'block-release', b.space, b.family, b.cidr, p.name, n.name,
-        ipam_history_actor(), ipam_history_reason()
-    FROM old_blocks b
-    LEFT JOIN nodes n ON n.id = b.node_id
-    LEFT JOIN pools p ON p.id = b.pool_id
-    ORDER BY b.id;
-    RETURN NULL;
-END
-$$;
-
-CREATE FUNCTION address_events_pool_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO address_events (at, kind, space, pool, actor, reason)
-    SELECT p.created_at, 'pool-create', p.space, p.name, ipam_history_actor(), ipam_history_reason()
-    FROM new_pools p ORDER BY p.id;
-    RETURN NULL;
-END
-$$;
-
-CREATE FUNCTION address_events_pool_update() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO address_events (at, kind, space, pool, actor, reason)
-    SELECT p.updated_at, 'pool-update', p.space, p.name, ipam_history_actor(), ipam_history_reason()
-    FROM new_pools p ORDER BY p.id;
-    RETURN NULL;
-END
-$$;
-
-CREATE FUNCTION address_events_pool_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO address_events (at, kind, space, pool, actor, reason)
-    SELECT ipam_history_at(), 'pool-delete', p.space, p.name, ipam_history_actor(), ipam_history_reason()
-    FROM old_pools p ORDER BY p.id;
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO address_events (at, kind, space, pool, actor, reason)
+        VALUES (ipam_history_at(), 'pool-delete', OLD.space, OLD.name, ipam_history_actor(), ipam_history_reason());
+    ELSE
+        INSERT INTO address_events (at, kind, space, pool, actor, reason)
+        VALUES (CASE TG_OP WHEN 'INSERT' THEN NEW.created_at ELSE NEW.updated_at END,
+            CASE TG_OP WHEN 'INSERT' THEN 'pool-create' ELSE 'pool-update' END,
+            NEW.space, NEW.name, ipam_history_actor(), ipam_history_reason());
+    END IF;
     RETURN NULL;
 END
 $$;
 -- +goose StatementEnd
 
 CREATE TRIGGER address_events_lease_insert AFTER INSERT ON leases
-    REFERENCING NEW TABLE AS new_leases FOR EACH STATEMENT EXECUTE FUNCTION address_events_lease_insert();
+    FOR EACH ROW EXECUTE FUNCTION address_events_lease_insert();
+-- Only changes of state are events; the WHEN clause spares the function
+-- call for any other update.
 CREATE TRIGGER address_events_lease_update AFTER UPDATE ON leases
-    REFERENCING OLD TABLE AS old_leases NEW TABLE AS new_leases FOR EACH STATEMENT EXECUTE FUNCTION address_events_lease_update();
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state) EXECUTE FUNCTION address_events_lease_update();
 CREATE TRIGGER address_events_lease_delete AFTER DELETE ON leases
-    REFERENCING OLD TABLE AS old_leases FOR EACH STATEMENT EXECUTE FUNCTION address_events_lease_delete();
-CREATE TRIGGER address_events_block_insert AFTER INSERT ON blocks
-    REFERENCING NEW TABLE AS new_blocks FOR EACH STATEMENT EXECUTE FUNCTION address_events_block_insert();
-CREATE TRIGGER address_events_block_delete AFTER DELETE ON blocks
-    REFERENCING OLD TABLE AS old_blocks FOR EACH STATEMENT EXECUTE FUNCTION address_events_block_delete();
-CREATE TRIGGER address_events_pool_insert AFTER INSERT ON pools
-    REFERENCING NEW TABLE AS new_pools FOR EACH STATEMENT EXECUTE FUNCTION address_events_pool_insert();
-CREATE TRIGGER address_events_pool_update AFTER UPDATE ON pools
-    REFERENCING OLD TABLE AS old_pools NEW TABLE AS new_pools FOR EACH STATEMENT EXECUTE FUNCTION address_events_pool_update();
-CREATE TRIGGER address_events_pool_delete AFTER DELETE ON pools
-    REFERENCING OLD TABLE AS old_pools FOR EACH STATEMENT EXECUTE FUNCTION address_events_pool_delete();
+    FOR EACH ROW EXECUTE FUNCTION address_events_lease_delete();
+-- Blocks: carving, adoption and release; their counters' updates are not
+-- events.
+CREATE TRIGGER address_events_block AFTER INSERT OR DELETE ON blocks
+    FOR EACH ROW EXECUTE FUNCTION address_events_block();
+CREATE TRIGGER address_events_pool AFTER INSERT OR UPDATE OR DELETE ON pools
+    FOR EACH ROW EXECUTE FUNCTION address_events_pool();
 
 -- +goose Down
-DROP TRIGGER address_events_pool_delete ON pools;
-DROP TRIGGER address_events_pool_update ON pools;
-DROP TRIGGER address_events_pool_insert ON pools;
-DROP TRIGGER address_events_block_delete ON blocks;
-DROP TRIGGER address_events_block_insert ON blocks;
+DROP TRIGGER address_events_pool ON pools;
+DROP TRIGGER address_events_block ON blocks;
 DROP TRIGGER address_events_lease_delete ON leases;
 DROP TRIGGER address_events_lease_update ON leases;
 DROP TRIGGER address_events_lease_insert ON leases;
-DROP FUNCTION address_events_pool_delete();
-DROP FUNCTION address_events_pool_update();
-DROP FUNCTION address_events_pool_insert();
-DROP FUNCTION address_events_block_delete();
-DROP FUNCTION address_events_block_insert();
+DROP FUNCTION address_events_pool();
+DROP FUNCTION address_events_block();
 DROP FUNCTION address_events_lease_delete();
 DROP FUNCTION address_events_lease_update();
 DROP FUNCTION address_events_lease_insert();

@@ -24,7 +24,7 @@ func (s *Store) ExpirePending(ctx context.Context) (int64, error) {
 		tag, err := s.db.Exec(ctx, `UPDATE leases SET `+releaseSet+` WHERE (space, addr) IN (
 			SELECT space, addr FROM leases WHERE state = 'pending' AND expires_at <= $1
 			ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED) AND `+historyContextSQL(4, 5, 1),
-			now, now.Add(s.opts.Cooldown), gcBatch, alloc.ActorFrom(ctx), reasonExpired)
+			now, now.Add(s.opts.Cooldown), gcBatch, historyActor(ctx), reasonExpired)
 		if err != nil {
 			return total, err
 		}

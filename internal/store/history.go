@@ -46,13 +46,19 @@ const (
 // parameters over the simple protocol, so both statements travel in one
 // message and the setting costs no round trip.
 func (s *Store) txOptions(ctx context.Context, reason string) pgx.TxOptions {
-	return pgx.TxOptions{BeginQuery: "BEGIN; SELECT ipam_history_context(" + sqlLiteral(alloc.ActorFrom(ctx)) + ", " +
+	return pgx.TxOptions{BeginQuery: "BEGIN; SELECT ipam_history_context(" + sqlLiteral(historyActor(ctx)) + ", " +
 		sqlLiteral(reason) + ", " + sqlLiteral(s.now().Format(time.RFC3339Nano)) + ")"}
 }
 
+// historyActor is the actor of ctx as the history records it. PostgreSQL
+// text cannot hold NUL, which a certificate's CN might, so NULs are dropped
+// rather than failing the change.
+func historyActor(ctx context.Context) string {
+	return strings.ReplaceAll(alloc.ActorFrom(ctx), "\x00", "")
+}
+
 // sqlLiteral quotes s as an escape string constant, which reads the same
-// whatever standard_conforming_strings says. PostgreSQL text cannot hold
-// NUL, so NULs are dropped (an actor comes from a certificate's CN).
+// whatever standard_conforming_strings says.
 func sqlLiteral(s string) string {
 	s = strings.ReplaceAll(s, "\x00", "")
 	s = strings.ReplaceAll(s, `\`, `\\`)

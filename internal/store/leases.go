@@ -535,7 +535,7 @@ func (s *Store) Confirm(ctx context.Context, space, node string, a alloc.Attachm
 	}
 	if _, err := s.db.Exec(ctx, `UPDATE leases SET state = 'active', expires_at = NULL, confirmed_at = $4
 		WHERE node_id = $1 AND container_id = $2 AND interface = $3 AND state = 'pending' AND `+historyContextSQL(5, 6, 4),
-		nodeID, a.ContainerID, a.Interface, s.now(), alloc.ActorFrom(ctx), ""); err != nil {
+		nodeID, a.ContainerID, a.Interface, s.now(), historyActor(ctx), ""); err != nil {
 		return alloc.Allocation{}, err
 	}
 	return s.GetAttachment(ctx, space, node, a)
@@ -549,7 +549,7 @@ const releaseSet = `state = 'released', expires_at = NULL, released_at = $1, coo
 func (s *Store) released(ctx context.Context, reason, where string, args ...any) ([]alloc.Lease, error) {
 	now := s.now()
 	args = append([]any{now, now.Add(s.opts.Cooldown)}, args...)
-	args = append(args, alloc.ActorFrom(ctx), reason)
+	args = append(args, historyActor(ctx), reason)
 	history := historyContextSQL(len(args)-1, len(args), 1)
 	return collectLeases(s.db.Query(ctx, `WITH r AS (
 			UPDATE leases l SET `+releaseSet+` WHERE l.state <> 'released' AND `+history+` AND `+where+` RETURNING l.*
