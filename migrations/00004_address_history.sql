@@ -51,11 +51,14 @@ CREATE TABLE address_events (
 CREATE INDEX address_events_address ON address_events (space, address, at, id) WHERE address IS NOT NULL;
 CREATE INDEX address_events_owner ON address_events (space, owner_namespace, owner_name, at, id) WHERE owner_name IS NOT NULL;
 CREATE INDEX address_events_node ON address_events (space, node, at, id) WHERE node IS NOT NULL;
--- Pruning by age. Rows arrive in time order and are never updated, so the
--- table is physically sorted by at: a BRIN index (a few pages, one summary
--- per 128 heap pages) finds the oldest rows, where a btree would add a
--- fourth index insertion to every lease and release for a once-a-pass query.
-CREATE INDEX address_events_at ON address_events USING brin (at) WITH (autosummarize = on);
+-- Pruning by age: a btree. A BRIN index would be nearly free to write
+-- (rows arrive in about time order), but deletes never shrink its ranges'
+-- summaries: once vacuum lets new rows into pruned pages, those ranges
+-- still claim their old minimum, and every pruning pass would read them
+-- again, until it reads the whole table every gc-interval. The btree costs
+-- one more (rightmost, so cheap) insertion per event and keeps pruning
+-- proportional to what it deletes.
+CREATE INDEX address_events_at ON address_events (at);
 
 -- ipam_history_context sets who and why for the rest of the transaction.
 -- The store calls it from a statement's WHERE clause, as an InitPlan that
@@ -86,8 +89,9 @@ $$;
 
 -- Row-level triggers: on the allocation path each statement changes one
 -- lease, and a row trigger with a WHEN clause costs less there than a
--- statement trigger's transition tables and joins (measured: about +13%
--- against +22% per allocate/release pair with fsync off, the worst case).
+-- statement trigger's transition tables and joins (medians of 6 runs of the
+-- store benchmark on a loaded machine, fsync off: +13% per allocate/release
+-- pair against +22%).
 -- generation is read through to_jsonb so this works before and after
 -- leases gains that column.
 CREATE FUNCTION address_events_lease_insert() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -49,14 +49,25 @@ func overlapSQL(table, kind, what, label string) string {
 }
 
 var consistencyChecks = []consistencyCheck{
-	{"duplicate addresses", `SELECT 'duplicate-address', space, format('address %s has %s lease rows', host(addr), count(*)),
-			array_agg(format('lease %s (node id %s, %s %s/%s)', host(addr), node_id, state, owner_namespace, owner_name) ORDER BY node_id)
-		FROM leases GROUP BY space, addr HAVING count(*) > 1 ORDER BY space, addr LIMIT $1`},
-	{"duplicate attachments", `SELECT 'duplicate-attachment', min(space), format('attachment %s/%s of node id %s holds %s IPv%s leases',
-			container_id, interface, node_id, count(*), family),
-			array_agg(format('lease %s', host(addr)) ORDER BY addr)
-		FROM leases WHERE state <> 'released'
-		GROUP BY node_id, container_id, interface, family HAVING count(*) > 1 ORDER BY node_id, container_id LIMIT $1`},
+	// Duplicates are found on the keys alone, then described: describing
+	// every group would format every lease.
+	{"duplicate addresses", `WITH d AS (
+			SELECT space, addr FROM leases GROUP BY space, addr HAVING count(*) > 1 ORDER BY space, addr LIMIT $1
+		)
+		SELECT 'duplicate-address', d.space, format('address %s has %s lease rows', host(d.addr), count(*)),
+			array_agg(format('lease %s (node id %s, %s %s/%s)', host(l.addr), l.node_id, l.state, l.owner_namespace, l.owner_name) ORDER BY l.node_id)
+		FROM d JOIN leases l ON l.space = d.space AND l.addr = d.addr
+		GROUP BY d.space, d.addr ORDER BY d.space, d.addr`},
+	{"duplicate attachments", `WITH d AS (
+			SELECT node_id, container_id, interface, family FROM leases WHERE state <> 'released'
+			GROUP BY node_id, container_id, interface, family HAVING count(*) > 1 ORDER BY node_id, container_id LIMIT $1
+		)
+		SELECT 'duplicate-attachment', min(l.space), format('attachment %s/%s of node id %s holds %s IPv%s leases',
+			d.container_id, d.interface, d.node_id, count(*), d.family),
+			array_agg(format('lease %s', host(l.addr)) ORDER BY l.addr)
+		FROM d JOIN leases l ON l.node_id = d.node_id AND l.container_id = d.container_id AND l.interface = d.interface
+			AND l.family = d.family AND l.state <> 'released'
+		GROUP BY d.node_id, d.container_id, d.interface, d.family ORDER BY d.node_id, d.container_id`},
 	{"block overlaps", overlapSQL("blocks", "block-overlap", "block", `', node id ' || %s.node_id`)},
 	{"pool CIDR overlaps", overlapSQL("pool_cidrs", "pool-cidr-overlap", "pool CIDR", `', pool id ' || %s.pool_id`)},
 	{"blocks outside their pool CIDR", `SELECT 'block-outside-pool', b.space,
@@ -143,8 +154,9 @@ func (s *Store) CheckConsistency(ctx context.Context) (alloc.ConsistencyReport, 
 	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		// The store's connections forbid sequential scans to keep the
 		// allocation path on its indexes; a check reads whole tables, for
-		// which a scan is the right plan.
-		if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = on`); err != nil {
+		// which a scan is the right plan, and hashes them: room to do so
+		// in memory (for this transaction only) spares spilling to disk.
+		if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = on; SET LOCAL work_mem = '64MB'`); err != nil {
 			return err
 		}
 		c := &r.Counts

@@ -282,7 +282,7 @@ func (s *Store) PruneHistory(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		// No key but the row's location: the table has no primary key
-		// (see the migration), and the BRIN index finds the old pages.
+		// (see the migration); address_events_at finds the old rows.
 		tag, err := s.db.Exec(ctx, `DELETE FROM address_events WHERE ctid = ANY (ARRAY(
 			SELECT ctid FROM address_events WHERE at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))`, cutoff, gcBatch)
 		if err != nil {
