@@ -282,12 +282,11 @@ func TestAddressHistoryOfAReusedAddress(t *testing.T) {
 	// Who held it at each instant: inside each holding, its holder; at its
 	// end and between holdings, nobody.
 	type holding struct {
-		owner, node    string
-		from, to       time.Duration
-		hasTo          bool
-		kinds          []string
-		containerID    string
-		eventsAtOffset time.Duration
+		owner, node string
+		from, to    time.Duration
+		hasTo       bool
+		kinds       []string
+		containerID string
 	}
 	holders := []struct {
 		at   time.Duration
