@@ -19,6 +19,75 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for AddressEventKind.
+const (
+	EventBlockAdopt   AddressEventKind = "block-adopt"
+	EventBlockCarve   AddressEventKind = "block-carve"
+	EventBlockRelease AddressEventKind = "block-release"
+	EventConfirm      AddressEventKind = "confirm"
+	EventCooldownEnd  AddressEventKind = "cooldown-end"
+	EventExpire       AddressEventKind = "expire"
+	EventLease        AddressEventKind = "lease"
+	EventPoolCreate   AddressEventKind = "pool-create"
+	EventPoolDelete   AddressEventKind = "pool-delete"
+	EventPoolUpdate   AddressEventKind = "pool-update"
+	EventRelease      AddressEventKind = "release"
+)
+
+// Valid indicates whether the value is a known member of the AddressEventKind enum.
+func (e AddressEventKind) Valid() bool {
+	switch e {
+	case EventBlockAdopt:
+		return true
+	case EventBlockCarve:
+		return true
+	case EventBlockRelease:
+		return true
+	case EventConfirm:
+		return true
+	case EventCooldownEnd:
+		return true
+	case EventExpire:
+		return true
+	case EventLease:
+		return true
+	case EventPoolCreate:
+		return true
+	case EventPoolDelete:
+		return true
+	case EventPoolUpdate:
+		return true
+	case EventRelease:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AddressEventState.
+const (
+	EventStateActive  AddressEventState = "active"
+	EventStateCooling AddressEventState = "cooling"
+	EventStateFree    AddressEventState = "free"
+	EventStatePending AddressEventState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the AddressEventState enum.
+func (e AddressEventState) Valid() bool {
+	switch e {
+	case EventStateActive:
+		return true
+	case EventStateCooling:
+		return true
+	case EventStateFree:
+		return true
+	case EventStatePending:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BlockSource.
 const (
 	Adopted BlockSource = "adopted"
@@ -31,6 +100,54 @@ func (e BlockSource) Valid() bool {
 	case Adopted:
 		return true
 	case Carved:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ConsistencyFindingKind.
+const (
+	FindingBlockCounter         ConsistencyFindingKind = "block-counter"
+	FindingBlockOutsidePool     ConsistencyFindingKind = "block-outside-pool"
+	FindingBlockOverlap         ConsistencyFindingKind = "block-overlap"
+	FindingDuplicateAddress     ConsistencyFindingKind = "duplicate-address"
+	FindingDuplicateAttachment  ConsistencyFindingKind = "duplicate-attachment"
+	FindingLeaseBlockMismatch   ConsistencyFindingKind = "lease-block-mismatch"
+	FindingLeaseOutsideBlock    ConsistencyFindingKind = "lease-outside-block"
+	FindingLeaseReservedAddress ConsistencyFindingKind = "lease-reserved-address"
+	FindingLeaseState           ConsistencyFindingKind = "lease-state"
+	FindingMissingNode          ConsistencyFindingKind = "missing-node"
+	FindingMissingPool          ConsistencyFindingKind = "missing-pool"
+	FindingPoolCIDROverlap      ConsistencyFindingKind = "pool-cidr-overlap"
+)
+
+// Valid indicates whether the value is a known member of the ConsistencyFindingKind enum.
+func (e ConsistencyFindingKind) Valid() bool {
+	switch e {
+	case FindingBlockCounter:
+		return true
+	case FindingBlockOutsidePool:
+		return true
+	case FindingBlockOverlap:
+		return true
+	case FindingDuplicateAddress:
+		return true
+	case FindingDuplicateAttachment:
+		return true
+	case FindingLeaseBlockMismatch:
+		return true
+	case FindingLeaseOutsideBlock:
+		return true
+	case FindingLeaseReservedAddress:
+		return true
+	case FindingLeaseState:
+		return true
+	case FindingMissingNode:
+		return true
+	case FindingMissingPool:
+		return true
+	case FindingPoolCIDROverlap:
 		return true
 	default:
 		return false
@@ -211,6 +328,53 @@ func (e TokenRole) Valid() bool {
 	}
 }
 
+// AddressEvent defines model for AddressEvent.
+type AddressEvent struct {
+	// Actor Who asked, e.g. node:worker-1, cert:ops, system (the service's own maintenance), anonymous, or db:USER for a change made in the database directly.
+	Actor string `json:"actor"`
+
+	// Address Lease events.
+	Address *string   `json:"address,omitempty"`
+	At      time.Time `json:"at"`
+
+	// Block Lease and block events.
+	Block       *string `json:"block,omitempty"`
+	ContainerID *string `json:"containerID,omitempty"`
+	Family      *Family `json:"family,omitempty"`
+
+	// Generation The lease's generation
+	Generation *int64           `json:"generation,omitempty"`
+	Interface  *string          `json:"interface,omitempty"`
+	Kind       AddressEventKind `json:"kind"`
+	Node       *string          `json:"node,omitempty"`
+	Owner      *Owner           `json:"owner,omitempty"`
+	Pool       *string          `json:"pool,omitempty"`
+
+	// Reason Why: for a lease, the rule that chose its pool; for a release,
+	// attachment-released, address-released, reconcile or
+	// node-deleted; expired; for a cooldown end, purged, reused or the
+	// deletion that freed the address early; for blocks, rebalance,
+	// node-registration, block-released or node-deleted.
+	Reason string `json:"reason"`
+	Space  string `json:"space"`
+
+	// State The lease's state after the event.
+	State *AddressEventState `json:"state,omitempty"`
+}
+
+// AddressEventKind defines model for AddressEvent.Kind.
+type AddressEventKind string
+
+// AddressEventState The lease's state after the event.
+type AddressEventState string
+
+// AddressHistory defines model for AddressHistory.
+type AddressHistory struct {
+	Continue *string        `json:"continue,omitempty"`
+	Holder   *Holding       `json:"holder,omitempty"`
+	Items    []AddressEvent `json:"items"`
+}
+
 // AddressRange defines model for AddressRange.
 type AddressRange struct {
 	End   string `json:"end"`
@@ -273,6 +437,48 @@ type BlockList struct {
 type CarveRequest struct {
 	Family Family `json:"family"`
 	Pool   string `json:"pool"`
+}
+
+// ConsistencyFinding defines model for ConsistencyFinding.
+type ConsistencyFinding struct {
+	Detail string                 `json:"detail"`
+	Kind   ConsistencyFindingKind `json:"kind"`
+
+	// Objects The rows concerned, e.g. "lease 10.0.0.5", "block 10.0.0.0/24 (id 3)".
+	Objects []string `json:"objects"`
+	Space   string   `json:"space"`
+}
+
+// ConsistencyFindingKind defines model for ConsistencyFinding.Kind.
+type ConsistencyFindingKind string
+
+// ConsistencyReport defines model for ConsistencyReport.
+type ConsistencyReport struct {
+	CheckedAt time.Time `json:"checkedAt"`
+
+	// Consistent No finding.
+	Consistent bool `json:"consistent"`
+
+	// Counts The rows the snapshot held.
+	Counts struct {
+		Blocks    int64 `json:"blocks"`
+		Leases    int64 `json:"leases"`
+		Nodes     int64 `json:"nodes"`
+		PoolCIDRs int64 `json:"poolCIDRs"`
+		Pools     int64 `json:"pools"`
+		Spaces    int64 `json:"spaces"`
+	} `json:"counts"`
+	DurationSeconds float64              `json:"durationSeconds"`
+	Findings        []ConsistencyFinding `json:"findings"`
+
+	// Truncated A check found more than the 100 findings it lists.
+	Truncated bool `json:"truncated"`
+}
+
+// EventList defines model for EventList.
+type EventList struct {
+	Continue *string        `json:"continue,omitempty"`
+	Items    []AddressEvent `json:"items"`
 }
 
 // Family defines model for Family.
@@ -339,6 +545,22 @@ type Health struct {
 
 	// Status Example: ok
 	Status string `json:"status"`
+}
+
+// Holding defines model for Holding.
+type Holding struct {
+	Address     string `json:"address"`
+	ContainerID string `json:"containerID"`
+
+	// From When the lease was made.
+	From      time.Time `json:"from"`
+	Interface string    `json:"interface"`
+	Node      string    `json:"node"`
+	Owner     Owner     `json:"owner"`
+	Pool      string    `json:"pool"`
+
+	// To When the holding ended; absent while it lasts.
+	To *time.Time `json:"to,omitempty"`
 }
 
 // LabelSelector A Kubernetes label selector; an empty one matches everything.
@@ -916,6 +1138,12 @@ type DryRunParam = bool
 // GenerationParam defines model for GenerationParam.
 type GenerationParam = int64
 
+// HistoryFromParam defines model for HistoryFromParam.
+type HistoryFromParam = string
+
+// HistoryToParam defines model for HistoryToParam.
+type HistoryToParam = string
+
 // InterfaceParam defines model for InterfaceParam.
 type InterfaceParam = string
 
@@ -945,6 +1173,49 @@ type ReleaseAddressParams struct {
 type GetAddressParams struct {
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
+// GetAddressHistoryParams defines parameters for GetAddressHistory.
+type GetAddressHistoryParams struct {
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+
+	// From Events at or after this instant (RFC 3339); default the oldest retained.
+	From *HistoryFromParam `form:"from,omitempty" json:"from,omitempty"`
+
+	// To Events before this instant (RFC 3339); default now and later.
+	To *HistoryToParam `form:"to,omitempty" json:"to,omitempty"`
+
+	// At An instant (RFC 3339); excludes from, to, limit and continue.
+	At *string `form:"at,omitempty" json:"at,omitempty"`
+
+	// Limit Page size, 1 to 1000; default 100.
+	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Continue The `continue` token of the previous page.
+	Continue *ContinueParam `form:"continue,omitempty" json:"continue,omitempty"`
+}
+
+// ListHistoryParams defines parameters for ListHistory.
+type ListHistoryParams struct {
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+
+	// Owner NAMESPACE/NAME of a Pod.
+	Owner *string `form:"owner,omitempty" json:"owner,omitempty"`
+	Node  *string `form:"node,omitempty" json:"node,omitempty"`
+
+	// From Events at or after this instant (RFC 3339); default the oldest retained.
+	From *HistoryFromParam `form:"from,omitempty" json:"from,omitempty"`
+
+	// To Events before this instant (RFC 3339); default now and later.
+	To *HistoryToParam `form:"to,omitempty" json:"to,omitempty"`
+
+	// Limit Page size, 1 to 1000; default 100.
+	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Continue The `continue` token of the previous page.
+	Continue *ContinueParam `form:"continue,omitempty" json:"continue,omitempty"`
 }
 
 // ListLeasesParams defines parameters for ListLeases.
@@ -1294,6 +1565,45 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/addresses/{address} (the `GetAddress` operationId).
 	GetAddress(ctx context.Context, address string, params *GetAddressParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetAddressHistory The history of one address, or who held it at an instant.
+	//
+	// Every event of the address in [from, to), oldest first: leases,
+	// confirmations, releases (with who and why), expiries and cooldown
+	// ends. With `at` instead, the holding that contains that instant
+	// (from its lease to the event that ended it) is answered in
+	// `holder`, with its events in `items`; nobody held the address then
+	// (free, cooling, or before the retained history) answers no
+	// `holder` and no items. Events older than the retention
+	// (`--history-retention`) are pruned.
+	//
+	// Corresponds with GET /v1/addresses/{address}/history (the `GetAddressHistory` operationId).
+	GetAddressHistory(ctx context.Context, address string, params *GetAddressHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CheckConsistency Verify every invariant of the database in one snapshot, while allocation goes on.
+	//
+	// Looks for duplicate addresses and attachments, overlapping blocks
+	// and pool CIDRs, blocks outside their pool CIDR, leases outside
+	// their block or disagreeing with it (node, pool, family), leases of
+	// addresses their block does not lease, block counters that differ
+	// from their lease rows, leases and blocks of missing nodes or pools,
+	// and lease states that contradict their timestamps. It reads whole
+	// tables in one read-only snapshot (seconds on a large database) and
+	// blocks no writer. An operator's call: once roles exist it is
+	// admin-only. `ipam-server check` runs the same check from the
+	// command line.
+	//
+	// Corresponds with GET /v1/consistency (the `CheckConsistency` operationId).
+	CheckConsistency(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListHistory The history of one owner (a Pod) or one node.
+	//
+	// Every event of the owner's leases, or of the node's leases and
+	// blocks, in [from, to), oldest first. Give exactly one of `owner`
+	// and `node`.
+	//
+	// Corresponds with GET /v1/history (the `ListHistory` operationId).
+	ListHistory(ctx context.Context, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListLeases performs a GET /v1/leases (the `ListLeases` operationId) request.
 	ListLeases(ctx context.Context, params *ListLeasesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -1633,6 +1943,75 @@ func (c *Client) ReleaseAddress(ctx context.Context, address string, params *Rel
 // Corresponds with GET /v1/addresses/{address} (the `GetAddress` operationId).
 func (c *Client) GetAddress(ctx context.Context, address string, params *GetAddressParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetAddressRequest(c.Server, address, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetAddressHistory The history of one address, or who held it at an instant.
+//
+// Every event of the address in [from, to), oldest first: leases,
+// confirmations, releases (with who and why), expiries and cooldown
+// ends. With `at` instead, the holding that contains that instant
+// (from its lease to the event that ended it) is answered in
+// `holder`, with its events in `items`; nobody held the address then
+// (free, cooling, or before the retained history) answers no
+// `holder` and no items. Events older than the retention
+// (`--history-retention`) are pruned.
+//
+// Corresponds with GET /v1/addresses/{address}/history (the `GetAddressHistory` operationId).
+func (c *Client) GetAddressHistory(ctx context.Context, address string, params *GetAddressHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAddressHistoryRequest(c.Server, address, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CheckConsistency Verify every invariant of the database in one snapshot, while allocation goes on.
+//
+// Looks for duplicate addresses and attachments, overlapping blocks
+// and pool CIDRs, blocks outside their pool CIDR, leases outside
+// their block or disagreeing with it (node, pool, family), leases of
+// addresses their block does not lease, block counters that differ
+// from their lease rows, leases and blocks of missing nodes or pools,
+// and lease states that contradict their timestamps. It reads whole
+// tables in one read-only snapshot (seconds on a large database) and
+// blocks no writer. An operator's call: once roles exist it is
+// admin-only. `ipam-server check` runs the same check from the
+// command line.
+//
+// Corresponds with GET /v1/consistency (the `CheckConsistency` operationId).
+func (c *Client) CheckConsistency(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCheckConsistencyRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListHistory The history of one owner (a Pod) or one node.
+//
+// Every event of the owner's leases, or of the node's leases and
+// blocks, in [from, to), oldest first. Give exactly one of `owner`
+// and `node`.
+//
+// Corresponds with GET /v1/history (the `ListHistory` operationId).
+func (c *Client) ListHistory(ctx context.Context, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListHistoryRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2481,6 +2860,280 @@ func NewGetAddressRequest(server string, address string, params *GetAddressParam
 		if params.Space != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetAddressHistoryRequest constructs an http.Request for the GetAddressHistory method
+func NewGetAddressHistoryRequest(server string, address string, params *GetAddressHistoryParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "address", address, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/addresses/%s/history", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.From != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.To != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", *params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.At != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "at", *params.At, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Continue != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "continue", *params.Continue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCheckConsistencyRequest constructs an http.Request for the CheckConsistency method
+func NewCheckConsistencyRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/consistency")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListHistoryRequest constructs an http.Request for the ListHistory method
+func NewListHistoryRequest(server string, params *ListHistoryParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/history")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Owner != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "owner", *params.Owner, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Node != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "node", *params.Node, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.From != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.To != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", *params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Continue != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "continue", *params.Continue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -4734,6 +5387,51 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/addresses/{address} (the `GetAddress` operationId).
 	GetAddressWithResponse(ctx context.Context, address string, params *GetAddressParams, reqEditors ...RequestEditorFn) (*GetAddressResponse, error)
 
+	// GetAddressHistoryWithResponse The history of one address, or who held it at an instant.
+	//
+	// Every event of the address in [from, to), oldest first: leases,
+	// confirmations, releases (with who and why), expiries and cooldown
+	// ends. With `at` instead, the holding that contains that instant
+	// (from its lease to the event that ended it) is answered in
+	// `holder`, with its events in `items`; nobody held the address then
+	// (free, cooling, or before the retained history) answers no
+	// `holder` and no items. Events older than the retention
+	// (`--history-retention`) are pruned.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/addresses/{address}/history (the `GetAddressHistory` operationId).
+	GetAddressHistoryWithResponse(ctx context.Context, address string, params *GetAddressHistoryParams, reqEditors ...RequestEditorFn) (*GetAddressHistoryResponse, error)
+
+	// CheckConsistencyWithResponse Verify every invariant of the database in one snapshot, while allocation goes on.
+	//
+	// Looks for duplicate addresses and attachments, overlapping blocks
+	// and pool CIDRs, blocks outside their pool CIDR, leases outside
+	// their block or disagreeing with it (node, pool, family), leases of
+	// addresses their block does not lease, block counters that differ
+	// from their lease rows, leases and blocks of missing nodes or pools,
+	// and lease states that contradict their timestamps. It reads whole
+	// tables in one read-only snapshot (seconds on a large database) and
+	// blocks no writer. An operator's call: once roles exist it is
+	// admin-only. `ipam-server check` runs the same check from the
+	// command line.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/consistency (the `CheckConsistency` operationId).
+	CheckConsistencyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CheckConsistencyResponse, error)
+
+	// ListHistoryWithResponse The history of one owner (a Pod) or one node.
+	//
+	// Every event of the owner's leases, or of the node's leases and
+	// blocks, in [from, to), oldest first. Give exactly one of `owner`
+	// and `node`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/history (the `ListHistory` operationId).
+	ListHistoryWithResponse(ctx context.Context, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*ListHistoryResponse, error)
+
 	// ListLeasesWithResponse performs a GET /v1/leases (the `ListLeases` operationId) request.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -5247,6 +5945,150 @@ func (r GetAddressResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetAddressResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetAddressHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AddressHistory
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetAddressHistoryResponse) GetJSON200() *AddressHistory {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetAddressHistoryResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetAddressHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetAddressHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetAddressHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetAddressHistoryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CheckConsistencyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ConsistencyReport
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CheckConsistencyResponse) GetJSON200() *ConsistencyReport {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CheckConsistencyResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CheckConsistencyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CheckConsistencyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CheckConsistencyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CheckConsistencyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EventList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListHistoryResponse) GetJSON200() *EventList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListHistoryResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListHistoryResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6784,6 +7626,69 @@ func (c *ClientWithResponses) GetAddressWithResponse(ctx context.Context, addres
 	return ParseGetAddressResponse(rsp)
 }
 
+// GetAddressHistoryWithResponse The history of one address, or who held it at an instant.
+//
+// Every event of the address in [from, to), oldest first: leases,
+// confirmations, releases (with who and why), expiries and cooldown
+// ends. With `at` instead, the holding that contains that instant
+// (from its lease to the event that ended it) is answered in
+// `holder`, with its events in `items`; nobody held the address then
+// (free, cooling, or before the retained history) answers no
+// `holder` and no items. Events older than the retention
+// (`--history-retention`) are pruned.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/addresses/{address}/history (the `GetAddressHistory` operationId).
+func (c *ClientWithResponses) GetAddressHistoryWithResponse(ctx context.Context, address string, params *GetAddressHistoryParams, reqEditors ...RequestEditorFn) (*GetAddressHistoryResponse, error) {
+	rsp, err := c.GetAddressHistory(ctx, address, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetAddressHistoryResponse(rsp)
+}
+
+// CheckConsistencyWithResponse Verify every invariant of the database in one snapshot, while allocation goes on.
+//
+// Looks for duplicate addresses and attachments, overlapping blocks
+// and pool CIDRs, blocks outside their pool CIDR, leases outside
+// their block or disagreeing with it (node, pool, family), leases of
+// addresses their block does not lease, block counters that differ
+// from their lease rows, leases and blocks of missing nodes or pools,
+// and lease states that contradict their timestamps. It reads whole
+// tables in one read-only snapshot (seconds on a large database) and
+// blocks no writer. An operator's call: once roles exist it is
+// admin-only. `ipam-server check` runs the same check from the
+// command line.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/consistency (the `CheckConsistency` operationId).
+func (c *ClientWithResponses) CheckConsistencyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CheckConsistencyResponse, error) {
+	rsp, err := c.CheckConsistency(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCheckConsistencyResponse(rsp)
+}
+
+// ListHistoryWithResponse The history of one owner (a Pod) or one node.
+//
+// Every event of the owner's leases, or of the node's leases and
+// blocks, in [from, to), oldest first. Give exactly one of `owner`
+// and `node`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/history (the `ListHistory` operationId).
+func (c *ClientWithResponses) ListHistoryWithResponse(ctx context.Context, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*ListHistoryResponse, error) {
+	rsp, err := c.ListHistory(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListHistoryResponse(rsp)
+}
+
 // ListLeasesWithResponse performs a GET /v1/leases (the `ListLeases` operationId) request.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -7462,6 +8367,105 @@ func ParseGetAddressResponse(rsp *http.Response) (*GetAddressResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Lease
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetAddressHistoryResponse parses an HTTP response from a GetAddressHistoryWithResponse call
+func ParseGetAddressHistoryResponse(rsp *http.Response) (*GetAddressHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetAddressHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AddressHistory
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCheckConsistencyResponse parses an HTTP response from a CheckConsistencyWithResponse call
+func ParseCheckConsistencyResponse(rsp *http.Response) (*CheckConsistencyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CheckConsistencyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ConsistencyReport
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListHistoryResponse parses an HTTP response from a ListHistoryWithResponse call
+func ParseListHistoryResponse(rsp *http.Response) (*ListHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EventList
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -8520,6 +9524,15 @@ type ServerInterface interface {
 	// GetAddress Who holds this address.
 	// (GET /v1/addresses/{address})
 	GetAddress(w http.ResponseWriter, r *http.Request, address string, params GetAddressParams)
+	// GetAddressHistory The history of one address, or who held it at an instant.
+	// (GET /v1/addresses/{address}/history)
+	GetAddressHistory(w http.ResponseWriter, r *http.Request, address string, params GetAddressHistoryParams)
+	// CheckConsistency Verify every invariant of the database in one snapshot, while allocation goes on.
+	// (GET /v1/consistency)
+	CheckConsistency(w http.ResponseWriter, r *http.Request)
+	// ListHistory The history of one owner (a Pod) or one node.
+	// (GET /v1/history)
+	ListHistory(w http.ResponseWriter, r *http.Request, params ListHistoryParams)
 
 	// (GET /v1/leases)
 	ListLeases(w http.ResponseWriter, r *http.Request, params ListLeasesParams)
@@ -8640,6 +9653,24 @@ func (_ Unimplemented) ReleaseAddress(w http.ResponseWriter, r *http.Request, ad
 // GetAddress Who holds this address.
 // (GET /v1/addresses/{address})
 func (_ Unimplemented) GetAddress(w http.ResponseWriter, r *http.Request, address string, params GetAddressParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetAddressHistory The history of one address, or who held it at an instant.
+// (GET /v1/addresses/{address}/history)
+func (_ Unimplemented) GetAddressHistory(w http.ResponseWriter, r *http.Request, address string, params GetAddressHistoryParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CheckConsistency Verify every invariant of the database in one snapshot, while allocation goes on.
+// (GET /v1/consistency)
+func (_ Unimplemented) CheckConsistency(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListHistory The history of one owner (a Pod) or one node.
+// (GET /v1/history)
+func (_ Unimplemented) ListHistory(w http.ResponseWriter, r *http.Request, params ListHistoryParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -8944,6 +9975,238 @@ func (siw *ServerInterfaceWrapper) GetAddress(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetAddress(w, r, address, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetAddressHistory operation middleware
+func (siw *ServerInterfaceWrapper) GetAddressHistory(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "address" -------------
+	var address string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "address", chi.URLParam(r, "address"), &address, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "address", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetAddressHistoryParams
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "from", r.URL.Query(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "from"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "from", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "to", r.URL.Query(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "to"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "to", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "at" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "at", r.URL.Query(), &params.At, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "at"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "at", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "continue" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "continue", r.URL.Query(), &params.Continue, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "continue"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "continue", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetAddressHistory(w, r, address, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CheckConsistency operation middleware
+func (siw *ServerInterfaceWrapper) CheckConsistency(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CheckConsistency(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListHistory operation middleware
+func (siw *ServerInterfaceWrapper) ListHistory(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListHistoryParams
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "owner" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "owner", r.URL.Query(), &params.Owner, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "owner"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "owner", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "node" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "node", r.URL.Query(), &params.Node, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "node"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "node", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "from", r.URL.Query(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "from"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "from", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "to", r.URL.Query(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "to"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "to", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "continue" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "continue", r.URL.Query(), &params.Continue, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "continue"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "continue", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListHistory(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -10708,6 +11971,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/sticky-bindings", wrapper.GetStickyBindings)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/addresses/{address}/history", wrapper.GetAddressHistory)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/history", wrapper.ListHistory)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/consistency", wrapper.CheckConsistency)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/sizing", wrapper.GetSizing)
 	})
 	r.Group(func(r chi.Router) {
@@ -10864,6 +12136,123 @@ type GetAddressdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetAddressdefaultApplicationProblemPlusJSONResponse) VisitGetAddressResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAddressHistoryRequestObject struct {
+	Address string `json:"address"`
+	Params  GetAddressHistoryParams
+}
+
+type GetAddressHistoryResponseObject interface {
+	VisitGetAddressHistoryResponse(w http.ResponseWriter) error
+}
+
+type GetAddressHistory200JSONResponse AddressHistory
+
+func (response GetAddressHistory200JSONResponse) VisitGetAddressHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAddressHistorydefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetAddressHistorydefaultApplicationProblemPlusJSONResponse) VisitGetAddressHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CheckConsistencyRequestObject struct {
+}
+
+type CheckConsistencyResponseObject interface {
+	VisitCheckConsistencyResponse(w http.ResponseWriter) error
+}
+
+type CheckConsistency200JSONResponse ConsistencyReport
+
+func (response CheckConsistency200JSONResponse) VisitCheckConsistencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CheckConsistencydefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CheckConsistencydefaultApplicationProblemPlusJSONResponse) VisitCheckConsistencyResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistoryRequestObject struct {
+	Params ListHistoryParams
+}
+
+type ListHistoryResponseObject interface {
+	VisitListHistoryResponse(w http.ResponseWriter) error
+}
+
+type ListHistory200JSONResponse EventList
+
+func (response ListHistory200JSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHistorydefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListHistorydefaultApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -12147,6 +13536,15 @@ type StrictServerInterface interface {
 	// GetAddress Who holds this address.
 	// (GET /v1/addresses/{address})
 	GetAddress(ctx context.Context, request GetAddressRequestObject) (GetAddressResponseObject, error)
+	// GetAddressHistory The history of one address, or who held it at an instant.
+	// (GET /v1/addresses/{address}/history)
+	GetAddressHistory(ctx context.Context, request GetAddressHistoryRequestObject) (GetAddressHistoryResponseObject, error)
+	// CheckConsistency Verify every invariant of the database in one snapshot, while allocation goes on.
+	// (GET /v1/consistency)
+	CheckConsistency(ctx context.Context, request CheckConsistencyRequestObject) (CheckConsistencyResponseObject, error)
+	// ListHistory The history of one owner (a Pod) or one node.
+	// (GET /v1/history)
+	ListHistory(ctx context.Context, request ListHistoryRequestObject) (ListHistoryResponseObject, error)
 
 	// (GET /v1/leases)
 	ListLeases(ctx context.Context, request ListLeasesRequestObject) (ListLeasesResponseObject, error)
@@ -12376,6 +13774,83 @@ func (sh *strictHandler) GetAddress(w http.ResponseWriter, r *http.Request, addr
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetAddressResponseObject); ok {
 		if err := validResponse.VisitGetAddressResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetAddressHistory operation middleware
+func (sh *strictHandler) GetAddressHistory(w http.ResponseWriter, r *http.Request, address string, params GetAddressHistoryParams) {
+	var request GetAddressHistoryRequestObject
+
+	request.Address = address
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetAddressHistory(ctx, request.(GetAddressHistoryRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetAddressHistory")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetAddressHistoryResponseObject); ok {
+		if err := validResponse.VisitGetAddressHistoryResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CheckConsistency operation middleware
+func (sh *strictHandler) CheckConsistency(w http.ResponseWriter, r *http.Request) {
+	var request CheckConsistencyRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CheckConsistency(ctx, request.(CheckConsistencyRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CheckConsistency")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CheckConsistencyResponseObject); ok {
+		if err := validResponse.VisitCheckConsistencyResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListHistory operation middleware
+func (sh *strictHandler) ListHistory(w http.ResponseWriter, r *http.Request, params ListHistoryParams) {
+	var request ListHistoryRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListHistory(ctx, request.(ListHistoryRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListHistory")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListHistoryResponseObject); ok {
+		if err := validResponse.VisitListHistoryResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

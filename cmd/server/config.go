@@ -54,6 +54,7 @@ type config struct {
 	BootstrapTokenFile string
 	BootstrapTokenTTL  time.Duration
 	RateLimits         api.RateLimits
+	HistoryRetention   time.Duration
 }
 
 // metricsPrefixRE is what a Prometheus metric name may start with.
@@ -109,6 +110,9 @@ func (c config) Validate() error {
 	if c.MetricsPrefix != "" && !metricsPrefixRE.MatchString(c.MetricsPrefix) {
 		errs = append(errs, fmt.Errorf("metrics-prefix %q is not a Prometheus metric name prefix ([a-zA-Z_][a-zA-Z0-9_]*)", c.MetricsPrefix))
 	}
+	if c.HistoryRetention < 0 {
+		errs = append(errs, errors.New("history-retention must not be negative"))
+	}
 	if c.Kubeconfig != "" && c.KubeInCluster {
 		errs = append(errs, errors.New("kubeconfig and kube-in-cluster exclude each other"))
 	}
@@ -150,6 +154,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.DurationVar(&c.UsageSampleEvery, "usage-sample-interval", time.Minute, "how often pool usage is sampled for the exhaustion forecast")
 	fs.StringVar(&c.MetricsPrefix, "metrics-prefix", "", `prefix of the Cilium-named metrics (ipam_available_ips, ...), joined by "_": "cilium_operator" makes them cilium_operator_ipam_available_ips`)
 	fs.DurationVar(&c.UsageMetricsRefresh, "usage-metrics-refresh", 15*time.Second, "the most often a metrics scrape reads node and pool usage from the database")
+	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "how long address history events are kept; 0 keeps them forever")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection from this cluster")
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")
 	fs.DurationVar(&c.ReconcileMinAge, "reconcile-min-age", store.DefaultReconcileMinAge, "a reconcile (CNI GC) never releases a lease younger than this, whatever its list says")

@@ -2,6 +2,8 @@
 //
 //	server [serve] [flags]   serve the REST API (default)
 //	server migrate [flags]   apply database migrations and exit
+//	server check [flags]     verify the database's invariants in one snapshot,
+//	                          print the report as JSON, exit 2 if anything is found
 //	server issue-cert [flags] issue a server, node or operator certificate
 //	                          from a CA directory (created when empty)
 //	server token create|list|revoke [flags]
@@ -36,6 +38,9 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "ipam-server:", err)
+		if errors.As(err, new(findingsError)) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
@@ -49,6 +54,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, bound c
 	}
 	if len(args) > 0 && args[0] == "token" {
 		return tokenCommand(ctx, args[1:], getenv, os.Stdout)
+	}
+	if len(args) > 0 && args[0] == "check" {
+		return check(ctx, args[1:], getenv, os.Stdout)
 	}
 	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
 		cmd, args = args[0], args[1:]
@@ -132,6 +140,7 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 		BlockReleaseHoldOff: cfg.BlockReleaseDelay,
 		ReconcileMinAge:     cfg.ReconcileMinAge,
 		StickyRetention:     cfg.StickyRetention,
+		HistoryRetention:    cfg.HistoryRetention,
 	})
 	if err != nil {
 		return err
@@ -253,6 +262,9 @@ func runGC(ctx context.Context, st store.Maintainer, every, sampleEvery time.Dur
 		if p.Purged > 0 {
 			log.Debug("purged cooled addresses", "count", p.Purged)
 			m.purged.Add(ctx, p.Purged)
+		}
+		if p.Pruned > 0 {
+			log.Debug("pruned address history", "count", p.Pruned)
 		}
 	})
 }

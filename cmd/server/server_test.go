@@ -271,6 +271,8 @@ func TestReadmeTour(t *testing.T) {
 		`"containerID":"3f2a9c71"`,               // who holds it
 		"\n204\n",                                // released
 		`"cooling":1`,                            // the pool shows the cooling address
+		`"reason":"attachment-released"`,         // the history says why it was released
+		`"consistent":true`,                      // the consistency check found nothing
 		`"usablePerNode":11`,                     // Lab 1 sizing
 		`"field":"spec.ipv4.cidrs[0]"`,           // the bad input names its field
 	} {

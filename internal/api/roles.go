@@ -69,6 +69,11 @@ var operations = map[string]access{
 
 	"getSizing": {http.MethodGet, "/v1/sizing", alloc.RoleViewer, false},
 
+	"getAddressHistory": {http.MethodGet, "/v1/addresses/{address}/history", alloc.RoleViewer, false},
+	"listHistory":       {http.MethodGet, "/v1/history", alloc.RoleViewer, false},
+	// Reads whole tables for seconds on a large database.
+	"checkConsistency": {http.MethodGet, "/v1/consistency", alloc.RoleAdmin, false},
+
 	// Bindings of workload identities to addresses outlive nodes: operators
 	// only, never a node.
 	"getStickyBindings":    {http.MethodGet, "/v1/sticky-bindings", alloc.RoleViewer, false},

@@ -86,4 +86,11 @@ type Store interface {
 	Reconcile(ctx context.Context, space, node string, valid []alloc.Attachment) ([]alloc.Lease, error)
 
 	FenceStore
+	// History pages through the events of one address, owner or node,
+	// oldest first; HolderAt answers the holding of addr that contains
+	// instant at, KindNotFound when nobody held it then.
+	History(ctx context.Context, f alloc.HistoryFilter, page alloc.Page) (items []alloc.Event, next string, err error)
+	HolderAt(ctx context.Context, space string, addr netip.Addr, at time.Time) (alloc.Holding, error)
+	// CheckConsistency verifies every invariant in one snapshot.
+	CheckConsistency(ctx context.Context) (alloc.ConsistencyReport, error)
 }

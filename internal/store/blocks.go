@@ -315,7 +315,7 @@ func (s *Store) getBlock(ctx context.Context, space string, cidr netip.Prefix) (
 // ReleaseBlock returns an empty block to its pool. A block whose addresses
 // are leased or still cooling is in use.
 func (s *Store) ReleaseBlock(ctx context.Context, space, node string, cidr netip.Prefix) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	return s.inTxWhy(ctx, reasonBlockReleased, func(tx pgx.Tx) error {
 		nodeID, err := s.nodeID(ctx, tx, space, node)
 		if err != nil {
 			return err

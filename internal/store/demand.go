@@ -199,7 +199,7 @@ func (s *Store) topUp(ctx context.Context, u nodeUsageRow) (int64, error) {
 	var carved int64
 	for {
 		var more bool
-		err := s.inTx(ctx, func(tx pgx.Tx) error {
+		err := s.inTxWhy(ctx, reasonRebalance, func(tx pgx.Tx) error {
 			more = false
 			nodeID, p, ok, err := s.nodePoolIDs(ctx, tx, u)
 			if err != nil || !ok {
@@ -238,7 +238,7 @@ func (s *Store) topUp(ctx context.Context, u nodeUsageRow) (int64, error) {
 // empty again under the lock.
 func (s *Store) releaseAboveNeed(ctx context.Context, u nodeUsageRow, holdOff time.Duration) (int64, error) {
 	var released int64
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTxWhy(ctx, reasonRebalance, func(tx pgx.Tx) error {
 		released = 0
 		nodeID, p, ok, err := s.nodePoolIDs(ctx, tx, u)
 		if err != nil || !ok {

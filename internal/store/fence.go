@@ -33,7 +33,7 @@ func (s *Store) ReleaseAddressAt(ctx context.Context, space string, addr netip.A
 		return nil, err
 	}
 	for range fenceAttempts {
-		released, err := s.released(ctx, `l.space = $3 AND l.addr = $4 AND l.generation = $5`, space, addr, gen)
+		released, err := s.released(ctx, reasonReleaseAddress, `l.space = $3 AND l.addr = $4 AND l.generation = $5`, space, addr, gen)
 		if err != nil || len(released) > 0 {
 			return released, err
 		}
@@ -61,7 +61,7 @@ func (s *Store) ReleaseAttachmentAt(ctx context.Context, space, node string, a a
 		return nil, err
 	}
 	for range fenceAttempts {
-		released, err := s.released(ctx, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
+		released, err := s.released(ctx, reasonReleaseAttachment, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
 			AND l.container_id = $5 AND l.interface = $6 AND l.generation = $7`, space, node, a.ContainerID, a.Interface, gen)
 		if err != nil || len(released) > 0 {
 			return released, err
@@ -87,8 +87,8 @@ func (s *Store) ConfirmAt(ctx context.Context, space, node string, a alloc.Attac
 	for range fenceAttempts {
 		if _, err := s.db.Exec(ctx, `UPDATE leases SET state = 'active', expires_at = NULL, confirmed_at = $5
 			WHERE node_id = (SELECT id FROM nodes WHERE space = $1 AND name = $2)
-			  AND container_id = $3 AND interface = $4 AND state = 'pending' AND generation = $6`,
-			space, node, a.ContainerID, a.Interface, s.now(), gen); err != nil {
+			  AND container_id = $3 AND interface = $4 AND state = 'pending' AND generation = $6 AND `+historyContextSQL(7, 8, 5),
+			space, node, a.ContainerID, a.Interface, s.now(), gen, historyActor(ctx), ""); err != nil {
 			return alloc.Allocation{}, err
 		}
 		got, err := s.GetAttachment(ctx, space, node, a)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
 // gcBatch bounds each maintenance transaction, so locks are held briefly
@@ -21,7 +23,8 @@ func (s *Store) ExpirePending(ctx context.Context) (int64, error) {
 		now := s.now()
 		tag, err := s.db.Exec(ctx, `UPDATE leases SET `+releaseSet+` WHERE (space, addr) IN (
 			SELECT space, addr FROM leases WHERE state = 'pending' AND expires_at <= $1
-			ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED)`, now, now.Add(s.opts.Cooldown), gcBatch)
+			ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED) AND `+historyContextSQL(4, 5, 1),
+			now, now.Add(s.opts.Cooldown), gcBatch, historyActor(ctx), reasonExpired)
 		if err != nil {
 			return total, err
 		}
@@ -43,7 +46,7 @@ func (s *Store) PurgeCooled(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		var n int64
-		err := s.inTx(ctx, func(tx pgx.Tx) error {
+		err := s.inTxWhy(ctx, reasonPurged, func(tx pgx.Tx) error {
 			var mine bool
 			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, purgeLockKey).Scan(&mine); err != nil || !mine {
 				n = 0
@@ -100,6 +103,7 @@ type Maintainer interface {
 	PurgeCooled(ctx context.Context) (int64, error)
 	Rebalance(ctx context.Context) (Rebalanced, error)
 	SampleUsage(ctx context.Context, every time.Duration) (int64, error)
+	PruneHistory(ctx context.Context) (int64, error)
 }
 
 // MaintenancePass is the outcome of one pass of RunMaintenance. An error
@@ -108,15 +112,17 @@ type MaintenancePass struct {
 	Expired, Purged     int64
 	Rebalanced          Rebalanced
 	Sampled             int64
+	Pruned              int64 // history events
 	ExpireErr, PurgeErr error
 	RebalanceErr        error
 	SampleErr           error
+	PruneErr            error
 }
 
 // Errors lists the pass's errors.
 func (p MaintenancePass) Errors() []error {
 	var errs []error
-	for _, err := range []error{p.ExpireErr, p.PurgeErr, p.RebalanceErr, p.SampleErr} {
+	for _, err := range []error{p.ExpireErr, p.PurgeErr, p.RebalanceErr, p.SampleErr, p.PruneErr} {
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -127,9 +133,12 @@ func (p MaintenancePass) Errors() []error {
 // RunMaintenance, every interval until ctx ends: releases expired pending
 // leases, purges cooled addresses, rebalances multi-pool node capacity
 // (pre-allocation and block release) and samples pool usage every
-// sampleEvery, handing each pass to report. Every replica may run it: SKIP
-// LOCKED and advisory locks split the work.
+// sampleEvery and prunes the address history past its retention, handing
+// each pass to report. Every replica may run it: SKIP LOCKED and advisory
+// locks split the work. The history records its changes as
+// alloc.ActorSystem's.
 func RunMaintenance(ctx context.Context, m Maintainer, every, sampleEvery time.Duration, report func(context.Context, MaintenancePass)) {
+	ctx = alloc.WithActor(ctx, alloc.ActorSystem)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -143,8 +152,9 @@ func RunMaintenance(ctx context.Context, m Maintainer, every, sampleEvery time.D
 		p.Purged, p.PurgeErr = m.PurgeCooled(ctx)
 		p.Rebalanced, p.RebalanceErr = m.Rebalance(ctx)
 		p.Sampled, p.SampleErr = m.SampleUsage(ctx, sampleEvery)
+		p.Pruned, p.PruneErr = m.PruneHistory(ctx)
 		if ctx.Err() != nil {
-			p.ExpireErr, p.PurgeErr, p.RebalanceErr, p.SampleErr = nil, nil, nil, nil
+			p.ExpireErr, p.PurgeErr, p.RebalanceErr, p.SampleErr, p.PruneErr = nil, nil, nil, nil, nil
 		}
 		report(ctx, p)
 	}

@@ -565,8 +565,8 @@ func (s *Store) Confirm(ctx context.Context, space, node string, a alloc.Attachm
 		return alloc.Allocation{}, err
 	}
 	if _, err := s.db.Exec(ctx, `UPDATE leases SET state = 'active', expires_at = NULL, confirmed_at = $4
-		WHERE node_id = $1 AND container_id = $2 AND interface = $3 AND state = 'pending'`,
-		nodeID, a.ContainerID, a.Interface, s.now()); err != nil {
+		WHERE node_id = $1 AND container_id = $2 AND interface = $3 AND state = 'pending' AND `+historyContextSQL(5, 6, 4),
+		nodeID, a.ContainerID, a.Interface, s.now(), historyActor(ctx), ""); err != nil {
 		return alloc.Allocation{}, err
 	}
 	return s.GetAttachment(ctx, space, node, a)
@@ -579,11 +579,14 @@ func (s *Store) Confirm(ctx context.Context, space, node string, a alloc.Attachm
 const releaseSet = `state = 'released', expires_at = NULL, released_at = $1,
 	cooldown_until = CASE WHEN sticky_retention IS NULL THEN $2 ELSE greatest($2::timestamptz, $1::timestamptz + sticky_retention) END`
 
-func (s *Store) released(ctx context.Context, where string, args ...any) ([]alloc.Lease, error) {
+// released releases the leases matching where ($3 on: args) for reason.
+func (s *Store) released(ctx context.Context, reason, where string, args ...any) ([]alloc.Lease, error) {
 	now := s.now()
 	args = append([]any{now, now.Add(s.opts.Cooldown)}, args...)
+	args = append(args, historyActor(ctx), reason)
+	history := historyContextSQL(len(args)-1, len(args), 1)
 	return collectLeases(s.db.Query(ctx, `WITH r AS (
-			UPDATE leases l SET `+releaseSet+` WHERE l.state <> 'released' AND `+where+` RETURNING l.*
+			UPDATE leases l SET `+releaseSet+` WHERE l.state <> 'released' AND `+history+` AND `+where+` RETURNING l.*
 		)
 		SELECT `+leaseColumns+` FROM r l`+leaseJoins+` ORDER BY l.addr`, args...))
 }
@@ -591,13 +594,13 @@ func (s *Store) released(ctx context.Context, where string, args ...any) ([]allo
 // ReleaseAttachment releases the attachment's addresses; nothing held is not
 // an error.
 func (s *Store) ReleaseAttachment(ctx context.Context, space, node string, a alloc.Attachment) ([]alloc.Lease, error) {
-	return s.released(ctx, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
+	return s.released(ctx, reasonReleaseAttachment, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
 		AND l.container_id = $5 AND l.interface = $6`, space, node, a.ContainerID, a.Interface)
 }
 
 // ReleaseAddress releases the lease holding addr; nothing held is not an error.
 func (s *Store) ReleaseAddress(ctx context.Context, space string, addr netip.Addr) ([]alloc.Lease, error) {
-	return s.released(ctx, `l.space = $3 AND l.addr = $4`, space, addr)
+	return s.released(ctx, reasonReleaseAddress, `l.space = $3 AND l.addr = $4`, space, addr)
 }
 
 // Reconcile releases every pending or active lease of the node that no valid
@@ -634,7 +637,7 @@ func (s *Store) ReconcileUpTo(ctx context.Context, space, node string, valid []a
 	for i, a := range valid {
 		ids[i], ifaces[i] = a.ContainerID, a.Interface
 	}
-	return s.released(ctx, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
+	return s.released(ctx, reasonReconcile, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
 		AND l.created_at <= $7 AND ($8 = 0 OR l.generation <= $8)
 		AND (l.container_id, l.interface) NOT IN (SELECT * FROM unnest($5::text[], $6::text[]))`,
 		space, node, ids, ifaces, s.now().Add(-s.opts.ReconcileMinAge), upTo)

@@ -206,7 +206,7 @@ func (s *Store) ensureClusterPoolBlocks(ctx context.Context, space string, nodeI
 		return err
 	}
 	for _, w := range wants {
-		err := s.inTx(ctx, func(tx pgx.Tx) error {
+		err := s.inTxWhy(ctx, reasonRegistration, func(tx pgx.Tx) error {
 			p, err := s.allocPool(ctx, tx, space, w.pool)
 			if err != nil {
 				return err
@@ -260,7 +260,7 @@ func (s *Store) ListNodes(ctx context.Context, space string, page alloc.Page) ([
 // blocks in the same transaction: the node is gone, so its addresses go back
 // to the pool with it.
 func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	return s.inTxWhy(ctx, reasonNodeDeleted, func(tx pgx.Tx) error {
 		id, err := s.nodeID(ctx, tx, space, name)
 		if err != nil {
 			return err

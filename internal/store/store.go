@@ -56,6 +56,9 @@ type Options struct {
 	// workload identity when the request names no retention; 0 means
 	// alloc.DefaultStickyRetention.
 	StickyRetention time.Duration
+	// HistoryRetention is how long address history events are kept before
+	// the maintenance loop prunes them; 0 keeps them forever.
+	HistoryRetention time.Duration
 }
 
 // DefaultOptions are the defaults of Cilium (10 minute expiry) and the VPC
@@ -63,7 +66,8 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{LeaseExpiry: 10 * time.Minute, Cooldown: 30 * time.Second, AutoRegisterNodes: true,
 		DefaultPool: alloc.DefaultPool, BlockReleaseHoldOff: DefaultBlockReleaseHoldOff,
-		ReconcileMinAge: DefaultReconcileMinAge, StickyRetention: alloc.DefaultStickyRetention}
+		ReconcileMinAge: DefaultReconcileMinAge, StickyRetention: alloc.DefaultStickyRetention,
+		HistoryRetention: DefaultHistoryRetention}
 }
 
 // DefaultBlockReleaseHoldOff matches the release delay Cilium's ENI mode
@@ -94,6 +98,9 @@ func (o Options) Validate() error {
 	}
 	if o.StickyRetention < 0 || o.StickyRetention > alloc.MaxStickyRetention {
 		errs = append(errs, fmt.Errorf("sticky retention must be from 0 to %s", alloc.MaxStickyRetention))
+	}
+	if o.HistoryRetention < 0 {
+		errs = append(errs, errors.New("history retention must not be negative"))
 	}
 	if o.DefaultPool != "" {
 		if err := alloc.ValidateLabelName("default pool", o.DefaultPool); err != nil {
@@ -195,8 +202,14 @@ const maxTxAttempts = 5
 // inTx runs fn in one READ COMMITTED transaction, retrying it on a
 // serialization failure, a deadlock, or a unique/exclusion violation raised
 // by a concurrent writer of the same natural key (fn re-reads and then sees
-// the winner's row). Other errors are returned as they are.
+// the winner's row). Other errors are returned as they are. The address
+// history records its changes with the actor of ctx.
 func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.inTxWhy(ctx, "", fn)
+}
+
+// inTxWhy is inTx recording reason in the address history.
+func (s *Store) inTxWhy(ctx context.Context, reason string, fn func(tx pgx.Tx) error) error {
 	var err error
 	for attempt := 0; attempt < maxTxAttempts; attempt++ {
 		if attempt > 0 {
@@ -210,7 +223,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 			case <-t.C:
 			}
 		}
-		err = pgx.BeginFunc(ctx, s.db, fn)
+		err = pgx.BeginTxFunc(ctx, s.db, s.txOptions(ctx, reason), fn)
 		if err == nil || !retryable(err) {
 			return err
 		}

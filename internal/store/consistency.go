@@ -1,0 +1,192 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// A consistency check is a query answering rows of (kind, space, detail,
+// objects): one per broken invariant, at most $1 of them. Each reads whole
+// tables once (hash joins, sorts, a window for overlaps) rather than
+// probing an index per row, so its cost is linear in the rows whatever
+// constraints or indexes survive; none of them relies on the constraint it
+// verifies.
+type consistencyCheck struct {
+	name string
+	sql  string
+}
+
+// fullLen is the host mask length of an inet's family.
+const fullLen = `CASE family(%[1]s) WHEN 4 THEN 32 ELSE 128 END`
+
+// overlapSQL finds overlapping CIDRs of a table within a space without a
+// pairwise join: sorted by CIDR (network address, then shorter first), a row
+// overlaps an earlier one exactly when the furthest end of the earlier rows
+// reaches its network address. Only those rows are then joined to the rows
+// containing them, to name both sides of each overlap.
+func overlapSQL(table, kind, what, label string) string {
+	return fmt.Sprintf(`WITH ordered AS (
+		SELECT t.id, t.space, t.cidr,
+			max(set_masklen(broadcast(t.cidr), `+fmt.Sprintf(fullLen, "t.cidr")+`)) OVER (
+				PARTITION BY t.space, family(t.cidr) ORDER BY t.cidr, t.id
+				ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+		FROM %[1]s t
+	), flagged AS (
+		SELECT * FROM ordered WHERE reach >= set_masklen(cidr::inet, `+fmt.Sprintf(fullLen, "cidr")+`)
+	)
+	SELECT '%[2]s', f.space, format('%[3]s %%s (id %%s) overlaps %%s (id %%s)', o.cidr, o.id, f.cidr, f.id),
+		ARRAY[format('%[3]s %%s (id %%s%%s)', o.cidr, o.id, %[4]s), format('%[3]s %%s (id %%s%%s)', f.cidr, f.id, %[5]s)]
+	FROM flagged f
+	JOIN %[1]s o ON o.space = f.space AND o.cidr >>= f.cidr AND (o.cidr, o.id) < (f.cidr, f.id)
+	JOIN %[1]s fr ON fr.id = f.id
+	ORDER BY f.space, f.cidr, o.cidr LIMIT $1`, table, kind, what,
+		fmt.Sprintf(label, "o"), fmt.Sprintf(label, "fr"))
+}
+
+var consistencyChecks = []consistencyCheck{
+	// Duplicates are found on the keys alone, then described: describing
+	// every group would format every lease.
+	{"duplicate addresses", `WITH d AS (
+			SELECT space, addr FROM leases GROUP BY space, addr HAVING count(*) > 1 ORDER BY space, addr LIMIT $1
+		)
+		SELECT 'duplicate-address', d.space, format('address %s has %s lease rows', host(d.addr), count(*)),
+			array_agg(format('lease %s (node id %s, %s %s/%s)', host(l.addr), l.node_id, l.state, l.owner_namespace, l.owner_name) ORDER BY l.node_id)
+		FROM d JOIN leases l ON l.space = d.space AND l.addr = d.addr
+		GROUP BY d.space, d.addr ORDER BY d.space, d.addr`},
+	{"duplicate attachments", `WITH d AS (
+			SELECT node_id, container_id, interface, family FROM leases WHERE state <> 'released'
+			GROUP BY node_id, container_id, interface, family HAVING count(*) > 1 ORDER BY node_id, container_id LIMIT $1
+		)
+		SELECT 'duplicate-attachment', min(l.space), format('attachment %s/%s of node id %s holds %s IPv%s leases',
+			d.container_id, d.interface, d.node_id, count(*), d.family),
+			array_agg(format('lease %s', host(l.addr)) ORDER BY l.addr)
+		FROM d JOIN leases l ON l.node_id = d.node_id AND l.container_id = d.container_id AND l.interface = d.interface
+			AND l.family = d.family AND l.state <> 'released'
+		GROUP BY d.node_id, d.container_id, d.interface, d.family ORDER BY d.node_id, d.container_id`},
+	{"block overlaps", overlapSQL("blocks", "block-overlap", "block", `', node id ' || %s.node_id`)},
+	{"pool CIDR overlaps", overlapSQL("pool_cidrs", "pool-cidr-overlap", "pool CIDR", `', pool id ' || %s.pool_id`)},
+	{"blocks outside their pool CIDR", `SELECT 'block-outside-pool', b.space,
+			CASE WHEN c.id IS NULL THEN format('block %s names pool CIDR id %s, which does not exist', b.cidr, b.pool_cidr_id)
+			     WHEN NOT (b.cidr <<= c.cidr) THEN format('block %s lies outside its pool CIDR %s', b.cidr, c.cidr)
+			     WHEN b.parent_cidr <> c.cidr THEN format('block %s records parent %s but its pool CIDR is %s', b.cidr, b.parent_cidr, c.cidr)
+			     ELSE format('block %s is of pool id %s in space %s but its pool CIDR %s is of pool id %s in space %s',
+			                 b.cidr, b.pool_id, b.space, c.cidr, c.pool_id, c.space) END,
+			ARRAY[format('block %s (id %s)', b.cidr, b.id)] || CASE WHEN c.id IS NULL THEN '{}'::text[] ELSE ARRAY[format('pool CIDR %s (id %s)', c.cidr, c.id)] END
+		FROM blocks b LEFT JOIN pool_cidrs c ON c.id = b.pool_cidr_id
+		WHERE c.id IS NULL OR NOT (b.cidr <<= c.cidr) OR b.parent_cidr <> c.cidr OR b.pool_id <> c.pool_id
+		   OR b.space <> c.space OR b.family <> c.family
+		ORDER BY b.space, b.cidr LIMIT $1`},
+	{"leases outside their block", `SELECT CASE WHEN b.id IS NULL OR NOT (l.addr <<= b.cidr) THEN 'lease-outside-block' ELSE 'lease-block-mismatch' END,
+			l.space,
+			CASE WHEN b.id IS NULL THEN format('lease %s names block id %s, which does not exist', host(l.addr), l.block_id)
+			     WHEN NOT (l.addr <<= b.cidr) THEN format('lease %s lies outside its block %s', host(l.addr), b.cidr)
+			     WHEN l.block_cidr <> b.cidr THEN format('lease %s records block %s but its block is %s', host(l.addr), l.block_cidr, b.cidr)
+			     WHEN l.node_id <> b.node_id THEN format('lease %s is of node id %s but its block %s is of node id %s', host(l.addr), l.node_id, b.cidr, b.node_id)
+			     WHEN l.pool_id <> b.pool_id THEN format('lease %s is of pool id %s but its block %s is of pool id %s', host(l.addr), l.pool_id, b.cidr, b.pool_id)
+			     ELSE format('lease %s (IPv%s, space %s) differs from its block %s (IPv%s, space %s)', host(l.addr), l.family, l.space, b.cidr, b.family, b.space) END,
+			ARRAY[format('lease %s', host(l.addr))] || CASE WHEN b.id IS NULL THEN '{}'::text[] ELSE ARRAY[format('block %s (id %s)', b.cidr, b.id)] END
+		FROM leases l LEFT JOIN blocks b ON b.id = l.block_id
+		WHERE b.id IS NULL OR NOT (l.addr <<= b.cidr) OR l.block_cidr <> b.cidr OR l.node_id <> b.node_id
+		   OR l.pool_id <> b.pool_id OR l.family <> b.family OR l.space <> b.space
+		ORDER BY l.space, l.addr LIMIT $1`},
+	{"leases of addresses their block does not lease", `SELECT 'lease-reserved-address', l.space,
+			format('lease %s is offset %s of block %s, which leases offsets %s to %s except %s',
+			       host(l.addr), l.addr - b.cidr::inet, b.cidr, b.first_offset, b.last_offset, b.reserved),
+			ARRAY[format('lease %s', host(l.addr)), format('block %s (id %s)', b.cidr, b.id)]
+		FROM leases l JOIN blocks b ON b.id = l.block_id
+		WHERE l.addr <<= b.cidr AND (l.addr - b.cidr::inet < b.first_offset OR l.addr - b.cidr::inet > b.last_offset
+		   OR l.addr - b.cidr::inet = ANY (b.reserved))
+		ORDER BY l.space, l.addr LIMIT $1`},
+	{"block counters", `SELECT 'block-counter', b.space,
+			format('block %s counts %s allocated of capacity %s but holds %s lease rows', b.cidr, b.allocated, b.capacity, coalesce(c.n, 0)),
+			ARRAY[format('block %s (id %s)', b.cidr, b.id)]
+		FROM blocks b LEFT JOIN (SELECT block_id, count(*) AS n FROM leases GROUP BY block_id) c ON c.block_id = b.id
+		WHERE b.allocated <> coalesce(c.n, 0) OR b.allocated > b.capacity
+		ORDER BY b.space, b.cidr LIMIT $1`},
+	{"missing nodes", `SELECT 'missing-node', x.space, x.detail, ARRAY[x.object] FROM (
+			SELECT l.space, format('lease %s is of node id %s, which does not exist in space %s', host(l.addr), l.node_id, l.space) AS detail,
+			       format('lease %s', host(l.addr)) AS object, 1 AS ord, l.addr::text AS key
+			FROM leases l LEFT JOIN nodes n ON n.id = l.node_id AND n.space = l.space WHERE n.id IS NULL
+			UNION ALL
+			SELECT b.space, format('block %s is of node id %s, which does not exist in space %s', b.cidr, b.node_id, b.space),
+			       format('block %s (id %s)', b.cidr, b.id), 2, b.cidr::text
+			FROM blocks b LEFT JOIN nodes n ON n.id = b.node_id AND n.space = b.space WHERE n.id IS NULL
+		) x ORDER BY x.space, x.ord, x.key LIMIT $1`},
+	{"missing pools", `SELECT 'missing-pool', x.space, x.detail, ARRAY[x.object] FROM (
+			SELECT l.space, format('lease %s is of pool id %s, which does not exist in space %s', host(l.addr), l.pool_id, l.space) AS detail,
+			       format('lease %s', host(l.addr)) AS object, 1 AS ord, l.addr::text AS key
+			FROM leases l LEFT JOIN pools p ON p.id = l.pool_id AND p.space = l.space WHERE p.id IS NULL
+			UNION ALL
+			SELECT b.space, format('block %s is of pool id %s, which does not exist in space %s', b.cidr, b.pool_id, b.space),
+			       format('block %s (id %s)', b.cidr, b.id), 2, b.cidr::text
+			FROM blocks b LEFT JOIN pools p ON p.id = b.pool_id AND p.space = b.space WHERE p.id IS NULL
+		) x ORDER BY x.space, x.ord, x.key LIMIT $1`},
+	// Only what one statement writes together is compared: times written by
+	// different replicas (created_at and released_at) may be skewed.
+	{"lease states", `SELECT 'lease-state', space, format('lease %s is %s but %s', host(addr), state, problem),
+			ARRAY[format('lease %s', host(addr))]
+		FROM (SELECT l.*, CASE
+			WHEN state NOT IN ('pending', 'active', 'released') THEN 'that is no state'
+			WHEN state = 'pending' AND expires_at IS NULL THEN 'has no expiry'
+			WHEN state <> 'pending' AND expires_at IS NOT NULL THEN format('expires at %s', expires_at)
+			WHEN state = 'released' AND (released_at IS NULL OR cooldown_until IS NULL) THEN 'has no release time or cooldown'
+			WHEN state <> 'released' AND (released_at IS NOT NULL OR cooldown_until IS NOT NULL) THEN 'has a release time or cooldown'
+			WHEN state = 'released' AND cooldown_until < released_at THEN format('cools down until %s, before its release at %s', cooldown_until, released_at)
+			WHEN state = 'pending' AND confirmed_at IS NOT NULL THEN 'was confirmed'
+			END AS problem FROM leases l) x
+		WHERE problem IS NOT NULL ORDER BY space, addr LIMIT $1`},
+}
+
+// CheckConsistency verifies the invariants of the schema (see
+// alloc.FindingKind) in one read-only REPEATABLE READ snapshot: allocation
+// goes on meanwhile (a snapshot takes no lock that a writer waits for), and
+// every check sees the same instant, so a lease and its block's counter,
+// written in one transaction, are always seen together. It answers at most
+// alloc.MaxFindingsPerCheck findings per check (Truncated says more exist).
+func (s *Store) CheckConsistency(ctx context.Context) (alloc.ConsistencyReport, error) {
+	r := alloc.ConsistencyReport{CheckedAt: s.now(), Findings: []alloc.Finding{}}
+	start := time.Now()
+	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// The store's connections forbid sequential scans to keep the
+		// allocation path on its indexes; a check reads whole tables, for
+		// which a scan is the right plan, and hashes them: room to do so
+		// in memory (for this transaction only) spares spilling to disk.
+		if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = on; SET LOCAL work_mem = '64MB'`); err != nil {
+			return err
+		}
+		c := &r.Counts
+		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM address_spaces), (SELECT count(*) FROM pools),
+				(SELECT count(*) FROM pool_cidrs), (SELECT count(*) FROM nodes), (SELECT count(*) FROM blocks),
+				(SELECT count(*) FROM leases)`).Scan(&c.Spaces, &c.Pools, &c.PoolCIDRs, &c.Nodes, &c.Blocks, &c.Leases); err != nil {
+			return err
+		}
+		for _, check := range consistencyChecks {
+			rows, err := tx.Query(ctx, check.sql, alloc.MaxFindingsPerCheck+1)
+			if err != nil {
+				return fmt.Errorf("consistency check %s: %w", check.name, err)
+			}
+			found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (alloc.Finding, error) {
+				var f alloc.Finding
+				var kind string
+				err := row.Scan(&kind, &f.Space, &f.Detail, &f.Objects)
+				f.Kind = alloc.FindingKind(kind)
+				return f, err
+			})
+			if err != nil {
+				return fmt.Errorf("consistency check %s: %w", check.name, err)
+			}
+			if len(found) > alloc.MaxFindingsPerCheck {
+				found, r.Truncated = found[:alloc.MaxFindingsPerCheck], true
+			}
+			r.Findings = append(r.Findings, found...)
+		}
+		return nil
+	})
+	r.Took = time.Since(start)
+	return r, err
+}

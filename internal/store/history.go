@@ -1,0 +1,296 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// The address history (table address_events, migration 00004) is written
+// by triggers on leases, blocks and pools, in the transaction of each
+// change. The store only tells them who asks and why, in transaction-local
+// settings, folded into statements it sends anyway:
+//   - every inTx transaction sets them in its BEGIN (txOptions);
+//   - the single-statement changes (release, confirm, expiry) call
+//     ipam_history_context from their WHERE clause (historyContextSQL).
+// A change that sets neither is still recorded, with the database user as
+// its actor.
+
+// DefaultHistoryRetention is how long history events are kept.
+const DefaultHistoryRetention = 30 * 24 * time.Hour
+
+// Reasons the store records for changes it makes.
+const (
+	reasonReleaseAttachment = "attachment-released"
+	reasonReleaseAddress    = "address-released"
+	reasonReconcile         = "reconcile"
+	reasonExpired           = "expired" // the triggers record kind "expire" for it
+	reasonPurged            = "purged"
+	reasonNodeDeleted       = "node-deleted"
+	reasonBlockReleased     = "block-released"
+	reasonRebalance         = "rebalance"
+	reasonRegistration      = "node-registration"
+)
+
+// txOptions makes the BEGIN of a read-write transaction under ctx also set
+// the history's actor, reason and clock: pgx sends a BeginQuery without
+// parameters over the simple protocol, so both statements travel in one
+// message and the setting costs no round trip.
+func (s *Store) txOptions(ctx context.Context, reason string) pgx.TxOptions {
+	return pgx.TxOptions{BeginQuery: "BEGIN; SELECT ipam_history_context(" + sqlLiteral(historyActor(ctx)) + ", " +
+		sqlLiteral(reason) + ", " + sqlLiteral(s.now().Format(time.RFC3339Nano)) + ")"}
+}
+
+// historyActor is the actor of ctx as the history records it. PostgreSQL
+// text cannot hold NUL, which a certificate's CN might, so NULs are dropped
+// rather than failing the change.
+func historyActor(ctx context.Context) string {
+	return strings.ReplaceAll(alloc.ActorFrom(ctx), "\x00", "")
+}
+
+// sqlLiteral quotes s as an escape string constant, which reads the same
+// whatever standard_conforming_strings says.
+func sqlLiteral(s string) string {
+	s = strings.ReplaceAll(s, "\x00", "")
+	s = strings.ReplaceAll(s, `\`, `\\`)
+	return "E'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// historyContextSQL is a WHERE-clause term that sets the history's actor
+// ($actor), reason ($reason) and clock ($at) for a single-statement change.
+// As an uncorrelated subquery it runs once, before any row changes; the
+// history triggers run after the statement.
+func historyContextSQL(actor, reason, at int) string {
+	return fmt.Sprintf(`(SELECT ipam_history_context($%d, $%d, $%d))`, actor, reason, at)
+}
+
+const eventColumns = `id, at, kind, space, family, address, block, pool, node, state,
+	owner_namespace, owner_name, owner_uid, container_id, interface, actor, reason, generation`
+
+func scanEvent(r pgx.Row) (alloc.Event, error) {
+	var (
+		e                                alloc.Event
+		kind                             string
+		fam                              *int16
+		addr                             *netip.Addr
+		block                            *netip.Prefix
+		pool, node, state, ns, name, uid *string
+		container, iface                 *string
+		generation                       *int64
+	)
+	err := r.Scan(&e.ID, &e.At, &kind, &e.Space, &fam, &addr, &block, &pool, &node, &state,
+		&ns, &name, &uid, &container, &iface, &e.Actor, &e.Reason, &generation)
+	if err != nil {
+		return e, err
+	}
+	e.At = e.At.UTC()
+	e.Kind = alloc.EventKind(kind)
+	if fam != nil {
+		e.Family = alloc.Family(*fam)
+	}
+	if addr != nil {
+		e.Address = *addr
+	}
+	if block != nil {
+		e.Block = *block
+	}
+	if generation != nil {
+		e.Generation = *generation
+	}
+	for _, x := range []struct {
+		src *string
+		dst *string
+	}{{pool, &e.Pool}, {node, &e.Node}, {state, &e.State}, {ns, &e.Owner.Namespace}, {name, &e.Owner.Name},
+		{uid, &e.Owner.UID}, {container, &e.Attachment.ContainerID}, {iface, &e.Attachment.Interface}} {
+		if x.src != nil {
+			*x.dst = *x.src
+		}
+	}
+	return e, nil
+}
+
+func collectEvents(rows pgx.Rows, err error) ([]alloc.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (alloc.Event, error) { return scanEvent(r) })
+}
+
+// eventCursor is the key of the last event of a page.
+type eventCursor struct {
+	at time.Time
+	id int64
+}
+
+func (c eventCursor) String() string {
+	return c.at.UTC().Format(time.RFC3339Nano) + "|" + strconv.FormatInt(c.id, 10)
+}
+
+func parseEventCursor(tok string) (eventCursor, bool, error) {
+	after, err := decodeContinue(tok)
+	if err != nil || after == "" {
+		return eventCursor{}, false, err
+	}
+	bad := alloc.Invalid("continue", "not a continue token from this API")
+	at, id, ok := strings.Cut(after, "|")
+	if !ok {
+		return eventCursor{}, false, bad
+	}
+	var c eventCursor
+	if c.at, err = time.Parse(time.RFC3339Nano, at); err != nil {
+		return eventCursor{}, false, bad
+	}
+	if c.id, err = strconv.ParseInt(id, 10, 64); err != nil || c.id < 0 {
+		return eventCursor{}, false, bad
+	}
+	return c, true, nil
+}
+
+// timeBound is t, or an infinity when t is zero.
+func timeBound(t time.Time, inf pgtype.InfinityModifier) pgtype.Timestamptz {
+	if t.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: inf, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: t, Valid: true}
+}
+
+// History pages through the events of one address, owner or node of a
+// space in [f.From, f.To), oldest first. Each subject is read through its
+// own index; the continue token is the (at, id) of the page's last event.
+// An unknown space is not found; a subject without events is an empty list
+// (its history may have been pruned, or be yet to come).
+func (s *Store) History(ctx context.Context, f alloc.HistoryFilter, page alloc.Page) ([]alloc.Event, string, error) {
+	if err := f.Validate(); err != nil {
+		return nil, "", err
+	}
+	if err := page.Validate(); err != nil {
+		return nil, "", err
+	}
+	c, ok, err := parseEventCursor(page.Continue)
+	if err != nil {
+		return nil, "", err
+	}
+	// (at, id) > (lower, 0) is at >= lower: ids start at 1.
+	lower := timeBound(f.From, pgtype.NegativeInfinity)
+	var afterID int64
+	if ok {
+		lower, afterID = pgtype.Timestamptz{Time: c.at, Valid: true}, c.id
+	}
+	upper := timeBound(f.To, pgtype.Infinity)
+	var where string
+	args := []any{f.Space, lower, afterID, upper, page.Limit + 1}
+	switch {
+	case f.Address.IsValid():
+		where = `address = $6`
+		args = append(args, f.Address)
+	case f.OwnerName != "":
+		where = `owner_namespace = $6 AND owner_name = $7`
+		args = append(args, f.OwnerNamespace, f.OwnerName)
+	default:
+		where = `node = $6`
+		args = append(args, f.Node)
+	}
+	items, err := collectEvents(s.db.Query(ctx, `SELECT `+eventColumns+` FROM address_events
+		WHERE space = $1 AND `+where+` AND (at, id) > ($2, $3) AND at < $4
+		ORDER BY at, id LIMIT $5`, args...))
+	if err != nil {
+		return nil, "", err
+	}
+	if len(items) == 0 {
+		if ok, err := s.spaceExists(ctx, s.db, f.Space); err != nil {
+			return nil, "", err
+		} else if !ok {
+			return nil, "", alloc.NotFound("space", "address space", f.Space)
+		}
+	}
+	items, next := pageOf(items, page.Limit, func(e alloc.Event) string { return eventCursor{e.At, e.ID}.String() })
+	return items, next, nil
+}
+
+// maxHoldingEvents bounds the events read for one holding: a lease, its
+// confirmation and its end, with room for oddities.
+const maxHoldingEvents = 16
+
+// HolderAt answers who held addr at instant at: the holding whose lease
+// event is the last one at or before at and that had not ended by then
+// (a holding is [lease, end)). It answers a KindNotFound error when nobody
+// held the address at that instant (free, cooling, or before its recorded
+// history). It reads one snapshot.
+func (s *Store) HolderAt(ctx context.Context, space string, addr netip.Addr, at time.Time) (alloc.Holding, error) {
+	var h alloc.Holding
+	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		last, err := scanEvent(tx.QueryRow(ctx, `SELECT `+eventColumns+` FROM address_events
+			WHERE space = $1 AND address = $2 AND at <= $3 ORDER BY at DESC, id DESC LIMIT 1`, space, addr, at))
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && last.Kind.Ends()) {
+			return s.notFoundIn(ctx, tx, space, "at", "holder of address "+addr.String()+" at", at.UTC().Format(time.RFC3339Nano))
+		} else if err != nil {
+			return err
+		}
+		lease := last
+		if last.Kind != alloc.EventLease {
+			lease, err = scanEvent(tx.QueryRow(ctx, `SELECT `+eventColumns+` FROM address_events
+				WHERE space = $1 AND address = $2 AND (at, id) <= ($3, $4) AND kind = 'lease'
+				ORDER BY at DESC, id DESC LIMIT 1`, space, addr, last.At, last.ID))
+			if errors.Is(err, pgx.ErrNoRows) {
+				// The lease event was pruned: the holding's start is unknown.
+				return s.notFoundIn(ctx, tx, space, "at", "holder of address "+addr.String()+" at", at.UTC().Format(time.RFC3339Nano))
+			} else if err != nil {
+				return err
+			}
+		}
+		events, err := collectEvents(tx.Query(ctx, `SELECT `+eventColumns+` FROM address_events
+			WHERE space = $1 AND address = $2 AND (at, id) >= ($3, $4) ORDER BY at, id LIMIT $5`,
+			space, addr, lease.At, lease.ID, maxHoldingEvents))
+		if err != nil {
+			return err
+		}
+		h = alloc.Holding{Space: space, Address: addr, Node: lease.Node, Pool: lease.Pool, Owner: lease.Owner,
+			Attachment: lease.Attachment, From: lease.At}
+		for i, e := range events {
+			if i > 0 && e.Kind == alloc.EventLease {
+				break // a later holding (its end was not recorded)
+			}
+			h.Events = append(h.Events, e)
+			if e.Kind.Ends() {
+				h.To = e.At
+				break
+			}
+		}
+		return nil
+	})
+	return h, err
+}
+
+// PruneHistory deletes history events older than the retention, in
+// batches of gcBatch (one short transaction each), and answers how many.
+// A zero retention keeps everything. Replicas may prune at once: SKIP
+// LOCKED gives each its own rows.
+func (s *Store) PruneHistory(ctx context.Context) (int64, error) {
+	if s.opts.HistoryRetention == 0 {
+		return 0, nil
+	}
+	cutoff := s.now().Add(-s.opts.HistoryRetention)
+	var total int64
+	for {
+		// No key but the row's location: the table has no primary key
+		// (see the migration); address_events_at finds the old rows.
+		tag, err := s.db.Exec(ctx, `DELETE FROM address_events WHERE ctid = ANY (ARRAY(
+			SELECT ctid FROM address_events WHERE at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))`, cutoff, gcBatch)
+		if err != nil {
+			return total, err
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < gcBatch {
+			return total, nil
+		}
+	}
+}
