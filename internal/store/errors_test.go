@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -70,5 +71,38 @@ func TestIsUnavailableAfterTermination(t *testing.T) {
 	}
 	if !errors.Is(second, pgconn.ErrConnClosed) {
 		t.Logf("the second statement failed with %v, not conn closed", second)
+	}
+}
+
+// The store's connections never JIT-compile: with enable_seqscan off, the
+// readiness query's sequential scan of goose_db_version cost more than
+// jit_above_cost, and /readyz took 0.25 s of CPU idle and seconds under
+// load.
+func TestReadyDoesNotJIT(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	var jit string
+	if err := f.s.db.QueryRow(f.ctx, `SHOW jit`).Scan(&jit); err != nil {
+		t.Fatal(err)
+	}
+	if jit != "off" {
+		t.Errorf("jit = %q on the store's connections", jit)
+	}
+	rows, err := f.s.db.Query(f.ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(strings.TrimSpace(line), "JIT:") {
+			t.Errorf("the readiness query is JIT-compiled")
+		}
+	}
+	if _, err := f.s.Ready(f.ctx); err != nil {
+		t.Fatal(err)
 	}
 }
