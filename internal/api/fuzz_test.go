@@ -64,11 +64,8 @@ func FuzzRequestBody(f *testing.F) {
 	h := newFuzzHandler(f)
 	f.Fuzz(func(t *testing.T, route uint8, name string, body []byte) {
 		r := fuzzBodyRoutes[int(route)%len(fuzzBodyRoutes)]
-		path := r.path
-		if strings.Contains(path, "%s") {
-			// Escaped, so that the name stays one path segment.
-			path = strings.Replace(path, "%s", url.PathEscape(name), 1)
-		}
+		// Escaped, so that the name stays one path segment.
+		path := strings.Replace(r.path, "%s", url.PathEscape(name), 1)
 		req := httptest.NewRequest(r.method, path, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()

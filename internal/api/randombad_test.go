@@ -242,7 +242,7 @@ func (g *badGen) noiseString() string {
 
 func (g *badGen) noiseNumber() any {
 	return []any{0, -1, 1, 24, 32, 33, 128, 129, 1 << 31, -1 << 31, json.Number("9223372036854775807"),
-		json.Number("-9223372036854775808"), 9007199254740993, 0.5, -0.0}[g.rng.IntN(15)]
+		json.Number("-9223372036854775808"), 9007199254740993, 0.5, json.Number("-0.0")}[g.rng.IntN(15)]
 }
 
 // request builds a request of op with one invalidating mutation and noise.
