@@ -8,8 +8,10 @@ ARGS ?=
 # Extra flags for the benchmark, e.g. make bench BENCH_ARGS="-concurrency 64".
 BENCH_ARGS ?=
 CEILING ?= ../shared/bench/db-ceiling.sh
+# How long make fuzz explores each fuzz target, e.g. make fuzz FUZZTIME=1m.
+FUZZTIME ?= 5s
 
-.PHONY: run test bench generate lint build postgres tools check-generated
+.PHONY: run test bench generate lint build postgres tools check-generated fuzz
 
 postgres:
 	@scripts/ensure-postgres.sh >/dev/null
@@ -33,6 +35,15 @@ run: postgres build
 ## test: every test, against throwaway PostgreSQL clusters
 test: postgres tools
 	$(GO) test -count=1 ./...
+
+## fuzz: run every fuzz target (func FuzzX in a _test.go file) in turn for FUZZTIME each; a failure leaves its input under testdata/fuzz
+fuzz: postgres
+	@set -e; for f in $$(git ls-files '*_test.go' | xargs grep -l '^func Fuzz'); do \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$f"); do \
+			echo "== $$t ./$$(dirname "$$f")"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "./$$(dirname "$$f")"; \
+		done; \
+	done
 
 ## bench: allocations/s and p50/p99 over HTTP, with the database ceiling measured in the same run
 bench: postgres

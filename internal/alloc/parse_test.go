@@ -51,12 +51,18 @@ func TestParseAddr(t *testing.T) {
 // FuzzParseCanonicalPrefix: whatever is accepted round-trips exactly and is
 // a masked, unmapped prefix.
 func FuzzParseCanonicalPrefix(f *testing.F) {
-	for _, s := range []string{"10.0.0.0/8", "fd00::/104", "10.0.0.1/8", "::ffff:1.2.3.0/120", "1.2.3.4/32"} {
+	for _, s := range []string{"10.0.0.0/8", "fd00::/104", "10.0.0.1/8", "::ffff:1.2.3.0/120", "1.2.3.4/32",
+		"fd00:0::/104", "fe80::%eth0/64", "10.0.0.0/08", "0.0.0.0/0", "::/0", "10.0.0.0/33", ""} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := ParseCanonicalPrefix(s)
 		if err != nil {
+			// Refusals are exactly the non-canonical: what netip parses,
+			// prints back unchanged, masked and unmapped must be accepted.
+			if n, perr := netip.ParsePrefix(s); perr == nil && n.String() == s && n.Masked() == n && !n.Addr().Is4In6() {
+				t.Fatalf("%q is canonical but refused: %v", s, err)
+			}
 			return
 		}
 		if p.String() != s || p.Masked() != p || p.Addr().Is4In6() || p.Addr().Zone() != "" {

@@ -26,6 +26,9 @@ func IsUnavailable(err error) bool {
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
+	// ErrConnClosed: a statement on a connection that an earlier failure
+	// (the server went away mid-transaction) already closed.
 	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, pgconn.ErrConnClosed)
 }

@@ -564,9 +564,17 @@ func (s *Store) Confirm(ctx context.Context, space, node string, a alloc.Attachm
 	if err != nil {
 		return alloc.Allocation{}, err
 	}
-	if _, err := s.db.Exec(ctx, `UPDATE leases SET state = 'active', expires_at = NULL, confirmed_at = $4
-		WHERE node_id = $1 AND container_id = $2 AND interface = $3 AND state = 'pending' AND `+historyContextSQL(5, 6, 4),
-		nodeID, a.ContainerID, a.Interface, s.now(), historyActor(ctx), ""); err != nil {
+	// In inTx for its retry (and for the history's actor, set in its
+	// BEGIN): concurrent duplicates of one confirmation (a CNI plugin
+	// retrying across replicas) were seen to fail with a deadlock (40P01),
+	// answered 500, in internal/faulttest.
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE leases SET state = 'active', expires_at = NULL, confirmed_at = $4
+			WHERE node_id = $1 AND container_id = $2 AND interface = $3 AND state = 'pending'`,
+			nodeID, a.ContainerID, a.Interface, s.now())
+		return err
+	})
+	if err != nil {
 		return alloc.Allocation{}, err
 	}
 	return s.GetAttachment(ctx, space, node, a)
