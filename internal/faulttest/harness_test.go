@@ -76,7 +76,10 @@ type replica struct {
 func startReplica(t *testing.T, name, dbURL string, extra ...string) *replica {
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--database-url", dbURL,
-		"--insecure-http", "--log-level", "warn"}, extra...)
+		// Plain HTTP on loopback as the anonymous admin, unthrottled: the
+		// clients here stand for many nodes at once.
+		"--insecure-http", "--dev-no-auth", "--client-rate-limit", "0", "--anonymous-rate-limit", "0",
+		"--log-level", "warn"}, extra...)
 	cmd := exec.Command(serverBin, args...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "IPAM_") })
 	// The kernel ends the server if the test binary dies first.
