@@ -188,11 +188,13 @@ func loadFill(ctx context.Context, conn *pgx.Conn, space, pool string, perNode, 
 			// Counters as leasing would have left them: allocated is the
 			// block's lease rows, the cursor one past the last offset.
 			if _, err := tx.Exec(ctx, `UPDATE blocks b SET allocated = c.n,
-					next_offset = CASE WHEN ($3::bigint[])[c.n] + 1 > b.last_offset THEN b.first_offset ELSE ($3::bigint[])[c.n] + 1 END
-				FROM (SELECT l.block_id, count(*)::int AS n FROM leases l
-				      JOIN nodes n ON n.id = l.node_id AND n.space = $1 AND n.name BETWEEN `+fillNodeSQL("$4::int")+` AND `+fillNodeSQL("$5::int - 1")+`
-				      WHERE l.pool_id = $2 GROUP BY l.block_id) c
-				WHERE b.id = c.block_id`, space, f.poolID, f.offsets, lo, hi); err != nil {
+					next_offset = CASE WHEN c.n = 0 THEN b.first_offset
+						WHEN ($3::bigint[])[c.n] + 1 > b.last_offset THEN b.first_offset ELSE ($3::bigint[])[c.n] + 1 END
+				FROM (SELECT x.id, (SELECT count(*) FROM leases l WHERE l.block_id = x.id)::int AS n
+				      FROM generate_series($4::int, $5::int - 1) i
+				      JOIN nodes n ON n.space = $1 AND n.name = `+fillNodeSQL("i")+`
+				      JOIN blocks x ON x.node_id = n.id AND x.pool_id = $2) c
+				WHERE b.id = c.id`, space, f.poolID, f.offsets, lo, hi); err != nil {
 				return fmt.Errorf("block counters: %w", err)
 			}
 			_, err := tx.Exec(ctx, `UPDATE pool_cidrs SET carve_hint = greatest(carve_hint, $2) WHERE id = $1`, f.cidrID, hi)
