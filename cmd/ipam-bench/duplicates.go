@@ -54,7 +54,7 @@ func findOverlaps(holds []hold) []overlap {
 
 // dbCheck is what the database says at the end of the benchmark.
 type dbCheck struct {
-	// Duplicates counts addresses of the space held (pending or active) by
+	// Duplicates counts addresses of the measured space held (pending or active) by
 	// more than one lease row: 0 unless the unique constraint is gone.
 	Duplicates int64 `json:"duplicates"`
 	// Missing counts attachments the clients hold that the database does
@@ -63,14 +63,16 @@ type dbCheck struct {
 	// client's side after the server committed it).
 	Missing int `json:"missing"`
 	Unknown int `json:"unknown"`
-	// Counters counts blocks whose allocated counter differs from their
-	// lease rows.
+	// Counters counts blocks (of the measured and the fill space) whose
+	// allocated counter differs from their lease rows.
 	Counters int64 `json:"counters"`
 }
 
 // checkDatabase compares the database with the clients' open attachments
-// (of nodes whose names start with prefix).
-func checkDatabase(ctx context.Context, dbURL, space, prefix string, open []attachment) (dbCheck, error) {
+// (of nodes whose names start with prefix) in spaces[0], and checks the
+// block counters of every space.
+func checkDatabase(ctx context.Context, dbURL string, spaces []string, prefix string, open []attachment) (dbCheck, error) {
+	space := spaces[0]
 	var c dbCheck
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -82,8 +84,8 @@ func checkDatabase(ctx context.Context, dbURL, space, prefix string, open []atta
 	if err != nil {
 		return c, fmt.Errorf("duplicate addresses: %w", err)
 	}
-	err = conn.QueryRow(ctx, `SELECT count(*) FROM blocks b WHERE b.space = $1
-		AND b.allocated <> (SELECT count(*) FROM leases l WHERE l.block_id = b.id)`, space).Scan(&c.Counters)
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM blocks b WHERE b.space = ANY ($1)
+		AND b.allocated <> (SELECT count(*) FROM leases l WHERE l.block_id = b.id)`, spaces).Scan(&c.Counters)
 	if err != nil {
 		return c, fmt.Errorf("block counters: %w", err)
 	}

@@ -17,10 +17,16 @@ import (
 // The fill curve's bulk path. The leases of the fill points are written
 // straight into the tables, as the service would have written them had
 // fill-node-NNNNN asked for them one by one, because 550,000 allocations
-// through the API take about ten minutes. They live in the benchmark's
-// space (so the measured allocations probe the space's address index with
-// every fill lease in it) but in a pool, a CIDR and nodes of their own, so
-// no measured node ever takes one of their blocks.
+// through the API take about ten minutes.
+//
+// They live in an address space of their own, with a pool, a CIDR and nodes
+// of their own. The tables and their indexes hold every fill lease (the
+// address index is one B-tree over (space, addr) for all spaces), so the
+// measured allocations go through indexes of that size; but no pool of the
+// measured space touches the fill nodes. (In the measured space, the
+// default pool's pre-allocation would make the service's rebalancing carve
+// a block for each of the 5,000 fill nodes in the background, during the
+// measured runs.)
 //
 // Per node the loader writes, in one transaction per batch of nodes:
 //
@@ -210,12 +216,16 @@ func loadFill(ctx context.Context, conn *pgx.Conn, space, pool string, perNode, 
 	return target - have, nil
 }
 
-// createFillPool creates the fill pool through the API (so its settings
-// are the service's defaults): one /24 per node, multi-pool without
-// pre-allocation, so the service's rebalancing carves nothing for it.
-func createFillPool(ctx context.Context, c *ipamv1.ClientWithResponses, space *string) error {
+// createFillPool creates the fill's space and pool through the API (so its
+// settings are the service's defaults): one /24 per node, multi-pool
+// without pre-allocation, so the service's rebalancing carves nothing for
+// it.
+func createFillPool(ctx context.Context, c *ipamv1.ClientWithResponses, space string) error {
+	if err := createSpace(ctx, c, space); err != nil {
+		return err
+	}
 	zero := 0
-	resp, err := c.CreatePoolWithResponse(ctx, &ipamv1.CreatePoolParams{Space: space}, ipamv1.PoolRequest{
+	resp, err := c.CreatePoolWithResponse(ctx, &ipamv1.CreatePoolParams{Space: &space}, ipamv1.PoolRequest{
 		Name: fillPool,
 		Spec: ipamv1.PoolSpec{Ipv4: &ipamv1.PoolFamilySpec{Cidrs: []string{fillCIDR}, MaskSize: fillMask}, PreAllocate: &zero},
 	})
@@ -228,9 +238,9 @@ func createFillPool(ctx context.Context, c *ipamv1.ClientWithResponses, space *s
 // verifyFill asks the service what it sees of the fill: the pool's status
 // must count leases active leases in nodes blocks, and the first node's
 // leases must list min(perNode, leases) active leases.
-func verifyFill(ctx context.Context, c *ipamv1.ClientWithResponses, space *string, perNode, leases int) error {
+func verifyFill(ctx context.Context, c *ipamv1.ClientWithResponses, space string, perNode, leases int) error {
 	nodes := int64((leases + perNode - 1) / perNode)
-	p, err := c.GetPoolWithResponse(ctx, fillPool, &ipamv1.GetPoolParams{Space: space})
+	p, err := c.GetPoolWithResponse(ctx, fillPool, &ipamv1.GetPoolParams{Space: &space})
 	if err != nil {
 		return err
 	}
@@ -249,7 +259,7 @@ func verifyFill(ctx context.Context, c *ipamv1.ClientWithResponses, space *strin
 		return nil
 	}
 	node, pool, limit := fillNodeName(0), fillPool, 1000
-	l, err := c.ListLeasesWithResponse(ctx, &ipamv1.ListLeasesParams{Space: space, Node: &node, Pool: &pool, Limit: &limit})
+	l, err := c.ListLeasesWithResponse(ctx, &ipamv1.ListLeasesParams{Space: &space, Node: &node, Pool: &pool, Limit: &limit})
 	if err != nil {
 		return err
 	}
@@ -269,9 +279,9 @@ func verifyFill(ctx context.Context, c *ipamv1.ClientWithResponses, space *strin
 	return nil
 }
 
-// dropFill deletes the fill's leases, blocks and nodes (a shared database's
-// space is torn down after the benchmark; the API would take one call per
-// node), in one transaction.
+// dropFill deletes the fill's leases, blocks and nodes in one transaction
+// (on a shared database, before its pool and space are deleted through the
+// API, which would take one call per node).
 func dropFill(ctx context.Context, conn *pgx.Conn, space, pool string) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		var poolID int64

@@ -18,8 +18,8 @@
 //     so blocks are carved while allocations go on; ceiling and ratio too;
 //   - fill: the mix at -fill-concurrency clients for -fill-duration with
 //     0, 100,000 and 550,000 (-fill) active leases bulk-loaded into the
-//     tables (fill.go: 110 per node on nodes of their own, in a pool of its
-//     own), and the ratio of allocation p50 at the last point to the first;
+//     tables (fill.go: 110 per node on nodes of their own, in an address
+//     space of its own), and the ratio of allocation p50 at the last point to the first;
 //   - shim (-shim): the CNI plugin cmd/cni-shim timed end to end, one
 //     process per ADD and DEL (shim.go).
 //
@@ -183,14 +183,16 @@ type bench struct {
 	db       *database
 	space    string  // the measured space
 	spaceArg *string // nil for the default space
-	servers  []*serverProc
-	pki      *benchPKI
-	admin    *ipamv1.ClientWithResponses
-	fleet    *fleet
-	ceil     *ceiling
-	nodes    []string
-	failed   []string
-	profiled bool // the server's CPU profile was taken
+	// fillSpace holds the fill curve's bulk-loaded pool, nodes and leases.
+	fillSpace string
+	servers   []*serverProc
+	pki       *benchPKI
+	admin     *ipamv1.ClientWithResponses
+	fleet     *fleet
+	ceil      *ceiling
+	nodes     []string
+	failed    []string
+	profiled  bool // the server's CPU profile was taken
 }
 
 func run(ctx context.Context, cfg config, out io.Writer) error {
@@ -224,7 +226,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	b := &bench{cfg: cfg, out: out, db: db, space: "default"}
+	b := &bench{cfg: cfg, out: out, db: db, space: "default", fillSpace: "bench-fill"}
 	if b.pki, err = newBenchPKI(tmp); err != nil {
 		return fmt.Errorf("certificates: %w", err)
 	}
@@ -258,7 +260,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if !db.private {
 		// A shared database may hold other data: work in a space of our own.
 		b.space = fmt.Sprintf("bench-%d", time.Now().Unix())
-		b.spaceArg = &b.space
+		b.spaceArg, b.fillSpace = &b.space, b.space+"-fill"
 	}
 	rep.Setup.Space = b.space
 	b.nodes = make([]string, cfg.Nodes)
@@ -272,7 +274,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		defer b.teardown(context.WithoutCancel(ctx))
 	}
 	if len(cfg.Fill) > 0 {
-		if err := createFillPool(ctx, b.admin, b.spaceArg); err != nil {
+		if err := createFillPool(ctx, b.admin, b.fillSpace); err != nil {
 			return fmt.Errorf("setup: %w", err)
 		}
 	}
@@ -353,7 +355,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	ov := b.fleet.ledger.overlaps(open)
 	rep.Duplicates.Ledger, rep.Duplicates.Overlaps = len(ov), ov[:min(len(ov), 10)]
 	rep.Duplicates.Holds = b.fleet.ledger.count() + len(open)
-	if rep.Duplicates.Database, err = checkDatabase(ctx, db.url, b.space, "bench-", open); err != nil {
+	if rep.Duplicates.Database, err = checkDatabase(ctx, db.url, []string{b.space, b.fillSpace}, "bench-", open); err != nil {
 		return fmt.Errorf("database check: %w", err)
 	}
 	d := rep.Duplicates.Database
@@ -522,16 +524,16 @@ func (b *bench) fillCurve(ctx context.Context) (*fillReport, error) {
 		return nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	fmt.Fprintf(b.out, "fill: pool %s %s /%d, %d active leases per node on fill-node-NNNNN, bulk-loaded in SQL (fill.go), then ANALYZE\n",
-		fillPool, fillCIDR, fillMask, cfg.FillPerNode)
+	fmt.Fprintf(b.out, "fill: space %s pool %s %s /%d, %d active leases per node on fill-node-NNNNN, bulk-loaded in SQL (fill.go), then ANALYZE\n",
+		b.fillSpace, fillPool, fillCIDR, fillMask, cfg.FillPerNode)
 	for _, n := range cfg.Fill {
 		began := time.Now()
-		added, err := loadFill(ctx, conn, b.space, fillPool, cfg.FillPerNode, n)
+		added, err := loadFill(ctx, conn, b.fillSpace, fillPool, cfg.FillPerNode, n)
 		if err != nil {
 			return nil, err
 		}
 		p := fillPoint{Leases: n, Added: added, LoadSeconds: time.Since(began).Seconds()}
-		if err := verifyFill(ctx, b.admin, b.spaceArg, cfg.FillPerNode, n); err != nil {
+		if err := verifyFill(ctx, b.admin, b.fillSpace, cfg.FillPerNode, n); err != nil {
 			return nil, fmt.Errorf("fill %d: the service does not see what was loaded: %w", n, err)
 		}
 		fmt.Fprintf(b.out, "fill: %d leases (%d added in %.1fs; the service's pool status and lease list agree)\n", n, added, p.LoadSeconds)
@@ -556,14 +558,17 @@ func (b *bench) teardown(ctx context.Context) {
 	if len(b.cfg.Fill) > 0 {
 		conn, err := pgx.Connect(ctx, b.db.url)
 		if err == nil {
-			err = dropFill(ctx, conn, b.space, fillPool)
+			err = dropFill(ctx, conn, b.fillSpace, fillPool)
 			conn.Close(ctx)
+		}
+		if err == nil {
+			err = teardown(ctx, b.admin, b.fillSpace, nil, []string{fillPool})
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "ipam-bench: teardown of the fill:", err)
 		}
 	}
-	if err := teardown(ctx, b.admin, b.space, append(slices.Clone(b.nodes), hotNode), len(b.cfg.Fill) > 0); err != nil {
+	if err := teardown(ctx, b.admin, b.space, append(slices.Clone(b.nodes), hotNode), []string{"default"}); err != nil {
 		fmt.Fprintln(os.Stderr, "ipam-bench: teardown:", err)
 	}
 }

@@ -48,9 +48,9 @@ func setupPool(ctx context.Context, c *ipamv1.ClientWithResponses, space *string
 	return nil
 }
 
-// teardown deletes the nodes, the pools (the fill pool too when fill) and
-// the space setupPool made in a space of its own.
-func teardown(ctx context.Context, c *ipamv1.ClientWithResponses, space string, nodes []string, fill bool) error {
+// teardown deletes the nodes, the pools and the space setupPool (or
+// createFillPool) made in a space of its own.
+func teardown(ctx context.Context, c *ipamv1.ClientWithResponses, space string, nodes, pools []string) error {
 	force := true
 	for _, n := range nodes {
 		resp, err := c.DeleteNodeWithResponse(ctx, n, &ipamv1.DeleteNodeParams{Space: &space, Force: &force})
@@ -60,10 +60,6 @@ func teardown(ctx context.Context, c *ipamv1.ClientWithResponses, space string, 
 		if err := statusError("delete node "+n, resp.StatusCode(), resp.Body); err != nil {
 			return err
 		}
-	}
-	pools := []string{"default"}
-	if fill {
-		pools = append(pools, fillPool)
 	}
 	for _, p := range pools {
 		resp, err := c.DeletePoolWithResponse(ctx, p, &ipamv1.DeletePoolParams{Space: &space})

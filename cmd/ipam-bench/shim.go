@@ -251,7 +251,7 @@ func runShim(ctx context.Context, cfg config, p *benchPKI, server string, admin 
 		return nil, fmt.Errorf("shim setup: %w", err)
 	}
 	defer func() {
-		if err := teardown(context.WithoutCancel(ctx), admin, rep.Space, []string{shimNode}, false); err != nil {
+		if err := teardown(context.WithoutCancel(ctx), admin, rep.Space, []string{shimNode}, []string{"default"}); err != nil {
 			fmt.Fprintln(os.Stderr, "ipam-bench: shim teardown:", err)
 		}
 	}()
