@@ -50,16 +50,3 @@ func TestWatchRSS(t *testing.T) {
 		t.Fatalf("maxPeak %v below the end RSS %v", maxPeak(s), s[0].EndMiB)
 	}
 }
-
-func TestParseGCMetrics(t *testing.T) {
-	text := `# HELP ipam_gc_expired_total Pending leases released at expiry.
-# TYPE ipam_gc_expired_total counter
-ipam_gc_expired_total{otel_scope_name="ipam"} 3
-ipam_gc_purged_total{otel_scope_name="ipam"} 1.2e+03
-ipam_gc_errors_total 0
-ipam_gc_purged_totals 99
-`
-	if got, want := parseGCMetrics(text), (gcCounts{Expired: 3, Purged: 1200}); got != want {
-		t.Fatalf("parseGCMetrics = %+v; want %+v", got, want)
-	}
-}
