@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 # Extra flags for the server, e.g. make run ARGS="--listen :9090".
 ARGS ?=
-# Extra flags for the benchmark, e.g. make bench BENCH_ARGS="-concurrency 64".
+# Extra flags for the benchmark, e.g. make bench BENCH_ARGS="-concurrency-list 32 -runs 5".
 BENCH_ARGS ?=
 CEILING ?= ../shared/bench/db-ceiling.sh
 # How long make fuzz explores each fuzz target, e.g. make fuzz FUZZTIME=1m.
@@ -45,7 +45,7 @@ fuzz: postgres
 		done; \
 	done
 
-## bench: allocations/s and p50/p99 over HTTP, with the database ceiling measured in the same run
+## bench: the server as its own process over mutual TLS: mixed runs at 8/32/64 clients, a hot node and the fill curve (0/100k/550k leases), each mixed and hot-node run followed by the database ceiling; about 8-12 minutes on 2 cores
 bench: postgres
 	$(GO) run ./cmd/ipam-bench -ceiling $(CEILING) $(BENCH_ARGS)
 

@@ -1,24 +1,41 @@
-// Command ipam-bench measures the IPAM service over real HTTP on loopback:
-// a 50/50 mix of Pod IP allocations (POST /v1/nodes/{node}/leases) and
-// releases (DELETE /v1/nodes/{node}/attachments/{cid}/{if}) from
-// -concurrency clients, against -replicas in-process servers that share one
-// PostgreSQL. After each run it runs the database's own ceiling for a
-// comparable workload (db-ceiling.sh, pgbench) against the same PostgreSQL
-// and prints the service's rate as a ratio of it.
+// Command ipam-bench measures the IPAM service as the CNI plugins of a
+// cluster use it: it builds cmd/server, starts it as a separate process
+// (-replicas of them) serving HTTPS with mutual TLS from a temporary CA on
+// loopback, and drives it with one client certificate per node
+// (CN=system:node:NAME, O=system:nodes), over kept-alive connections.
 //
-// Then (-shim, default on) it builds the CNI plugin cmd/cni-shim into a
-// temporary directory and times it end to end as a runtime runs it: one process
-// per ADD and per DEL (process start, mutual-TLS handshake, request) of a
-// fresh container, cniVersion 1.1.0, against an in-process HTTPS server of
-// its own in an address space of its own, -shim-calls pairs in sequence and
-// -shim-parallel workers of -shim-parallel-calls pairs each.
+// Phases, in order:
+//
+//   - mixed: a 50/50 mix of Pod IP allocations (POST
+//     /v1/nodes/{node}/leases) and releases (DELETE
+//     /v1/nodes/{node}/attachments/{cid}/{if}) over -nodes nodes, whose
+//     blocks (-mask) are carved on demand, at each of -concurrency-list
+//     clients for -duration, -runs times; after each run the database's own
+//     ceiling for a comparable workload (db-ceiling.sh, pgbench, same
+//     clients and seconds) on the same PostgreSQL, and the ratio of the
+//     service's operations/s to it;
+//   - hot-node: the same mix with -hot-concurrency clients all on one node,
+//     so blocks are carved while allocations go on; ceiling and ratio too;
+//   - fill: the mix at -fill-concurrency clients for -fill-duration with
+//     0, 100,000 and 550,000 (-fill) active leases bulk-loaded into the
+//     tables (fill.go: 110 per node on nodes of their own, in an address
+//     space of its own), and the ratio of allocation p50 at the last point to the first;
+//   - shim (-shim): the CNI plugin cmd/cni-shim timed end to end, one
+//     process per ADD and DEL (shim.go).
+//
+// Each run prints operations/s, allocation p50/p90/p99/max, errors, the
+// duplicate addresses seen so far and the server's peak RSS during the run
+// (VmHWM of /proc/PID/status, reset per run, and the largest VmRSS
+// sampled). At the end the database is checked for duplicate addresses and
+// against the clients' own bookkeeping; a summary table follows, and -out
+// writes everything as JSON.
 //
 // Without -database-url it starts a private, durable PostgreSQL (pgembed)
 // in a temporary directory and removes it at the end. With one, it works in
 // a fresh address space and deletes it at the end.
 //
-// It exits 1 when a run or a shim mode answered more than 0.1% errors or
-// the ceiling failed.
+// It exits 1 when a run answered more than 0.1% errors, a ceiling failed,
+// or any duplicate address or bookkeeping mismatch was found.
 package main
 
 import (
@@ -31,6 +48,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -38,7 +56,10 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/store"
@@ -46,108 +67,6 @@ import (
 
 // maxErrorRate is the share of failed calls above which a run fails.
 const maxErrorRate = 0.001
-
-// gcInterval is cmd/server's default -gc-interval.
-const gcInterval = 10 * time.Second
-
-// config is every flag of the benchmark.
-type config struct {
-	DatabaseURL string        `json:"-"`
-	Concurrency int           `json:"concurrency"`
-	Duration    time.Duration `json:"-"`
-	Runs        int           `json:"runs"`
-	Nodes       int           `json:"nodes"`
-	Prefill     int           `json:"prefill"`
-	Mask        int           `json:"mask"`
-	Replicas    int           `json:"replicas"`
-	MaxConns    int           `json:"maxConns"`
-	Ceiling     string        `json:"ceiling"`
-	Cooldown    time.Duration `json:"-"`
-	Out         string        `json:"-"`
-	CPUProfile  string        `json:"-"`
-	// The shim phase (shim.go), after the service's runs.
-	Shim              bool `json:"shim"`
-	ShimCalls         int  `json:"shimCalls"`
-	ShimParallel      int  `json:"shimParallel"`
-	ShimParallelCalls int  `json:"shimParallelCalls"`
-}
-
-// MarshalJSON writes the durations as Go duration strings ("20s").
-func (c config) MarshalJSON() ([]byte, error) {
-	type plain config // without this method
-	return json.Marshal(struct {
-		plain
-		Duration string `json:"duration"`
-		Cooldown string `json:"cooldown"`
-	}{plain(c), c.Duration.String(), c.Cooldown.String()})
-}
-
-// Validate reports every invalid flag at once.
-func (c config) Validate() error {
-	var errs []error
-	positive := func(name string, v int) {
-		if v <= 0 {
-			errs = append(errs, fmt.Errorf("-%s must be positive, not %d", name, v))
-		}
-	}
-	positive("concurrency", c.Concurrency)
-	positive("runs", c.Runs)
-	positive("nodes", c.Nodes)
-	positive("replicas", c.Replicas)
-	if c.Duration < time.Second || c.Duration%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("-duration must be whole seconds, at least 1s (pgbench -T takes seconds), not %v", c.Duration))
-	}
-	if c.Prefill < 0 {
-		errs = append(errs, fmt.Errorf("-prefill must not be negative, not %d", c.Prefill))
-	}
-	if c.Mask < 8 || c.Mask > 30 {
-		errs = append(errs, fmt.Errorf("-mask must be within 8..30 for the pool 10.0.0.0/8, not %d", c.Mask))
-	}
-	if c.MaxConns < 0 {
-		errs = append(errs, fmt.Errorf("-max-conns must not be negative, not %d", c.MaxConns))
-	}
-	if c.Shim {
-		positive("shim-calls", c.ShimCalls)
-		positive("shim-parallel", c.ShimParallel)
-		positive("shim-parallel-calls", c.ShimParallelCalls)
-	}
-	if c.Cooldown < 0 {
-		errs = append(errs, fmt.Errorf("-cooldown must not be negative, not %v", c.Cooldown))
-	}
-	return errors.Join(errs...)
-}
-
-func parseConfig(args []string) (config, error) {
-	var c config
-	fs := flag.NewFlagSet("ipam-bench", flag.ContinueOnError)
-	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL; empty starts a private, durable PostgreSQL in a temporary directory")
-	fs.IntVar(&c.Concurrency, "concurrency", 32, "clients, each with one request in flight (also the ceiling's pgbench clients)")
-	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "length of each run, whole seconds (also the ceiling's)")
-	fs.IntVar(&c.Runs, "runs", 3, "runs of the service, each followed by one of the ceiling; medians are reported")
-	fs.IntVar(&c.Nodes, "nodes", 64, "nodes, split among the clients")
-	fs.IntVar(&c.Prefill, "prefill", 256, "addresses leased per node before measuring")
-	fs.IntVar(&c.Mask, "mask", 20, "node block mask (20: 4096 addresses per block, like the ceiling's pools)")
-	fs.IntVar(&c.Replicas, "replicas", 1, "in-process service instances sharing the database")
-	fs.IntVar(&c.MaxConns, "max-conns", 0, "database connections per replica; 0 = the server's default (store.DefaultMaxConns)")
-	fs.StringVar(&c.Ceiling, "ceiling", "../shared/bench/db-ceiling.sh", "path of db-ceiling.sh; the ceiling is skipped when it is missing")
-	fs.DurationVar(&c.Cooldown, "cooldown", store.DefaultOptions().Cooldown, "the service's cooldown of released addresses")
-	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
-	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole program (client and service) to this file")
-	fs.BoolVar(&c.Shim, "shim", true, "after the runs, time the CNI plugin cmd/cni-shim end to end (one process per ADD and DEL, mutual TLS)")
-	fs.IntVar(&c.ShimCalls, "shim-calls", 200, "sequential ADD+DEL pairs of the shim phase")
-	fs.IntVar(&c.ShimParallel, "shim-parallel", 16, "parallel workers of the shim phase")
-	fs.IntVar(&c.ShimParallelCalls, "shim-parallel-calls", 50, "ADD+DEL pairs per parallel worker of the shim phase")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = int(store.DefaultMaxConns())
-	}
-	return c, c.Validate()
-}
 
 func main() {
 	cfg, err := parseConfig(os.Args[1:])
@@ -172,6 +91,7 @@ func main() {
 	}
 	if err := run(ctx, cfg, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "ipam-bench:", err)
+		pprof.StopCPUProfile()
 		stop()
 		os.Exit(1)
 	}
@@ -179,42 +99,100 @@ func main() {
 
 // report is the -out file.
 type report struct {
-	NumCPU     int         `json:"numCPU"`
-	GOMAXPROCS int         `json:"gomaxprocs"`
-	Postgres   string      `json:"postgres"`
-	Private    bool        `json:"privatePostgres"`
-	Params     config      `json:"params"`
-	Setup      setupResult `json:"setup"`
-	Runs       []runResult `json:"runs"`
-	Median     medians     `json:"median"`
-	CeilingRan bool        `json:"ceilingRan"`
-	Shim       *shimReport `json:"shim,omitempty"`
-	GC         struct {
-		Expired int64 `json:"expired"`
-		Purged  int64 `json:"purged"`
-		Errors  int64 `json:"errors"`
-	} `json:"gc"`
+	NumCPU     int           `json:"numCPU"`
+	GOMAXPROCS int           `json:"gomaxprocs"`
+	Postgres   string        `json:"postgres"`
+	Private    bool          `json:"privatePostgres"`
+	Params     config        `json:"params"`
+	Setup      setupResult   `json:"setup"`
+	Mixed      []levelResult `json:"mixed"`
+	HotNode    *levelResult  `json:"hotNode,omitempty"`
+	Fill       *fillReport   `json:"fill,omitempty"`
+	CeilingRan bool          `json:"ceilingRan"`
+	Shim       *shimReport   `json:"shim,omitempty"`
+	GC         gcCounts      `json:"gc"`
+	// ServerPeakMiB is the largest VmHWM of a server process over its
+	// whole life, read before it is stopped.
+	ServerPeakMiB float64         `json:"serverPeakMiB"`
+	Duplicates    duplicateReport `json:"duplicates"`
 }
 
 type setupResult struct {
-	Space          string  `json:"space"`
-	PrefillLeases  int     `json:"prefillLeases"`
-	PrefillSeconds float64 `json:"prefillSeconds"`
+	Space          string   `json:"space"`
+	ServerBuildSec float64  `json:"serverBuildSeconds"`
+	Servers        []string `json:"servers"`
+	PrefillLeases  int      `json:"prefillLeases"`
+	PrefillSeconds float64  `json:"prefillSeconds"`
 }
 
-// medians are the medians over runs of each figure.
+// levelResult is the runs at one concurrency level of a phase.
+type levelResult struct {
+	Phase       string      `json:"phase"`
+	Concurrency int         `json:"concurrency"`
+	Runs        []runResult `json:"runs"`
+	Median      medians     `json:"median"`
+}
+
+// fillReport is the fill curve.
+type fillReport struct {
+	Pool    string      `json:"pool"`
+	PerNode int         `json:"perNode"`
+	Points  []fillPoint `json:"points"`
+	// P50Ratio is allocation p50 at the last point over the first.
+	P50Ratio float64 `json:"p50Ratio"`
+}
+
+type fillPoint struct {
+	Leases      int       `json:"leases"`
+	Added       int       `json:"added"`
+	LoadSeconds float64   `json:"loadSeconds"`
+	Run         runResult `json:"run"`
+}
+
+// duplicateReport is the end-of-run check.
+type duplicateReport struct {
+	// Ledger counts overlapping holds of one address in the clients'
+	// bookkeeping; Overlaps shows the first few.
+	Ledger   int       `json:"ledger"`
+	Overlaps []overlap `json:"overlaps,omitempty"`
+	Holds    int       `json:"holds"`
+	Database dbCheck   `json:"database"`
+}
+
+// medians are the medians over runs of each figure (the largest for RSS
+// and duplicates).
 type medians struct {
-	OpsPerSec     float64 `json:"opsPerSec"`
-	AllocPerSec   float64 `json:"allocPerSec"`
-	ReleasePerSec float64 `json:"releasePerSec"`
-	AllocP50ms    float64 `json:"allocP50ms"`
-	AllocP99ms    float64 `json:"allocP99ms"`
-	ReleaseP50ms  float64 `json:"releaseP50ms"`
-	ReleaseP99ms  float64 `json:"releaseP99ms"`
-	Errors        float64 `json:"errors"`
-	CeilingTPS    float64 `json:"ceilingTPS,omitempty"`
-	CeilingP99ms  float64 `json:"ceilingP99ms,omitempty"`
-	Ratio         float64 `json:"ratio,omitempty"`
+	OpsPerSec     float64   `json:"opsPerSec"`
+	AllocPerSec   float64   `json:"allocPerSec"`
+	ReleasePerSec float64   `json:"releasePerSec"`
+	Alloc         latencyMS `json:"alloc"`
+	Release       latencyMS `json:"release"`
+	All           latencyMS `json:"all"`
+	Errors        float64   `json:"errors"`
+	Duplicates    int       `json:"duplicates"`
+	RSSPeakMiB    float64   `json:"rssPeakMiB"`
+	CeilingTPS    float64   `json:"ceilingTPS,omitempty"`
+	CeilingP99ms  float64   `json:"ceilingP99ms,omitempty"`
+	Ratio         float64   `json:"ratio,omitempty"`
+}
+
+// bench is the state every phase shares.
+type bench struct {
+	cfg      config
+	out      io.Writer
+	db       *database
+	space    string  // the measured space
+	spaceArg *string // nil for the default space
+	// fillSpace holds the fill curve's bulk-loaded pool, nodes and leases.
+	fillSpace string
+	servers   []*serverProc
+	pki       *benchPKI
+	admin     *ipamv1.ClientWithResponses
+	fleet     *fleet
+	ceil      *ceiling
+	nodes     []string
+	failed    []string
+	profiled  bool // the server's CPU profile was taken
 }
 
 func run(ctx context.Context, cfg config, out io.Writer) error {
@@ -233,116 +211,133 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		return fmt.Errorf("SELECT version(): %w", err)
 	}
 	rep.Private = db.private
-
 	where := "private (pgembed, durable: Fast=false, unix socket)"
 	if !db.private {
 		where = "from -database-url"
 	}
 	fmt.Fprintf(out, "machine: NumCPU=%d GOMAXPROCS=%d %s %s/%s\n", rep.NumCPU, rep.GOMAXPROCS, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(out, "postgres: %s; %s\n", rep.Postgres, where)
-	fmt.Fprintf(out, "params: concurrency=%d duration=%v runs=%d nodes=%d prefill=%d mask=%d replicas=%d max_conns=%d cooldown=%v gc_every=%v\n",
-		cfg.Concurrency, cfg.Duration, cfg.Runs, cfg.Nodes, cfg.Prefill, cfg.Mask, cfg.Replicas, cfg.MaxConns, cfg.Cooldown, gcInterval)
+	fmt.Fprintf(out, "params: concurrency=%v duration=%v nodes=%d prefill=%d mask=/%d hot=%d fill=%v fill_clients=%d fill_duration=%v replicas=%d max_conns=%d cooldown=%v\n",
+		cfg.Concurrency, cfg.Duration, cfg.Nodes, cfg.Prefill, cfg.Mask, cfg.HotConcurrency, cfg.Fill, cfg.FillConcurrency, cfg.FillDuration,
+		cfg.Replicas, cfg.MaxConns, cfg.Cooldown)
 
-	var gc gcStats
-	so := store.DefaultOptions()
-	so.Cooldown, so.MaxConns = cfg.Cooldown, int32(cfg.MaxConns)
-	replicas, err := startReplicas(ctx, cfg.Replicas, db.url, so, gcInterval, log, &gc)
+	tmp, err := os.MkdirTemp("", "ipam-bench-run-")
 	if err != nil {
 		return err
 	}
-	defer stopReplicas(replicas)
+	defer os.RemoveAll(tmp)
+	b := &bench{cfg: cfg, out: out, db: db, space: "default", fillSpace: "bench-fill"}
+	if b.pki, err = newBenchPKI(tmp); err != nil {
+		return fmt.Errorf("certificates: %w", err)
+	}
+	began := time.Now()
+	bin, err := buildServer(ctx, tmp)
+	if err != nil {
+		return err
+	}
+	rep.Setup.ServerBuildSec = time.Since(began).Seconds()
+	probe := b.pki.adminClient()
+	b.servers, err = startServers(ctx, cfg.Replicas, serverOptions{
+		bin: bin, databaseURL: db.url, certDir: tmp, cooldown: cfg.Cooldown, leaseExpiry: cfg.LeaseExpiry,
+		maxConns: cfg.MaxConns, pprof: cfg.ServerPprof, extra: cfg.ServerArgs,
+	}, probe)
+	if err != nil {
+		return err
+	}
+	defer stopServers(b.servers)
+	var urls []string
+	for _, s := range b.servers {
+		urls = append(urls, s.url)
+		rep.Setup.Servers = append(rep.Setup.Servers, fmt.Sprintf("%s pid %d", s.url, s.pid()))
+	}
+	fmt.Fprintf(out, "servers: %s (built in %.1fs; serve --tls-cert-file --client-ca-file --log-level warn --cooldown %v --lease-expiry %v%s)\n",
+		strings.Join(rep.Setup.Servers, ", "), rep.Setup.ServerBuildSec, cfg.Cooldown, cfg.LeaseExpiry, strings.Join(append([]string{""}, cfg.ServerArgs...), " "))
+	if b.admin, err = apiClient(urls[0], probe); err != nil {
+		return err
+	}
 
-	hc := newHTTPClient(cfg.Concurrency)
-	clients := make([]*ipamv1.ClientWithResponses, len(replicas))
-	for i, r := range replicas {
-		if clients[i], err = ipamv1.NewClientWithResponses(r.url, ipamv1.WithHTTPClient(hc)); err != nil {
+	// Setup: space, pools, nodes (by the administrator), prefill (by the nodes).
+	if !db.private {
+		// A shared database may hold other data: work in a space of our own.
+		b.space = fmt.Sprintf("bench-%d", time.Now().Unix())
+		b.spaceArg, b.fillSpace = &b.space, b.space+"-fill"
+	}
+	rep.Setup.Space = b.space
+	b.nodes = make([]string, cfg.Nodes)
+	for i := range b.nodes {
+		b.nodes[i] = nodeName(i)
+	}
+	if err := setupPool(ctx, b.admin, b.spaceArg, cfg.Mask, append(slices.Clone(b.nodes), hotNode)); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	if !db.private {
+		defer b.teardown(context.WithoutCancel(ctx))
+	}
+	if len(cfg.Fill) > 0 {
+		if err := createFillPool(ctx, b.admin, b.fillSpace); err != nil {
+			return fmt.Errorf("setup: %w", err)
+		}
+	}
+	b.fleet = &fleet{pki: b.pki, servers: urls, space: b.spaceArg, ledger: newLedger(), perHost: cfg.maxConcurrency()}
+	began = time.Now()
+	if cfg.Prefill > 0 {
+		ws, err := b.fleet.workers(min(32, cfg.Nodes), b.nodes)
+		if err != nil {
+			return err
+		}
+		if err := prefill(ctx, ws, cfg.Prefill); err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+		b.fleet.retire(ws)
+	}
+	rep.Setup.PrefillLeases = cfg.Prefill * cfg.Nodes
+	rep.Setup.PrefillSeconds = time.Since(began).Seconds()
+	fmt.Fprintf(out, "setup: space=%s pool=default 10.0.0.0/8 mask=/%d nodes=%d+%s prefill=%d leases in %.1fs (%.0f/s) through the API, one node certificate per node\n",
+		b.space, cfg.Mask, cfg.Nodes, hotNode, rep.Setup.PrefillLeases, rep.Setup.PrefillSeconds,
+		float64(rep.Setup.PrefillLeases)/rep.Setup.PrefillSeconds)
+
+	if _, err := os.Stat(cfg.Ceiling); err != nil {
+		fmt.Fprintf(out, "ceiling: skipped: %v\n", err)
+	} else if b.ceil, err = newCeiling(cfg.Ceiling, db.url, db.binDir); err != nil {
+		return err
+	}
+	rep.CeilingRan = b.ceil != nil
+
+	// Mixed runs.
+	for i, c := range cfg.Concurrency {
+		lv, err := b.level(ctx, "mixed", c, b.nodes, cfg.runsAt(i), cfg.Duration, true)
+		if err != nil {
+			return err
+		}
+		rep.Mixed = append(rep.Mixed, lv)
+	}
+	// Hot node.
+	if cfg.HotConcurrency > 0 {
+		if cfg.Prefill > 0 {
+			ws, err := b.fleet.workers(cfg.HotConcurrency, []string{hotNode})
+			if err != nil {
+				return err
+			}
+			if err := prefill(ctx, ws, cfg.Prefill); err != nil {
+				return fmt.Errorf("hot-node prefill: %w", err)
+			}
+			b.fleet.retire(ws)
+		}
+		lv, err := b.level(ctx, "hot-node", cfg.HotConcurrency, []string{hotNode}, 1, cfg.Duration, true)
+		if err != nil {
+			return err
+		}
+		rep.HotNode = &lv
+	}
+	// Fill curve.
+	if len(cfg.Fill) > 0 {
+		if rep.Fill, err = b.fillCurve(ctx); err != nil {
 			return err
 		}
 	}
 
-	// Setup: pool, nodes, workers, prefill.
-	var space *string
-	rep.Setup.Space = "default"
-	if !db.private {
-		// A shared database may hold other data: work in a space of our own.
-		s := fmt.Sprintf("bench-%d", time.Now().Unix())
-		space, rep.Setup.Space = &s, s
-	}
-	nodes := make([]string, cfg.Nodes)
-	for i := range nodes {
-		nodes[i] = nodeName(i)
-	}
-	if err := setupPool(ctx, clients[0], space, cfg.Mask, nodes); err != nil {
-		return fmt.Errorf("setup: %w", err)
-	}
-	if space != nil {
-		defer func() {
-			if err := teardown(context.WithoutCancel(ctx), clients[0], *space, nodes); err != nil {
-				fmt.Fprintln(os.Stderr, "ipam-bench: teardown:", err)
-			}
-		}()
-	}
-	workers := make([]*worker, cfg.Concurrency)
-	for i := range workers {
-		var names []string
-		for _, n := range nodesFor(i, cfg.Concurrency, cfg.Nodes) {
-			names = append(names, nodes[n])
-		}
-		workers[i] = newWorker(i, clients[i%len(clients)], space, names)
-	}
-	began := time.Now()
-	if err := prefill(ctx, workers, cfg.Prefill); err != nil {
-		return fmt.Errorf("prefill: %w", err)
-	}
-	rep.Setup.PrefillLeases = cfg.Prefill * cfg.Nodes
-	rep.Setup.PrefillSeconds = time.Since(began).Seconds()
-	fmt.Fprintf(out, "setup: space=%s pool=default 10.0.0.0/8 mask=/%d nodes=%d prefill=%d leases in %.1fs (%.0f/s)\n",
-		rep.Setup.Space, cfg.Mask, cfg.Nodes, rep.Setup.PrefillLeases, rep.Setup.PrefillSeconds,
-		float64(rep.Setup.PrefillLeases)/rep.Setup.PrefillSeconds)
-
-	var ceil *ceiling
-	if _, err := os.Stat(cfg.Ceiling); err != nil {
-		fmt.Fprintf(out, "ceiling: skipped: %v\n", err)
-	} else if ceil, err = newCeiling(cfg.Ceiling, db.url, db.binDir); err != nil {
-		return err
-	}
-	rep.CeilingRan = ceil != nil
-
-	// Interleave service run i and ceiling run i, so noise hits both.
-	seconds := int(cfg.Duration / time.Second)
-	var failed []string
-	for i := 1; i <= cfg.Runs; i++ {
-		r := measure(ctx, i, workers, cfg.Duration)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		printRun(out, r)
-		if r.ErrorRate > maxErrorRate {
-			failed = append(failed, fmt.Sprintf("run %d: %.3f%% of calls failed", i, 100*r.ErrorRate))
-		}
-		if ceil != nil {
-			c, err := ceil.run(ctx, cfg.Concurrency, seconds)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if err != nil {
-				r.CeilingError = err.Error()
-				failed = append(failed, fmt.Sprintf("ceiling run %d: %v", i, err))
-				fmt.Fprintf(out, "ceiling run=%d error: %v\n", i, err)
-			} else {
-				r.Ceiling, r.Ratio = &c, r.OpsPerSec/c.TPS
-				fmt.Fprintf(out, "ceiling run=%d ceiling_tps=%.1f ceiling_p99_ms=%.2f ratio=%.3f\n", i, c.TPS, c.P99ms, r.Ratio)
-			}
-		}
-		rep.Runs = append(rep.Runs, r)
-	}
-	rep.Median = medianOf(rep.Runs)
-	printMedians(out, rep.Median, ceil != nil)
-	rep.GC.Expired, rep.GC.Purged, rep.GC.Errors = gc.expired.Load(), gc.purged.Load(), gc.errors.Load()
-	fmt.Fprintf(out, "gc: expired=%d purged=%d errors=%d\n", rep.GC.Expired, rep.GC.Purged, rep.GC.Errors)
-
 	if cfg.Shim {
-		if rep.Shim, err = runShim(ctx, cfg, db.url, so, log, out); err != nil {
+		if rep.Shim, err = runShim(ctx, cfg, b.pki, urls[0], b.admin, out); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -350,47 +345,290 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 		for _, r := range []shimResult{rep.Shim.Sequential, rep.Shim.Parallel} {
 			if r.ErrorRate > maxErrorRate {
-				failed = append(failed, fmt.Sprintf("shim %s: %.3f%% of calls failed", r.Mode, 100*r.ErrorRate))
+				b.failed = append(b.failed, fmt.Sprintf("shim %s: %.3f%% of calls failed", r.Mode, 100*r.ErrorRate))
 			}
 		}
 	}
 
+	// The end: duplicates, the database against the clients, GC, RSS.
+	open := b.fleet.open(nil)
+	ov := b.fleet.ledger.overlaps(open)
+	rep.Duplicates.Ledger, rep.Duplicates.Overlaps = len(ov), ov[:min(len(ov), 10)]
+	rep.Duplicates.Holds = b.fleet.ledger.count() + len(open)
+	if rep.Duplicates.Database, err = checkDatabase(ctx, db.url, []string{b.space, b.fillSpace}, "bench-", open); err != nil {
+		return fmt.Errorf("database check: %w", err)
+	}
+	d := rep.Duplicates.Database
+	fmt.Fprintf(out, "duplicates: clients' bookkeeping=%d (of %d holds) database=%d; database vs clients: missing=%d unknown=%d; block counters off=%d\n",
+		rep.Duplicates.Ledger, rep.Duplicates.Holds, d.Duplicates, d.Missing, d.Unknown, d.Counters)
+	for _, o := range rep.Duplicates.Overlaps {
+		fmt.Fprintf(out, "  duplicate %s held by %s and %s at once\n", o.Addr, o.First, o.Second)
+	}
+	if rep.Duplicates.Ledger > 0 || d.Duplicates > 0 {
+		b.failed = append(b.failed, fmt.Sprintf("%d duplicate addresses in the clients' bookkeeping, %d in the database", rep.Duplicates.Ledger, d.Duplicates))
+	}
+	if d.Missing > 0 || d.Counters > 0 {
+		b.failed = append(b.failed, fmt.Sprintf("database disagrees: %d attachments the clients hold are missing, %d block counters are off", d.Missing, d.Counters))
+	}
+	for _, s := range b.servers {
+		if g, err := scrapeGC(ctx, probe, s.url); err == nil {
+			rep.GC.Expired, rep.GC.Purged, rep.GC.Errors = rep.GC.Expired+g.Expired, rep.GC.Purged+g.Purged, rep.GC.Errors+g.Errors
+		}
+		if m, err := readProcMemory(s.pid()); err == nil {
+			rep.ServerPeakMiB = max(rep.ServerPeakMiB, mib(m.Peak))
+		}
+		if err := s.exited(); err != nil {
+			b.failed = append(b.failed, err.Error())
+		}
+	}
+	fmt.Fprintf(out, "gc: expired=%d purged=%d errors=%d; server peak RSS over its life: %.1f MiB\n", rep.GC.Expired, rep.GC.Purged, rep.GC.Errors, rep.ServerPeakMiB)
+	printSummary(out, rep)
+
 	if cfg.Out != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
+		js, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(cfg.Out, append(b, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(cfg.Out, append(js, '\n'), 0o644); err != nil {
 			return err
 		}
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("%s (more than %.1f%% errors fails a run)", strings.Join(failed, "; "), 100*maxErrorRate)
+	if len(b.failed) > 0 {
+		return fmt.Errorf("%s (more than %.1f%% errors fails a run)", strings.Join(b.failed, "; "), 100*maxErrorRate)
 	}
 	return nil
 }
 
+// level runs one concurrency level of a phase: runs measured runs of the
+// mix by c clients over nodes, each followed by the ceiling when ceiling
+// is set and the script is present.
+func (b *bench) level(ctx context.Context, phase string, c int, nodes []string, runs int, d time.Duration, ceiling bool) (levelResult, error) {
+	lv := levelResult{Phase: phase, Concurrency: c}
+	ws, err := b.fleet.workers(c, nodes)
+	if err != nil {
+		return lv, err
+	}
+	defer b.fleet.retire(ws)
+	for i := 1; i <= runs; i++ {
+		r, err := b.measured(ctx, phase, ws, len(nodes), i, d)
+		if err != nil {
+			return lv, err
+		}
+		if ceiling && b.ceil != nil {
+			cr, err := b.ceil.run(ctx, c, int(d/time.Second))
+			if ctx.Err() != nil {
+				return lv, ctx.Err()
+			}
+			if err != nil {
+				r.CeilingError = err.Error()
+				b.failed = append(b.failed, fmt.Sprintf("%s ceiling c=%d run %d: %v", phase, c, i, err))
+				fmt.Fprintf(b.out, "  ceiling error: %v\n", err)
+			} else {
+				r.Ceiling, r.Ratio = &cr, r.OpsPerSec/cr.TPS
+				fmt.Fprintf(b.out, "  ceiling clients=%d ceiling_tps=%.1f ceiling_p99_ms=%.2f ratio=%.3f\n", c, cr.TPS, cr.P99ms, r.Ratio)
+			}
+		}
+		lv.Runs = append(lv.Runs, r)
+	}
+	lv.Median = medianOf(lv.Runs)
+	if runs > 1 {
+		printMedians(b.out, lv)
+	}
+	return lv, nil
+}
+
+// measured warms the workers' connections and does one measured run,
+// watching the servers' memory, and checks the bookkeeping after it.
+func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes, run int, d time.Duration) (runResult, error) {
+	if err := warm(ctx, ws); err != nil {
+		return runResult{}, fmt.Errorf("%s warm-up: %w", phase, err)
+	}
+	var pids []int
+	for _, s := range b.servers {
+		pids = append(pids, s.pid())
+	}
+	profile := b.startServerProfile(ctx, len(ws), d)
+	hs := b.pki.handshakes.Load()
+	rss := watchRSS(pids)
+	r := measure(ctx, ws, d)
+	r.RSS = rss.stop()
+	r.Handshakes = b.pki.handshakes.Load() - hs
+	if profile != nil {
+		if err := <-profile; err != nil {
+			fmt.Fprintf(b.out, "  server CPU profile: %v\n", err)
+		} else {
+			fmt.Fprintf(b.out, "  server CPU profile written to %s\n", b.cfg.ServerProfile)
+		}
+	}
+	if ctx.Err() != nil {
+		return r, ctx.Err()
+	}
+	for _, s := range b.servers {
+		if err := s.exited(); err != nil {
+			return r, err
+		}
+	}
+	r.Phase, r.Nodes, r.Run, r.RSSPeakMiB = phase, nodes, run, maxPeak(r.RSS)
+	b.fleet.ledger.collect(ws)
+	r.Duplicates = len(b.fleet.ledger.overlaps(b.fleet.open(ws)))
+	printRun(b.out, r)
+	if r.ErrorRate > maxErrorRate {
+		b.failed = append(b.failed, fmt.Sprintf("%s c=%d run %d: %.3f%% of calls failed", phase, r.Concurrency, run, 100*r.ErrorRate))
+	}
+	return r, nil
+}
+
+// startServerProfile fetches a CPU profile of the first server over the
+// coming run, once: at the first run with 32 clients, or the first run
+// when no level has 32.
+func (b *bench) startServerProfile(ctx context.Context, clients int, d time.Duration) <-chan error {
+	if b.cfg.ServerProfile == "" || b.profiled || (clients != 32 && slices.Contains(b.cfg.Concurrency, 32)) {
+		return nil
+	}
+	b.profiled = true
+	done := make(chan error, 1)
+	go func() {
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.cfg.ServerPprof, int(d/time.Second))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			done <- err
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			done <- fmt.Errorf("GET %s: %s", url, resp.Status)
+			return
+		}
+		f, err := os.Create(b.cfg.ServerProfile)
+		if err == nil {
+			_, err = io.Copy(f, resp.Body)
+			err = errors.Join(err, f.Close())
+		}
+		done <- err
+	}()
+	return done
+}
+
+// fillCurve loads each fill point and measures the mix on the measured
+// nodes against it.
+func (b *bench) fillCurve(ctx context.Context) (*fillReport, error) {
+	cfg := b.cfg
+	rep := &fillReport{Pool: fillPool, PerNode: cfg.FillPerNode}
+	conn, err := pgx.Connect(ctx, b.db.url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	fmt.Fprintf(b.out, "fill: space %s pool %s %s /%d, %d active leases per node on fill-node-NNNNN, bulk-loaded in SQL (fill.go), then ANALYZE\n",
+		b.fillSpace, fillPool, fillCIDR, fillMask, cfg.FillPerNode)
+	for _, n := range cfg.Fill {
+		began := time.Now()
+		added, err := loadFill(ctx, conn, b.fillSpace, fillPool, cfg.FillPerNode, n)
+		if err != nil {
+			return nil, err
+		}
+		p := fillPoint{Leases: n, Added: added, LoadSeconds: time.Since(began).Seconds()}
+		if err := verifyFill(ctx, b.admin, b.fillSpace, cfg.FillPerNode, n); err != nil {
+			return nil, fmt.Errorf("fill %d: the service does not see what was loaded: %w", n, err)
+		}
+		fmt.Fprintf(b.out, "fill: %d leases (%d added in %.1fs; the service's pool status and lease list agree)\n", n, added, p.LoadSeconds)
+		lv, err := b.level(ctx, fmt.Sprintf("fill=%d", n), cfg.FillConcurrency, b.nodes, 1, cfg.FillDuration, false)
+		if err != nil {
+			return nil, err
+		}
+		p.Run = lv.Runs[0]
+		p.Run.FillLeases = n
+		rep.Points = append(rep.Points, p)
+	}
+	first, last := rep.Points[0].Run.Alloc.P50, rep.Points[len(rep.Points)-1].Run.Alloc.P50
+	if first > 0 {
+		rep.P50Ratio = last / first
+	}
+	fmt.Fprintf(b.out, "fill: allocation p50 at %d leases / p50 at %d = %.2f\n", cfg.Fill[len(cfg.Fill)-1], cfg.Fill[0], rep.P50Ratio)
+	return rep, nil
+}
+
+// teardown removes what the benchmark made in a shared database's space.
+func (b *bench) teardown(ctx context.Context) {
+	if len(b.cfg.Fill) > 0 {
+		conn, err := pgx.Connect(ctx, b.db.url)
+		if err == nil {
+			err = dropFill(ctx, conn, b.fillSpace, fillPool)
+			conn.Close(ctx)
+		}
+		if err == nil {
+			err = teardown(ctx, b.admin, b.fillSpace, nil, []string{fillPool})
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ipam-bench: teardown of the fill:", err)
+		}
+	}
+	if err := teardown(ctx, b.admin, b.space, append(slices.Clone(b.nodes), hotNode), []string{"default"}); err != nil {
+		fmt.Fprintln(os.Stderr, "ipam-bench: teardown:", err)
+	}
+}
+
 func printRun(out io.Writer, r runResult) {
-	fmt.Fprintf(out, "run=%d ops/s=%.1f alloc/s=%.1f release/s=%.1f alloc_p50_ms=%.2f alloc_p99_ms=%.2f release_p50_ms=%.2f release_p99_ms=%.2f errors=%d\n",
-		r.Run, r.OpsPerSec, r.AllocPerSec, r.ReleasePerSec, r.AllocP50ms, r.AllocP99ms, r.ReleaseP50ms, r.ReleaseP99ms, r.Errors)
+	fmt.Fprintf(out, "%s clients=%d run=%d ops/s=%.1f alloc/s=%.1f release/s=%.1f alloc_ms p50=%.2f p90=%.2f p99=%.2f max=%.2f release_ms p50=%.2f p99=%.2f errors=%d duplicates=%d rss_peak_mib=%.1f tls_handshakes=%d\n",
+		r.Phase, r.Concurrency, r.Run, r.OpsPerSec, r.AllocPerSec, r.ReleasePerSec, r.Alloc.P50, r.Alloc.P90, r.Alloc.P99, r.Alloc.Max,
+		r.Release.P50, r.Release.P99, r.Errors, r.Duplicates, r.RSSPeakMiB, r.Handshakes)
 	for _, cause := range slices.Sorted(maps.Keys(r.ErrorsByCause)) {
-		fmt.Fprintf(out, "  errors run=%d %q=%d\n", r.Run, cause, r.ErrorsByCause[cause])
+		fmt.Fprintf(out, "  errors %q=%d\n", cause, r.ErrorsByCause[cause])
 	}
 	for _, s := range r.ErrorSamples {
 		fmt.Fprintf(out, "  error sample: %s\n", s)
 	}
 }
 
-func printMedians(out io.Writer, m medians, ceiling bool) {
-	fmt.Fprintf(out, "median ops/s=%.1f alloc/s=%.1f release/s=%.1f alloc_p50_ms=%.2f alloc_p99_ms=%.2f release_p50_ms=%.2f release_p99_ms=%.2f errors=%.0f\n",
-		m.OpsPerSec, m.AllocPerSec, m.ReleasePerSec, m.AllocP50ms, m.AllocP99ms, m.ReleaseP50ms, m.ReleaseP99ms, m.Errors)
-	if ceiling {
-		fmt.Fprintf(out, "median ceiling_tps=%.1f ceiling_p99_ms=%.2f ratio=%.3f\n", m.CeilingTPS, m.CeilingP99ms, m.Ratio)
+func printMedians(out io.Writer, lv levelResult) {
+	m := lv.Median
+	fmt.Fprintf(out, "%s clients=%d median of %d: ops/s=%.1f alloc_ms p50=%.2f p90=%.2f p99=%.2f max=%.2f errors=%.0f rss_peak_mib=%.1f",
+		lv.Phase, lv.Concurrency, len(lv.Runs), m.OpsPerSec, m.Alloc.P50, m.Alloc.P90, m.Alloc.P99, m.Alloc.Max, m.Errors, m.RSSPeakMiB)
+	if m.CeilingTPS > 0 {
+		fmt.Fprintf(out, " ceiling_tps=%.1f ratio=%.3f", m.CeilingTPS, m.Ratio)
 	}
+	fmt.Fprintln(out)
+}
+
+// printSummary prints one table row per level and fill point.
+func printSummary(out io.Writer, rep report) {
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tclients\truns\tops/s\talloc p50\tp90\tp99\tmax ms\trelease p99\terrors\tdups\tRSS peak MiB\tceiling tps\tratio\t")
+	row := func(name string, c, runs int, m medians) {
+		ceil, ratio := "-", "-"
+		if m.CeilingTPS > 0 {
+			ceil, ratio = fmt.Sprintf("%.0f", m.CeilingTPS), fmt.Sprintf("%.3f", m.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%d\t%.1f\t%s\t%s\t\n",
+			name, c, runs, m.OpsPerSec, m.Alloc.P50, m.Alloc.P90, m.Alloc.P99, m.Alloc.Max, m.Release.P99, m.Errors, m.Duplicates, m.RSSPeakMiB, ceil, ratio)
+	}
+	for _, lv := range rep.Mixed {
+		row("mixed", lv.Concurrency, len(lv.Runs), lv.Median)
+	}
+	if rep.HotNode != nil {
+		row("hot-node", rep.HotNode.Concurrency, len(rep.HotNode.Runs), rep.HotNode.Median)
+	}
+	if rep.Fill != nil {
+		for _, p := range rep.Fill.Points {
+			row(fmt.Sprintf("fill=%d", p.Leases), p.Run.Concurrency, 1, medianOf([]runResult{p.Run}))
+		}
+	}
+	tw.Flush()
+	if rep.Fill != nil && len(rep.Fill.Points) > 1 {
+		fmt.Fprintf(out, "fill curve: alloc p50 at %d leases / at %d = %.2f\n", rep.Fill.Points[len(rep.Fill.Points)-1].Leases, rep.Fill.Points[0].Leases, rep.Fill.P50Ratio)
+	}
+	d := rep.Duplicates
+	fmt.Fprintf(out, "duplicates: %d (bookkeeping) + %d (database); server peak RSS %.1f MiB\n", d.Ledger, d.Database.Duplicates, rep.ServerPeakMiB)
 }
 
 // medianOf answers the median over runs of each figure; the ceiling's over
-// the runs where it succeeded.
+// the runs where it succeeded; the largest RSS and duplicate count.
 func medianOf(runs []runResult) medians {
 	of := func(f func(runResult) float64) float64 {
 		var xs []float64
@@ -401,6 +639,14 @@ func medianOf(runs []runResult) medians {
 		}
 		return median(xs)
 	}
+	lat := func(f func(runResult) latencyMS) latencyMS {
+		return latencyMS{
+			P50: of(func(r runResult) float64 { return f(r).P50 }),
+			P90: of(func(r runResult) float64 { return f(r).P90 }),
+			P99: of(func(r runResult) float64 { return f(r).P99 }),
+			Max: of(func(r runResult) float64 { return f(r).Max }),
+		}
+	}
 	ceilingOf := func(f func(ceilingResult) float64) func(runResult) float64 {
 		return func(r runResult) float64 {
 			if r.Ceiling == nil {
@@ -409,14 +655,13 @@ func medianOf(runs []runResult) medians {
 			return f(*r.Ceiling)
 		}
 	}
-	return medians{
+	m := medians{
 		OpsPerSec:     of(func(r runResult) float64 { return r.OpsPerSec }),
 		AllocPerSec:   of(func(r runResult) float64 { return r.AllocPerSec }),
 		ReleasePerSec: of(func(r runResult) float64 { return r.ReleasePerSec }),
-		AllocP50ms:    of(func(r runResult) float64 { return r.AllocP50ms }),
-		AllocP99ms:    of(func(r runResult) float64 { return r.AllocP99ms }),
-		ReleaseP50ms:  of(func(r runResult) float64 { return r.ReleaseP50ms }),
-		ReleaseP99ms:  of(func(r runResult) float64 { return r.ReleaseP99ms }),
+		Alloc:         lat(func(r runResult) latencyMS { return r.Alloc }),
+		Release:       lat(func(r runResult) latencyMS { return r.Release }),
+		All:           lat(func(r runResult) latencyMS { return r.All }),
 		Errors:        of(func(r runResult) float64 { return float64(r.Errors) }),
 		CeilingTPS:    of(ceilingOf(func(c ceilingResult) float64 { return c.TPS })),
 		CeilingP99ms:  of(ceilingOf(func(c ceilingResult) float64 { return c.P99ms })),
@@ -427,4 +672,9 @@ func medianOf(runs []runResult) medians {
 			return r.Ratio
 		}),
 	}
+	for _, r := range runs {
+		m.RSSPeakMiB = max(m.RSSPeakMiB, r.RSSPeakMiB)
+		m.Duplicates = max(m.Duplicates, r.Duplicates)
+	}
+	return m
 }

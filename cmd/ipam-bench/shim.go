@@ -3,14 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,14 +15,12 @@ import (
 	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
-	"github.com/ipam-dev/ipam/internal/pki"
-	"github.com/ipam-dev/ipam/internal/store"
 )
 
 // The shim phase runs the CNI plugin cmd/cni-shim as a runtime does: one
 // process per call, ADD then DEL of a fresh container, each over a new
-// mutual-TLS connection to an in-process server of its own (own connection
-// pool, own address space) on the benchmark's PostgreSQL.
+// mutual-TLS connection (with the node's certificate) to the benchmark's
+// first server, in an address space of its own.
 const (
 	shimPackage    = "github.com/ipam-dev/ipam/cmd/cni-shim"
 	shimCNIVersion = "1.1.0"
@@ -140,65 +133,7 @@ func goTool() (string, error) {
 
 // buildShim builds the plugin into dir and answers its path.
 func buildShim(ctx context.Context, dir string) (string, error) {
-	tool, err := goTool()
-	if err != nil {
-		return "", fmt.Errorf("go tool: %w", err)
-	}
-	out := filepath.Join(dir, "ipam-shim")
-	cmd := exec.CommandContext(ctx, tool, "build", "-o", out, shimPackage)
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build %s: %w: %s", shimPackage, err, strings.TrimSpace(stderr.String()))
-	}
-	return out, nil
-}
-
-// shimPKI issues a CA, the server's certificate for 127.0.0.1, the node's
-// certificate and an operator's for the setup, writes the CA and the
-// node's files into dir and answers the server's TLS configuration (as
-// cmd/server's serverTLS) and the operator's client.
-func shimPKI(dir string) (*tls.Config, *http.Client, error) {
-	ca, err := pki.NewCA("ipam-bench CA", 24*time.Hour)
-	if err != nil {
-		return nil, nil, err
-	}
-	srvCert, srvKey, err := ca.IssueServer([]string{"127.0.0.1"}, 24*time.Hour)
-	if err != nil {
-		return nil, nil, err
-	}
-	nodeCert, nodeKey, err := ca.IssueNode(shimNode, 24*time.Hour)
-	if err != nil {
-		return nil, nil, err
-	}
-	opCert, opKey, err := ca.IssueClient("ipam-bench", 24*time.Hour)
-	if err != nil {
-		return nil, nil, err
-	}
-	caPEM := pki.EncodeCert(ca.Cert)
-	for name, data := range map[string][]byte{"ca.crt": caPEM, "node.crt": nodeCert, "node.key": nodeKey} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			return nil, nil, err
-		}
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, nil, errors.New("CA certificate is no PEM")
-	}
-	srvPair, err := tls.X509KeyPair(srvCert, srvKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	opPair, err := tls.X509KeyPair(opCert, opKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	tc := &tls.Config{Certificates: []tls.Certificate{srvPair}, MinVersion: tls.VersionTLS12,
-		ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
-	hc := &http.Client{Timeout: shimCallLimit, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{opPair}, MinVersion: tls.VersionTLS12},
-	}}
-	return tc, hc, nil
+	return goBuild(ctx, dir, "ipam-shim", shimPackage)
 }
 
 // shimBench is the state of the shim phase.
@@ -294,9 +229,9 @@ func (b *shimBench) mode(ctx context.Context, name string, workers, calls int) s
 	return all.result(name, workers, workers*calls, time.Since(start))
 }
 
-// runShim runs the shim phase: build, server, certificates, sequential then
-// parallel.
-func runShim(ctx context.Context, cfg config, dbURL string, so store.Options, log *slog.Logger, out io.Writer) (*shimReport, error) {
+// runShim runs the shim phase against the running server: build, the
+// node's certificate, a space of its own, sequential then parallel.
+func runShim(ctx context.Context, cfg config, p *benchPKI, server string, admin *ipamv1.ClientWithResponses, out io.Writer) (*shimReport, error) {
 	rep := &shimReport{CNIVersion: shimCNIVersion, Space: fmt.Sprintf("shim-bench-%d", time.Now().Unix())}
 	certDir, err := os.MkdirTemp("", "ipam-bench-shim-")
 	if err != nil {
@@ -309,32 +244,21 @@ func runShim(ctx context.Context, cfg config, dbURL string, so store.Options, lo
 		return nil, err
 	}
 	rep.BuildSecs = time.Since(began).Seconds()
-	tc, opClient, err := shimPKI(certDir)
-	if err != nil {
+	if err := p.writeNode(shimNode, certDir); err != nil {
 		return nil, fmt.Errorf("shim certificates: %w", err)
 	}
-	var gc gcStats
-	r, err := startReplica(ctx, dbURL, so, gcInterval, log, &gc, tc)
-	if err != nil {
-		return nil, fmt.Errorf("shim server: %w", err)
-	}
-	defer stopReplicas([]*replica{r})
-	c, err := ipamv1.NewClientWithResponses(r.url, ipamv1.WithHTTPClient(opClient))
-	if err != nil {
-		return nil, err
-	}
-	if err := setupPool(ctx, c, &rep.Space, shimMask, []string{shimNode}); err != nil {
+	if err := setupPool(ctx, admin, &rep.Space, shimMask, []string{shimNode}); err != nil {
 		return nil, fmt.Errorf("shim setup: %w", err)
 	}
 	defer func() {
-		if err := teardown(context.WithoutCancel(ctx), c, rep.Space, []string{shimNode}); err != nil {
+		if err := teardown(context.WithoutCancel(ctx), admin, rep.Space, []string{shimNode}, []string{"default"}); err != nil {
 			fmt.Fprintln(os.Stderr, "ipam-bench: shim teardown:", err)
 		}
 	}()
 	fmt.Fprintf(out, "shim: %s built in %.1fs; cniVersion=%s mutual TLS to %s space=%s node=%s sequential=%d parallel=%dx%d\n",
-		bin, rep.BuildSecs, shimCNIVersion, r.url, rep.Space, shimNode, cfg.ShimCalls, cfg.ShimParallel, cfg.ShimParallelCalls)
+		bin, rep.BuildSecs, shimCNIVersion, server, rep.Space, shimNode, cfg.ShimCalls, cfg.ShimParallel, cfg.ShimParallelCalls)
 
-	b := &shimBench{bin: bin, server: r.url, certDir: certDir, space: rep.Space}
+	b := &shimBench{bin: bin, server: server, certDir: certDir, space: rep.Space}
 	rep.Sequential = b.mode(ctx, "sequential", 1, cfg.ShimCalls)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

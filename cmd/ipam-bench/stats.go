@@ -36,6 +36,7 @@ func median(xs []float64) float64 {
 // latency summarizes the durations of one kind of call.
 type latency struct {
 	P50 time.Duration
+	P90 time.Duration
 	P99 time.Duration
 	Max time.Duration
 }
@@ -43,7 +44,7 @@ type latency struct {
 // summarize sorts ds in place and answers its percentiles.
 func summarize(ds []time.Duration) latency {
 	slices.Sort(ds)
-	l := latency{P50: percentile(ds, 50), P99: percentile(ds, 99)}
+	l := latency{P50: percentile(ds, 50), P90: percentile(ds, 90), P99: percentile(ds, 99)}
 	if len(ds) > 0 {
 		l.Max = ds[len(ds)-1]
 	}

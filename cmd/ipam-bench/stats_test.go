@@ -61,7 +61,7 @@ func TestMedian(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	ds := []time.Duration{5, 1, 4, 2, 3}
 	got := summarize(ds)
-	if want := (latency{P50: 3, P99: 5, Max: 5}); got != want {
+	if want := (latency{P50: 3, P90: 5, P99: 5, Max: 5}); got != want {
 		t.Errorf("summarize = %+v; want %+v", got, want)
 	}
 	if ds[0] != 1 || ds[4] != 5 {

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
@@ -30,24 +30,11 @@ const benchInterface = "eth0"
 // wrong.
 const maxSamplesPerRun = 5
 
-// newHTTPClient answers a client for loopback load: keep-alive connections,
-// enough idle ones per replica that no worker redials, no compression.
-func newHTTPClient(concurrency int) *http.Client {
-	return &http.Client{
-		Timeout: 60 * time.Second,
-		Transport: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        0, // no limit across replicas
-			MaxIdleConnsPerHost: concurrency + 1,
-			IdleConnTimeout:     90 * time.Second,
-			DisableCompression:  true,
-			ForceAttemptHTTP2:   false,
-		},
-	}
-}
-
-// nodeName is the name of node i.
+// nodeName is the name of measured node i.
 func nodeName(i int) string { return fmt.Sprintf("bench-node-%04d", i) }
+
+// hotNode is the node of the hot-node run.
+const hotNode = "bench-hot-node"
 
 // nodesFor answers the nodes worker i of c drives among n nodes. With fewer
 // workers than nodes the nodes are split among them (worker i takes nodes
@@ -64,37 +51,34 @@ func nodesFor(i, c, n int) []int {
 	return out
 }
 
-// attachment is a container interface a worker holds a lease for.
+// attachment is a container interface a client holds a lease for, and
+// since when (the allocation's answer, on the ledger's clock).
 type attachment struct {
 	node        string
 	containerID string
+	addr        netip.Addr
+	from        time.Duration
 }
 
-// worker is one client of the benchmark: one request at a time, on its own
-// nodes, through one replica. Its held attachments carry over from run to
-// run; its measurements are reset before each run.
+// worker is one client of the benchmark, as the CNI plugin of its nodes:
+// one request at a time, each node's requests with that node's certificate
+// over kept-alive connections, through one server. Its measurements are
+// reset before each run.
 type worker struct {
-	id     int
-	client *ipamv1.ClientWithResponses
-	space  *string // nil for the default space
-	nodes  []string
-	next   int // round-robin position in nodes for the next allocation
-	held   []attachment
-	rng    *rand.Rand
-	seq    int
+	id      int
+	clients map[string]*ipamv1.ClientWithResponses // node -> client with the node's certificate
+	space   *string                                // nil for the default space
+	nodes   []string
+	ledger  *ledger
+	next    int // round-robin position in nodes for the next allocation
+	held    []attachment
+	closed  []hold // released since the ledger last collected
+	rng     *rand.Rand
 
 	// One run's measurements.
 	allocs, releases []time.Duration
 	errs             map[string]int64 // by cause: op, status and problem type
 	samples          []string
-}
-
-func newWorker(id int, client *ipamv1.ClientWithResponses, space *string, nodes []string) *worker {
-	return &worker{
-		id: id, client: client, space: space, nodes: nodes,
-		rng:  rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano()))),
-		errs: map[string]int64{},
-	}
 }
 
 // reset forgets the previous run's measurements.
@@ -106,8 +90,7 @@ func (w *worker) reset() {
 // allocate leases an address on node to a new attachment. expire asks for a
 // pending lease, as a CNI ADD does.
 func (w *worker) allocate(ctx context.Context, node string, expire bool) error {
-	w.seq++
-	cid := fmt.Sprintf("bench-w%04d-%09d", w.id, w.seq)
+	cid := w.ledger.containerID()
 	body := ipamv1.LeaseRequest{
 		ContainerID: cid,
 		Interface:   benchInterface,
@@ -115,24 +98,39 @@ func (w *worker) allocate(ctx context.Context, node string, expire bool) error {
 		Expire:      &expire,
 	}
 	start := time.Now()
-	resp, err := w.client.AllocateLeaseWithResponse(ctx, node, &ipamv1.AllocateLeaseParams{Space: w.space}, body)
+	resp, err := w.clients[node].AllocateLeaseWithResponse(ctx, node, &ipamv1.AllocateLeaseParams{Space: w.space}, body)
 	d := time.Since(start)
+	got := w.ledger.now()
 	if err != nil {
 		return transportError(opAllocate, err)
 	}
 	if err := statusError(opAllocate, resp.StatusCode(), resp.Body); err != nil {
 		return err
 	}
+	a := attachment{node: node, containerID: cid, from: got}
+	if resp.JSON201 == nil || len(resp.JSON201.Addresses) != 1 {
+		return &callErr{cause: opAllocate + " answer", detail: fmt.Sprintf("status %d, want 201 with one address: %s", resp.StatusCode(), resp.Body)}
+	}
+	p, err := netip.ParsePrefix(resp.JSON201.Addresses[0].Address)
+	if err != nil {
+		return &callErr{cause: opAllocate + " answer", detail: err.Error()}
+	}
+	a.addr = p.Addr()
 	w.allocs = append(w.allocs, d)
-	w.held = append(w.held, attachment{node: node, containerID: cid})
+	w.held = append(w.held, a)
 	return nil
 }
 
-// release releases the held attachment at index i.
+// release releases the held attachment at index i. The attachment stops
+// holding its address when the request is sent, as far as the duplicate
+// check is concerned: the server may hand it out once it has answered.
 func (w *worker) release(ctx context.Context, i int) error {
 	a := w.held[i]
+	w.closed = append(w.closed, hold{addr: a.addr, node: a.node, containerID: a.containerID, from: a.from, to: w.ledger.now()})
+	w.held[i] = w.held[len(w.held)-1]
+	w.held = w.held[:len(w.held)-1]
 	start := time.Now()
-	resp, err := w.client.ReleaseAttachmentWithResponse(ctx, a.node, a.containerID, benchInterface,
+	resp, err := w.clients[a.node].ReleaseAttachmentWithResponse(ctx, a.node, a.containerID, benchInterface,
 		&ipamv1.ReleaseAttachmentParams{Space: w.space})
 	d := time.Since(start)
 	if err != nil {
@@ -142,8 +140,6 @@ func (w *worker) release(ctx context.Context, i int) error {
 		return err
 	}
 	w.releases = append(w.releases, d)
-	w.held[i] = w.held[len(w.held)-1]
-	w.held = w.held[:len(w.held)-1]
 	return nil
 }
 
@@ -158,6 +154,11 @@ func (w *worker) step(ctx context.Context) {
 	} else {
 		err = w.release(ctx, w.rng.IntN(len(w.held)))
 	}
+	w.count(err)
+}
+
+// count records a failed call.
+func (w *worker) count(err error) {
 	var ce *callErr
 	if errors.As(err, &ce) {
 		w.errs[ce.cause]++
@@ -198,9 +199,109 @@ func statusError(what string, code int, body []byte) error {
 	return &callErr{cause: cause, detail: detail}
 }
 
+// fleet makes the workers of each phase and keeps what they hold between
+// phases: a worker set is retired after its phase, and the next one takes
+// over the attachments of its nodes, so every release in the mix is of a
+// lease some client really holds.
+type fleet struct {
+	pki     *benchPKI
+	servers []string // base URLs; worker i uses servers[i%len]
+	space   *string
+	ledger  *ledger
+	perHost int          // idle connections kept per node and server
+	parked  []attachment // held by no current worker
+}
+
+// workers makes c workers over nodes (split by nodesFor) and hands them the
+// parked attachments of their nodes.
+func (f *fleet) workers(c int, nodes []string) ([]*worker, error) {
+	ws := make([]*worker, c)
+	drivers := map[string][]*worker{}
+	for i := range ws {
+		w := &worker{id: i, space: f.space, ledger: f.ledger, clients: map[string]*ipamv1.ClientWithResponses{},
+			rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))), errs: map[string]int64{}}
+		server := f.servers[i%len(f.servers)]
+		for _, n := range nodesFor(i, c, len(nodes)) {
+			node := nodes[n]
+			hc, err := f.pki.nodeClient(node, f.perHost)
+			if err != nil {
+				return nil, err
+			}
+			if w.clients[node], err = apiClient(server, hc); err != nil {
+				return nil, err
+			}
+			w.nodes = append(w.nodes, node)
+			drivers[node] = append(drivers[node], w)
+		}
+		ws[i] = w
+	}
+	var keep []attachment
+	turn := map[string]int{}
+	for _, a := range f.parked {
+		ds := drivers[a.node]
+		if len(ds) == 0 {
+			keep = append(keep, a)
+			continue
+		}
+		w := ds[turn[a.node]%len(ds)]
+		turn[a.node]++
+		w.held = append(w.held, a)
+	}
+	f.parked = keep
+	return ws, nil
+}
+
+// retire parks what the workers hold and hands their released holds to
+// the ledger.
+func (f *fleet) retire(ws []*worker) {
+	for _, w := range ws {
+		f.parked = append(f.parked, w.held...)
+		w.held = nil
+	}
+	f.ledger.collect(ws)
+}
+
+// open answers every attachment held now, parked or by ws.
+func (f *fleet) open(ws []*worker) []attachment {
+	out := slices.Clone(f.parked)
+	for _, w := range ws {
+		out = append(out, w.held...)
+	}
+	return out
+}
+
+// warm makes one call per worker and node it drives, all workers at once,
+// so the connections (and their TLS handshakes) exist before a measured
+// run: GET /v1/nodes/NODE/blocks, a read the node's certificate may make.
+func warm(ctx context.Context, ws []*worker) error {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for _, w := range ws {
+		wg.Go(func() {
+			for _, n := range w.nodes {
+				resp, err := w.clients[n].ListBlocksWithResponse(ctx, n, &ipamv1.ListBlocksParams{Space: w.space})
+				if err == nil {
+					err = statusError("warm-up GET blocks of "+n, resp.StatusCode(), resp.Body)
+				}
+				if err != nil {
+					mu.Lock()
+					firstErr = cmp.Or(firstErr, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return firstErr
+}
+
 // prefill leases count addresses per node before measuring, as active
-// (confirmed) leases that never expire: the Pods already running. Each node's
-// leases are split among the workers that drive it, which then hold them.
+// (confirmed) leases: the Pods already running. Each node's leases are
+// split among the workers that drive it, which then hold them.
 func prefill(ctx context.Context, workers []*worker, count int) error {
 	share := map[string]int{} // node -> workers driving it
 	for _, w := range workers {
@@ -247,10 +348,27 @@ func prefill(ctx context.Context, workers []*worker, count int) error {
 	return firstErr
 }
 
+// latencyMS is the latency of one kind of call in milliseconds.
+type latencyMS struct {
+	P50 float64 `json:"p50ms"`
+	P90 float64 `json:"p90ms"`
+	P99 float64 `json:"p99ms"`
+	Max float64 `json:"maxMs"`
+}
+
+func latencyOf(ds []time.Duration) latencyMS {
+	l := summarize(ds)
+	return latencyMS{P50: ms(l.P50), P90: ms(l.P90), P99: ms(l.P99), Max: ms(l.Max)}
+}
+
 // runResult is the outcome of one measured run of the service, and of the
 // ceiling run that followed it.
 type runResult struct {
+	Phase         string           `json:"phase"` // mixed, hot-node, fill
+	Concurrency   int              `json:"concurrency"`
+	Nodes         int              `json:"nodes"`
 	Run           int              `json:"run"`
+	FillLeases    int              `json:"fillLeases,omitempty"`
 	Seconds       float64          `json:"seconds"`
 	Allocs        int64            `json:"allocs"`
 	Releases      int64            `json:"releases"`
@@ -259,15 +377,21 @@ type runResult struct {
 	OpsPerSec     float64          `json:"opsPerSec"`
 	AllocPerSec   float64          `json:"allocPerSec"`
 	ReleasePerSec float64          `json:"releasePerSec"`
-	AllocP50ms    float64          `json:"allocP50ms"`
-	AllocP99ms    float64          `json:"allocP99ms"`
-	AllocMaxms    float64          `json:"allocMaxMs"`
-	ReleaseP50ms  float64          `json:"releaseP50ms"`
-	ReleaseP99ms  float64          `json:"releaseP99ms"`
-	ReleaseMaxms  float64          `json:"releaseMaxMs"`
+	Alloc         latencyMS        `json:"alloc"`
+	Release       latencyMS        `json:"release"`
+	All           latencyMS        `json:"all"`
 	ErrorsByCause map[string]int64 `json:"errorsByCause,omitempty"`
 	ErrorSamples  []string         `json:"errorSamples,omitempty"`
 	Held          int              `json:"heldAfter"`
+	// Handshakes counts the TLS connections opened during the run (0 when
+	// every request reused a warm connection).
+	Handshakes int64 `json:"tlsHandshakes"`
+	// Duplicates is the number of overlapping holds of one address in the
+	// clients' bookkeeping so far (must be 0).
+	Duplicates int `json:"duplicates"`
+	// RSS is each server process's memory during the run.
+	RSS        []rssSample `json:"rss"`
+	RSSPeakMiB float64     `json:"rssPeakMiB"`
 
 	Ceiling      *ceilingResult `json:"ceiling,omitempty"`
 	CeilingError string         `json:"ceilingError,omitempty"`
@@ -277,7 +401,7 @@ type runResult struct {
 
 // measure runs the mix on every worker for d and summarizes the run. Workers
 // start no call after d; the calls in flight then finish and count.
-func measure(ctx context.Context, run int, workers []*worker, d time.Duration) runResult {
+func measure(ctx context.Context, workers []*worker, d time.Duration) runResult {
 	for _, w := range workers {
 		w.reset()
 	}
@@ -294,7 +418,7 @@ func measure(ctx context.Context, run int, workers []*worker, d time.Duration) r
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	r := runResult{Run: run, Seconds: elapsed.Seconds(), ErrorsByCause: map[string]int64{}}
+	r := runResult{Concurrency: len(workers), Seconds: elapsed.Seconds(), ErrorsByCause: map[string]int64{}}
 	var allocs, releases []time.Duration
 	for _, w := range workers {
 		allocs = append(allocs, w.allocs...)
@@ -315,70 +439,53 @@ func measure(ctx context.Context, run int, workers []*worker, d time.Duration) r
 	r.AllocPerSec = float64(r.Allocs) / elapsed.Seconds()
 	r.ReleasePerSec = float64(r.Releases) / elapsed.Seconds()
 	r.OpsPerSec = r.AllocPerSec + r.ReleasePerSec
-	a, rel := summarize(allocs), summarize(releases)
-	r.AllocP50ms, r.AllocP99ms, r.AllocMaxms = ms(a.P50), ms(a.P99), ms(a.Max)
-	r.ReleaseP50ms, r.ReleaseP99ms, r.ReleaseMaxms = ms(rel.P50), ms(rel.P99), ms(rel.Max)
+	all := append(slices.Clone(allocs), releases...)
+	r.Alloc, r.Release, r.All = latencyOf(allocs), latencyOf(releases), latencyOf(all)
 	return r
 }
 
-// setupPool creates (in a fresh space, when space is set) the pool
-// "default" over 10.0.0.0/8 with node blocks of mask bits, and registers the
-// nodes.
-func setupPool(ctx context.Context, c *ipamv1.ClientWithResponses, space *string, mask int, nodes []string) error {
-	if space != nil {
-		resp, err := c.CreateSpaceWithResponse(ctx, ipamv1.SpaceRequest{Name: *space})
-		if err != nil {
-			return fmt.Errorf("create space: %w", err)
-		}
-		if err := statusError("create space "+*space, resp.StatusCode(), resp.Body); err != nil {
-			return err
-		}
-	}
-	pool, err := c.CreatePoolWithResponse(ctx, &ipamv1.CreatePoolParams{Space: space}, ipamv1.PoolRequest{
-		Name: "default",
-		Spec: ipamv1.PoolSpec{Ipv4: &ipamv1.PoolFamilySpec{Cidrs: []string{"10.0.0.0/8"}, MaskSize: mask}},
-	})
-	if err != nil {
-		return fmt.Errorf("create pool: %w", err)
-	}
-	if err := statusError("create pool default", pool.StatusCode(), pool.Body); err != nil {
-		return err
-	}
-	for _, n := range nodes {
-		resp, err := c.PutNodeWithResponse(ctx, n, &ipamv1.PutNodeParams{Space: space}, ipamv1.NodeSpec{})
-		if err != nil {
-			return fmt.Errorf("register node: %w", err)
-		}
-		if err := statusError("register node "+n, resp.StatusCode(), resp.Body); err != nil {
-			return err
-		}
-	}
-	return nil
+// ledger is the clients' bookkeeping of who held which address when, for
+// the duplicate check, and the source of container IDs.
+type ledger struct {
+	epoch time.Time
+	seq   atomic.Int64
+	mu    sync.Mutex
+	holds []hold // released holds of retired workers
 }
 
-// teardown deletes the nodes, the pool and the space setupPool made in a
-// space of its own.
-func teardown(ctx context.Context, c *ipamv1.ClientWithResponses, space string, nodes []string) error {
-	force := true
-	for _, n := range nodes {
-		resp, err := c.DeleteNodeWithResponse(ctx, n, &ipamv1.DeleteNodeParams{Space: &space, Force: &force})
-		if err != nil {
-			return fmt.Errorf("delete node: %w", err)
-		}
-		if err := statusError("delete node "+n, resp.StatusCode(), resp.Body); err != nil {
-			return err
-		}
+func newLedger() *ledger { return &ledger{epoch: time.Now()} }
+
+// now is the time since the ledger began, on the monotonic clock.
+func (l *ledger) now() time.Duration { return time.Since(l.epoch) }
+
+// containerID answers a container ID no attachment had before.
+func (l *ledger) containerID() string { return fmt.Sprintf("bench-%010d", l.seq.Add(1)) }
+
+// collect takes the released holds of ws.
+func (l *ledger) collect(ws []*worker) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, w := range ws {
+		l.holds = append(l.holds, w.closed...)
+		w.closed = nil
 	}
-	pool, err := c.DeletePoolWithResponse(ctx, "default", &ipamv1.DeletePoolParams{Space: &space})
-	if err != nil {
-		return fmt.Errorf("delete pool: %w", err)
+}
+
+// count answers the released holds collected so far.
+func (l *ledger) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.holds)
+}
+
+// overlaps answers every pair of holds of one address that overlap in time,
+// counting the released holds collected so far and the open attachments.
+func (l *ledger) overlaps(open []attachment) []overlap {
+	l.mu.Lock()
+	all := slices.Clone(l.holds)
+	l.mu.Unlock()
+	for _, a := range open {
+		all = append(all, hold{addr: a.addr, node: a.node, containerID: a.containerID, from: a.from, to: stillHeld})
 	}
-	if err := statusError("delete pool default", pool.StatusCode(), pool.Body); err != nil {
-		return err
-	}
-	resp, err := c.DeleteSpaceWithResponse(ctx, space)
-	if err != nil {
-		return fmt.Errorf("delete space: %w", err)
-	}
-	return statusError("delete space "+space, resp.StatusCode(), resp.Body)
+	return findOverlaps(all)
 }

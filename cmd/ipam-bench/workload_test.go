@@ -24,3 +24,48 @@ func TestNodesFor(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetHandsOver checks that held attachments follow their nodes from
+// one worker set to the next, and wait parked when no worker drives them.
+func TestFleetHandsOver(t *testing.T) {
+	p, err := newBenchPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fleet{pki: p, servers: []string{"https://127.0.0.1:1"}, ledger: newLedger(), perHost: 4,
+		parked: []attachment{{node: "a", containerID: "1"}, {node: "b", containerID: "2"}, {node: "c", containerID: "3"}, {node: "a", containerID: "4"}}}
+	ws, err := f.workers(2, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func(w *worker) []string {
+		var s []string
+		for _, a := range w.held {
+			s = append(s, a.node+a.containerID)
+		}
+		return s
+	}
+	if !slices.Equal(ws[0].nodes, []string{"a"}) || !slices.Equal(held(ws[0]), []string{"a1", "a4"}) ||
+		!slices.Equal(ws[1].nodes, []string{"b"}) || !slices.Equal(held(ws[1]), []string{"b2"}) ||
+		len(f.parked) != 1 || f.parked[0].node != "c" {
+		t.Fatalf("workers hold %v and %v, parked %v", held(ws[0]), held(ws[1]), f.parked)
+	}
+	if ws[0].clients["a"] == nil || ws[1].clients["b"] == nil {
+		t.Fatal("a worker lacks its node's client")
+	}
+	if len(f.open(ws)) != 4 {
+		t.Fatalf("open %v", f.open(ws))
+	}
+	// Two workers on one node (the hot node) share its attachments.
+	f.retire(ws)
+	hot, err := f.workers(2, []string{"a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hot[0].held) != 1 || len(hot[1].held) != 1 || len(f.parked) != 2 {
+		t.Fatalf("hot workers hold %v and %v, parked %v", held(hot[0]), held(hot[1]), f.parked)
+	}
+	if hot[0].clients["a"] == nil || hot[1].clients["a"] == nil {
+		t.Fatal("a hot worker lacks the node's client")
+	}
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is every flag of the benchmark.
+type config struct {
+	DatabaseURL     string        `json:"-"`
+	Concurrency     []int         `json:"concurrencyList"`
+	Runs            []int         `json:"runs"` // per entry of Concurrency
+	Duration        time.Duration `json:"-"`
+	Nodes           int           `json:"nodes"`
+	Prefill         int           `json:"prefill"`
+	Mask            int           `json:"mask"`
+	HotConcurrency  int           `json:"hotConcurrency"`
+	Fill            []int         `json:"fill"`
+	FillDuration    time.Duration `json:"-"`
+	FillConcurrency int           `json:"fillConcurrency"`
+	FillPerNode     int           `json:"fillPerNode"`
+	Replicas        int           `json:"replicas"`
+	MaxConns        int           `json:"maxConns"`
+	Ceiling         string        `json:"ceiling"`
+	Cooldown        time.Duration `json:"-"`
+	LeaseExpiry     time.Duration `json:"-"`
+	ServerArgs      []string      `json:"serverArgs,omitempty"`
+	ServerPprof     string        `json:"serverPprof,omitempty"`
+	ServerProfile   string        `json:"-"`
+	Out             string        `json:"-"`
+	CPUProfile      string        `json:"-"`
+	// The shim phase (shim.go), after the others.
+	Shim              bool `json:"shim"`
+	ShimCalls         int  `json:"shimCalls"`
+	ShimParallel      int  `json:"shimParallel"`
+	ShimParallelCalls int  `json:"shimParallelCalls"`
+}
+
+// MarshalJSON writes the durations as Go duration strings ("20s").
+func (c config) MarshalJSON() ([]byte, error) {
+	type plain config // without this method
+	return json.Marshal(struct {
+		plain
+		Duration     string `json:"duration"`
+		FillDuration string `json:"fillDuration"`
+		Cooldown     string `json:"cooldown"`
+		LeaseExpiry  string `json:"leaseExpiry"`
+	}{plain(c), c.Duration.String(), c.FillDuration.String(), c.Cooldown.String(), c.LeaseExpiry.String()})
+}
+
+// maxConcurrency is the most clients any phase runs.
+func (c config) maxConcurrency() int {
+	return slices.Max(append(slices.Clone(c.Concurrency), c.HotConcurrency, c.FillConcurrency, 1))
+}
+
+// Validate reports every invalid flag at once.
+func (c config) Validate() error {
+	var errs []error
+	positive := func(name string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("-%s must be positive, not %d", name, v))
+		}
+	}
+	wholeSeconds := func(name string, d time.Duration) {
+		if d < time.Second || d%time.Second != 0 {
+			errs = append(errs, fmt.Errorf("-%s must be whole seconds, at least 1s (pgbench -T takes seconds), not %v", name, d))
+		}
+	}
+	for _, n := range c.Concurrency {
+		positive("concurrency-list entries", n)
+	}
+	for _, n := range c.Runs {
+		positive("runs entries", n)
+	}
+	if len(c.Runs) > 1 && len(c.Runs) != len(c.Concurrency) {
+		errs = append(errs, fmt.Errorf("-runs has %d entries: give one, or one per -concurrency-list entry (%d)", len(c.Runs), len(c.Concurrency)))
+	}
+	positive("nodes", c.Nodes)
+	positive("replicas", c.Replicas)
+	wholeSeconds("duration", c.Duration)
+	if c.Prefill < 0 {
+		errs = append(errs, fmt.Errorf("-prefill must not be negative, not %d", c.Prefill))
+	}
+	if c.Mask < 8 || c.Mask > 30 {
+		errs = append(errs, fmt.Errorf("-mask must be within 8..30 for the pool 10.0.0.0/8, not %d", c.Mask))
+	}
+	if c.HotConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("-hot-concurrency must not be negative (0 skips the hot-node run), not %d", c.HotConcurrency))
+	}
+	if len(c.Fill) > 0 {
+		positive("fill-concurrency", c.FillConcurrency)
+		positive("fill-per-node", c.FillPerNode)
+		wholeSeconds("fill-duration", c.FillDuration)
+		for i := 1; i < len(c.Fill); i++ {
+			if c.Fill[i] <= c.Fill[i-1] {
+				errs = append(errs, fmt.Errorf("-fill points must ascend strictly (leases are only added), not %v", c.Fill))
+				break
+			}
+		}
+		if c.Fill[0] < 0 {
+			errs = append(errs, fmt.Errorf("-fill points must not be negative, not %v", c.Fill))
+		}
+		if c.FillPerNode > 0 && c.Fill[len(c.Fill)-1]/c.FillPerNode >= 1<<14 {
+			errs = append(errs, fmt.Errorf("-fill %d leases at %d per node need more than the 16,384 blocks of %s", c.Fill[len(c.Fill)-1], c.FillPerNode, fillCIDR))
+		}
+	}
+	if c.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("-max-conns must not be negative, not %d", c.MaxConns))
+	}
+	if c.Cooldown < 0 {
+		errs = append(errs, fmt.Errorf("-cooldown must not be negative, not %v", c.Cooldown))
+	}
+	if c.LeaseExpiry <= 0 {
+		errs = append(errs, fmt.Errorf("-lease-expiry must be positive, not %v", c.LeaseExpiry))
+	}
+	if c.ServerProfile != "" && c.ServerPprof == "" {
+		errs = append(errs, errors.New("-server-cpuprofile needs -server-pprof"))
+	}
+	if c.Shim {
+		positive("shim-calls", c.ShimCalls)
+		positive("shim-parallel", c.ShimParallel)
+		positive("shim-parallel-calls", c.ShimParallelCalls)
+	}
+	return errors.Join(errs...)
+}
+
+// defaultRunsAt32 and defaultRunsElse are the runs per level without
+// -runs: the targets are judged at 32 clients, so that level gets a median
+// of three and the others one run each (the defaults then take about 12
+// minutes on two cores).
+const (
+	defaultRunsAt32 = 3
+	defaultRunsElse = 1
+)
+
+// runsAt answers the runs at the i-th concurrency level.
+func (c config) runsAt(i int) int {
+	switch {
+	case len(c.Runs) == 1:
+		return c.Runs[0]
+	case len(c.Runs) > 1:
+		return c.Runs[i]
+	case c.Concurrency[i] == 32:
+		return defaultRunsAt32
+	default:
+		return defaultRunsElse
+	}
+}
+
+// intList is a flag of comma-separated non-negative integers ("8,32,64");
+// the empty string is the empty list. Underscores may group digits.
+type intList []int
+
+func (l *intList) String() string {
+	if l == nil {
+		return ""
+	}
+	s := make([]string, len(*l))
+	for i, n := range *l {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Set(v string) error {
+	*l = nil
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.ReplaceAll(strings.TrimSpace(f), "_", ""))
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", f)
+		}
+		*l = append(*l, n)
+	}
+	return nil
+}
+
+func parseConfig(args []string) (config, error) {
+	c := config{Concurrency: []int{8, 32, 64}, Fill: []int{0, 100_000, 550_000}}
+	var serverArgs string
+	fs := flag.NewFlagSet("ipam-bench", flag.ContinueOnError)
+	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL; empty starts a private, durable PostgreSQL in a temporary directory")
+	fs.Var((*intList)(&c.Concurrency), "concurrency-list", "clients of the mixed runs, one level after the other (also the ceiling's pgbench clients)")
+	fs.Var((*intList)(&c.Runs), "runs", "runs per level of -concurrency-list, each followed by one of the ceiling (medians are reported): one number for every level, or one per level; default 3 at 32 clients and 1 at the others")
+	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "length of each mixed and hot-node run, whole seconds (also the ceiling's)")
+	fs.IntVar(&c.Nodes, "nodes", 256, "nodes of the mixed runs and the fill curve, split among the clients")
+	fs.IntVar(&c.Prefill, "prefill", 32, "active leases per node (and on the hot node) made through the API before measuring")
+	fs.IntVar(&c.Mask, "mask", 26, "node block mask of the measured pool 10.0.0.0/8 (26: 60 leasable addresses, so blocks are carved on demand during the runs)")
+	fs.IntVar(&c.HotConcurrency, "hot-concurrency", 32, "clients of the hot-node run, all on one node; 0 skips it")
+	fs.Var((*intList)(&c.Fill), "fill", "fill curve: active leases in the bulk-loaded pool at each point, ascending; '' skips the curve")
+	fs.DurationVar(&c.FillDuration, "fill-duration", 10*time.Second, "length of each fill-curve run")
+	fs.IntVar(&c.FillConcurrency, "fill-concurrency", 32, "clients of the fill-curve runs (on the -nodes nodes)")
+	fs.IntVar(&c.FillPerNode, "fill-per-node", fillPerNode, "bulk-loaded leases per fill node (550,000 = 5,000 nodes x 110)")
+	fs.IntVar(&c.Replicas, "replicas", 1, "server processes sharing the database; client i uses replica i mod N")
+	fs.IntVar(&c.MaxConns, "max-conns", 0, "the servers' --max-conns; 0 = the server's default")
+	fs.StringVar(&c.Ceiling, "ceiling", "../shared/bench/db-ceiling.sh", "path of db-ceiling.sh; the ceiling is skipped when it is missing")
+	fs.DurationVar(&c.Cooldown, "cooldown", 30*time.Second, "the servers' --cooldown of released addresses")
+	fs.DurationVar(&c.LeaseExpiry, "lease-expiry", time.Hour, "the servers' --lease-expiry; longer than the benchmark, so no pending lease a client holds expires under it")
+	fs.StringVar(&serverArgs, "server-args", "", "more flags for every server process, space-separated (e.g. '--gc-interval 5s')")
+	fs.StringVar(&c.ServerPprof, "server-pprof", "", "pass --pprof ADDR to the server (a flag it may gain later) and fetch profiles from http://ADDR/debug/pprof/")
+	fs.StringVar(&c.ServerProfile, "server-cpuprofile", "", "write a CPU profile of the server, taken over the first mixed run at 32 clients (else the first), to this file; needs -server-pprof")
+	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the benchmark process (the clients) to this file")
+	fs.BoolVar(&c.Shim, "shim", true, "at the end, time the CNI plugin cmd/cni-shim end to end (one process per ADD and DEL, mutual TLS)")
+	fs.IntVar(&c.ShimCalls, "shim-calls", 200, "sequential ADD+DEL pairs of the shim phase")
+	fs.IntVar(&c.ShimParallel, "shim-parallel", 16, "parallel workers of the shim phase")
+	fs.IntVar(&c.ShimParallelCalls, "shim-parallel-calls", 50, "ADD+DEL pairs per parallel worker of the shim phase")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	c.ServerArgs = strings.Fields(serverArgs)
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	if len(c.Runs) == 0 { // spell the default out for the report
+		runs := make([]int, len(c.Concurrency))
+		for i := range runs {
+			runs[i] = c.runsAt(i)
+		}
+		c.Runs = runs
+	}
+	return c, nil
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfigDefaults(t *testing.T) {
+	c, err := parseConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Concurrency, []int{8, 32, 64}) || !slices.Equal(c.Fill, []int{0, 100_000, 550_000}) ||
+		c.Nodes != 256 || c.Duration != 20*time.Second || c.HotConcurrency != 32 || c.FillPerNode != 110 {
+		t.Fatalf("defaults %+v", c)
+	}
+	var runs []int
+	for i := range c.Concurrency {
+		runs = append(runs, c.runsAt(i))
+	}
+	if !slices.Equal(runs, []int{1, 3, 1}) {
+		t.Fatalf("default runs per level %v; want 1,3,1", runs)
+	}
+	if c.maxConcurrency() != 64 {
+		t.Fatalf("maxConcurrency %d", c.maxConcurrency())
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		// wantErr lists parts of the error; none means it must parse.
+		wantErr []string
+		check   func(config) bool
+	}{
+		{name: "tiny development run", args: strings.Fields("-duration 2s -runs 1 -concurrency-list 8 -fill 0,5000 -shim=false"),
+			check: func(c config) bool { return c.runsAt(0) == 1 && slices.Equal(c.Fill, []int{0, 5000}) && !c.Shim }},
+		{name: "runs per level", args: []string{"-concurrency-list", "8,32", "-runs", "2,5"},
+			check: func(c config) bool { return c.runsAt(0) == 2 && c.runsAt(1) == 5 }},
+		{name: "empty fill skips the curve", args: []string{"-fill", ""},
+			check: func(c config) bool { return len(c.Fill) == 0 }},
+		{name: "underscores group digits", args: []string{"-fill", "0,100_000"},
+			check: func(c config) bool { return slices.Equal(c.Fill, []int{0, 100000}) }},
+		{name: "server args split", args: []string{"-server-args", "--gc-interval 5s"},
+			check: func(c config) bool { return slices.Equal(c.ServerArgs, []string{"--gc-interval", "5s"}) }},
+		{name: "runs list of the wrong length", args: []string{"-concurrency-list", "8,32", "-runs", "1,2,3"}, wantErr: []string{"-runs has 3 entries"}},
+		{name: "fill must ascend", args: []string{"-fill", "0,5000,5000"}, wantErr: []string{"ascend strictly"}},
+		{name: "fill beyond the fill CIDR", args: []string{"-fill", "0,2000000"}, wantErr: []string{"16,384 blocks"}},
+		{name: "fractional seconds", args: []string{"-duration", "1500ms"}, wantErr: []string{"-duration must be whole seconds"}},
+		{name: "not a number", args: []string{"-concurrency-list", "8,x"}, wantErr: []string{`"x" is not an integer`}},
+		{name: "every error at once", args: strings.Fields("-nodes 0 -mask 31 -replicas 0 -hot-concurrency -1 -concurrency-list 0 -server-cpuprofile p.out"),
+			wantErr: []string{"-nodes must be positive", "-mask must be within 8..30", "-replicas must be positive",
+				"-hot-concurrency must not be negative", "-concurrency-list entries must be positive", "-server-cpuprofile needs -server-pprof"}},
+		{name: "stray argument", args: []string{"extra"}, wantErr: []string{"unexpected arguments"}},
+	}
+	for _, tt := range tests {
+		c, err := parseConfig(tt.args)
+		switch {
+		case len(tt.wantErr) == 0 && err != nil:
+			t.Errorf("%s: %v", tt.name, err)
+		case len(tt.wantErr) == 0 && !tt.check(c):
+			t.Errorf("%s: parsed %+v", tt.name, c)
+		case len(tt.wantErr) > 0 && err == nil:
+			t.Errorf("%s: no error", tt.name)
+		case len(tt.wantErr) > 0:
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: error %q lacks %q", tt.name, err, w)
+				}
+			}
+		}
+	}
+}
