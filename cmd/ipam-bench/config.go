@@ -11,6 +11,10 @@ import (
 	"time"
 )
 
+// serverWriteTimeout is cmd/server's write timeout: a CPU profile served
+// over HTTP must end before it.
+const serverWriteTimeout = 30 * time.Second
+
 // config is every flag of the benchmark.
 type config struct {
 	DatabaseURL     string        `json:"-"`
@@ -31,7 +35,6 @@ type config struct {
 	Cooldown        time.Duration `json:"-"`
 	LeaseExpiry     time.Duration `json:"-"`
 	ServerArgs      []string      `json:"serverArgs,omitempty"`
-	ServerPprof     string        `json:"serverPprof,omitempty"`
 	ServerProfile   string        `json:"-"`
 	Out             string        `json:"-"`
 	CPUProfile      string        `json:"-"`
@@ -119,8 +122,8 @@ func (c config) Validate() error {
 	if c.LeaseExpiry <= 0 {
 		errs = append(errs, fmt.Errorf("-lease-expiry must be positive, not %v", c.LeaseExpiry))
 	}
-	if c.ServerProfile != "" && c.ServerPprof == "" {
-		errs = append(errs, errors.New("-server-cpuprofile needs -server-pprof"))
+	if c.ServerProfile != "" && c.Duration >= serverWriteTimeout {
+		errs = append(errs, fmt.Errorf("-server-cpuprofile needs -duration under %v, the server's write timeout, which bounds a profile", serverWriteTimeout))
 	}
 	if c.Shim {
 		positive("shim-calls", c.ShimCalls)
@@ -205,8 +208,7 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&c.Cooldown, "cooldown", 30*time.Second, "the servers' --cooldown of released addresses")
 	fs.DurationVar(&c.LeaseExpiry, "lease-expiry", time.Hour, "the servers' --lease-expiry; longer than the benchmark, so no pending lease a client holds expires under it")
 	fs.StringVar(&serverArgs, "server-args", "", "more flags for every server process, space-separated (e.g. '--gc-interval 5s')")
-	fs.StringVar(&c.ServerPprof, "server-pprof", "", "pass --pprof ADDR to the server (a flag it may gain later) and fetch profiles from http://ADDR/debug/pprof/")
-	fs.StringVar(&c.ServerProfile, "server-cpuprofile", "", "write a CPU profile of the server, taken over the first mixed run at 32 clients (else the first), to this file; needs -server-pprof")
+	fs.StringVar(&c.ServerProfile, "server-cpuprofile", "", "start the server with --pprof and write its CPU profile over the first mixed run at 32 clients (else the first) to this file")
 	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the benchmark process (the clients) to this file")
 	fs.BoolVar(&c.Shim, "shim", true, "at the end, time the CNI plugin cmd/cni-shim end to end (one process per ADD and DEL, mutual TLS)")

@@ -239,7 +239,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	probe := b.pki.adminClient()
 	b.servers, err = startServers(ctx, cfg.Replicas, serverOptions{
 		bin: bin, databaseURL: db.url, certDir: tmp, cooldown: cfg.Cooldown, leaseExpiry: cfg.LeaseExpiry,
-		maxConns: cfg.MaxConns, pprof: cfg.ServerPprof, extra: cfg.ServerArgs,
+		maxConns: cfg.MaxConns, pprof: cfg.ServerProfile != "", extra: cfg.ServerArgs,
 	}, probe)
 	if err != nil {
 		return err
@@ -488,13 +488,14 @@ func (b *bench) startServerProfile(ctx context.Context, clients int, d time.Dura
 	b.profiled = true
 	done := make(chan error, 1)
 	go func() {
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.cfg.ServerPprof, int(d/time.Second))
+		// The profiler answers admins only: the administrator's certificate.
+		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", b.servers[0].url, int(d/time.Second))
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			done <- err
 			return
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := b.pki.adminClient().Do(req)
 		if err != nil {
 			done <- err
 			return

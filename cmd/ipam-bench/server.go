@@ -100,7 +100,7 @@ type serverOptions struct {
 	cooldown    time.Duration
 	leaseExpiry time.Duration
 	maxConns    int      // 0: the server's default
-	pprof       string   // --pprof ADDR when set (a flag the server may not have yet)
+	pprof       bool     // --pprof: the profiler at /debug/pprof/, for admins
 	extra       []string // -server-args
 }
 
@@ -119,8 +119,8 @@ func (o serverOptions) args(listen string) []string {
 	if o.maxConns > 0 {
 		a = append(a, "--max-conns", strconv.Itoa(o.maxConns))
 	}
-	if o.pprof != "" {
-		a = append(a, "--pprof", o.pprof)
+	if o.pprof {
+		a = append(a, "--pprof")
 	}
 	return append(a, o.extra...)
 }

@@ -55,6 +55,8 @@ type config struct {
 	BootstrapTokenTTL  time.Duration
 	RateLimits         api.RateLimits
 	HistoryRetention   time.Duration
+	// Pprof serves the Go profiler at /debug/pprof/ to admins.
+	Pprof bool
 }
 
 // metricsPrefixRE is what a Prometheus metric name may start with.
@@ -152,6 +154,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.StringVar(&c.DefaultPool, "default-pool", "default", "the pool of Pods no annotation, request or selector places (Cilium's ipam-default-ip-pool)")
 	fs.DurationVar(&c.BlockReleaseDelay, "block-release-delay", 3*time.Minute, "how long a multi-pool block stays completely free above a node's need before it returns to the pool")
 	fs.DurationVar(&c.UsageSampleEvery, "usage-sample-interval", time.Minute, "how often pool usage is sampled for the exhaustion forecast")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve the Go profiler at /debug/pprof/ on the API listener, to admins only")
 	fs.StringVar(&c.MetricsPrefix, "metrics-prefix", "", `prefix of the Cilium-named metrics (ipam_available_ips, ...), joined by "_": "cilium_operator" makes them cilium_operator_ipam_available_ips`)
 	fs.DurationVar(&c.UsageMetricsRefresh, "usage-metrics-refresh", 15*time.Second, "the most often a metrics scrape reads node and pool usage from the database")
 	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "how long address history events are kept; 0 keeps them forever")

@@ -89,6 +89,10 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		}
 		opID, ok := operationsByRoute[r.Method+" "+pattern]
+		op := operations[opID]
+		if !ok {
+			op, ok = debugRoutes[r.Method+" "+pattern]
+		}
 		if !ok {
 			// TestRoleTableMatchesSpec keeps this from happening; refuse
 			// rather than serve an operation nobody gave a role.
@@ -97,7 +101,6 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 			a.ps.write(w, r, &alloc.Error{Kind: kindForbidden, Detail: "this operation has no role"})
 			return
 		}
-		op := operations[opID]
 		now := a.now()
 		addrKey := "anonymous@" + remoteHost(r)
 		if op.min == public {

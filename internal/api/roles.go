@@ -86,6 +86,13 @@ var operations = map[string]access{
 
 // operationsByRoute finds an operation by method and chi route pattern,
 // which are the spec's path templates.
+// debugRoutes are the routes outside the API contract that the gate
+// guards: the Go profiler (Options.Pprof) shows memory and stacks, and
+// costs CPU while it profiles, so only an admin may use it.
+var debugRoutes = map[string]access{
+	http.MethodGet + " " + pprofRoute: {http.MethodGet, pprofRoute, alloc.RoleAdmin, false},
+}
+
 var operationsByRoute = func() map[string]string {
 	m := make(map[string]string, len(operations))
 	for id, a := range operations {

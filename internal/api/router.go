@@ -50,6 +50,9 @@ type Options struct {
 	// (continuing the caller's W3C trace context); the store's spans of the
 	// request's statements are its children. Nil traces nothing.
 	TracerProvider trace.TracerProvider
+	// Pprof serves the Go profiler at /debug/pprof/ (admin only). A CPU
+	// profile or trace must be shorter than the server's write timeout.
+	Pprof bool
 	// IsUnavailable tells store errors that mean the database cannot be
 	// reached (connection refused or lost, timeouts) from failed
 	// statements; those are answered 503 "unavailable" with Retry-After,
@@ -149,6 +152,9 @@ func NewHandler(store Store, o Options) http.Handler {
 		ps.write(w, req, &alloc.Error{Kind: alloc.KindNotFound,
 			Detail: fmt.Sprintf("no route for %s %s", req.Method, req.URL.Path)})
 	})
+	if o.Pprof {
+		r.Get(pprofRoute, pprofHandler)
+	}
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		allow := allowedMethods(r, req.URL.Path)
 		w.Header().Set("Allow", strings.Join(allow, ", "))
