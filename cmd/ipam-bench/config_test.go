@@ -51,7 +51,7 @@ func TestParseConfig(t *testing.T) {
 		{name: "fill beyond the fill CIDR", args: []string{"-fill", "0,2000000"}, wantErr: []string{"16,384 blocks"}},
 		{name: "fractional seconds", args: []string{"-duration", "1500ms"}, wantErr: []string{"-duration must be whole seconds"}},
 		{name: "not a number", args: []string{"-concurrency-list", "8,x"}, wantErr: []string{`"x" is not an integer`}},
-		{name: "every error at once", args: strings.Fields("-nodes 0 -mask 31 -replicas 0 -hot-concurrency -1 -concurrency-list 0 -server-cpuprofile p.out"),
+		{name: "every error at once", args: strings.Fields("-nodes 0 -mask 31 -replicas 0 -hot-concurrency -1 -concurrency-list 0 -server-cpuprofile p.out -duration 30s"),
 			wantErr: []string{"-nodes must be positive", "-mask must be within 8..30", "-replicas must be positive",
 				"-hot-concurrency must not be negative", "-concurrency-list entries must be positive", "-server-cpuprofile needs -duration under 30s"}},
 		{name: "stray argument", args: []string{"extra"}, wantErr: []string{"unexpected arguments"}},
