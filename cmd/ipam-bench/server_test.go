@@ -24,7 +24,7 @@ func TestServerArgs(t *testing.T) {
 		maxConns: 16, extra: []string{"--gc-interval", "5s"}}
 	got := strings.Join(o.args("127.0.0.1:9"), " ")
 	want := "serve --database-url postgres://db --listen 127.0.0.1:9 --tls-cert-file /c/server.crt --tls-key-file /c/server.key " +
-		"--client-ca-file /c/ca.crt --log-level warn --cooldown 30s --lease-expiry 1h0m0s --max-conns 16 --gc-interval 5s"
+		"--client-ca-file /c/ca.crt --log-level warn --cooldown 30s --lease-expiry 1h0m0s --node-rate-limit 0 --client-rate-limit 0 --max-conns 16 --gc-interval 5s"
 	if got != want {
 		t.Fatalf("args\n%s\nwant\n%s", got, want)
 	}
