@@ -163,7 +163,7 @@ func Open(ctx context.Context, connString string, o Options) (*Store, error) {
 		// A span per statement, connection acquire and batch, child of
 		// the request's span. The statement text is recorded, never its
 		// parameters (owners, container IDs).
-		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(o.TracerProvider), otelpgx.WithTrimSQLInSpanName())
+		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(o.TracerProvider))
 	}
 	db, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
