@@ -472,6 +472,12 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 	b.fleet.ledger.collect(ws)
 	r.Duplicates = len(b.fleet.ledger.overlaps(b.fleet.open(ws)))
 	printRun(b.out, r)
+	if r.Errors > 0 {
+		// A 500 is logged by the server with its cause: show where.
+		for _, s := range b.servers {
+			fmt.Fprintf(b.out, "  server %s log, last lines:\n%s\n", s.url, lastLines(s.stderr.String(), 12))
+		}
+	}
 	if r.ErrorRate > maxErrorRate {
 		b.failed = append(b.failed, fmt.Sprintf("%s c=%d run %d: %.3f%% of calls failed", phase, r.Concurrency, run, 100*r.ErrorRate))
 	}

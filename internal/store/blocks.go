@@ -22,9 +22,19 @@ type blockRow struct {
 // whose lease rows (held or cooling) leave room, and returns ok=false when
 // there is none. The row lock serializes allocations within one block only.
 func lockBlockWithRoom(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f alloc.Family) (blockRow, bool, error) {
+	return lockBlockWithRoomSkipping(ctx, tx, nodeID, poolID, f, false)
+}
+
+// lockBlockWithRoomSkipping is lockBlockWithRoom that, with skipLocked,
+// passes over blocks another transaction holds instead of waiting for them.
+func lockBlockWithRoomSkipping(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f alloc.Family, skipLocked bool) (blockRow, bool, error) {
 	var b blockRow
-	err := tx.QueryRow(ctx, `SELECT id, cidr FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
-		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`, nodeID, poolID, int16(f)).Scan(&b.id, &b.cidr)
+	sql := `SELECT id, cidr FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
+		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`
+	if skipLocked {
+		sql += ` SKIP LOCKED`
+	}
+	err := tx.QueryRow(ctx, sql, nodeID, poolID, int16(f)).Scan(&b.id, &b.cidr)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return b, false, nil
 	}
@@ -69,7 +79,13 @@ func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPo
 		return blockRow{}, false, err
 	}
 	if recheck {
-		if b, ok, err := lockBlockWithRoom(ctx, tx, nodeID, p.id, f); ok || err != nil {
+		// Holding the pool's CIDR rows, never wait for a block: an
+		// allocation may hold a block and wait for these rows (it found
+		// no address there and carves), and waiting here would close the
+		// cycle (deadlocks seen with 32 clients on one node). A block
+		// another allocation holds is skipped; at worst one block more is
+		// carved, and Rebalance returns it once it stays empty.
+		if b, ok, err := lockBlockWithRoomSkipping(ctx, tx, nodeID, p.id, f, true); ok || err != nil {
 			return b, ok, err
 		}
 	}

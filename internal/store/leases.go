@@ -420,12 +420,17 @@ func (s *Store) leaseNew(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPo
 	}
 	// Nothing to reuse: carve a block (or find the one a concurrent request
 	// of this node carved meanwhile), then lease from it.
-	if _, ok, err = carve(ctx, tx, r.Space, nodeID, p, f, now, true); err != nil {
+	b, ok, err := carve(ctx, tx, r.Space, nodeID, p, f, now, true)
+	if err != nil {
 		return lease, err
 	} else if !ok {
 		return lease, alloc.Exhausted(p.name, f)
 	}
-	if ok, err = s.leaseFresh(ctx, tx, nodeID, p.id, f, &lease, args, blockNotLocked); err == nil && !ok {
+	// Lease from the block carve answered (locked, or new and so this
+	// transaction's alone), not "the oldest with room" again: that one
+	// may be held by an allocation that waits for a block this one holds
+	// (a lower id after a higher: deadlocks seen on a hot node).
+	if ok, err = s.leaseFresh(ctx, tx, nodeID, p.id, f, &lease, args, b.id); err == nil && !ok {
 		err = fmt.Errorf("node %d pool %d %s: a block has room by count but no free address", nodeID, p.id, f)
 	}
 	return lease, err
