@@ -172,7 +172,9 @@ func (s *Store) lookupForAllocate(ctx context.Context, tx pgx.Tx, r alloc.LeaseR
 		case bid != nil:
 			lk.lockedBlock, lk.guessFamily = *bid, alloc.Family(*fam)
 		case lk.guessFamily != 0:
-			lk.lockedBlock = 0 // the guessed pool has no block with room
+			// No block with room that nobody holds: leaseFresh looks
+			// again and waits for a held one before anything is carved.
+			lk.lockedBlock = blockNotLocked
 		}
 		return lk, nil
 	}
@@ -181,14 +183,17 @@ func (s *Store) lookupForAllocate(ctx context.Context, tx pgx.Tx, r alloc.LeaseR
 }
 
 // lockBlockWithRoomSQL locks the oldest block of node n.id in pool p.id
-// whose lease rows leave room, for the family $6 (0: the pool's first
-// family). It rides in the allocation's lookup statement to save a round
-// trip; the statement that then probes for a free address starts after the
-// lock is granted, so its snapshot sees the block's latest leases.
+// whose lease rows leave room and that no other allocation holds, for the
+// family $6 (0: the pool's first family). It rides in the allocation's
+// lookup statement to save a round trip. Skipping held blocks spreads the
+// concurrent allocations of one node over its blocks with room instead of
+// queueing them all on the oldest, and the lookup never waits while it
+// holds nothing useful; when every block with room is held, leaseFresh
+// waits for one.
 const lockBlockWithRoomSQL = `SELECT b.id, b.family FROM blocks b
 		WHERE b.node_id = n.id AND b.pool_id = p.id AND b.allocated < b.capacity
 		  AND b.family = CASE WHEN $6::smallint <> 0 THEN $6::smallint WHEN p.ipv4_mask_size IS NOT NULL THEN 4 ELSE 6 END
-		ORDER BY b.id LIMIT 1 FOR NO KEY UPDATE`
+		ORDER BY b.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED`
 
 // leaseColumns read a lease with the names the API shows. $1 is "now", to
 // tell cooling rows from rows whose cooldown has ended.
