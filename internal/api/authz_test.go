@@ -1,19 +1,15 @@
 package api
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/pki"
-	"github.com/ipam-dev/ipam/internal/store"
 )
 
 // Over mutual TLS, a node's certificate reaches its own node only: another
@@ -21,44 +17,17 @@ import (
 // 403 problem+json, and nothing changes; an operator's reaches everything.
 func TestNodeCertificateIsConfinedToItsNode(t *testing.T) {
 	e := newEnv(t, nil)
-	ca, err := pki.NewCA("test CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCert, srvKey, err := ca.IssueServer([]string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	pair, err := tls.X509KeyPair(srvCert, srvKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(NewHandler(e.store, Options{IsUnavailable: store.IsUnavailable}))
 	// As cmd/server: certificates verified when given; the API refuses a
 	// request without credentials.
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven}
-	srv.StartTLS()
-	defer srv.Close()
-	client := func(certPEM, keyPEM []byte) *http.Client {
-		cfg := &tls.Config{RootCAs: pool}
-		if certPEM != nil {
-			pair, err := tls.X509KeyPair(certPEM, keyPEM)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Certificates = []tls.Certificate{pair}
-		}
-		return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
-	}
+	srv := newAuthServer(t, e, Options{})
+	ca, client := srv.ca, srv.client
 	opCert, opKey, _ := ca.IssueClient("platform-team", time.Hour)
 	aCert, aKey, _ := ca.IssueNode("node-a", time.Hour)
 	op, nodeA := client(opCert, opKey), client(aCert, aKey)
 
 	call := func(c *http.Client, method, path, body string) (int, ipamv1.Problem) {
 		t.Helper()
-		req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req, err := http.NewRequest(method, srv.url+path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}

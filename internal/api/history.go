@@ -43,19 +43,11 @@ func (s *Server) GetAddressHistory(ctx context.Context, req ipamv1.GetAddressHis
 		holder := holdingToAPI(h)
 		return ipamv1.GetAddressHistory200JSONResponse{Items: eventsToAPI(h.Events), Holder: &holder}, nil
 	}
-	f := alloc.HistoryFilter{Space: space, Address: addr}
-	if f.From, f.To, err = parseRange(p.From, p.To); err != nil {
-		return nil, err
-	}
-	page, err := parsePage(p.Limit, p.Continue)
+	l, err := s.history(ctx, alloc.HistoryFilter{Space: space, Address: addr}, p.From, p.To, p.Limit, p.Continue)
 	if err != nil {
 		return nil, err
 	}
-	items, next, err := s.store.History(ctx, f, page)
-	if err != nil {
-		return nil, err
-	}
-	return ipamv1.GetAddressHistory200JSONResponse{Items: eventsToAPI(items), Continue: optString(next)}, nil
+	return ipamv1.GetAddressHistory200JSONResponse{Items: l.Items, Continue: l.Continue}, nil
 }
 
 // ListHistory answers the events of one owner or one node.
@@ -77,21 +69,31 @@ func (s *Server) ListHistory(ctx context.Context, req ipamv1.ListHistoryRequestO
 		}
 		f.Node = *p.Node
 	}
-	if f.From, f.To, err = parseRange(p.From, p.To); err != nil {
-		return nil, err
-	}
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
-	page, err := parsePage(p.Limit, p.Continue)
+	l, err := s.history(ctx, f, p.From, p.To, p.Limit, p.Continue)
 	if err != nil {
 		return nil, err
+	}
+	return ipamv1.ListHistory200JSONResponse(l), nil
+}
+
+// history pages through the events f selects in [from, to).
+func (s *Server) history(ctx context.Context, f alloc.HistoryFilter, from, to *string, limit *int, cont *string) (ipamv1.EventList, error) {
+	var err error
+	if f.From, f.To, err = parseRange(from, to); err != nil {
+		return ipamv1.EventList{}, err
+	}
+	if err := f.Validate(); err != nil {
+		return ipamv1.EventList{}, err
+	}
+	page, err := parsePage(limit, cont)
+	if err != nil {
+		return ipamv1.EventList{}, err
 	}
 	items, next, err := s.store.History(ctx, f, page)
 	if err != nil {
-		return nil, err
+		return ipamv1.EventList{}, err
 	}
-	return ipamv1.ListHistory200JSONResponse{Items: eventsToAPI(items), Continue: optString(next)}, nil
+	return ipamv1.EventList{Items: eventsToAPI(items), Continue: optString(next)}, nil
 }
 
 // CheckConsistency runs the check and answers what it found; findings are

@@ -2,14 +2,11 @@ package api
 
 import (
 	"bytes"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -18,7 +15,6 @@ import (
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
-	"github.com/ipam-dev/ipam/internal/pki"
 	"github.com/ipam-dev/ipam/internal/store"
 )
 
@@ -26,47 +22,26 @@ import (
 // carry the actor of their client certificate into the history.
 type mtls struct {
 	t       *testing.T
-	srv     *httptest.Server
+	url     string
 	clients map[string]*http.Client // by actor: "node:NAME" or "cert:NAME"
 }
 
 func newMTLS(t *testing.T, e *env, nodes []string, operators []string) *mtls {
 	t.Helper()
-	ca, err := pki.NewCA("test CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCert, srvKey, err := ca.IssueServer([]string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	pair, err := tls.X509KeyPair(srvCert, srvKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(NewHandler(e.store, Options{IsUnavailable: store.IsUnavailable}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	m := &mtls{t: t, srv: srv, clients: map[string]*http.Client{}}
+	s := newAuthServer(t, e, Options{})
+	m := &mtls{t: t, url: s.url, clients: map[string]*http.Client{}}
 	add := func(actor string, certPEM, keyPEM []byte, err error) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.clients[actor] = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}}
+		m.clients[actor] = s.client(certPEM, keyPEM)
 	}
 	for _, n := range nodes {
-		c, k, err := ca.IssueNode(n, time.Hour)
+		c, k, err := s.ca.IssueNode(n, time.Hour)
 		add("node:"+n, c, k, err)
 	}
 	for _, o := range operators {
-		c, k, err := ca.IssueClient(o, time.Hour)
+		c, k, err := s.ca.IssueClient(o, time.Hour)
 		add("cert:"+o, c, k, err)
 	}
 	return m
@@ -84,7 +59,7 @@ func (m *mtls) do(actor string, want int, method, path string, body, out any) {
 		}
 		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, m.srv.URL+path, r)
+	req, err := http.NewRequest(method, m.url+path, r)
 	if err != nil {
 		m.t.Fatal(err)
 	}
