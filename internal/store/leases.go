@@ -107,8 +107,21 @@ func (s *Store) ensureNode(ctx context.Context, tx pgx.Tx, space, name string, n
 	if e := (*alloc.Error)(nil); errors.As(err, &e) && e.Field == "space" {
 		return 0, err
 	}
-	err = tx.QueryRow(ctx, `INSERT INTO nodes (space, name, created_at, updated_at) VALUES ($1, $2, $3, $3) RETURNING id`,
-		space, name, now).Scan(&id)
+	// ON CONFLICT waits for a concurrent registration of the same node
+	// and then reads the winner's row, instead of failing on
+	// nodes_space_name_key and retrying the whole transaction (which a
+	// node registered and force-deleted again and again by other requests
+	// could exhaust). The winner may itself be deleted meanwhile: try again.
+	for range 3 {
+		err = tx.QueryRow(ctx, `INSERT INTO nodes (space, name, created_at, updated_at) VALUES ($1, $2, $3, $3)
+			ON CONFLICT (space, name) DO NOTHING RETURNING id`, space, name, now).Scan(&id)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return id, err
+		}
+		if id, err = s.nodeID(ctx, tx, space, name); !alloc.IsKind(err, alloc.KindNotFound) {
+			return id, err
+		}
+	}
 	return id, err
 }
 
