@@ -91,6 +91,17 @@ func LabelSelector(field string, s *metav1.LabelSelector) (labels.Selector, erro
 	if s == nil {
 		return nil, nil
 	}
+	// Values are a set: duplicates would print as a selector ("k in (,)"
+	// for two empty values) that parses back as another one (FuzzLabelSelector).
+	if len(s.MatchExpressions) > 0 {
+		c := *s
+		c.MatchExpressions = make([]metav1.LabelSelectorRequirement, len(s.MatchExpressions))
+		for i, r := range s.MatchExpressions {
+			r.Values = slices.Compact(slices.Sorted(slices.Values(r.Values)))
+			c.MatchExpressions[i] = r
+		}
+		s = &c
+	}
 	sel, err := metav1.LabelSelectorAsSelector(s)
 	if err != nil {
 		return nil, Invalid(field, "%s", err)
