@@ -41,7 +41,11 @@ fuzz: postgres
 	@set -e; for f in $$(git ls-files '*_test.go' | xargs grep -l '^func Fuzz'); do \
 		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$f"); do \
 			echo "== $$t ./$$(dirname "$$f")"; \
-			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "./$$(dirname "$$f")"; \
+			out=$$($(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "./$$(dirname "$$f")" 2>&1) && echo "$$out" | tail -1 || { \
+				echo "$$out"; \
+				echo "$$out" | grep -q 'context deadline exceeded' && ! echo "$$out" | grep -q 'Failing input written' || exit 1; \
+				echo "== $$t again: the fuzzer hit its own deadline mid-input (slow, database-backed target), which is no finding"; \
+				$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "./$$(dirname "$$f")"; }; \
 		done; \
 	done
 
