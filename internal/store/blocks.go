@@ -22,19 +22,9 @@ type blockRow struct {
 // whose lease rows (held or cooling) leave room, and returns ok=false when
 // there is none. The row lock serializes allocations within one block only.
 func lockBlockWithRoom(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f alloc.Family) (blockRow, bool, error) {
-	return lockBlockWithRoomSkipping(ctx, tx, nodeID, poolID, f, false)
-}
-
-// lockBlockWithRoomSkipping is lockBlockWithRoom that, with skipLocked,
-// passes over blocks another transaction holds instead of waiting for them.
-func lockBlockWithRoomSkipping(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f alloc.Family, skipLocked bool) (blockRow, bool, error) {
 	var b blockRow
-	sql := `SELECT id, cidr FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
-		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`
-	if skipLocked {
-		sql += ` SKIP LOCKED`
-	}
-	err := tx.QueryRow(ctx, sql, nodeID, poolID, int16(f)).Scan(&b.id, &b.cidr)
+	err := tx.QueryRow(ctx, `SELECT id, cidr FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
+		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`, nodeID, poolID, int16(f)).Scan(&b.id, &b.cidr)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return b, false, nil
 	}
@@ -45,9 +35,10 @@ func lockBlockWithRoomSkipping(ctx context.Context, tx pgx.Tx, nodeID, poolID in
 // trying the pool's CIDRs in their listed order and skipping their reserved
 // ranges. It locks the pool's CIDR rows of the family, which serializes
 // carving within one pool (rare: once per node and pool) and nothing else.
-// With recheck, it first looks again for a block with room, which a
-// concurrent allocation for the same node may have carved while this one
-// waited for the lock. ok is false when the pool is full.
+// With recheck, it first looks again for a block with room (by the committed
+// counts, locking nothing), which a concurrent transaction may have carved
+// for the same node, or freed, while this one waited for the lock; it then
+// answers that block. ok is false when the pool is full.
 //
 // A disabled pool carves nothing, and a cluster-pool pool carves a node's
 // one block per family only: both answer a KindPoolExhausted error saying
@@ -57,7 +48,7 @@ func lockBlockWithRoomSkipping(ctx context.Context, tx pgx.Tx, nodeID, poolID in
 // search probes the exclusion constraint's GiST index from the cursor on:
 // one probe while the CIDR fills up in order, and the cost never grows with
 // the number of blocks already carved.
-func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, f alloc.Family, now time.Time, recheck bool) (blockRow, bool, error) {
+func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, f alloc.Family, now time.Time, recheck bool) (b blockRow, ok bool, err error) {
 	type parent struct {
 		id     int64
 		cidr   netip.Prefix
@@ -79,14 +70,16 @@ func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPo
 		return blockRow{}, false, err
 	}
 	if recheck {
-		// Holding the pool's CIDR rows, never wait for a block: an
-		// allocation may hold a block and wait for these rows (it found
-		// no address there and carves), and waiting here would close the
-		// cycle (deadlocks seen with 32 clients on one node). A block
-		// another allocation holds is skipped; at worst one block more is
-		// carved, and Rebalance returns it once it stays empty.
-		if b, ok, err := lockBlockWithRoomSkipping(ctx, tx, nodeID, p.id, f, true); ok || err != nil {
-			return b, ok, err
+		// Another transaction may have carved for this node while this
+		// one waited for the lock, or freed room meanwhile: carve only
+		// when the node still has no block with room. Holding the pool's
+		// CIDR rows, this never waits for a block row: it reads the
+		// committed counts.
+		err := tx.QueryRow(ctx, `SELECT id, cidr FROM blocks
+			WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
+			ORDER BY id LIMIT 1`, nodeID, p.id, int16(f)).Scan(&b.id, &b.cidr)
+		if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+			return b, err == nil, err
 		}
 	}
 	if p.mode == alloc.ModeClusterPool {

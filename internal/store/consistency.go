@@ -86,7 +86,9 @@ var consistencyChecks = []consistencyCheck{
 			CASE WHEN b.id IS NULL THEN format('lease %s names block id %s, which does not exist', host(l.addr), l.block_id)
 			     WHEN NOT (l.addr <<= b.cidr) THEN format('lease %s lies outside its block %s', host(l.addr), b.cidr)
 			     WHEN l.block_cidr <> b.cidr THEN format('lease %s records block %s but its block is %s', host(l.addr), l.block_cidr, b.cidr)
-			     WHEN l.node_id <> b.node_id THEN format('lease %s is of node id %s but its block %s is of node id %s', host(l.addr), l.node_id, b.cidr, b.node_id)
+			     WHEN l.node_id <> b.node_id THEN format('lease %s is of node %s but its block %s is of node %s', host(l.addr),
+			          coalesce((SELECT n.name FROM nodes n WHERE n.id = l.node_id), 'id ' || l.node_id), b.cidr,
+			          coalesce((SELECT n.name FROM nodes n WHERE n.id = b.node_id), 'id ' || b.node_id))
 			     WHEN l.pool_id <> b.pool_id THEN format('lease %s is of pool id %s but its block %s is of pool id %s', host(l.addr), l.pool_id, b.cidr, b.pool_id)
 			     ELSE format('lease %s (IPv%s, space %s) differs from its block %s (IPv%s, space %s)', host(l.addr), l.family, l.space, b.cidr, b.family, b.space) END,
 			ARRAY[format('lease %s', host(l.addr))] || CASE WHEN b.id IS NULL THEN '{}'::text[] ELSE ARRAY[format('block %s (id %s)', b.cidr, b.id)] END

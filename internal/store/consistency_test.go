@@ -164,7 +164,7 @@ func TestConsistencyFindsPlantedCorruption(t *testing.T) {
 		{
 			name: "lease of another node than its block",
 			sql:  `UPDATE leases SET node_id = (SELECT id FROM nodes WHERE name = 'n2') WHERE container_id = 'n1-c1'`,
-			kind: alloc.FindingLeaseBlockMismatch, n: 1, detail: "lease 10.0.0.4 is of node id 2 but its block 10.0.0.0/24 is of node id 1",
+			kind: alloc.FindingLeaseBlockMismatch, n: 1, detail: "lease 10.0.0.4 is of node n2 but its block 10.0.0.0/24 is of node n1",
 		},
 		{
 			name: "lease of a reserved address",
