@@ -21,7 +21,7 @@ type blockRow struct {
 // lockBlockWithRoom locks the node's oldest block of the pool and family
 // whose lease rows (held or cooling) leave room, and returns ok=false when
 // there is none. The row lock serializes allocations within one block only.
-func lockBlockWithRoom(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f alloc.Family) (blockRow, bool, error) {
+func lockBlockWithRoom(ctx context.Context, tx querier, nodeID, poolID int64, f alloc.Family) (blockRow, bool, error) {
 	var b blockRow
 	err := tx.QueryRow(ctx, `SELECT id, cidr FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
 		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`, nodeID, poolID, int16(f)).Scan(&b.id, &b.cidr)
@@ -48,7 +48,7 @@ func lockBlockWithRoom(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f a
 // search probes the exclusion constraint's GiST index from the cursor on:
 // one probe while the CIDR fills up in order, and the cost never grows with
 // the number of blocks already carved.
-func carve(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, f alloc.Family, now time.Time, recheck bool) (b blockRow, ok bool, err error) {
+func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocPool, f alloc.Family, now time.Time, recheck bool) (b blockRow, ok bool, err error) {
 	type parent struct {
 		id     int64
 		cidr   netip.Prefix
@@ -222,7 +222,7 @@ const (
 	blockAdopted = "adopted"
 )
 
-func insertBlock(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, f alloc.Family,
+func insertBlock(ctx context.Context, tx querier, space string, nodeID int64, p allocPool, f alloc.Family,
 	parentID int64, parentCIDR, prefix netip.Prefix, now time.Time, source string) (blockRow, error) {
 	l := alloc.BlockLayout(prefix, p.allowFirst, p.allowLast, p.nodeLocal)
 	reserved := l.Reserved

@@ -99,7 +99,7 @@ func (s *Store) nodeID(ctx context.Context, q querier, space, name string) (int6
 // ensureNode resolves the node, registering it when unknown and the store
 // auto-registers. A concurrent registration of the same node makes the
 // insert fail on nodes_space_name_key, which inTx retries.
-func (s *Store) ensureNode(ctx context.Context, tx pgx.Tx, space, name string, now time.Time) (int64, error) {
+func (s *Store) ensureNode(ctx context.Context, tx querier, space, name string, now time.Time) (int64, error) {
 	id, err := s.nodeID(ctx, tx, space, name)
 	if err == nil || !s.opts.AutoRegisterNodes || !alloc.IsKind(err, alloc.KindNotFound) {
 		return id, err
@@ -147,7 +147,7 @@ type allocLookup struct {
 // attachment already holds leases, the pools selection may need, and locks
 // the block of the likely pool (saving a round trip on the common path); it
 // registers an unknown node when the store auto-registers.
-func (s *Store) lookupForAllocate(ctx context.Context, tx pgx.Tx, r alloc.LeaseRequest, sel alloc.Selection, now time.Time) (allocLookup, error) {
+func (s *Store) lookupForAllocate(ctx context.Context, tx querier, r alloc.LeaseRequest, sel alloc.Selection, now time.Time) (allocLookup, error) {
 	lk := allocLookup{guess: sel.DefaultPool}
 	if len(r.Families) > 0 {
 		lk.guessFamily = r.Families[0]
@@ -306,78 +306,107 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 	return s.allocateOnce(ctx, r, true)
 }
 
-// allocateOnce is one transaction of Allocate. Without carveInTx, it answers
-// a *needBlock error when a family has no address on the node.
+// allocateOnce is one transaction of Allocate, retried as inTx retries.
+// Without carveInTx, it answers a *needBlock error when a family has no
+// address on the node.
 func (s *Store) allocateOnce(ctx context.Context, r alloc.LeaseRequest, carveInTx bool) (alloc.Allocation, error) {
 	sel := r.Selection(s.opts.DefaultPool)
 	var out alloc.Allocation
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		now := s.now()
-		lk, err := s.lookupForAllocate(ctx, tx, r, sel, now)
-		if err != nil {
-			return err
+	var err error
+	for attempt := 0; attempt < maxTxAttempts; attempt++ {
+		if attempt > 0 && !retryWait(ctx, attempt) {
+			return out, err
 		}
-		if lk.held {
-			existing, err := attachmentLeases(ctx, tx, lk.nodeID, r.Attachment)
-			if err != nil {
-				return err
-			}
-			if err := sameRequest(existing, r); err != nil {
-				return err
-			}
-			out = allocationOf(r.Node, r.Attachment, existing, false)
-			return nil
+		tx, berr := s.beginPipelined(ctx, "")
+		if berr != nil {
+			return out, berr
 		}
-		known := map[string]alloc.Candidate{}
-		pools := map[string]allocPool{}
-		var bySelector []alloc.Candidate
-		for _, j := range lk.pools {
-			p := j.pool()
-			c, err := candidate(p)
-			if err != nil {
-				return err
-			}
-			pools[p.name] = p
-			known[p.name] = c
-			if c.PodSelector != nil || c.NamespaceSelector != nil {
-				bySelector = append(bySelector, c)
-			}
+		out, err = s.allocateTx(ctx, tx, r, sel, carveInTx)
+		tx.end(ctx)
+		if err == nil || !retryable(err) {
+			return out, err
 		}
-		choices, err := alloc.Select(sel, known, bySelector)
-		if err != nil {
-			return err
-		}
-		leases := make([]alloc.Lease, 0, len(choices))
-		var need *needBlock
-		for _, c := range choices {
-			locked := blockNotLocked
-			if c.Pool == lk.guess && c.Family == lk.guessFamily {
-				locked = lk.lockedBlock
-			}
-			var l alloc.Lease
-			if r.Sticky != nil {
-				l, err = s.leaseSticky(ctx, tx, lk, pools[c.Pool], c, r, now, locked, carveInTx)
-			} else {
-				l, err = s.leaseOne(ctx, tx, lk.nodeID, pools[c.Pool], c, r, now, locked, carveInTx, lk.generation)
-			}
-			// Every family's need, so that one carving transaction
-			// makes all or none of the blocks.
-			if nb := (*needBlock)(nil); errors.As(err, &nb) {
-				need = need.add(nb)
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			leases = append(leases, l)
-		}
-		if need != nil {
-			return need
-		}
-		out = allocationOf(r.Node, r.Attachment, leases, true)
-		return nil
-	})
+	}
 	return out, err
+}
+
+// allocateTx allocates in tx and commits it. The common case, one family
+// whose block the lookup locked, is two round trips: the lookup with the
+// BEGIN, and the lease with the COMMIT.
+func (s *Store) allocateTx(ctx context.Context, tx *pipelinedTx, r alloc.LeaseRequest, sel alloc.Selection, carveInTx bool) (alloc.Allocation, error) {
+	now := s.now()
+	lk, err := s.lookupForAllocate(ctx, tx, r, sel, now)
+	if err != nil {
+		return alloc.Allocation{}, err
+	}
+	if lk.held {
+		existing, err := attachmentLeases(ctx, tx, lk.nodeID, r.Attachment)
+		if err != nil {
+			return alloc.Allocation{}, err
+		}
+		if err := sameRequest(existing, r); err != nil {
+			return alloc.Allocation{}, err
+		}
+		return allocationOf(r.Node, r.Attachment, existing, false), tx.commit(ctx)
+	}
+	known := map[string]alloc.Candidate{}
+	pools := map[string]allocPool{}
+	var bySelector []alloc.Candidate
+	for _, j := range lk.pools {
+		p := j.pool()
+		c, err := candidate(p)
+		if err != nil {
+			return alloc.Allocation{}, err
+		}
+		pools[p.name] = p
+		known[p.name] = c
+		if c.PodSelector != nil || c.NamespaceSelector != nil {
+			bySelector = append(bySelector, c)
+		}
+	}
+	choices, err := alloc.Select(sel, known, bySelector)
+	if err != nil {
+		return alloc.Allocation{}, err
+	}
+	if len(choices) == 1 && r.Sticky == nil && choices[0].Pool == lk.guess && choices[0].Family == lk.guessFamily && lk.lockedBlock > 0 {
+		// The common case: lease from the block the lookup locked, and
+		// commit in the same round trip.
+		c := choices[0]
+		lease, args := s.newLease(lk.nodeID, pools[c.Pool], c, r, now, lk.generation)
+		ok, err := scanLeased(&lease, tx.commitWith(ctx, leaseFreshSQL, append(args, lk.lockedBlock)...))
+		if err == nil && !ok {
+			err = fmt.Errorf("node %d pool %q %s: block %d has room by count but no free address", lk.nodeID, lease.Pool, c.Family, lk.lockedBlock)
+		}
+		return allocationOf(r.Node, r.Attachment, []alloc.Lease{lease}, true), err
+	}
+	leases := make([]alloc.Lease, 0, len(choices))
+	var need *needBlock
+	for _, c := range choices {
+		locked := blockNotLocked
+		if c.Pool == lk.guess && c.Family == lk.guessFamily {
+			locked = lk.lockedBlock
+		}
+		var l alloc.Lease
+		if r.Sticky != nil {
+			l, err = s.leaseSticky(ctx, tx, lk, pools[c.Pool], c, r, now, locked, carveInTx)
+		} else {
+			l, err = s.leaseOne(ctx, tx, lk.nodeID, pools[c.Pool], c, r, now, locked, carveInTx, lk.generation)
+		}
+		// Every family's need, so that one carving transaction makes
+		// all or none of the blocks.
+		if nb := (*needBlock)(nil); errors.As(err, &nb) {
+			need = need.add(nb)
+			continue
+		}
+		if err != nil {
+			return alloc.Allocation{}, err
+		}
+		leases = append(leases, l)
+	}
+	if need != nil {
+		return alloc.Allocation{}, need
+	}
+	return allocationOf(r.Node, r.Attachment, leases, true), tx.commit(ctx)
 }
 
 // candidate is what selection needs of a pool. A selector stored by this
@@ -429,7 +458,7 @@ func sameRequest(existing []alloc.Lease, r alloc.LeaseRequest) error {
 //
 // locked is the block of the family that the caller already locked, 0 when
 // the caller found none with room, or blockNotLocked.
-func (s *Store) leaseOne(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPool, c alloc.Choice, r alloc.LeaseRequest, now time.Time,
+func (s *Store) leaseOne(ctx context.Context, tx querier, nodeID int64, p allocPool, c alloc.Choice, r alloc.LeaseRequest, now time.Time,
 	locked int64, carveInTx bool, gen int64) (alloc.Lease, error) {
 	lease, args := s.newLease(nodeID, p, c, r, now, gen)
 	return s.leaseNew(ctx, tx, nodeID, p, c.Family, r, now, locked, carveInTx, lease, args)
@@ -454,7 +483,7 @@ func (s *Store) newLease(nodeID int64, p allocPool, c alloc.Choice, r alloc.Leas
 // carveInTx is set, and otherwise answers a *needBlock error: the
 // allocation rolls back and Allocate carves a block in a transaction of its
 // own, then allocates again (see needBlock).
-func (s *Store) leaseNew(ctx context.Context, tx pgx.Tx, nodeID int64, p allocPool, f alloc.Family, r alloc.LeaseRequest, now time.Time,
+func (s *Store) leaseNew(ctx context.Context, tx querier, nodeID int64, p allocPool, f alloc.Family, r alloc.LeaseRequest, now time.Time,
 	locked int64, carveInTx bool, lease alloc.Lease, args []any) (alloc.Lease, error) {
 	ok, err := s.leaseFresh(ctx, tx, nodeID, p.id, f, &lease, args, locked)
 	if err != nil || ok {
@@ -573,7 +602,7 @@ func scanLeased(l *alloc.Lease, row pgx.Row) (bool, error) {
 //
 // locked is a block the caller already locked this way (0: it found none),
 // or blockNotLocked.
-func (s *Store) leaseFresh(ctx context.Context, tx pgx.Tx, nodeID, poolID int64, f alloc.Family, l *alloc.Lease, args []any, locked int64) (bool, error) {
+func (s *Store) leaseFresh(ctx context.Context, tx querier, nodeID, poolID int64, f alloc.Family, l *alloc.Lease, args []any, locked int64) (bool, error) {
 	blockID := locked
 	if locked == blockNotLocked {
 		b, ok, err := lockBlockWithRoom(ctx, tx, nodeID, poolID, f)

@@ -52,7 +52,7 @@ func intervalDuration(i pgtype.Interval) time.Duration {
 // boundAddress reads, and locks, the address of family f bound to
 // identity; nil when none. The lock makes concurrent requests of one
 // identity take turns: the second sees what the first did.
-func boundAddress(ctx context.Context, tx pgx.Tx, space, identity string, f alloc.Family) (*alloc.BoundAddress, error) {
+func boundAddress(ctx context.Context, tx querier, space, identity string, f alloc.Family) (*alloc.BoundAddress, error) {
 	var b alloc.BoundAddress
 	err := tx.QueryRow(ctx, `SELECT l.addr, l.block_cidr, n.name, p.name, l.state <> 'released', l.container_id, l.interface, l.generation
 		FROM leases l JOIN nodes n ON n.id = l.node_id JOIN pools p ON p.id = l.pool_id
@@ -88,7 +88,7 @@ const unbindSet = `sticky_identity = NULL, sticky_retention = NULL,
 // leaseSticky leases the address of family c.Family for a request with a
 // workload identity: the address bound to it when alloc.ChooseSticky says
 // so, else a fresh one (leaseNew) that the identity is bound to instead.
-func (s *Store) leaseSticky(ctx context.Context, tx pgx.Tx, lk allocLookup, p allocPool, c alloc.Choice, r alloc.LeaseRequest,
+func (s *Store) leaseSticky(ctx context.Context, tx querier, lk allocLookup, p allocPool, c alloc.Choice, r alloc.LeaseRequest,
 	now time.Time, locked int64, carveInTx bool) (alloc.Lease, error) {
 	id := r.Sticky.Identity
 	retention := s.stickyRetention(r.Sticky)

@@ -218,16 +218,8 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 func (s *Store) inTxWhy(ctx context.Context, reason string, fn func(tx pgx.Tx) error) error {
 	var err error
 	for attempt := 0; attempt < maxTxAttempts; attempt++ {
-		if attempt > 0 {
-			// Jittered backoff (up to 1, 2, 4, 8 ms) so the transactions
-			// that collided do not collide again in lockstep.
-			t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << (attempt - 1))))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return err
-			case <-t.C:
-			}
+		if attempt > 0 && !retryWait(ctx, attempt) {
+			return err
 		}
 		err = pgx.BeginTxFunc(ctx, s.db, s.txOptions(ctx, reason), fn)
 		if err == nil || !retryable(err) {
@@ -235,6 +227,20 @@ func (s *Store) inTxWhy(ctx context.Context, reason string, fn func(tx pgx.Tx) e
 		}
 	}
 	return err
+}
+
+// retryWait waits before attempt (1, 2, ...) of a transaction that
+// collided with another: a jittered backoff (up to 1, 2, 4, 8 ms) so the
+// two do not collide again in lockstep. It is false when ctx ended.
+func retryWait(ctx context.Context, attempt int) bool {
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << (attempt - 1))))
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // PostgreSQL error codes the store reacts to.
