@@ -18,19 +18,6 @@ type blockRow struct {
 	cidr netip.Prefix
 }
 
-// lockBlockWithRoom locks the node's oldest block of the pool and family
-// whose lease rows (held or cooling) leave room, and returns ok=false when
-// there is none. The row lock serializes allocations within one block only.
-func lockBlockWithRoom(ctx context.Context, tx querier, nodeID, poolID int64, f alloc.Family) (blockRow, bool, error) {
-	var b blockRow
-	err := tx.QueryRow(ctx, `SELECT id, cidr FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
-		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`, nodeID, poolID, int16(f)).Scan(&b.id, &b.cidr)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return b, false, nil
-	}
-	return b, err == nil, err
-}
-
 // carve takes the first free aligned block of the pool's mask for the node,
 // trying the pool's CIDRs in their listed order and skipping their reserved
 // ranges. It locks the pool's CIDR rows of the family, which serializes

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -98,5 +99,97 @@ func TestHotNodeLockOrder(t *testing.T) {
 		clients, rounds, blocks, deadlocks, calls)
 	if deadlocks*100 > calls {
 		t.Errorf("PostgreSQL broke %d deadlocks in %d calls: more than 1%%", deadlocks, calls)
+	}
+}
+
+// TestLeaseWhenTheSnapshotMissesTheFreeAddress: an allocation waits for
+// its block while the holder leases the block's last free address and a
+// purge frees another. Its probe reads a snapshot from before the wait:
+// there the last address still looks free and the purged row still holds
+// its address. It must lease the purged address all the same (a new
+// statement, with a new snapshot), neither fail nor carve.
+func TestLeaseWhenTheSnapshotMissesTheFreeAddress(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Cooldown = 0 })
+	f.pool("default", alloc.PoolSpec{IPv4: fam(28, "10.0.0.0/28")}) // one block, no room to carve another
+	f.allocate(req("n", "c0"))
+	capacity := f.count(`SELECT capacity FROM blocks`)
+	var purged netip.Addr
+	for i := int64(1); i < capacity-1; i++ { // all but the last address
+		a := f.allocate(req("n", fmt.Sprint("c", i)))
+		if i == 5 {
+			purged = a.Leases[0].Addr
+		}
+	}
+	if _, err := f.s.ReleaseAttachment(f.ctx, alloc.DefaultSpace, "n", alloc.Attachment{ContainerID: "c5", Interface: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another holder of the block: it leases the last address (moving the
+	// cursor past it, to the start) and purges the cooled row.
+	other, err := pgx.Connect(f.ctx, f.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(f.ctx)
+	tx, err := other.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx)
+	for _, sql := range []string{
+		`SELECT id FROM blocks FOR NO KEY UPDATE`,
+		`INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
+			owner_namespace, owner_name, owner_uid, created_at, selected_by, generation)
+		SELECT l.space, set_masklen(b.cidr::inet, 32) + o, b.id, b.cidr, b.node_id, b.pool_id, 4, 'active', 'last', 'eth0',
+			'default', 'pod-last', '', l.created_at, l.selected_by, l.generation
+		FROM blocks b, generate_series(b.first_offset, b.last_offset) o, (SELECT * FROM leases LIMIT 1) l
+		WHERE o <> ALL (b.reserved) AND NOT EXISTS (SELECT 1 FROM leases x WHERE x.addr = set_masklen(b.cidr::inet, 32) + o)`,
+		`UPDATE blocks SET next_offset = first_offset`,
+		`DELETE FROM leases WHERE state = 'released'`,
+	} {
+		if tag, err := tx.Exec(f.ctx, sql); err != nil {
+			t.Fatal(err)
+		} else if tag.RowsAffected() != 1 {
+			t.Fatalf("%d rows: %s", tag.RowsAffected(), sql)
+		}
+	}
+
+	type result struct {
+		a   alloc.Allocation
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, err := f.s.Allocate(f.ctx, req("n", "late"))
+		done <- result{a, err}
+	}()
+	// Commit once the allocation waits for the block.
+	deadline := time.Now().Add(10 * time.Second)
+	for f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY UPDATE%'`) == 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("the allocation did not wait for the block: %+v", r)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the allocation never waited for the block")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("allocate: %v", r.err)
+	}
+	if got := r.a.Leases[0].Addr; got != purged {
+		t.Errorf("leased %s, want the purged %s", got, purged)
+	}
+	if n := f.count(`SELECT count(*) FROM blocks`); n != 1 {
+		t.Errorf("%d blocks, want 1", n)
+	}
+	if n := f.count(`SELECT count(*) FROM leases`); n != capacity {
+		t.Errorf("%d leases, want %d", n, capacity)
 	}
 }

@@ -132,81 +132,43 @@ type allocLookup struct {
 	// pools the selection may choose from: those the request, the Pod, the
 	// namespace or the default name, and those with selectors.
 	pools []allocPoolJSON
-	// guess is the pool whose block the statement locked for guessFamily
-	// (lockedBlock; 0 when none had room): the pool the names give the
-	// first family, else the default pool. Selection usually agrees.
-	guess       string
-	guessFamily alloc.Family
-	lockedBlock int64
 	// generation is the number the allocation's leases get (taken whether
 	// or not they are made: numbers may skip, never repeat).
 	generation int64
+	// registered is true when the lookup registered the node: a failed
+	// allocation must not leave it registered.
+	registered bool
 }
 
 // lookupForAllocate resolves, in one statement, the node, whether the
-// attachment already holds leases, the pools selection may need, and locks
-// the block of the likely pool (saving a round trip on the common path); it
-// registers an unknown node when the store auto-registers.
+// attachment already holds leases, and the pools selection may need; it
+// registers an unknown node when the store auto-registers. It locks
+// nothing: the block is locked by the statement that leases from it
+// (leaseLockingSQL), so the lock is held for that statement and the commit
+// only, not for a round trip through the server as well.
 func (s *Store) lookupForAllocate(ctx context.Context, tx querier, r alloc.LeaseRequest, sel alloc.Selection, now time.Time) (allocLookup, error) {
-	lk := allocLookup{guess: sel.DefaultPool}
-	if len(r.Families) > 0 {
-		lk.guessFamily = r.Families[0]
-	}
-	for _, f := range alloc.Families {
-		if lk.guessFamily != 0 && f != lk.guessFamily {
-			continue
-		}
-		if name := sel.NamedPool(f); name != "" {
-			lk.guess = name
-			lk.guessFamily = f
-			break
-		}
-	}
-	var nid, bid *int64
-	var fam *int16
-	lk.lockedBlock = blockNotLocked
+	var lk allocLookup
+	var nid *int64
 	err := tx.QueryRow(ctx, `SELECT n.id,
 			EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.id AND l.container_id = $3 AND l.interface = $4 AND l.state <> 'released'),
 			(SELECT coalesce(json_agg(`+allocPoolJSONSQL+`), '[]') FROM pools p WHERE p.space = $1
-			   AND (p.name = ANY ($7) OR p.pod_selector IS NOT NULL OR p.namespace_selector IS NOT NULL)),
-			blk.id, blk.family, nextval('lease_generations')
+			   AND (p.name = ANY ($5) OR p.pod_selector IS NOT NULL OR p.namespace_selector IS NOT NULL)),
+			nextval('lease_generations')
 		FROM (VALUES (1)) v
-		LEFT JOIN nodes n ON n.space = $1 AND n.name = $2
-		LEFT JOIN pools p ON p.space = $1 AND p.name = $5
-		LEFT JOIN LATERAL (`+lockBlockWithRoomSQL+`) blk ON true`,
-		r.Space, r.Node, r.Attachment.ContainerID, r.Attachment.Interface, lk.guess, int16(lk.guessFamily), sel.Named()).
-		Scan(&nid, &lk.held, &lk.pools, &bid, &fam, &lk.generation)
+		LEFT JOIN nodes n ON n.space = $1 AND n.name = $2`,
+		r.Space, r.Node, r.Attachment.ContainerID, r.Attachment.Interface, sel.Named()).
+		Scan(&nid, &lk.held, &lk.pools, &lk.generation)
 	if err != nil {
 		return lk, err
 	}
 	if nid != nil {
 		lk.nodeID = *nid
-		switch {
-		case bid != nil:
-			lk.lockedBlock, lk.guessFamily = *bid, alloc.Family(*fam)
-		case lk.guessFamily != 0:
-			// No block with room that nobody holds: leaseFresh looks
-			// again and waits for a held one before anything is carved.
-			lk.lockedBlock = blockNotLocked
-		}
 		return lk, nil
 	}
 	lk.nodeID, err = s.ensureNode(ctx, tx, r.Space, r.Node, now)
+	lk.registered = true
 	return lk, err
 }
-
-// lockBlockWithRoomSQL locks the oldest block of node n.id in pool p.id
-// whose lease rows leave room and that no other allocation holds, for the
-// family $6 (0: the pool's first family). It rides in the allocation's
-// lookup statement to save a round trip. Skipping held blocks spreads the
-// concurrent allocations of one node over its blocks with room instead of
-// queueing them all on the oldest, and the lookup never waits while it
-// holds nothing useful; when every block with room is held, leaseFresh
-// waits for one.
-const lockBlockWithRoomSQL = `SELECT b.id, b.family FROM blocks b
-		WHERE b.node_id = n.id AND b.pool_id = p.id AND b.allocated < b.capacity
-		  AND b.family = CASE WHEN $6::smallint <> 0 THEN $6::smallint WHEN p.ipv4_mask_size IS NOT NULL THEN 4 ELSE 6 END
-		ORDER BY b.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED`
 
 // leaseColumns read a lease with the names the API shows. $1 is "now", to
 // tell cooling rows from rows whose cooldown has ended.
@@ -313,6 +275,7 @@ func (s *Store) allocateOnce(ctx context.Context, r alloc.LeaseRequest, carveInT
 	sel := r.Selection(s.opts.DefaultPool)
 	var out alloc.Allocation
 	var err error
+	fastPath := true
 	for attempt := 0; attempt < maxTxAttempts; attempt++ {
 		if attempt > 0 && !retryWait(ctx, attempt) {
 			return out, err
@@ -321,8 +284,13 @@ func (s *Store) allocateOnce(ctx context.Context, r alloc.LeaseRequest, carveInT
 		if berr != nil {
 			return out, berr
 		}
-		out, err = s.allocateTx(ctx, tx, r, sel, carveInTx)
+		out, err = s.allocateTx(ctx, tx, r, sel, carveInTx, fastPath)
 		tx.end(ctx)
+		if errors.Is(err, errNoFreshAddress) {
+			fastPath = false
+			attempt-- // not a collision: no backoff, no attempt spent
+			continue
+		}
 		if err == nil || !retryable(err) {
 			return out, err
 		}
@@ -330,10 +298,15 @@ func (s *Store) allocateOnce(ctx context.Context, r alloc.LeaseRequest, carveInT
 	return out, err
 }
 
-// allocateTx allocates in tx and commits it. The common case, one family
-// whose block the lookup locked, is two round trips: the lookup with the
-// BEGIN, and the lease with the COMMIT.
-func (s *Store) allocateTx(ctx context.Context, tx *pipelinedTx, r alloc.LeaseRequest, sel alloc.Selection, carveInTx bool) (alloc.Allocation, error) {
+// errNoFreshAddress is the fast path's "no block with room": allocateOnce
+// allocates again on the slow path.
+var errNoFreshAddress = errors.New("no block with a fresh address")
+
+// allocateTx allocates in tx and commits it. With fastPath, the common case
+// (one family, a block with room) is two round trips: the lookup with the
+// BEGIN, and the lease with the COMMIT; when no block has room, it answers
+// errNoFreshAddress.
+func (s *Store) allocateTx(ctx context.Context, tx *pipelinedTx, r alloc.LeaseRequest, sel alloc.Selection, carveInTx, fastPath bool) (alloc.Allocation, error) {
 	now := s.now()
 	lk, err := s.lookupForAllocate(ctx, tx, r, sel, now)
 	if err != nil {
@@ -368,29 +341,30 @@ func (s *Store) allocateTx(ctx context.Context, tx *pipelinedTx, r alloc.LeaseRe
 	if err != nil {
 		return alloc.Allocation{}, err
 	}
-	if len(choices) == 1 && r.Sticky == nil && choices[0].Pool == lk.guess && choices[0].Family == lk.guessFamily && lk.lockedBlock > 0 {
-		// The common case: lease from the block the lookup locked, and
-		// commit in the same round trip.
+	if len(choices) == 1 && r.Sticky == nil && fastPath && !lk.registered {
+		// The common case: lock a block with room and lease from it,
+		// and commit, in one round trip.
 		c := choices[0]
 		lease, args := s.newLease(lk.nodeID, pools[c.Pool], c, r, now, lk.generation)
-		ok, err := scanLeased(&lease, tx.commitWith(ctx, leaseFreshSQL, append(args, lk.lockedBlock)...))
+		ok, _, err := scanLeasing(&lease, tx.commitWith(ctx, leaseLockingSQL, args...))
 		if err == nil && !ok {
-			err = fmt.Errorf("node %d pool %q %s: block %d has room by count but no free address", lk.nodeID, lease.Pool, c.Family, lk.lockedBlock)
+			// No block with room, or the probe's snapshot did not
+			// show its free address: that transaction committed
+			// nothing (but a generation number); the slow path
+			// reuses a cooled address, leases with a new snapshot or
+			// carves.
+			err = errNoFreshAddress
 		}
 		return allocationOf(r.Node, r.Attachment, []alloc.Lease{lease}, true), err
 	}
 	leases := make([]alloc.Lease, 0, len(choices))
 	var need *needBlock
 	for _, c := range choices {
-		locked := blockNotLocked
-		if c.Pool == lk.guess && c.Family == lk.guessFamily {
-			locked = lk.lockedBlock
-		}
 		var l alloc.Lease
 		if r.Sticky != nil {
-			l, err = s.leaseSticky(ctx, tx, lk, pools[c.Pool], c, r, now, locked, carveInTx)
+			l, err = s.leaseSticky(ctx, tx, lk, pools[c.Pool], c, r, now, carveInTx)
 		} else {
-			l, err = s.leaseOne(ctx, tx, lk.nodeID, pools[c.Pool], c, r, now, locked, carveInTx, lk.generation)
+			l, err = s.leaseOne(ctx, tx, lk.nodeID, pools[c.Pool], c, r, now, carveInTx, lk.generation)
 		}
 		// Every family's need, so that one carving transaction makes
 		// all or none of the blocks.
@@ -455,13 +429,10 @@ func sameRequest(existing []alloc.Lease, r alloc.LeaseRequest) error {
 }
 
 // leaseOne leases one address of family f; see Allocate for the order.
-//
-// locked is the block of the family that the caller already locked, 0 when
-// the caller found none with room, or blockNotLocked.
 func (s *Store) leaseOne(ctx context.Context, tx querier, nodeID int64, p allocPool, c alloc.Choice, r alloc.LeaseRequest, now time.Time,
-	locked int64, carveInTx bool, gen int64) (alloc.Lease, error) {
+	carveInTx bool, gen int64) (alloc.Lease, error) {
 	lease, args := s.newLease(nodeID, p, c, r, now, gen)
-	return s.leaseNew(ctx, tx, nodeID, p, c.Family, r, now, locked, carveInTx, lease, args)
+	return s.leaseNew(ctx, tx, nodeID, p, c.Family, r, now, carveInTx, lease, args)
 }
 
 // newLease is the lease of family c.Family that r asks for, before it has
@@ -484,10 +455,15 @@ func (s *Store) newLease(nodeID int64, p allocPool, c alloc.Choice, r alloc.Leas
 // allocation rolls back and Allocate carves a block in a transaction of its
 // own, then allocates again (see needBlock).
 func (s *Store) leaseNew(ctx context.Context, tx querier, nodeID int64, p allocPool, f alloc.Family, r alloc.LeaseRequest, now time.Time,
-	locked int64, carveInTx bool, lease alloc.Lease, args []any) (alloc.Lease, error) {
-	ok, err := s.leaseFresh(ctx, tx, nodeID, p.id, f, &lease, args, locked)
+	carveInTx bool, lease alloc.Lease, args []any) (alloc.Lease, error) {
+	ok, block, err := scanLeasing(&lease, tx.QueryRow(ctx, leaseLockingSQL, args...))
 	if err != nil || ok {
 		return lease, err
+	}
+	if block != 0 {
+		// The block has room by its count, which the probe's snapshot
+		// did not show: look again with a new one, holding the block.
+		return lease, s.leaseFromHeld(ctx, tx, &lease, args, block)
 	}
 	// No fresh address: reuse one whose cooldown has ended.
 	if ok, err = scanLeased(&lease, tx.QueryRow(ctx, leaseCooledSQL, args...)); err != nil || ok {
@@ -498,18 +474,27 @@ func (s *Store) leaseNew(ctx context.Context, tx querier, nodeID int64, p allocP
 	}
 	// Holding the pool's carve lock from here to the commit, never wait
 	// for a block row (an allocation holding one may wait for this lock):
-	// carve without looking for one with room (leaseFresh just did), and
-	// lease from the new block, this transaction's alone until it commits.
+	// carve without looking for one with room (leaseLockingSQL just did),
+	// and lease from the new block, this transaction's alone until it
+	// commits.
 	b, ok, err := carve(ctx, tx, r.Space, nodeID, p, f, now, false)
 	if err != nil {
 		return lease, err
 	} else if !ok {
 		return lease, alloc.Exhausted(p.name, f)
 	}
-	if ok, err = s.leaseFresh(ctx, tx, nodeID, p.id, f, &lease, args, b.id); err == nil && !ok {
-		err = fmt.Errorf("node %d pool %d %s: a new block has no free address", nodeID, p.id, f)
+	return lease, s.leaseFromHeld(ctx, tx, &lease, args, b.id)
+}
+
+// leaseFromHeld leases l from block, which tx holds (leaseFreshSQL with
+// args). The block has room by its count: an answer without an address
+// means the count is wrong.
+func (s *Store) leaseFromHeld(ctx context.Context, tx querier, l *alloc.Lease, args []any, block int64) error {
+	ok, _, err := scanLeasing(l, tx.QueryRow(ctx, leaseFreshSQL, append(args, block)...))
+	if err == nil && !ok {
+		err = fmt.Errorf("block %d has room by its count but no free address", block)
 	}
-	return lease, err
+	return err
 }
 
 // needBlock is the error of an allocation that found no address on its node:
@@ -590,40 +575,29 @@ func scanLeased(l *alloc.Lease, row pgx.Row) (bool, error) {
 	return true, nil
 }
 
-// leaseFresh leases a fresh address of the node's oldest block (pool $2,
-// family $3) whose lease rows leave room; ok is false when no block has room.
-//
-// It first locks that block row, which serializes allocations within one
-// block only, and only then looks for a free address, in a second statement:
-// under READ COMMITTED that statement's snapshot is taken after the lock is
-// granted, so it sees every lease committed by the block's previous holder.
-// (Probing in the locking statement itself would use a snapshot from before
-// the wait, pick an address just taken, and collide with it.)
-//
-// locked is a block the caller already locked this way (0: it found none),
-// or blockNotLocked.
-func (s *Store) leaseFresh(ctx context.Context, tx querier, nodeID, poolID int64, f alloc.Family, l *alloc.Lease, args []any, locked int64) (bool, error) {
-	blockID := locked
-	if locked == blockNotLocked {
-		b, ok, err := lockBlockWithRoom(ctx, tx, nodeID, poolID, f)
-		if err != nil || !ok {
-			return false, err
-		}
-		blockID = b.id
+// scanLeasing reads the answer of leaseFreshSQL or leaseLockingSQL: ok when
+// it leased, and else the block it holds, 0 when none (no block with room).
+func scanLeasing(l *alloc.Lease, row pgx.Row) (ok bool, block int64, err error) {
+	var addr, gw *netip.Addr
+	err = row.Scan(&addr, &l.Block, &gw, &block)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, 0, nil
+	} else if err != nil || addr == nil {
+		return false, block, err
 	}
-	if blockID == 0 {
-		return false, nil
+	l.Addr = *addr
+	if gw != nil {
+		l.Gateway = *gw
 	}
-	return scanLeased(l, tx.QueryRow(ctx, leaseFreshSQL, append(args, blockID)...))
+	return true, block, nil
 }
 
-// blockNotLocked tells leaseFresh to find and lock the block itself.
-const blockNotLocked int64 = -1
-
-// leaseFreshSQL leases, in one statement, the first address of the locked
-// block $15 from its round-robin cursor onwards that has no lease row (held
-// or cooling) and is not node-local; it inserts the lease and advances the
-// cursor and the block's count. No row: every address has a row.
+// leaseFreshSQL leases, in one statement, the first address of block $15,
+// which this transaction holds (carved, or locked by an earlier statement),
+// from its round-robin cursor onwards that has no lease row (held or
+// cooling) and is not node-local; it inserts the lease and advances the
+// cursor and the block's count. It answers the address (NULL when every
+// address has a row), the block's CIDR, gateway and id (see scanLeasing).
 //
 // The cursor makes the common case one index probe; a nearly full block
 // costs at most one probe per address of the block, never a scan of the
@@ -633,10 +607,51 @@ const blockNotLocked int64 = -1
 // $7 interface, $8-$10 owner, $11 now, $12 expires (NULL when active),
 // $13 the selection rule, $14 the generation, $15 block.
 const leaseFreshSQL = `WITH b AS (
-		SELECT id, cidr, set_masklen(cidr::inet, CASE WHEN family = 4 THEN 32 ELSE 128 END) AS base,
-		       first_offset, last_offset, reserved, next_offset, router
-		FROM blocks WHERE id = $15
-	), cand AS (
+		SELECT ` + leaseBlockColumns + ` FROM blocks WHERE id = $15
+	)` + leaseFromBlockSQL
+
+// leaseLockingSQL is leaseFreshSQL from the oldest block of node $1, pool
+// $2 and family $3 whose lease rows leave room, which it locks, waiting for
+// it. No row: no block has room. Parameters $1-$14 as leaseFreshSQL, and
+// so is its answer.
+//
+// The lock serializes allocations within one block only. It is taken by the
+// statement that leases, so it is held for that statement and the commit
+// (sent with it on the common path), never for a round trip through the
+// server as well.
+//
+// It never skips a locked block: a row that is locked and then found full
+// (READ COMMITTED re-checks a row it waited for) stays locked, and a
+// statement that skipped a locked block and then waited for it while
+// holding such a row deadlocked with another doing the reverse (seen with
+// 32 clients on one node). Waiting in id order only, a transaction holds
+// lower blocks than the one it waits for, so the waits cannot form a cycle.
+//
+// Its probe for a free address reads the statement's snapshot, taken
+// before the lock was granted, so it misses the leases that the block's
+// previous holders committed meanwhile. It cannot pick one of them but on a
+// nearly full block: the locked row is its newest version (READ COMMITTED
+// re-reads a row it locks), so the probe starts at the cursor those holders
+// advanced, and each of them leased the first free address from the cursor
+// of its time, all behind the cursor now. Only a probe that wraps around the
+// whole block can reach them: when the snapshot still shows rows that a
+// purge deleted meanwhile, the free addresses are those the snapshot cannot
+// see. The insert then skips the address it found taken (ON CONFLICT), and
+// the answer has no address but the locked block: leaseFreshSQL, a new
+// statement with a new snapshot, leases from it.
+const leaseLockingSQL = `WITH b AS (
+		SELECT ` + leaseBlockColumns + ` FROM blocks
+		WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
+		ORDER BY id LIMIT 1 FOR NO KEY UPDATE
+	)` + leaseFromBlockSQL
+
+// leaseBlockColumns are the columns of a block row that leaseFromBlockSQL reads.
+const leaseBlockColumns = `id, cidr, set_masklen(cidr::inet, CASE WHEN family = 4 THEN 32 ELSE 128 END) AS base,
+		first_offset, last_offset, reserved, next_offset, router`
+
+// leaseFromBlockSQL is the rest of leaseFreshSQL and leaseLockingSQL after
+// the CTE b, which names the locked block.
+const leaseFromBlockSQL = `, cand AS (
 		SELECT b.*, c.o FROM b, LATERAL (
 			SELECT s.o FROM (
 				SELECT generate_series(b.next_offset, b.last_offset) AS o
@@ -656,13 +671,14 @@ const leaseFreshSQL = `WITH b AS (
 		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
 			owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by, generation)
 		SELECT $4, base + o, id, cidr, $1, $2, $3, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 FROM cand
+		ON CONFLICT (space, addr) DO NOTHING
 		RETURNING addr
 	), upd AS (
 		UPDATE blocks SET allocated = allocated + 1,
 			next_offset = CASE WHEN cand.o + 1 > cand.last_offset THEN cand.first_offset ELSE cand.o + 1 END
-		FROM cand WHERE blocks.id = cand.id
+		FROM cand, ins WHERE blocks.id = cand.id
 	)
-	SELECT ins.addr, cand.cidr, cand.router FROM ins, cand`
+	SELECT ins.addr, b.cidr, b.router, b.id FROM b LEFT JOIN ins ON true`
 
 // leaseCooledSQL re-leases, in place, the address of the node's blocks
 // (pool $2, family $3) whose cooldown ended longest ago. SKIP LOCKED lets

@@ -89,7 +89,7 @@ const unbindSet = `sticky_identity = NULL, sticky_retention = NULL,
 // workload identity: the address bound to it when alloc.ChooseSticky says
 // so, else a fresh one (leaseNew) that the identity is bound to instead.
 func (s *Store) leaseSticky(ctx context.Context, tx querier, lk allocLookup, p allocPool, c alloc.Choice, r alloc.LeaseRequest,
-	now time.Time, locked int64, carveInTx bool) (alloc.Lease, error) {
+	now time.Time, carveInTx bool) (alloc.Lease, error) {
 	id := r.Sticky.Identity
 	retention := s.stickyRetention(r.Sticky)
 	bound, err := boundAddress(ctx, tx, r.Space, id, c.Family)
@@ -117,7 +117,7 @@ func (s *Store) leaseSticky(ctx context.Context, tx querier, lk allocLookup, p a
 			return alloc.Lease{}, err
 		}
 	}
-	lease, err = s.leaseNew(ctx, tx, lk.nodeID, p, c.Family, r, now, locked, carveInTx, lease, args)
+	lease, err = s.leaseNew(ctx, tx, lk.nodeID, p, c.Family, r, now, carveInTx, lease, args)
 	if err != nil {
 		return lease, err
 	}
