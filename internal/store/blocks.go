@@ -18,13 +18,28 @@ type blockRow struct {
 	cidr netip.Prefix
 }
 
+// carveRecheck says when carve carves nothing after all.
+type carveRecheck int
+
+const (
+	// carveAlways carves.
+	carveAlways carveRecheck = iota
+	// carveUnlessRoom answers the node's oldest block with room, if any.
+	carveUnlessRoom
+	// carveUnlessFreeRoom answers (and locks) the node's oldest block
+	// with room that no other transaction holds, if any: a busy node
+	// gets one block more rather than queueing all its allocations on
+	// one block.
+	carveUnlessFreeRoom
+)
+
 // carve takes the first free aligned block of the pool's mask for the node,
 // trying the pool's CIDRs in their listed order and skipping their reserved
 // ranges. It locks the pool's CIDR rows of the family, which serializes
 // carving within one pool (rare: once per node and pool) and nothing else.
-// With recheck, it first looks again for a block with room (by the committed
-// counts, locking nothing), which a concurrent transaction may have carved
-// for the same node, or freed, while this one waited for the lock; it then
+// Unless recheck is carveAlways, it first looks again for a block with room
+// (see carveRecheck), which a concurrent transaction may have carved for
+// the same node, or freed, while this one waited for the lock; it then
 // answers that block. ok is false when the pool is full.
 //
 // A disabled pool carves nothing, and a cluster-pool pool carves a node's
@@ -35,7 +50,7 @@ type blockRow struct {
 // search probes the exclusion constraint's GiST index from the cursor on:
 // one probe while the CIDR fills up in order, and the cost never grows with
 // the number of blocks already carved.
-func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocPool, f alloc.Family, now time.Time, recheck bool) (b blockRow, ok bool, err error) {
+func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocPool, f alloc.Family, now time.Time, recheck carveRecheck) (b blockRow, ok bool, err error) {
 	type parent struct {
 		id     int64
 		cidr   netip.Prefix
@@ -56,15 +71,20 @@ func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocP
 	if err != nil {
 		return blockRow{}, false, err
 	}
-	if recheck {
+	if recheck != carveAlways {
 		// Another transaction may have carved for this node while this
 		// one waited for the lock, or freed room meanwhile: carve only
-		// when the node still has no block with room. Holding the pool's
-		// CIDR rows, this never waits for a block row: it reads the
-		// committed counts.
-		err := tx.QueryRow(ctx, `SELECT id, cidr FROM blocks
+		// when the node still has no block with room (that nobody
+		// holds, with carveUnlessFreeRoom). Holding the pool's CIDR
+		// rows, this never waits for a block row: it reads the
+		// committed counts, or skips the rows others hold.
+		sql := `SELECT id, cidr FROM blocks
 			WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
-			ORDER BY id LIMIT 1`, nodeID, p.id, int16(f)).Scan(&b.id, &b.cidr)
+			ORDER BY id LIMIT 1`
+		if recheck == carveUnlessFreeRoom {
+			sql += ` FOR NO KEY UPDATE SKIP LOCKED`
+		}
+		err := tx.QueryRow(ctx, sql, nodeID, p.id, int16(f)).Scan(&b.id, &b.cidr)
 		if err == nil || !errors.Is(err, pgx.ErrNoRows) {
 			return b, err == nil, err
 		}
@@ -286,7 +306,7 @@ func (s *Store) CarveBlock(ctx context.Context, space, node, pool string, f allo
 			return alloc.Invalid("family", "pool %q has no %s CIDRs", pool, f)
 		}
 		// Unlike allocation, an explicit carve always adds a block.
-		b, ok, err := carve(ctx, tx, space, nodeID, p, f, s.now(), false)
+		b, ok, err := carve(ctx, tx, space, nodeID, p, f, s.now(), carveAlways)
 		if err != nil {
 			return err
 		}

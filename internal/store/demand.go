@@ -217,7 +217,7 @@ func (s *Store) topUp(ctx context.Context, u nodeUsageRow) (int64, error) {
 			if d.Deficit() <= 0 {
 				return nil
 			}
-			if _, ok, err := carve(ctx, tx, u.Space, nodeID, p, u.Family, s.now(), false); err != nil {
+			if _, ok, err := carve(ctx, tx, u.Space, nodeID, p, u.Family, s.now(), carveAlways); err != nil {
 				return err
 			} else if !ok {
 				return alloc.Exhausted(p.name, u.Family)

@@ -144,8 +144,9 @@ type allocLookup struct {
 // attachment already holds leases, and the pools selection may need; it
 // registers an unknown node when the store auto-registers. It locks
 // nothing: the block is locked by the statement that leases from it
-// (leaseLockingSQL), so the lock is held for that statement and the commit
-// only, not for a round trip through the server as well.
+// (leaseSkippingSQL, leaseWaitingSQL), so the lock is held for that
+// statement and the commit only, not for a round trip through the server
+// as well.
 func (s *Store) lookupForAllocate(ctx context.Context, tx querier, r alloc.LeaseRequest, sel alloc.Selection, now time.Time) (allocLookup, error) {
 	var lk allocLookup
 	var nid *int64
@@ -346,7 +347,7 @@ func (s *Store) allocateTx(ctx context.Context, tx *pipelinedTx, r alloc.LeaseRe
 		// and commit, in one round trip.
 		c := choices[0]
 		lease, args := s.newLease(lk.nodeID, pools[c.Pool], c, r, now, lk.generation)
-		ok, _, err := scanLeasing(&lease, tx.commitWith(ctx, leaseLockingSQL, args...))
+		ok, _, err := scanLeasing(&lease, tx.commitWith(ctx, leaseSkippingSQL, args...))
 		if err == nil && !ok {
 			// No block with room, or the probe's snapshot did not
 			// show its free address: that transaction committed
@@ -456,7 +457,13 @@ func (s *Store) newLease(nodeID int64, p allocPool, c alloc.Choice, r alloc.Leas
 // own, then allocates again (see needBlock).
 func (s *Store) leaseNew(ctx context.Context, tx querier, nodeID int64, p allocPool, f alloc.Family, r alloc.LeaseRequest, now time.Time,
 	carveInTx bool, lease alloc.Lease, args []any) (alloc.Lease, error) {
-	ok, block, err := scanLeasing(&lease, tx.QueryRow(ctx, leaseLockingSQL, args...))
+	// Skip held blocks, and let carveFor carve one more, when the pool
+	// can carve; else, and once carveFor ran, wait for a held block.
+	leaseSQL := leaseSkippingSQL
+	if carveInTx || p.mode == alloc.ModeClusterPool || p.disabled {
+		leaseSQL = leaseWaitingSQL
+	}
+	ok, block, err := scanLeasing(&lease, tx.QueryRow(ctx, leaseSQL, args...))
 	if err != nil || ok {
 		return lease, err
 	}
@@ -474,10 +481,10 @@ func (s *Store) leaseNew(ctx context.Context, tx querier, nodeID int64, p allocP
 	}
 	// Holding the pool's carve lock from here to the commit, never wait
 	// for a block row (an allocation holding one may wait for this lock):
-	// carve without looking for one with room (leaseLockingSQL just did),
+	// carve without looking for one with room (leaseWaitingSQL just did),
 	// and lease from the new block, this transaction's alone until it
 	// commits.
-	b, ok, err := carve(ctx, tx, r.Space, nodeID, p, f, now, false)
+	b, ok, err := carve(ctx, tx, r.Space, nodeID, p, f, now, carveAlways)
 	if err != nil {
 		return lease, err
 	} else if !ok {
@@ -547,9 +554,22 @@ func (s *Store) carveFor(ctx context.Context, space string, nb *needBlock) error
 			return err
 		}
 		for n := nb; n != nil; n = n.more {
-			_, ok, err := carve(ctx, tx, space, nodeID, n.pool, n.family, now, true)
+			_, ok, err := carve(ctx, tx, space, nodeID, n.pool, n.family, now, carveUnlessFreeRoom)
 			if err == nil && !ok {
 				err = alloc.Exhausted(n.pool.name, n.family)
+			}
+			if alloc.IsKind(err, alloc.KindPoolExhausted) {
+				// The pool carves no more, but the node may have a
+				// block with room that others hold: the next attempt
+				// waits for it, and says why if there is none.
+				var room bool
+				if qerr := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM blocks
+					WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity)`,
+					nodeID, n.pool.id, int16(n.family)).Scan(&room); qerr != nil {
+					return qerr
+				} else if room {
+					continue
+				}
 			}
 			if err != nil {
 				return err
@@ -575,7 +595,7 @@ func scanLeased(l *alloc.Lease, row pgx.Row) (bool, error) {
 	return true, nil
 }
 
-// scanLeasing reads the answer of leaseFreshSQL or leaseLockingSQL: ok when
+// scanLeasing reads the answer of leaseFreshSQL, leaseSkippingSQL or leaseWaitingSQL: ok when
 // it leased, and else the block it holds, 0 when none (no block with room).
 func scanLeasing(l *alloc.Lease, row pgx.Row) (ok bool, block int64, err error) {
 	var addr, gw *netip.Addr
@@ -610,25 +630,19 @@ const leaseFreshSQL = `WITH b AS (
 		SELECT ` + leaseBlockColumns + ` FROM blocks WHERE id = $15
 	)` + leaseFromBlockSQL
 
-// leaseLockingSQL is leaseFreshSQL from the oldest block of node $1, pool
-// $2 and family $3 whose lease rows leave room, which it locks, waiting for
-// it. No row: no block has room. Parameters $1-$14 as leaseFreshSQL, and
-// so is its answer.
+// leaseSkippingSQL is leaseFreshSQL from the oldest block of node $1, pool
+// $2 and family $3 whose lease rows leave room and that no other
+// transaction holds, which it locks: concurrent allocations of a busy node
+// spread over its blocks with room. No row: no such block. Parameters
+// $1-$14 as leaseFreshSQL, and so is its answer.
 //
 // The lock serializes allocations within one block only. It is taken by the
 // statement that leases, so it is held for that statement and the commit
 // (sent with it on the common path), never for a round trip through the
 // server as well.
 //
-// It never skips a locked block: a row that is locked and then found full
-// (READ COMMITTED re-checks a row it waited for) stays locked, and a
-// statement that skipped a locked block and then waited for it while
-// holding such a row deadlocked with another doing the reverse (seen with
-// 32 clients on one node). Waiting in id order only, a transaction holds
-// lower blocks than the one it waits for, so the waits cannot form a cycle.
-//
 // Its probe for a free address reads the statement's snapshot, taken
-// before the lock was granted, so it misses the leases that the block's
+// before the row was locked, so it misses the leases that the block's
 // previous holders committed meanwhile. It cannot pick one of them but on a
 // nearly full block: the locked row is its newest version (READ COMMITTED
 // re-reads a row it locks), so the probe starts at the cursor those holders
@@ -639,7 +653,23 @@ const leaseFreshSQL = `WITH b AS (
 // see. The insert then skips the address it found taken (ON CONFLICT), and
 // the answer has no address but the locked block: leaseFreshSQL, a new
 // statement with a new snapshot, leases from it.
-const leaseLockingSQL = `WITH b AS (
+const leaseSkippingSQL = `WITH b AS (
+		SELECT ` + leaseBlockColumns + ` FROM blocks
+		WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
+		ORDER BY id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED
+	)` + leaseFromBlockSQL
+
+// leaseWaitingSQL is leaseSkippingSQL waiting for the oldest block with
+// room when others hold it.
+//
+// A transaction uses one of the two, never both: a row locked and then
+// found full (READ COMMITTED re-checks a row it locked) stays locked, and a
+// statement that skipped a held block and then waited for it while holding
+// such a row deadlocked with another doing the reverse (seen with 32 clients
+// on one node). Waiting in id order only, a transaction holds lower blocks
+// than the one it waits for, so the waits cannot form a cycle; skipping, it
+// never waits.
+const leaseWaitingSQL = `WITH b AS (
 		SELECT ` + leaseBlockColumns + ` FROM blocks
 		WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
 		ORDER BY id LIMIT 1 FOR NO KEY UPDATE
@@ -649,7 +679,7 @@ const leaseLockingSQL = `WITH b AS (
 const leaseBlockColumns = `id, cidr, set_masklen(cidr::inet, CASE WHEN family = 4 THEN 32 ELSE 128 END) AS base,
 		first_offset, last_offset, reserved, next_offset, router`
 
-// leaseFromBlockSQL is the rest of leaseFreshSQL and leaseLockingSQL after
+// leaseFromBlockSQL is the rest of leaseFreshSQL, leaseSkippingSQL and leaseWaitingSQL after
 // the CTE b, which names the locked block.
 const leaseFromBlockSQL = `, cand AS (
 		SELECT b.*, c.o FROM b, LATERAL (

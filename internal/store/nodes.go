@@ -211,7 +211,7 @@ func (s *Store) ensureClusterPoolBlocks(ctx context.Context, space string, nodeI
 			if err != nil {
 				return err
 			}
-			_, _, err = carve(ctx, tx, space, nodeID, p, alloc.Family(w.fam), s.now(), true)
+			_, _, err = carve(ctx, tx, space, nodeID, p, alloc.Family(w.fam), s.now(), carveUnlessRoom)
 			return err
 		})
 		// A full pool, or a pool changed or deleted meanwhile, leaves the
