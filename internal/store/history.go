@@ -15,10 +15,11 @@ import (
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
-// The address history (table address_events, migration 00004) is written
-// by triggers on leases, blocks and pools, in the transaction of each
-// change. The store only tells them who asks and why, in transaction-local
-// settings, folded into statements it sends anyway:
+// The address history (table address_events, migration 00004; the lease
+// triggers' functions as of 00006) is written by triggers on leases,
+// blocks and pools, in the transaction of each change. The store only
+// tells them who asks and why, in transaction-local settings, folded into
+// statements it sends anyway:
 //   - every inTx transaction sets them in its BEGIN (txOptions);
 //   - the single-statement changes (release, confirm, expiry) call
 //     ipam_history_context from their WHERE clause (historyContextSQL).

@@ -1,0 +1,181 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/ipam-dev/ipam/internal/pgtest"
+	"github.com/ipam-dev/ipam/migrations"
+)
+
+// Migration 00006 rewrote the lease history triggers' functions for speed
+// only: the same changes, made in SQL by hand, record the same events under
+// 00005's functions and under 00006's, field for field.
+func TestFasterHistoryTriggersRecordTheSame(t *testing.T) {
+	t.Parallel()
+	old := historyOfWorkload(t, 5)
+	current := historyOfWorkload(t, 6)
+	if len(old) != 43 {
+		t.Fatalf("00005's triggers recorded %d events, want 43:\n%s", len(old), strings.Join(old, "\n"))
+	}
+	for i := range max(len(old), len(current)) {
+		var o, c string
+		if i < len(old) {
+			o = old[i]
+		}
+		if i < len(current) {
+			c = current[i]
+		}
+		if o != c {
+			t.Errorf("event %d:\n 00005: %s\n 00006: %s", i, o, c)
+		}
+	}
+}
+
+// historyOfWorkload runs historyWorkload on a new database migrated to
+// version and answers its events, each as a row's text without its id and
+// recorded_at; an at taken from the database's clock reads "now".
+func historyOfWorkload(t *testing.T, version int64) []string {
+	t.Helper()
+	ctx := context.Background()
+	conn := pgtest.NewDatabase(t)
+	cfg, err := parseConfig(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDB(*cfg.ConnConfig)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, version); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, version); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := p.GetDBVersion(ctx); err != nil || v != version {
+		t.Fatalf("version %d, %v; want %d", v, err, version)
+	}
+	c, err := pgx.Connect(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.PgConn().Exec(ctx, historyWorkload).ReadAll(); err != nil {
+		t.Fatalf("workload at version %d: %v", version, err)
+	}
+	rows, err := c.Query(ctx, `SELECT ROW(CASE WHEN at = recorded_at THEN 'now' ELSE at::text END, kind, space, family,
+		address, block, pool, node, state, owner_namespace, owner_name, owner_uid, container_id, interface,
+		actor, reason, generation)::text FROM address_events ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+// historyWorkload leases, confirms, releases, reuses and deletes leases in
+// every way the lease history triggers tell apart, with the history's
+// settings (ipam.actor, ipam.reason, ipam.at) set, empty and unset. It
+// names the pool, nodes and blocks it makes by id: 1, 2 and 3 in a new
+// database.
+const historyWorkload = `INSERT INTO pools (space, name, allow_first_ip, allow_last_ip, reserve_router, reserve_health, reserve_ingress, ipv4_mask_size, created_at, updated_at)
+VALUES ('default', 'p1', false, false, false, false, false, 24, '2030-01-01', '2030-01-01');
+INSERT INTO pool_cidrs (pool_id, space, family, cidr, mask_size, position)
+SELECT id, 'default', 4, '10.0.0.0/8', 16, 0 FROM pools;
+INSERT INTO nodes (space, name, created_at, updated_at)
+SELECT 'default', 'node-' || i, '2030-01-01', '2030-01-01' FROM generate_series(1, 3) i;
+INSERT INTO blocks (space, pool_id, pool_cidr_id, parent_cidr, node_id, family, cidr, first_offset, last_offset, reserved, capacity, next_offset, created_at)
+SELECT 'default', p.id, c.id, '10.0.0.0/8', n.id, 4, ('10.' || substr(n.name, 6) || '.0.0/16')::cidr, 1, 65534, '{}', 65534, 1, '2030-01-01'
+FROM pools p, pool_cidrs c, nodes n ORDER BY n.id;
+-- inserts, without settings and with
+INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface, owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by, generation)
+VALUES ('default', '10.1.0.1', 1, '10.1.0.0/16', 1, 1, 4, 'pending', 'c1', 'eth0', 'ns', 'pod1', 'u1', '2030-01-01 00:00:01', '2030-01-01 00:05:00', 'sel-a', 101),
+       ('default', '10.1.0.2', 1, '10.1.0.0/16', 1, 1, 4, 'active', 'c2', 'eth0', 'ns', 'pod2', '', '2030-01-01 00:00:02', NULL, '', 102);
+BEGIN;
+SELECT ipam_history_context('node:node-2', 'r-insert', '2030-01-02 00:00:00+00');
+INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface, owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by, generation)
+VALUES ('default', '10.2.0.1', 2, '10.2.0.0/16', 2, 1, 4, 'pending', 'c3', 'eth0', 'ns', 'pod3', 'u3', '2030-01-01 00:00:03', '2030-01-01 00:05:00', 'sel-b', 103);
+COMMIT;
+BEGIN;
+SELECT ipam_history_context('', '', NULL);
+INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface, owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by, generation)
+VALUES ('default', '10.2.0.2', 2, '10.2.0.0/16', 2, 1, 4, 'pending', 'c4', 'eth0', 'ns', 'pod4', 'u4', '2030-01-01 00:00:04', '2030-01-01 00:05:00', 'sel-c', 104),
+       ('default', '10.2.0.3', 2, '10.2.0.0/16', 2, 1, 4, 'pending', 'c5', 'eth0', 'ns', 'pod5', 'u5', '2030-01-01 00:00:05', '2030-01-01 00:05:00', 'sel-d', 105),
+       ('default', '10.2.0.4', 2, '10.2.0.0/16', 2, 1, 4, 'pending', 'c6', 'eth0', 'ns', 'pod6', 'u6', '2030-01-01 00:00:06', '2030-01-01 00:05:00', '', 106),
+       ('default', '10.3.0.1', 3, '10.3.0.0/16', 3, 1, 4, 'active', 'c7', 'eth0', 'ns', 'pod7', 'u7', '2030-01-01 00:00:07', NULL, 'sel-e', 107),
+       ('default', '10.3.0.2', 3, '10.3.0.0/16', 3, 1, 4, 'active', 'c8', 'eth0', 'ns', 'pod8', 'u8', '2030-01-01 00:00:08', NULL, 'sel-f', 108),
+       ('default', '10.3.0.3', 3, '10.3.0.0/16', 3, 1, 4, 'active', 'c9', 'eth0', 'ns', 'pod9', 'u9', '2030-01-01 00:00:09', NULL, 'sel-g', 109);
+COMMIT;
+-- confirmations: with confirmed_at, with ipam.at, with neither (now())
+BEGIN;
+SELECT ipam_history_context('cert:x', 'r-confirm', '2030-01-03 00:00:00+00');
+UPDATE leases SET state = 'active', expires_at = NULL, confirmed_at = '2030-01-01 00:01:00' WHERE addr = '10.1.0.1';
+UPDATE leases SET state = 'active', expires_at = NULL WHERE addr = '10.2.0.1';
+COMMIT;
+UPDATE leases SET state = 'active', expires_at = NULL WHERE addr = '10.2.0.2';
+-- updates that record nothing
+UPDATE leases SET state = 'pending', expires_at = '2030-01-09' WHERE addr = '10.2.0.2';
+UPDATE leases SET sticky_identity = 'sts/web-0', sticky_retention = '1 hour' WHERE addr = '10.3.0.1';
+UPDATE leases SET owner_uid = 'changed' WHERE addr = '10.3.0.2';
+-- releases and expiries
+BEGIN;
+SELECT ipam_history_context('system', 'expired', '2030-01-04 00:00:00+00');
+UPDATE leases SET state = 'released', expires_at = NULL, released_at = '2030-01-01 00:10:00', cooldown_until = '2030-01-01 00:10:30' WHERE addr IN ('10.2.0.2', '10.2.0.3');
+COMMIT;
+BEGIN;
+SELECT ipam_history_context('node:n', 'attachment-released', '2030-01-04 00:00:00+00');
+UPDATE leases SET state = 'released', expires_at = NULL, released_at = '2030-01-01 00:11:00', cooldown_until = '2030-01-01 00:11:30' WHERE addr IN ('10.1.0.1', '10.3.0.1');
+COMMIT;
+BEGIN;
+SELECT ipam_history_context('node:n', '', '2030-01-04 00:00:00+00');
+UPDATE leases SET state = 'released', expires_at = NULL, released_at = '2030-01-01 00:12:00', cooldown_until = '2030-01-01 00:12:30' WHERE addr = '10.1.0.2';
+COMMIT;
+UPDATE leases SET state = 'released', expires_at = NULL, released_at = '2030-01-01 00:13:00', cooldown_until = '2030-01-01 00:13:30' WHERE addr IN ('10.2.0.1', '10.2.0.4', '10.3.0.2', '10.3.0.3');
+-- reuse in place
+BEGIN;
+SELECT ipam_history_context('node:node-1', 'r-reuse', '2030-01-05 00:00:00+00');
+UPDATE leases SET state = 'pending', container_id = 'c10', owner_name = 'pod10', owner_uid = 'u10', created_at = '2030-01-01 00:20:00', expires_at = '2030-01-01 00:25:00', selected_by = 'sel-h', generation = 201,
+    confirmed_at = NULL, released_at = NULL, cooldown_until = NULL WHERE addr = '10.1.0.1';
+COMMIT;
+BEGIN;
+SELECT ipam_history_context('node:node-1', '', NULL);
+UPDATE leases SET state = 'active', container_id = 'c11', owner_name = 'pod11', owner_uid = 'u11', created_at = '2030-01-01 00:21:00', expires_at = NULL, selected_by = 'sel-i', generation = 202,
+    confirmed_at = NULL, released_at = NULL, cooldown_until = NULL WHERE addr = '10.1.0.2';
+COMMIT;
+UPDATE leases SET state = 'pending', container_id = 'c12', owner_name = 'pod12', owner_uid = 'u12', created_at = '2030-01-01 00:22:00', expires_at = '2030-01-01 00:25:00', selected_by = '', generation = 203,
+    confirmed_at = NULL, released_at = NULL, cooldown_until = NULL WHERE addr = '10.2.0.3';
+-- leased again on another node
+UPDATE leases SET state = 'active', node_id = 3, container_id = 'c13', created_at = '2030-01-01 00:23:00', expires_at = NULL, selected_by = 'sel-j', generation = 204,
+    released_at = NULL, cooldown_until = NULL WHERE addr = '10.2.0.4';
+-- a confirmation without confirmed_at
+BEGIN;
+SELECT ipam_history_context('node:x', 'confirm-reason', NULL);
+UPDATE leases SET state = 'active', expires_at = NULL WHERE addr = '10.1.0.1';
+COMMIT;
+-- deletions: cooling (due or not) and held, with and without ipam.at
+BEGIN;
+SELECT ipam_history_context('system', 'purged', '2030-01-01 00:13:10+00');
+DELETE FROM leases WHERE addr IN ('10.3.0.1', '10.3.0.2');
+COMMIT;
+BEGIN;
+SELECT ipam_history_context('system', '', '2030-01-01 00:14:00+00');
+DELETE FROM leases WHERE addr IN ('10.2.0.1', '10.2.0.2');
+COMMIT;
+BEGIN;
+SELECT ipam_history_context('admin', 'node-deleted', NULL);
+DELETE FROM leases WHERE addr IN ('10.1.0.1');
+COMMIT;
+DELETE FROM leases WHERE addr IN ('10.1.0.2', '10.3.0.3', '10.2.0.3');
+DELETE FROM leases;
+`
