@@ -274,23 +274,24 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 // address on the node.
 func (s *Store) allocateOnce(ctx context.Context, r alloc.LeaseRequest, carveInTx bool) (alloc.Allocation, error) {
 	sel := r.Selection(s.opts.DefaultPool)
+	try := func(fastPath bool) (alloc.Allocation, error) {
+		tx, err := s.beginPipelined(ctx, "")
+		if err != nil {
+			return alloc.Allocation{}, err
+		}
+		defer tx.end(ctx)
+		return s.allocateTx(ctx, tx, r, sel, carveInTx, fastPath)
+	}
 	var out alloc.Allocation
 	var err error
-	fastPath := true
 	for attempt := 0; attempt < maxTxAttempts; attempt++ {
 		if attempt > 0 && !retryWait(ctx, attempt) {
 			return out, err
 		}
-		tx, berr := s.beginPipelined(ctx, "")
-		if berr != nil {
-			return out, berr
-		}
-		out, err = s.allocateTx(ctx, tx, r, sel, carveInTx, fastPath)
-		tx.end(ctx)
+		out, err = try(attempt == 0)
 		if errors.Is(err, errNoFreshAddress) {
-			fastPath = false
-			attempt-- // not a collision: no backoff, no attempt spent
-			continue
+			// Not a collision: at once, on the slow path.
+			out, err = try(false)
 		}
 		if err == nil || !retryable(err) {
 			return out, err
