@@ -78,9 +78,7 @@ func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocP
 		// holds, with carveUnlessFreeRoom). Holding the pool's CIDR
 		// rows, this never waits for a block row: it reads the
 		// committed counts, or skips the rows others hold.
-		sql := `SELECT id, cidr FROM blocks
-			WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
-			ORDER BY id LIMIT 1`
+		sql := `SELECT id, cidr FROM ` + blocksWithRoomSQL + ` ORDER BY id LIMIT 1`
 		if recheck == carveUnlessFreeRoom {
 			sql += ` FOR NO KEY UPDATE SKIP LOCKED`
 		}

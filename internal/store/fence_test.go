@@ -3,11 +3,7 @@ package store
 import (
 	"testing"
 
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
-
 	"github.com/ipam-dev/ipam/internal/alloc"
-	"github.com/ipam-dev/ipam/migrations"
 )
 
 // Migration 00005 numbers the leases already there: the held leases of one
@@ -24,16 +20,7 @@ func TestMigrationNumbersExistingLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg, err := parseConfig(f.conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := stdlib.OpenDB(*cfg.ConnConfig)
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrationProvider(t, f.conn)
 	if _, err := p.DownTo(f.ctx, 4); err != nil {
 		t.Fatalf("down to before 00005: %v", err)
 	}

@@ -6,11 +6,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 
 	"github.com/ipam-dev/ipam/internal/pgtest"
-	"github.com/ipam-dev/ipam/migrations"
 )
 
 // Migration 00006 rewrote the lease history triggers' functions for speed
@@ -44,16 +41,7 @@ func historyOfWorkload(t *testing.T, version int64) []string {
 	t.Helper()
 	ctx := context.Background()
 	conn := pgtest.NewDatabase(t)
-	cfg, err := parseConfig(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := stdlib.OpenDB(*cfg.ConnConfig)
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrationProvider(t, conn)
 	if _, err := p.DownTo(ctx, version); err != nil {
 		t.Fatal(err)
 	}

@@ -474,7 +474,7 @@ func (s *Store) leaseNew(ctx context.Context, tx querier, nodeID int64, p allocP
 		return lease, s.leaseFromHeld(ctx, tx, &lease, args, block)
 	}
 	// No fresh address: reuse one whose cooldown has ended.
-	if ok, err = scanLeased(&lease, tx.QueryRow(ctx, leaseCooledSQL, args...)); err != nil || ok {
+	if ok, _, err = scanLeasing(&lease, tx.QueryRow(ctx, leaseCooledSQL, args...)); err != nil || ok {
 		return lease, err
 	}
 	if !carveInTx {
@@ -564,8 +564,7 @@ func (s *Store) carveFor(ctx context.Context, space string, nb *needBlock) error
 				// block with room that others hold: the next attempt
 				// waits for it, and says why if there is none.
 				var room bool
-				if qerr := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM blocks
-					WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity)`,
+				if qerr := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+blocksWithRoomSQL+`)`,
 					nodeID, n.pool.id, int16(n.family)).Scan(&room); qerr != nil {
 					return qerr
 				} else if room {
@@ -580,24 +579,9 @@ func (s *Store) carveFor(ctx context.Context, space string, nb *needBlock) error
 	})
 }
 
-// scanLeased reads the address, block and gateway of a lease statement;
-// ok is false when the statement leased nothing.
-func scanLeased(l *alloc.Lease, row pgx.Row) (bool, error) {
-	var gw *netip.Addr
-	err := row.Scan(&l.Addr, &l.Block, &gw)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	} else if err != nil {
-		return false, err
-	}
-	if gw != nil {
-		l.Gateway = *gw
-	}
-	return true, nil
-}
-
-// scanLeasing reads the answer of leaseFreshSQL, leaseSkippingSQL or leaseWaitingSQL: ok when
-// it leased, and else the block it holds, 0 when none (no block with room).
+// scanLeasing reads the answer of a lease statement (address, block CIDR,
+// gateway, block id): ok when it leased, and else the block it holds, 0
+// when none (no block with room, or no row to reuse).
 func scanLeasing(l *alloc.Lease, row pgx.Row) (ok bool, block int64, err error) {
 	var addr, gw *netip.Addr
 	err = row.Scan(&addr, &l.Block, &gw, &block)
@@ -654,11 +638,7 @@ const leaseFreshSQL = `WITH b AS (
 // see. The insert then skips the address it found taken (ON CONFLICT), and
 // the answer has no address but the locked block: leaseFreshSQL, a new
 // statement with a new snapshot, leases from it.
-const leaseSkippingSQL = `WITH b AS (
-		SELECT ` + leaseBlockColumns + ` FROM blocks
-		WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
-		ORDER BY id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED
-	)` + leaseFromBlockSQL
+const leaseSkippingSQL = `WITH b AS (` + lockOldestWithRoomSQL + ` SKIP LOCKED)` + leaseFromBlockSQL
 
 // leaseWaitingSQL is leaseSkippingSQL waiting for the oldest block with
 // room when others hold it.
@@ -670,11 +650,16 @@ const leaseSkippingSQL = `WITH b AS (
 // on one node). Waiting in id order only, a transaction holds lower blocks
 // than the one it waits for, so the waits cannot form a cycle; skipping, it
 // never waits.
-const leaseWaitingSQL = `WITH b AS (
-		SELECT ` + leaseBlockColumns + ` FROM blocks
-		WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity
-		ORDER BY id LIMIT 1 FOR NO KEY UPDATE
-	)` + leaseFromBlockSQL
+const leaseWaitingSQL = `WITH b AS (` + lockOldestWithRoomSQL + `)` + leaseFromBlockSQL
+
+// lockOldestWithRoomSQL locks the oldest block with room of node $1, pool
+// $2 and family $3 (blocksWithRoomSQL), with leaseBlockColumns.
+const lockOldestWithRoomSQL = `SELECT ` + leaseBlockColumns + ` FROM ` + blocksWithRoomSQL + `
+		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`
+
+// blocksWithRoomSQL are the blocks of node $1, pool $2 and family $3 whose
+// lease rows (held or cooling) leave room.
+const blocksWithRoomSQL = `blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity`
 
 // leaseBlockColumns are the columns of a block row that leaseFromBlockSQL reads.
 const leaseBlockColumns = `id, cidr, set_masklen(cidr::inet, CASE WHEN family = 4 THEN 32 ELSE 128 END) AS base,
@@ -728,7 +713,7 @@ const leaseCooledSQL = `UPDATE leases l SET state = $5, container_id = $6, inter
 		) c
 		WHERE cb.node_id = $1 AND cb.pool_id = $2 AND cb.family = $3
 		ORDER BY c.cooldown_until LIMIT 1)
-	RETURNING l.addr, l.block_cidr, b.router`
+	RETURNING l.addr, l.block_cidr, b.router, l.block_id`
 
 // GetAttachment answers the pending and active leases of an attachment.
 func (s *Store) GetAttachment(ctx context.Context, space, node string, a alloc.Attachment) (alloc.Allocation, error) {

@@ -78,7 +78,7 @@ const leaseBoundSQL = `UPDATE leases l SET state = $5, container_id = $6, interf
 	FROM blocks b
 	WHERE b.id = l.block_id AND l.space = $4 AND l.addr = $15 AND l.sticky_identity = $16 AND l.state = 'released'
 	  AND l.node_id = $1 AND l.pool_id = $2 AND l.family = $3
-	RETURNING l.addr, l.block_cidr, b.router`
+	RETURNING l.addr, l.block_cidr, b.router, l.block_id`
 
 // unbindSet ends a binding: a released row then cools only for what is
 // left of its ordinary cooldown ($1), counted from its release.
@@ -103,7 +103,7 @@ func (s *Store) leaseSticky(ctx context.Context, tx querier, lk allocLookup, p a
 	lease, args := s.newLease(lk.nodeID, p, c, r, now, lk.generation)
 	binding := &alloc.Binding{Identity: id, Retention: retention, Decided: true, Reused: choice.Reuse, Reason: choice.Reason}
 	if choice.Reuse {
-		ok, err := scanLeased(&lease, tx.QueryRow(ctx, leaseBoundSQL, append(args, bound.Addr, id, interval(retention))...))
+		ok, _, err := scanLeasing(&lease, tx.QueryRow(ctx, leaseBoundSQL, append(args, bound.Addr, id, interval(retention))...))
 		if err == nil && !ok { // the row is locked by boundAddress: it cannot have changed
 			err = fmt.Errorf("identity %q: bound address %s vanished under its lock", id, bound.Addr)
 		}

@@ -712,22 +712,30 @@ func TestDatabaseEnforcesCooldown(t *testing.T) {
 	}
 }
 
+// migrationProvider migrates the database at conn by hand, for the tests
+// that step through migrations; its connection closes when t ends.
+func migrationProvider(t *testing.T, conn string) *goose.Provider {
+	t.Helper()
+	cfg, err := parseConfig(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDB(*cfg.ConnConfig)
+	t.Cleanup(func() { db.Close() })
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // Every migration goes down and up again cleanly, and Migrate is a no-op on
 // a current schema.
 func TestMigrationsRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	conn := pgtest.NewDatabase(t)
-	cfg, err := parseConfig(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := stdlib.OpenDB(*cfg.ConnConfig)
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrationProvider(t, conn)
 	if _, err := p.DownTo(ctx, 0); err != nil {
 		t.Fatalf("down: %v", err)
 	}
