@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -89,15 +90,29 @@ func isTLSRejection(err error) bool {
 
 // isNotFound reports the service's not-found problem (an unknown node,
 // space or attachment), not a 404 of something that is not the service.
-func isNotFound(status int, p *ipamv1.Problem) bool {
+func isNotFound(status int, body []byte) bool {
+	p := decodeProblem(body)
 	return status == http.StatusNotFound && p != nil && p.Type == "urn:ipam:problem:not-found"
+}
+
+// decodeProblem reads an answer's body as the service's problem, or nil
+// when it is not one (a proxy's error page, say). The generated client
+// keeps a documented status's problem in a field of its own per status,
+// so the body is the one place every problem is found.
+func decodeProblem(body []byte) *ipamv1.Problem {
+	var p ipamv1.Problem
+	if json.Unmarshal(body, &p) != nil || p.Type == "" || p.Status == 0 {
+		return nil
+	}
+	return &p
 }
 
 // problemError turns a response other than the expected status into a CNI
 // error: 429, 502, 503, 504 are try-again-later; problem types map through
 // problemCodes; 403 is ErrForbidden; the rest ErrService. The message
 // carries the service's detail.
-func problemError(op string, status int, p *ipamv1.Problem, body []byte) *types.Error {
+func problemError(op string, status int, body []byte) *types.Error {
+	p := decodeProblem(body)
 	detail := http.StatusText(status)
 	kind := ""
 	if p != nil {

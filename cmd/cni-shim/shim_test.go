@@ -486,7 +486,7 @@ func TestPoolExhausted(t *testing.T) {
 		case err != nil:
 			t.Fatal(err)
 		case r.StatusCode() == http.StatusConflict:
-			detail = *r.ApplicationproblemJSONDefault.Detail
+			detail = *r.ApplicationproblemJSON409.Detail
 		case i > 8:
 			t.Fatalf("a /29 still leases after %d addresses", i)
 		}
@@ -618,11 +618,11 @@ func TestPoolMatch(t *testing.T) {
 	// The service's own answer to the same request.
 	r, err := s.client.AllocateLeaseWithResponse(context.Background(), "worker-1", nil, ipamv1.LeaseRequest{
 		ContainerID: "probe", Interface: "eth0", Owner: ipamv1.Owner{Namespace: "shop", Name: "web-0"}})
-	if err != nil || r.StatusCode() != http.StatusConflict || r.ApplicationproblemJSONDefault == nil ||
-		r.ApplicationproblemJSONDefault.Type != "urn:ipam:problem:pool-match" || r.ApplicationproblemJSONDefault.Detail == nil {
+	if err != nil || r.StatusCode() != http.StatusConflict || r.ApplicationproblemJSON409 == nil ||
+		r.ApplicationproblemJSON409.Type != "urn:ipam:problem:pool-match" || r.ApplicationproblemJSON409.Detail == nil {
 		t.Fatalf("the service answers %v %s, want 409 pool-match", err, r.Body)
 	}
-	detail := *r.ApplicationproblemJSONDefault.Detail
+	detail := *r.ApplicationproblemJSON409.Detail
 
 	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
 	e := shim(t, "ADD", "c1", "eth0", conf, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=u1").fails(t, ErrPoolMatch)

@@ -82,7 +82,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		alloc = r.JSON200 // a retry: the same addresses
 	}
 	if alloc == nil {
-		return problemError("allocate", r.StatusCode(), r.ApplicationproblemJSONDefault, r.Body)
+		return problemError("allocate", r.StatusCode(), r.Body)
 	}
 	// Confirm the leases this ADD got and no others: if they were released
 	// and the attachment leased again meanwhile, the confirm is refused.
@@ -92,7 +92,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return transportError("confirm", err)
 	}
 	if conf.JSON200 == nil {
-		return problemError("confirm", conf.StatusCode(), conf.ApplicationproblemJSONDefault, conf.Body)
+		return problemError("confirm", conf.StatusCode(), conf.Body)
 	}
 	result, err := c.result(alloc)
 	if err != nil {
@@ -146,10 +146,10 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return transportError("release", err)
 	}
-	if r.StatusCode() == http.StatusNoContent || isNotFound(r.StatusCode(), r.ApplicationproblemJSONDefault) {
+	if r.StatusCode() == http.StatusNoContent || isNotFound(r.StatusCode(), r.Body) {
 		return nil // released, nothing held, or a node or space the service does not know
 	}
-	return problemError("release", r.StatusCode(), r.ApplicationproblemJSONDefault, r.Body)
+	return problemError("release", r.StatusCode(), r.Body)
 }
 
 func cmdCheck(args *skel.CmdArgs) error {
@@ -167,7 +167,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 		return transportError("check", err)
 	}
 	if r.JSON200 == nil {
-		return problemError("check", r.StatusCode(), r.ApplicationproblemJSONDefault, r.Body)
+		return problemError("check", r.StatusCode(), r.Body)
 	}
 	var held, want []string
 	for _, la := range r.JSON200.Addresses {
@@ -235,10 +235,10 @@ func cmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return transportError("gc", err)
 	}
-	if r.JSON200 != nil || isNotFound(r.StatusCode(), r.ApplicationproblemJSONDefault) {
+	if r.JSON200 != nil || isNotFound(r.StatusCode(), r.Body) {
 		return nil // reconciled, or a node the service does not know holds nothing
 	}
-	return problemError("gc", r.StatusCode(), r.ApplicationproblemJSONDefault, r.Body)
+	return problemError("gc", r.StatusCode(), r.Body)
 }
 
 func cmdStatus(args *skel.CmdArgs) error {
@@ -258,7 +258,7 @@ func cmdStatus(args *skel.CmdArgs) error {
 	if r.StatusCode() == http.StatusOK {
 		return nil
 	}
-	e := problemError("status", r.StatusCode(), r.ApplicationproblemJSONDefault, r.Body)
+	e := problemError("status", r.StatusCode(), r.Body)
 	if e.Code == ErrForbidden {
 		e.Code = errPluginNotAvailable
 	}

@@ -363,8 +363,8 @@ func TestLeaseLifecycle(t *testing.T) {
 	other := req
 	other.Owner = ipamv1.Owner{Namespace: "kube-system", Name: "coredns-2"}
 	r, err = e.client.AllocateLeaseWithResponse(ctx, "n1", nil, other)
-	if err != nil || r.StatusCode() != 409 || r.ApplicationproblemJSONDefault == nil ||
-		r.ApplicationproblemJSONDefault.Type != "urn:ipam:problem:lease-conflict" {
+	if err != nil || r.StatusCode() != 409 || r.ApplicationproblemJSON409 == nil ||
+		r.ApplicationproblemJSON409.Type != "urn:ipam:problem:lease-conflict" {
 		t.Fatalf("other owner: %v %d %s", err, r.StatusCode(), r.Body)
 	}
 
