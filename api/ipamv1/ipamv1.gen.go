@@ -955,8 +955,11 @@ type PoolStatus struct {
 // PoolUpdate defines model for PoolUpdate.
 type PoolUpdate struct {
 	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
-	Labels *Labels  `json:"labels,omitempty"`
-	Spec   PoolSpec `json:"spec"`
+	Labels *Labels `json:"labels,omitempty"`
+
+	// Name The pool's name, as in the path (a pool cannot be renamed); optional, so that the body of a create can be sent again.
+	Name *string  `json:"name,omitempty"`
+	Spec PoolSpec `json:"spec"`
 }
 
 // Problem defines model for Problem.

@@ -169,7 +169,9 @@ func NewHandler(store Store, o Options) http.Handler {
 	h := ipamv1.HandlerWithOptions(strict, ipamv1.ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: ps.paramError,
-		Middlewares:      []ipamv1.MiddlewareFunc{requireJSON(ps)},
+		// The last is outermost: a body must be JSON before it is
+		// decoded strictly.
+		Middlewares: []ipamv1.MiddlewareFunc{strictJSON(ps), requireJSON(ps)},
 	})
 	if o.TracerProvider == nil {
 		return h

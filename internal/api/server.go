@@ -175,6 +175,9 @@ func (s *Server) UpdatePool(ctx context.Context, req ipamv1.UpdatePoolRequestObj
 	if err := alloc.ValidateLabelName("pool", req.Pool); err != nil {
 		return nil, err
 	}
+	if n := req.Body.Name; n != nil && *n != req.Pool {
+		return nil, alloc.Invalid("name", "must be the pool's name %q as in the path, or absent: a pool cannot be renamed", req.Pool)
+	}
 	labels, err := labelsFromAPI("labels", req.Body.Labels)
 	if err != nil {
 		return nil, err

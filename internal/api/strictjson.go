@@ -1,0 +1,240 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/go-chi/chi/v5"
+	k8sjson "sigs.k8s.io/json"
+
+	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// Request bodies are decoded strictly, as the Kubernetes API server decodes
+// objects: a property the schema does not have, a property given twice, a
+// property in another letter case than the schema's and a null are each a
+// 400 that names the property. The generated handler's encoding/json
+// decoder would ignore the first, keep the last of the second, match the
+// third case-insensitively ({"expire":true,"Expire":false} leased with
+// expire false) and read the fourth as "absent", so a client's typo or a
+// confused client would be served something it did not ask for. No
+// property of api/openapi.yaml is nullable (TestSpecHasNoNullable), so a
+// null is never a valid value.
+
+// bodyTypes maps each operation that takes a JSON body to its body's Go
+// type, read from the generated strict server interface: the method named
+// after the operation takes a request object whose Body field points to it.
+var bodyTypes = func() map[string]reflect.Type {
+	iface := reflect.TypeFor[ipamv1.StrictServerInterface]()
+	m := make(map[string]reflect.Type)
+	for id := range operations {
+		meth, ok := iface.MethodByName(strings.ToUpper(id[:1]) + id[1:])
+		if !ok || meth.Type.NumIn() != 2 {
+			continue
+		}
+		req := meth.Type.In(1)
+		if req.Kind() != reflect.Struct {
+			continue
+		}
+		if f, ok := req.FieldByName("Body"); ok && f.Type.Kind() == reflect.Pointer {
+			m[id] = f.Type.Elem()
+		}
+	}
+	return m
+}()
+
+// strictJSON refuses a JSON body with an unknown, duplicate or
+// differently cased property, or a null, before the generated handler
+// decodes it. It runs after routing and after requireJSON, so the body is
+// JSON for a known operation; a body that is not even valid JSON is left to
+// the generated decoder, whose errors bodyError already names.
+func strictJSON(ps problems) ipamv1.MiddlewareFunc {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodPost && r.Method != http.MethodPut || r.Body == nil || r.Body == http.NoBody {
+				next.ServeHTTP(w, r)
+				return
+			}
+			id := operationsByRoute[r.Method+" "+chi.RouteContext(r.Context()).RoutePattern()]
+			t, ok := bodyTypes[id]
+			if !ok {
+				next.ServeHTTP(w, r)
+				return
+			}
+			data, err := io.ReadAll(r.Body)
+			if err != nil {
+				ps.write(w, r, bodyError(err))
+				return
+			}
+			if err := checkStrictJSON(data, t); err != nil {
+				ps.write(w, r, err)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(data))
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// checkStrictJSON answers the first null, unknown or duplicate property of
+// data, decoded as a t, as an invalid-input error naming its JSON path; nil
+// when there is none or when data is not valid JSON of t's shape (the
+// generated decoder reports that).
+func checkStrictJSON(data []byte, t reflect.Type) error {
+	if path, ok := firstNull(data); ok {
+		if path == "" {
+			return alloc.Invalid("body", "must be a JSON object, not null")
+		}
+		return alloc.Invalid(path, "must not be null (leave the property out instead)")
+	}
+	strict, err := k8sjson.UnmarshalStrict(data, reflect.New(t).Interface())
+	if err != nil || len(strict) == 0 {
+		return nil
+	}
+	var fe k8sjson.FieldError
+	if !errors.As(strict[0], &fe) {
+		return alloc.Invalid("body", "%s", strict[0].Error())
+	}
+	path := fe.FieldPath()
+	if strings.HasPrefix(strict[0].Error(), "duplicate field") {
+		return alloc.Invalid(path, "is given more than once")
+	}
+	if hint := caseHint(t, path); hint != "" {
+		return alloc.Invalid(path, "is not a property; property names are case-sensitive: did you mean %q?", hint)
+	}
+	return alloc.Invalid(path, "is not a property of this request")
+}
+
+// firstNull finds the first null in data and its JSON path (a.b[2].c);
+// ok is false when there is none, or when data is not valid JSON.
+func firstNull(data []byte) (path string, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	type frame struct {
+		object bool
+		key    string // the current key of an object
+		index  int    // the next index of an array
+		expect bool   // an object expects a key next
+	}
+	var stack []frame
+	pathOf := func() string {
+		var b strings.Builder
+		for _, f := range stack {
+			if f.object {
+				if b.Len() > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(f.key)
+			} else {
+				b.WriteString("[" + strconv.Itoa(f.index-1) + "]")
+			}
+		}
+		return b.String()
+	}
+	// value is called for every value token, after which the enclosing
+	// object expects a key again.
+	value := func() {
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].expect = true
+		}
+	}
+	for {
+		// Advance an array's index before reading its element.
+		if n := len(stack); n > 0 && !stack[n-1].object && dec.More() {
+			stack[n-1].index++
+		}
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return "", false
+		}
+		if err != nil {
+			return "", false
+		}
+		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].expect {
+			if k, isKey := tok.(string); isKey {
+				stack[n-1].key = k
+				stack[n-1].expect = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{object: true, expect: true})
+		case json.Delim('['):
+			stack = append(stack, frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			value()
+		case nil:
+			return pathOf(), true
+		default:
+			value()
+		}
+	}
+}
+
+// caseHint is the property of t at path's parent that equals path's last
+// name but for letter case, or "".
+func caseHint(t reflect.Type, path string) string {
+	names := strings.Split(path, ".")
+	for _, n := range names[:len(names)-1] {
+		if i := strings.IndexByte(n, '['); i >= 0 {
+			n = n[:i]
+		}
+		f, ok := jsonField(t, n)
+		if !ok {
+			return ""
+		}
+		t = f
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			t = t.Elem()
+		}
+	}
+	if t.Kind() != reflect.Struct {
+		return ""
+	}
+	last := names[len(names)-1]
+	for i := range t.NumField() {
+		name := jsonName(t.Field(i))
+		if name != last && strings.EqualFold(name, last) && name != "" && !unicode.IsSpace(rune(name[0])) {
+			return name
+		}
+	}
+	return ""
+}
+
+// jsonField is the type of t's field whose JSON name is name.
+func jsonField(t reflect.Type, name string) (reflect.Type, bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil, false
+	}
+	for i := range t.NumField() {
+		if jsonName(t.Field(i)) == name {
+			return t.Field(i).Type, true
+		}
+	}
+	return nil, false
+}
+
+// jsonName is the name encoding/json gives a struct field.
+func jsonName(f reflect.StructField) string {
+	tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if tag == "-" {
+		return ""
+	}
+	if tag == "" {
+		return f.Name
+	}
+	return tag
+}
