@@ -323,7 +323,7 @@ func TestIssueCertRole(t *testing.T) {
 }
 
 // The server bounds what a client may hold or send before a handler runs:
-// headers over 64 KiB are refused (431), and a client that sends its
+// headers over 64 KiB are refused (431 problem+json), and a client that sends its
 // headers too slowly is cut off after the 5 s header timeout instead of
 // holding a connection (and a goroutine) forever.
 func TestServerBoundsHeaders(t *testing.T) {
@@ -334,9 +334,22 @@ func TestServerBoundsHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge || res.Header.Get("Content-Type") != "application/problem+json" ||
+		!strings.Contains(string(body), "urn:ipam:problem:header-too-large") {
+		t.Errorf("80 KiB of headers: %d %s %s", res.StatusCode, res.Header.Get("Content-Type"), body)
+	}
+	// Beyond 1 MiB Go's server answers itself, in text/plain (documented
+	// under the spec's default response).
+	req.Header.Set("X-Padding", strings.Repeat("a", 1100<<10))
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		t.Errorf("80 KiB of headers: %d", res.StatusCode)
+		t.Errorf("1.1 MiB of headers: %d", res.StatusCode)
 	}
 
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))

@@ -193,8 +193,11 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// The handler refuses headers over api.DefaultMaxHeaderBytes with
+		// a 431 problem; Go's own limit, which answers in text/plain, is
+		// only a backstop far above it.
+		MaxHeaderBytes: 16 * api.DefaultMaxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -30,6 +30,7 @@ const (
 	kindRateLimited          alloc.Kind = "rate-limited"
 	kindMethodNotAllowed     alloc.Kind = "method-not-allowed"
 	kindPayloadTooLarge      alloc.Kind = "payload-too-large"
+	kindHeaderTooLarge       alloc.Kind = "header-too-large"
 	kindUnsupportedMediaType alloc.Kind = "unsupported-media-type"
 	kindUnavailable          alloc.Kind = "unavailable"
 	kindInternal             alloc.Kind = "internal"
@@ -59,6 +60,7 @@ var problemClasses = map[alloc.Kind]problemClass{
 	kindRateLimited:          {http.StatusTooManyRequests, "Too many requests"},
 	kindMethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	kindPayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
+	kindHeaderTooLarge:       {http.StatusRequestHeaderFieldsTooLarge, "Request headers too large"},
 	kindUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
 	kindUnavailable:          {http.StatusServiceUnavailable, "Unavailable"},
 	kindInternal:             {http.StatusInternalServerError, "Internal error"},

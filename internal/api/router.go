@@ -28,6 +28,12 @@ import (
 // far below it.
 const DefaultMaxBodyBytes int64 = 1 << 20
 
+// DefaultMaxHeaderBytes bounds a request's line and headers when
+// Options.MaxHeaderBytes is 0; larger ones are answered 431 as a problem.
+// The http.Server's own MaxHeaderBytes must be larger (cmd/server gives it
+// 16 times this), or Go's server answers first, in text/plain.
+const DefaultMaxHeaderBytes = 64 << 10
+
 // Options configure NewHandler. The zero value is valid.
 type Options struct {
 	// Logger receives internal errors and panics (error level), store
@@ -37,6 +43,9 @@ type Options struct {
 	// MaxBodyBytes bounds request bodies; larger ones are answered 413.
 	// 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxHeaderBytes bounds the request line and headers; larger ones are
+	// answered 431. 0 means DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
 	// Meter receives the request duration histogram
 	// (ipam.http.server.request.duration by method, route pattern and
 	// status code) and the lease counters (ipam.lease.allocations by
@@ -96,6 +105,9 @@ func (o Options) Validate() error {
 	if o.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("api: MaxBodyBytes is %d; it must not be negative", o.MaxBodyBytes))
 	}
+	if o.MaxHeaderBytes < 0 {
+		errs = append(errs, fmt.Errorf("api: MaxHeaderBytes is %d; it must not be negative", o.MaxHeaderBytes))
+	}
 	if o.AnonymousRole != "" {
 		if _, err := alloc.ParseTokenRole("AnonymousRole", string(o.AnonymousRole)); err != nil {
 			errs = append(errs, fmt.Errorf("api: %w", err))
@@ -124,6 +136,9 @@ func NewHandler(store Store, o Options) http.Handler {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if o.MaxHeaderBytes == 0 {
+		o.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
 	if o.Meter == nil {
 		o.Meter = noop.Meter{}
 	}
@@ -140,7 +155,7 @@ func NewHandler(store Store, o Options) http.Handler {
 
 	r := chi.NewRouter()
 	r.Use(func(next http.Handler) http.Handler {
-		return &edge{next: next, log: o.Logger, maxBody: o.MaxBodyBytes, problems: ps, metrics: m}
+		return &edge{next: next, log: o.Logger, maxBody: o.MaxBodyBytes, maxHeader: o.MaxHeaderBytes, problems: ps, metrics: m}
 	})
 	// Before routing, parameter binding and body checks: a caller without
 	// the operation's role learns nothing about its request, and every
@@ -199,11 +214,12 @@ func allowedMethods(routes chi.Routes, path string) []string {
 // the access log line. It costs one small allocation per request; the clock
 // is read only when the meter or debug logging is on.
 type edge struct {
-	next     http.Handler
-	log      *slog.Logger
-	maxBody  int64
-	problems problems
-	metrics  *metrics
+	next      http.Handler
+	log       *slog.Logger
+	maxBody   int64
+	maxHeader int
+	problems  problems
+	metrics   *metrics
 }
 
 func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -250,6 +266,11 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				slog.Int("status", rec.statusOr200()), slog.Duration("duration", d))
 		}
 	}()
+	if n := headerBytes(r); n > e.maxHeader {
+		e.problems.write(rec, r, &alloc.Error{Kind: kindHeaderTooLarge,
+			Detail: fmt.Sprintf("the request line and headers take %d bytes; at most %d are read", n, e.maxHeader)})
+		return
+	}
 	if r.ContentLength > e.maxBody {
 		e.problems.write(rec, r, bodyError(&http.MaxBytesError{Limit: e.maxBody}))
 		return
@@ -258,6 +279,18 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// over the limit.
 	r.Body = http.MaxBytesReader(w, r.Body, e.maxBody)
 	e.next.ServeHTTP(rec, r)
+}
+
+// headerBytes is the size of r's request line and headers as they were
+// sent (HTTP/1.1 framing), as http.Server's MaxHeaderBytes counts them.
+func headerBytes(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n + len(r.Host) + len("Host: \r\n")
 }
 
 func internalProblem() ipamv1.Problem {
