@@ -981,7 +981,8 @@ type Problem struct {
 	// pool-match, invalid-input, not-found, conflict, in-use,
 	// immutable-field, overlap, lease-conflict, unauthenticated,
 	// forbidden, rate-limited, method-not-allowed, payload-too-large,
-	// unavailable, internal.
+	// header-too-large, unsupported-media-type, stale-generation,
+	// sticky-unavailable, unavailable, internal.
 	Type string `json:"type"`
 }
 
