@@ -259,6 +259,15 @@ func TestRequestLimits(t *testing.T) {
 		"ReconcileRequest.attachments": {"POST", "/v1/nodes/n1/reconcile", map[string]any{"attachments": many(4097, func(i int) any {
 			return attach(fmt.Sprintf("c%d", i), "eth0")
 		})}, "attachments"},
+		"ReconcileRequest.network": {"POST", "/v1/nodes/n1/reconcile", map[string]any{"network": long(254), "attachments": []any{}}, "network"},
+		"LeaseRequest.network":     {"POST", "/v1/nodes/n1/leases", leaseWith("network", long(254)), "network"},
+		"query:network":            {"GET", "/v1/nodes/n1/attachments/c1/eth0?network=" + long(254), nil, "network"},
+		"ReserveHandover.containerID": {"POST", "/v1/nodes/n1/leases", leaseWith("fromReserve", map[string]any{"containerID": long(257), "interface": "r", "generation": 1}),
+			"fromReserve.containerID"},
+		"ReserveHandover.interface": {"POST", "/v1/nodes/n1/leases", leaseWith("fromReserve", map[string]any{"containerID": "r", "interface": long(65), "generation": 1}),
+			"fromReserve.interface"},
+		"ReserveHandover.generation": {"POST", "/v1/nodes/n1/leases", leaseWith("fromReserve", map[string]any{"containerID": "r", "interface": "r", "generation": 0}),
+			"fromReserve.generation"},
 		"ReconcileRequest.generation": {"POST", "/v1/nodes/n1/reconcile", map[string]any{"generation": -1, "attachments": []any{}}, "generation"},
 		"StickyRequest.identity":      {"POST", "/v1/nodes/n1/leases", leaseWith("sticky", map[string]any{"identity": long(254)}), "sticky.identity"},
 		"StickyRequest.retention":     {"POST", "/v1/nodes/n1/leases", leaseWith("sticky", map[string]any{"identity": "web-0", "retention": long(33)}), "sticky.retention"},
