@@ -68,12 +68,20 @@
 // CHECK needs prevResult and succeeds when the addresses in it are exactly
 // the ones the service holds for this container and interface.
 //
+// Every lease records the network configuration's `name` as its network:
+// the service keys an attachment by (network, container ID, interface), as
+// the CNI specification does, so each network's DEL and CHECK see its own
+// attachments only.
+//
 // GC sends the attachments of `cni.dev/valid-attachments` (or the legacy
-// `cni.dev/attachments`) to the service's reconcile endpoint for this node:
-// every other lease of the node is released. The runtime lists only the
-// attachments of this network, so networks sharing a node must use
-// different address spaces (`space`), or one network's GC releases the
-// other's leases. Without either key GC does nothing.
+// `cni.dev/attachments`) to the service's reconcile endpoint for this node
+// and network: every other lease of this network on the node is released,
+// and other networks' leases are kept (the runtime lists one network's
+// attachments per GC, as host-local keeps a store per network). Without
+// either key GC does nothing. Leases made by a shim older than this
+// (without a network) are in the unnamed network, which the shim's GC and
+// DEL no longer reach: reconcile them once through the API without a
+// network, listing the node's live attachments.
 //
 // STATUS asks the service's /readyz. A STATUS error marks the node's
 // network not ready in containerd, which takes the node out of scheduling,

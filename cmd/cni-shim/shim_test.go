@@ -146,11 +146,14 @@ func family(cidr string, mask int) *ipamv1.PoolFamilySpec {
 	return &ipamv1.PoolFamilySpec{Cidrs: []string{cidr}, MaskSize: mask}
 }
 
-// attachment is the service's view of one container interface; nil when
-// it holds nothing (404).
+// testNetwork is the name of the network configurations of netconf.
+const testNetwork = "podnet"
+
+// attachment is the service's view of one container interface of
+// testNetwork; nil when it holds nothing (404).
 func (s *service) attachment(t *testing.T, node, cid, ifname string) *ipamv1.Allocation {
 	t.Helper()
-	r, err := s.client.GetAttachmentWithResponse(context.Background(), node, cid, ifname, nil)
+	r, err := s.client.GetAttachmentWithResponse(context.Background(), node, cid, ifname, &ipamv1.GetAttachmentParams{Network: ptr(testNetwork)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +186,7 @@ func (s *service) ipam(extra map[string]any) map[string]any {
 // top-level extra keys.
 func netconf(t *testing.T, cniVersion string, ipam any, extra map[string]any) []byte {
 	t.Helper()
-	m := map[string]any{"cniVersion": cniVersion, "name": "podnet", "type": "bridge", "ipam": ipam}
+	m := map[string]any{"cniVersion": cniVersion, "name": testNetwork, "type": "bridge", "ipam": ipam}
 	for k, v := range extra {
 		m[k] = v
 	}
@@ -414,6 +417,50 @@ func TestGC(t *testing.T) {
 	// GC and STATUS came with 1.1.0.
 	shim(t, "GC", "", "", netconf(t, "1.0.0", s.ipam(nil), map[string]any{"cni.dev/valid-attachments": valid})).fails(t, 1)
 	shim(t, "STATUS", "", "", netconf(t, "1.0.0", s.ipam(nil), nil)).fails(t, 1)
+}
+
+// GC of one network reconciles that network's attachments only: two
+// networks on one node, and GC of one with an empty valid list leaves the
+// other's leases (once it freed them, and they were leased again).
+func TestGCIsPerNetwork(t *testing.T) {
+	s := dualStack(t, nil)
+	named := func(name string, extra map[string]any) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(netconf(t, "1.1.0", s.ipam(nil), extra), &m); err != nil {
+			t.Fatal(err)
+		}
+		m["name"] = name
+		b, _ := json.Marshal(m)
+		return b
+	}
+	shim(t, "ADD", "c-lab", "eth0", named("labnet", nil)).ok(t)
+	shim(t, "ADD", "c-cmp", "eth0", named("cmp", nil)).ok(t)
+	// The same container and interface on a second network is a second
+	// attachment with addresses of its own.
+	shim(t, "ADD", "c-lab", "eth0", named("cmp", nil)).ok(t)
+	get := func(network, cid string) *ipamv1.Allocation {
+		r, err := s.client.GetAttachmentWithResponse(context.Background(), "worker-1", cid, "eth0", &ipamv1.GetAttachmentParams{Network: &network})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.JSON200
+	}
+	lab := get("labnet", "c-lab")
+	if lab == nil || get("cmp", "c-cmp") == nil || get("cmp", "c-lab") == nil {
+		t.Fatal("the ADDs left no leases")
+	}
+	shim(t, "GC", "", "", named("cmp", map[string]any{"cni.dev/valid-attachments": []any{}})).ok(t)
+	if get("cmp", "c-cmp") != nil || get("cmp", "c-lab") != nil {
+		t.Fatal("GC of cmp kept cmp's leases")
+	}
+	after := get("labnet", "c-lab")
+	if after == nil || after.Generation != lab.Generation {
+		t.Fatalf("GC of cmp with an empty list released labnet's lease: %+v", after)
+	}
+	shim(t, "DEL", "c-lab", "eth0", named("cmp", nil)).ok(t)
+	if get("labnet", "c-lab") == nil {
+		t.Fatal("DEL on cmp released labnet's attachment")
+	}
 }
 
 func TestStatus(t *testing.T) {
@@ -784,7 +831,7 @@ func TestMutualTLS(t *testing.T) {
 func (s *service) createLeaseOn(t *testing.T, node, cid string) {
 	t.Helper()
 	r, err := s.client.AllocateLeaseWithResponse(context.Background(), node, nil, ipamv1.LeaseRequest{
-		ContainerID: cid, Interface: "eth0", Owner: ipamv1.Owner{Namespace: "t", Name: cid}})
+		Network: ptr(testNetwork), ContainerID: cid, Interface: "eth0", Owner: ipamv1.Owner{Namespace: "t", Name: cid}})
 	if err != nil || r.JSON201 == nil {
 		t.Fatalf("lease %s on %s: %v %s", cid, node, err, r.Body)
 	}

@@ -38,6 +38,15 @@ func newCall(args *skel.CmdArgs) (*call, context.CancelFunc, error) {
 	return &call{cfg: cfg, client: cl, ctx: ctx}, cancel, nil
 }
 
+// network is the attachment's CNI network: the configuration's name.
+func (c *call) network() *string {
+	if c.cfg.net.Name == "" {
+		return nil
+	}
+	n := c.cfg.net.Name
+	return &n
+}
+
 func (c *call) space() *ipamv1.SpaceParam {
 	if c.cfg.space == "" {
 		return nil
@@ -57,7 +66,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	expire := true
-	req := ipamv1.LeaseRequest{ContainerID: args.ContainerID, Interface: args.IfName, Owner: owner, Expire: &expire}
+	req := ipamv1.LeaseRequest{Network: c.network(), ContainerID: args.ContainerID, Interface: args.IfName, Owner: owner, Expire: &expire}
 	if c.cfg.pool != "" {
 		req.Pool = &c.cfg.pool
 	}
@@ -87,7 +96,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	// Confirm the leases this ADD got and no others: if they were released
 	// and the attachment leased again meanwhile, the confirm is refused.
 	conf, err := c.client.ConfirmAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName,
-		&ipamv1.ConfirmAttachmentParams{Space: c.space(), Generation: &alloc.Generation})
+		&ipamv1.ConfirmAttachmentParams{Space: c.space(), Network: c.network(), Generation: &alloc.Generation})
 	if err != nil {
 		return transportError("confirm", err)
 	}
@@ -142,7 +151,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	defer cancel()
-	r, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamv1.ReleaseAttachmentParams{Space: c.space()})
+	r, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamv1.ReleaseAttachmentParams{Space: c.space(), Network: c.network()})
 	if err != nil {
 		return transportError("release", err)
 	}
@@ -162,7 +171,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.client.GetAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamv1.GetAttachmentParams{Space: c.space()})
+	r, err := c.client.GetAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamv1.GetAttachmentParams{Space: c.space(), Network: c.network()})
 	if err != nil {
 		return transportError("check", err)
 	}
@@ -227,7 +236,8 @@ func cmdGC(args *skel.CmdArgs) error {
 	if valid == nil {
 		return nil // no list: nothing is known to be stale
 	}
-	req := ipamv1.ReconcileRequest{Attachments: []ipamv1.AttachmentRef{}}
+	// Only this network's attachments: the runtime lists them per network.
+	req := ipamv1.ReconcileRequest{Network: c.network(), Attachments: []ipamv1.AttachmentRef{}}
 	for _, a := range *valid {
 		req.Attachments = append(req.Attachments, ipamv1.AttachmentRef{ContainerID: a.ContainerID, Interface: a.IfName})
 	}

@@ -312,7 +312,7 @@ func TestBridgeLifecycle(t *testing.T) {
 	// GC with a valid list frees the stale leases only.
 	ctx := context.Background()
 	stale := alloc.LeaseRequest{Space: alloc.DefaultSpace, Node: "e2e-node", Owner: alloc.Owner{Namespace: "e2e", Name: "gone"},
-		Attachment: alloc.Attachment{ContainerID: "stale", Interface: "eth0"}, Expire: false}
+		Attachment: alloc.Attachment{Network: e.netName, ContainerID: "stale", Interface: "eth0"}, Expire: false}
 	if _, err := e.st.Allocate(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
@@ -339,6 +339,101 @@ func TestBridgeLifecycle(t *testing.T) {
 	}
 	if _, err := e.st.GetAttachment(ctx, alloc.DefaultSpace, "other-node", other.Attachment); err != nil {
 		t.Fatalf("other-node's lease: %v", err)
+	}
+}
+
+// writeConflist writes the conflist of network name: bridge br and the
+// shim with ipamExtra (JSON members, may be empty) added to its section.
+func (e *e2e) writeConflist(name, br, ipamExtra string) {
+	e.t.Helper()
+	if ipamExtra != "" {
+		ipamExtra = ", " + ipamExtra
+	}
+	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "plugins": [{
+		"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,
+		"ipam": {"type": "ipam-shim", "server": "https://%s", "caFile": %q, "certFile": %q, "keyFile": %q, "node": "e2e-node"%s}
+	}, {"type": "loopback"}]}`, name, br, listen, filepath.Join(e.dir, "ca.crt"), filepath.Join(e.dir, "node.crt"), filepath.Join(e.dir, "node.key"), ipamExtra)
+	if err := os.WriteFile(filepath.Join(e.dir, name+".conflist"), []byte(conf), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		matches, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", name+"-*"))
+		for _, m := range matches {
+			_ = os.Remove(m)
+		}
+	})
+}
+
+// Two networks on one node, two bridges: GC of one network with an empty
+// valid list releases that network's leases only. It used to release every
+// lease of the node, and the other network's live addresses were then
+// leased to new Pods: the same address in two Pods.
+func TestTwoNetworksGC(t *testing.T) {
+	e := setup(t)
+	labnet, cmp := e.netName+"-lab", e.netName+"-cmp"
+	e.writeConflist(labnet, "cni-e2e-lab", "")
+	e.writeConflist(cmp, "cni-e2e-cmp", "")
+	for _, p := range []struct{ net, pod string }{{labnet, "lab1"}, {labnet, "lab2"}, {cmp, "cmp1"}} {
+		e.pod(p.pod)
+		if out, err := e.cnitoolOn(p.net, "add", p.pod); err != nil {
+			t.Fatalf("ADD %s on %s: %v\n%s", p.pod, p.net, err, out)
+		}
+	}
+	byNet := func() map[string][]string {
+		out := map[string][]string{}
+		for _, l := range e.leases() {
+			out[l.Attachment.Network] = append(out[l.Attachment.Network], l.Addr.String())
+		}
+		return out
+	}
+	before := byNet()
+	if len(before[labnet]) != 4 || len(before[cmp]) != 2 {
+		t.Fatalf("leases by network after the ADDs: %v", before)
+	}
+	gc := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "bridge", "ipam": %s, "cni.dev/valid-attachments": []}`,
+		cmp, e.ipamSection("e2e-node"))
+	if out, err := e.shim("GC", "", gc); err != nil {
+		t.Fatalf("GC of %s: %v\n%s", cmp, err, out)
+	}
+	after := byNet()
+	if len(after[cmp]) != 0 || !slices.Equal(after[labnet], before[labnet]) {
+		t.Fatalf("after GC of %s with an empty list: %v, want %s's %v untouched and nothing of %s", cmp, after, labnet, before[labnet], cmp)
+	}
+	// New Pods on cmp get addresses no labnet Pod holds.
+	held := map[string]bool{}
+	for _, pod := range []string{"lab1", "lab2"} {
+		got, raw := e.podAddrs(pod)
+		if len(got) != 2 {
+			t.Fatalf("pod %s: %s", pod, raw)
+		}
+		for _, a := range got {
+			held[netip.MustParsePrefix(a).Addr().String()] = true
+		}
+	}
+	for _, pod := range []string{"cmp2", "cmp3"} {
+		e.pod(pod)
+		if out, err := e.cnitoolOn(cmp, "add", pod); err != nil {
+			t.Fatalf("ADD %s: %v\n%s", pod, err, out)
+		}
+		got, raw := e.podAddrs(pod)
+		for _, a := range got {
+			if held[netip.MustParsePrefix(a).Addr().String()] {
+				t.Fatalf("pod %s on %s got %s, which a %s Pod holds:\n%s", pod, cmp, a, labnet, raw)
+			}
+		}
+	}
+	// labnet's own GC, listing its Pods, keeps them.
+	var valid []string
+	for _, pod := range []string{"lab1", "lab2"} {
+		valid = append(valid, fmt.Sprintf(`{"containerID": %q, "ifname": "eth0"}`, cnitoolContainerID("/var/run/netns/"+e.prefix+"-"+pod)))
+	}
+	gc = fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "bridge", "ipam": %s, "cni.dev/valid-attachments": [%s]}`,
+		labnet, e.ipamSection("e2e-node"), strings.Join(valid, ","))
+	if out, err := e.shim("GC", "", gc); err != nil {
+		t.Fatalf("GC of %s: %v\n%s", labnet, err, out)
+	}
+	if got := byNet(); !slices.Equal(got[labnet], before[labnet]) || len(got[cmp]) != 4 {
+		t.Fatalf("after GC of %s: %v", labnet, got)
 	}
 }
 
