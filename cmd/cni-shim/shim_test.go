@@ -74,6 +74,9 @@ type service struct {
 	url    string
 	client *ipamv1.ClientWithResponses // plain API client for setup and checks
 	tls    *pki                        // nil for plain http
+	// dataDir is the shim's reserve directory; the reserve is off unless
+	// a test turns it on.
+	dataDir string
 }
 
 // newService starts the real API handler over a real store, plain http or,
@@ -94,7 +97,7 @@ func newService(t *testing.T, p *pki) *service {
 	// Plain HTTP (p == nil) acts as admin; over TLS the certificates decide.
 	h := api.NewHandler(st, api.Options{IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	s := &service{tls: p}
+	s := &service{tls: p, dataDir: t.TempDir()}
 	hc := http.DefaultClient
 	if p == nil {
 		s.srv = httptest.NewServer(h)
@@ -168,7 +171,7 @@ func (s *service) attachment(t *testing.T, node, cid, ifname string) *ipamv1.All
 
 // ipam is the ipam section for s on node worker-1 with a short timeout.
 func (s *service) ipam(extra map[string]any) map[string]any {
-	m := map[string]any{"type": pluginType, "server": s.url, "node": "worker-1", "timeout": "5s"}
+	m := map[string]any{"type": pluginType, "server": s.url, "node": "worker-1", "timeout": "5s", "reserve": 0, "dataDir": s.dataDir}
 	if s.tls != nil {
 		m["caFile"], m["certFile"], m["keyFile"] = s.tls.caFile, s.tls.certFile, s.tls.keyFile
 	}
@@ -494,7 +497,7 @@ func TestTimeout(t *testing.T) {
 	}
 	defer ln.Close()
 	// Accepts connections (the kernel does) and never answers.
-	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": "http://" + ln.Addr().String(), "node": "n", "timeout": "300ms"}, nil)
+	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": "http://" + ln.Addr().String(), "node": "n", "timeout": "300ms", "reserve": 0}, nil)
 	began := time.Now()
 	e := shim(t, "ADD", "c1", "eth0", conf).fails(t, 11)
 	if !strings.Contains(e.Msg, "timed out") || time.Since(began) > 5*time.Second {
@@ -511,7 +514,7 @@ func TestServiceUnavailable(t *testing.T) {
 		_, _ = io.WriteString(w, `{"type":"urn:ipam:problem:unavailable","title":"Service unavailable","status":503,"detail":"the database cannot be reached"}`)
 	}))
 	defer srv.Close()
-	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": srv.URL, "node": "n"}, nil)
+	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": srv.URL, "node": "n", "reserve": 0}, nil)
 	for _, verb := range []string{"ADD", "DEL", "STATUS"} {
 		e := shim(t, verb, "c1", "eth0", conf).fails(t, 11)
 		if !strings.Contains(e.Msg, "the database cannot be reached") {
@@ -731,6 +734,9 @@ func TestBadConfig(t *testing.T) {
 		{"no families", s.ipam(map[string]any{"families": []string{}}), "ipam.families"},
 		{"timeout", s.ipam(map[string]any{"timeout": "soon"}), "ipam.timeout"},
 		{"timeout range", s.ipam(map[string]any{"timeout": "1h"}), "ipam.timeout"},
+		{"reserve range", s.ipam(map[string]any{"reserve": 65}), "ipam.reserve"},
+		{"reserve negative", s.ipam(map[string]any{"reserve": -1}), "ipam.reserve"},
+		{"dataDir relative", s.ipam(map[string]any{"dataDir": "var/lib"}), "ipam.dataDir"},
 		{"route", s.ipam(map[string]any{"routes": []map[string]string{{"dst": "10.0.0.0/33"}}}), "ipam.routes[0]"},
 		{"route no dst", s.ipam(map[string]any{"routes": []map[string]string{{"gw": "10.0.0.1"}}}), "ipam.routes[0].dst"},
 		{"route gw family", s.ipam(map[string]any{"routes": []map[string]string{{"dst": "10.0.0.0/8", "gw": "fd00::1"}}}), "ipam.routes[0].gw"},
