@@ -346,13 +346,18 @@ type AddressEvent struct {
 	Generation *int64           `json:"generation,omitempty"`
 	Interface  *string          `json:"interface,omitempty"`
 	Kind       AddressEventKind `json:"kind"`
-	Node       *string          `json:"node,omitempty"`
-	Owner      *Owner           `json:"owner,omitempty"`
-	Pool       *string          `json:"pool,omitempty"`
+
+	// Network The CNI network of the attachment; absent for the unnamed network.
+	Network *string `json:"network,omitempty"`
+	Node    *string `json:"node,omitempty"`
+	Owner   *Owner  `json:"owner,omitempty"`
+	Pool    *string `json:"pool,omitempty"`
 
 	// Reason Why: for a lease, the rule that chose its pool; for a release,
-	// attachment-released, address-released, reconcile or
-	// node-deleted; expired; for a cooldown end, purged, reused or the
+	// attachment-released, address-released, reconcile,
+	// node-deleted, superseded-by-reserve, or handed-over (a reserve
+	// address given to a Pod: the state stays active and a lease
+	// event with reason from-reserve follows); expired; for a cooldown end, purged, reused or the
 	// deletion that freed the address early; for blocks, rebalance,
 	// node-registration, block-released or node-deleted.
 	Reason string `json:"reason"`
@@ -389,11 +394,14 @@ type Allocation struct {
 
 	// Generation The generation of the attachment's leases: name it when releasing
 	// or confirming them, so the call can never touch a later lease.
-	Generation int64      `json:"generation"`
-	Interface  string     `json:"interface"`
-	Node       string     `json:"node"`
-	Owner      Owner      `json:"owner"`
-	State      LeaseState `json:"state"`
+	Generation int64  `json:"generation"`
+	Interface  string `json:"interface"`
+
+	// Network The CNI network; absent for the unnamed network.
+	Network *string    `json:"network,omitempty"`
+	Node    string     `json:"node"`
+	Owner   Owner      `json:"owner"`
+	State   LeaseState `json:"state"`
 }
 
 // Annotations Kubernetes annotations; keys are qualified names, and keys and values take at most 256 KiB in all.
@@ -598,10 +606,13 @@ type Lease struct {
 	Gateway       *string    `json:"gateway,omitempty"`
 	Generation    int64      `json:"generation"`
 	Interface     string     `json:"interface"`
-	Node          string     `json:"node"`
-	Owner         Owner      `json:"owner"`
-	Pool          string     `json:"pool"`
-	ReleasedAt    *time.Time `json:"releasedAt,omitempty"`
+
+	// Network The CNI network; absent for the unnamed network.
+	Network    *string    `json:"network,omitempty"`
+	Node       string     `json:"node"`
+	Owner      Owner      `json:"owner"`
+	Pool       string     `json:"pool"`
+	ReleasedAt *time.Time `json:"releasedAt,omitempty"`
 
 	// SelectedBy The rule that chose the pool.
 	SelectedBy     *LeaseSelectedBy `json:"selectedBy,omitempty"`
@@ -649,14 +660,33 @@ type LeaseRequest struct {
 
 	// Families Families to lease; default every family for which some rule
 	// finds a pool that has it.
-	Families  *[]Family `json:"families,omitempty"`
-	Interface string    `json:"interface"`
+	Families *[]Family `json:"families,omitempty"`
+
+	// FromReserve Hand the leases of a reserve attachment (same node and network) over
+	// to this attachment instead of leasing new addresses: a CNI plugin
+	// leases a few addresses to its node in advance, serves a Pod from
+	// them while the service is unreachable, and binds the address to the
+	// Pod once the service answers. Only the active leases of
+	// `generation` are taken (another generation is a 409
+	// `urn:ipam:problem:stale-generation`, none a 404); they get a new
+	// generation, and the history records a release by the reserve
+	// attachment (reason handed-over) and a lease by this one (reason
+	// from-reserve). Leases this attachment held already are released
+	// (reason superseded-by-reserve). A retry, once handed over, answers
+	// 200 with the attachment's leases.
+	FromReserve *ReserveHandover `json:"fromReserve,omitempty"`
+	Interface   string           `json:"interface"`
 
 	// Namespace The labels and annotations of the Pod or its namespace, for pool
 	// selection. Left out, the server looks them up in Kubernetes when it
 	// has access; otherwise they count as empty.
 	Namespace *ObjectMetadata `json:"namespace,omitempty"`
-	Owner     Owner           `json:"owner"`
+
+	// Network The CNI network the interface is attached through (the network
+	// configuration's `name`): part of the attachment's key, and the
+	// scope of a reconcile. Absent or empty, the unnamed network.
+	Network *string `json:"network,omitempty"`
+	Owner   Owner   `json:"owner"`
 
 	// Pod The labels and annotations of the Pod or its namespace, for pool
 	// selection. Left out, the server looks them up in Kubernetes when it
@@ -994,6 +1024,10 @@ type ReconcileRequest struct {
 	// GET /v1/nodes/{node}/reconcile before the list was taken):
 	// leases of a higher generation are kept.
 	Generation *int64 `json:"generation,omitempty"`
+
+	// Network The CNI network whose attachments are listed; only its leases
+	// are reconciled. Absent or empty, the unnamed network.
+	Network *string `json:"network,omitempty"`
 }
 
 // ReconcileResult defines model for ReconcileResult.
@@ -1004,6 +1038,24 @@ type ReconcileResult struct {
 // ReconcileWatermark defines model for ReconcileWatermark.
 type ReconcileWatermark struct {
 	Generation int64 `json:"generation"`
+}
+
+// ReserveHandover Hand the leases of a reserve attachment (same node and network) over
+// to this attachment instead of leasing new addresses: a CNI plugin
+// leases a few addresses to its node in advance, serves a Pod from
+// them while the service is unreachable, and binds the address to the
+// Pod once the service answers. Only the active leases of
+// `generation` are taken (another generation is a 409
+// `urn:ipam:problem:stale-generation`, none a 404); they get a new
+// generation, and the history records a release by the reserve
+// attachment (reason handed-over) and a lease by this one (reason
+// from-reserve). Leases this attachment held already are released
+// (reason superseded-by-reserve). A retry, once handed over, answers
+// 200 with the attachment's leases.
+type ReserveHandover struct {
+	ContainerID string `json:"containerID"`
+	Generation  int64  `json:"generation"`
+	Interface   string `json:"interface"`
 }
 
 // ReservedAddresses defines model for ReservedAddresses.
@@ -1159,6 +1211,9 @@ type InterfaceParam = string
 // LimitParam defines model for LimitParam.
 type LimitParam = int
 
+// NetworkParam defines model for NetworkParam.
+type NetworkParam = string
+
 // NodeNameParam defines model for NodeNameParam.
 type NodeNameParam = string
 
@@ -1312,12 +1367,22 @@ type ReleaseAttachmentParams struct {
 
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+
+	// Network The CNI network of the attachment (the network configuration's
+	// `name`); absent or empty, the unnamed network of allocations that
+	// named none.
+	Network *NetworkParam `form:"network,omitempty" json:"network,omitempty"`
 }
 
 // GetAttachmentParams defines parameters for GetAttachment.
 type GetAttachmentParams struct {
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+
+	// Network The CNI network of the attachment (the network configuration's
+	// `name`); absent or empty, the unnamed network of allocations that
+	// named none.
+	Network *NetworkParam `form:"network,omitempty" json:"network,omitempty"`
 }
 
 // ConfirmAttachmentParams defines parameters for ConfirmAttachment.
@@ -1328,6 +1393,11 @@ type ConfirmAttachmentParams struct {
 
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+
+	// Network The CNI network of the attachment (the network configuration's
+	// `name`); absent or empty, the unnamed network of allocations that
+	// named none.
+	Network *NetworkParam `form:"network,omitempty" json:"network,omitempty"`
 }
 
 // ReleaseBlockParams defines parameters for ReleaseBlock.
@@ -1723,9 +1793,11 @@ type ClientInterface interface {
 
 	// AllocateLeaseWithBody Lease one address per requested family to a container interface.
 	//
-	// Idempotent by (node, containerID, interface): a retry answers 200 with
-	// the same addresses; the same key with another owner is a 409. Both
-	// families are leased in one transaction, or neither.
+	// Idempotent by (node, network, containerID, interface): a retry
+	// answers 200 with the same addresses; the same key with another owner
+	// is a 409. Both families are leased in one transaction, or neither.
+	// With `fromReserve`, the leases of a reserve attachment of the same
+	// node and network are handed over to this attachment instead.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1734,9 +1806,11 @@ type ClientInterface interface {
 
 	// AllocateLease Lease one address per requested family to a container interface.
 	//
-	// Idempotent by (node, containerID, interface): a retry answers 200 with
-	// the same addresses; the same key with another owner is a 409. Both
-	// families are leased in one transaction, or neither.
+	// Idempotent by (node, network, containerID, interface): a retry
+	// answers 200 with the same addresses; the same key with another owner
+	// is a 409. Both families are leased in one transaction, or neither.
+	// With `fromReserve`, the leases of a reserve attachment of the same
+	// node and network are handed over to this attachment instead.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1760,9 +1834,11 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/nodes/{node}/reconcile (the `GetReconcileWatermark` operationId).
 	GetReconcileWatermark(ctx context.Context, node NodeNameParam, params *GetReconcileWatermarkParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ReconcileNodeWithBody Release every lease of the node not held by a listed attachment.
+	// ReconcileNodeWithBody Release every lease of the node's network not held by a listed attachment.
 	//
-	// Leases made after the list was taken are kept: those of a higher
+	// Only the attachments of the request's `network` are reconciled (no
+	// network: the unnamed network of requests that name none); other
+	// networks' leases on the node are kept. Leases made after the list was taken are kept: those of a higher
 	// generation than the request's `generation`, and, whatever it says,
 	// those younger than the server's reconcile minimum age.
 	//
@@ -1771,9 +1847,11 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/nodes/{node}/reconcile (the `ReconcileNode` operationId).
 	ReconcileNodeWithBody(ctx context.Context, node NodeNameParam, params *ReconcileNodeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ReconcileNode Release every lease of the node not held by a listed attachment.
+	// ReconcileNode Release every lease of the node's network not held by a listed attachment.
 	//
-	// Leases made after the list was taken are kept: those of a higher
+	// Only the attachments of the request's `network` are reconciled (no
+	// network: the unnamed network of requests that name none); other
+	// networks' leases on the node are kept. Leases made after the list was taken are kept: those of a higher
 	// generation than the request's `generation`, and, whatever it says,
 	// those younger than the server's reconcile minimum age.
 	//
@@ -2299,9 +2377,11 @@ func (c *Client) CarveBlock(ctx context.Context, node NodeNameParam, params *Car
 
 // AllocateLeaseWithBody Lease one address per requested family to a container interface.
 //
-// Idempotent by (node, containerID, interface): a retry answers 200 with
-// the same addresses; the same key with another owner is a 409. Both
-// families are leased in one transaction, or neither.
+// Idempotent by (node, network, containerID, interface): a retry
+// answers 200 with the same addresses; the same key with another owner
+// is a 409. Both families are leased in one transaction, or neither.
+// With `fromReserve`, the leases of a reserve attachment of the same
+// node and network are handed over to this attachment instead.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2320,9 +2400,11 @@ func (c *Client) AllocateLeaseWithBody(ctx context.Context, node NodeNameParam, 
 
 // AllocateLease Lease one address per requested family to a container interface.
 //
-// Idempotent by (node, containerID, interface): a retry answers 200 with
-// the same addresses; the same key with another owner is a 409. Both
-// families are leased in one transaction, or neither.
+// Idempotent by (node, network, containerID, interface): a retry
+// answers 200 with the same addresses; the same key with another owner
+// is a 409. Both families are leased in one transaction, or neither.
+// With `fromReserve`, the leases of a reserve attachment of the same
+// node and network are handed over to this attachment instead.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2376,9 +2458,11 @@ func (c *Client) GetReconcileWatermark(ctx context.Context, node NodeNameParam, 
 	return c.Client.Do(req)
 }
 
-// ReconcileNodeWithBody Release every lease of the node not held by a listed attachment.
+// ReconcileNodeWithBody Release every lease of the node's network not held by a listed attachment.
 //
-// Leases made after the list was taken are kept: those of a higher
+// Only the attachments of the request's `network` are reconciled (no
+// network: the unnamed network of requests that name none); other
+// networks' leases on the node are kept. Leases made after the list was taken are kept: those of a higher
 // generation than the request's `generation`, and, whatever it says,
 // those younger than the server's reconcile minimum age.
 //
@@ -2397,9 +2481,11 @@ func (c *Client) ReconcileNodeWithBody(ctx context.Context, node NodeNameParam, 
 	return c.Client.Do(req)
 }
 
-// ReconcileNode Release every lease of the node not held by a listed attachment.
+// ReconcileNode Release every lease of the node's network not held by a listed attachment.
 //
-// Leases made after the list was taken are kept: those of a higher
+// Only the attachments of the request's `network` are reconciled (no
+// network: the unnamed network of requests that name none); other
+// networks' leases on the node are kept. Leases made after the list was taken are kept: those of a higher
 // generation than the request's `generation`, and, whatever it says,
 // those younger than the server's reconcile minimum age.
 //
@@ -3746,6 +3832,18 @@ func NewReleaseAttachmentRequest(server string, node NodeNameParam, containerID 
 
 		}
 
+		if params.Network != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "network", *params.Network, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -3812,6 +3910,18 @@ func NewGetAttachmentRequest(server string, node NodeNameParam, containerID Cont
 		if params.Space != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Network != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "network", *params.Network, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -3899,6 +4009,18 @@ func NewConfirmAttachmentRequest(server string, node NodeNameParam, containerID 
 		if params.Space != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Network != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "network", *params.Network, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -5625,9 +5747,11 @@ type ClientWithResponsesInterface interface {
 
 	// AllocateLeaseWithBodyWithResponse Lease one address per requested family to a container interface.
 	//
-	// Idempotent by (node, containerID, interface): a retry answers 200 with
-	// the same addresses; the same key with another owner is a 409. Both
-	// families are leased in one transaction, or neither.
+	// Idempotent by (node, network, containerID, interface): a retry
+	// answers 200 with the same addresses; the same key with another owner
+	// is a 409. Both families are leased in one transaction, or neither.
+	// With `fromReserve`, the leases of a reserve attachment of the same
+	// node and network are handed over to this attachment instead.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5636,9 +5760,11 @@ type ClientWithResponsesInterface interface {
 
 	// AllocateLeaseWithResponse Lease one address per requested family to a container interface.
 	//
-	// Idempotent by (node, containerID, interface): a retry answers 200 with
-	// the same addresses; the same key with another owner is a 409. Both
-	// families are leased in one transaction, or neither.
+	// Idempotent by (node, network, containerID, interface): a retry
+	// answers 200 with the same addresses; the same key with another owner
+	// is a 409. Both families are leased in one transaction, or neither.
+	// With `fromReserve`, the leases of a reserve attachment of the same
+	// node and network are handed over to this attachment instead.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5666,9 +5792,11 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/nodes/{node}/reconcile (the `GetReconcileWatermark` operationId).
 	GetReconcileWatermarkWithResponse(ctx context.Context, node NodeNameParam, params *GetReconcileWatermarkParams, reqEditors ...RequestEditorFn) (*GetReconcileWatermarkResponse, error)
 
-	// ReconcileNodeWithBodyWithResponse Release every lease of the node not held by a listed attachment.
+	// ReconcileNodeWithBodyWithResponse Release every lease of the node's network not held by a listed attachment.
 	//
-	// Leases made after the list was taken are kept: those of a higher
+	// Only the attachments of the request's `network` are reconciled (no
+	// network: the unnamed network of requests that name none); other
+	// networks' leases on the node are kept. Leases made after the list was taken are kept: those of a higher
 	// generation than the request's `generation`, and, whatever it says,
 	// those younger than the server's reconcile minimum age.
 	//
@@ -5677,9 +5805,11 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/nodes/{node}/reconcile (the `ReconcileNode` operationId).
 	ReconcileNodeWithBodyWithResponse(ctx context.Context, node NodeNameParam, params *ReconcileNodeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReconcileNodeResponse, error)
 
-	// ReconcileNodeWithResponse Release every lease of the node not held by a listed attachment.
+	// ReconcileNodeWithResponse Release every lease of the node's network not held by a listed attachment.
 	//
-	// Leases made after the list was taken are kept: those of a higher
+	// Only the attachments of the request's `network` are reconciled (no
+	// network: the unnamed network of requests that name none); other
+	// networks' leases on the node are kept. Leases made after the list was taken are kept: those of a higher
 	// generation than the request's `generation`, and, whatever it says,
 	// those younger than the server's reconcile minimum age.
 	//
@@ -10168,9 +10298,11 @@ func (c *ClientWithResponses) CarveBlockWithResponse(ctx context.Context, node N
 
 // AllocateLeaseWithBodyWithResponse Lease one address per requested family to a container interface.
 //
-// Idempotent by (node, containerID, interface): a retry answers 200 with
-// the same addresses; the same key with another owner is a 409. Both
-// families are leased in one transaction, or neither.
+// Idempotent by (node, network, containerID, interface): a retry
+// answers 200 with the same addresses; the same key with another owner
+// is a 409. Both families are leased in one transaction, or neither.
+// With `fromReserve`, the leases of a reserve attachment of the same
+// node and network are handed over to this attachment instead.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10185,9 +10317,11 @@ func (c *ClientWithResponses) AllocateLeaseWithBodyWithResponse(ctx context.Cont
 
 // AllocateLeaseWithResponse Lease one address per requested family to a container interface.
 //
-// Idempotent by (node, containerID, interface): a retry answers 200 with
-// the same addresses; the same key with another owner is a 409. Both
-// families are leased in one transaction, or neither.
+// Idempotent by (node, network, containerID, interface): a retry
+// answers 200 with the same addresses; the same key with another owner
+// is a 409. Both families are leased in one transaction, or neither.
+// With `fromReserve`, the leases of a reserve attachment of the same
+// node and network are handed over to this attachment instead.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10233,9 +10367,11 @@ func (c *ClientWithResponses) GetReconcileWatermarkWithResponse(ctx context.Cont
 	return ParseGetReconcileWatermarkResponse(rsp)
 }
 
-// ReconcileNodeWithBodyWithResponse Release every lease of the node not held by a listed attachment.
+// ReconcileNodeWithBodyWithResponse Release every lease of the node's network not held by a listed attachment.
 //
-// Leases made after the list was taken are kept: those of a higher
+// Only the attachments of the request's `network` are reconciled (no
+// network: the unnamed network of requests that name none); other
+// networks' leases on the node are kept. Leases made after the list was taken are kept: those of a higher
 // generation than the request's `generation`, and, whatever it says,
 // those younger than the server's reconcile minimum age.
 //
@@ -10250,9 +10386,11 @@ func (c *ClientWithResponses) ReconcileNodeWithBodyWithResponse(ctx context.Cont
 	return ParseReconcileNodeResponse(rsp)
 }
 
-// ReconcileNodeWithResponse Release every lease of the node not held by a listed attachment.
+// ReconcileNodeWithResponse Release every lease of the node's network not held by a listed attachment.
 //
-// Leases made after the list was taken are kept: those of a higher
+// Only the attachments of the request's `network` are reconciled (no
+// network: the unnamed network of requests that name none); other
+// networks' leases on the node are kept. Leases made after the list was taken are kept: those of a higher
 // generation than the request's `generation`, and, whatever it says,
 // those younger than the server's reconcile minimum age.
 //
@@ -14413,7 +14551,7 @@ type ServerInterface interface {
 	// GetReconcileWatermark The lease generation to name in a reconcile whose list is taken next.
 	// (GET /v1/nodes/{node}/reconcile)
 	GetReconcileWatermark(w http.ResponseWriter, r *http.Request, node NodeNameParam, params GetReconcileWatermarkParams)
-	// ReconcileNode Release every lease of the node not held by a listed attachment.
+	// ReconcileNode Release every lease of the node's network not held by a listed attachment.
 	// (POST /v1/nodes/{node}/reconcile)
 	ReconcileNode(w http.ResponseWriter, r *http.Request, node NodeNameParam, params ReconcileNodeParams)
 	// ListPools List pools with their status.
@@ -14596,7 +14734,7 @@ func (_ Unimplemented) GetReconcileWatermark(w http.ResponseWriter, r *http.Requ
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
-// ReconcileNode Release every lease of the node not held by a listed attachment.
+// ReconcileNode Release every lease of the node's network not held by a listed attachment.
 // (POST /v1/nodes/{node}/reconcile)
 func (_ Unimplemented) ReconcileNode(w http.ResponseWriter, r *http.Request, node NodeNameParam, params ReconcileNodeParams) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -15448,6 +15586,19 @@ func (siw *ServerInterfaceWrapper) ReleaseAttachment(w http.ResponseWriter, r *h
 		return
 	}
 
+	// ------------- Optional query parameter "network" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "network", r.URL.Query(), &params.Network, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "network"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "network", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ReleaseAttachment(w, r, node, containerID, pInterface, params)
 	}))
@@ -15504,6 +15655,19 @@ func (siw *ServerInterfaceWrapper) GetAttachment(w http.ResponseWriter, r *http.
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "network" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "network", r.URL.Query(), &params.Network, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "network"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "network", Err: err})
 		}
 		return
 	}
@@ -15577,6 +15741,19 @@ func (siw *ServerInterfaceWrapper) ConfirmAttachment(w http.ResponseWriter, r *h
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "network" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "network", r.URL.Query(), &params.Network, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "network"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "network", Err: err})
 		}
 		return
 	}
@@ -22510,7 +22687,7 @@ type StrictServerInterface interface {
 	// GetReconcileWatermark The lease generation to name in a reconcile whose list is taken next.
 	// (GET /v1/nodes/{node}/reconcile)
 	GetReconcileWatermark(ctx context.Context, request GetReconcileWatermarkRequestObject) (GetReconcileWatermarkResponseObject, error)
-	// ReconcileNode Release every lease of the node not held by a listed attachment.
+	// ReconcileNode Release every lease of the node's network not held by a listed attachment.
 	// (POST /v1/nodes/{node}/reconcile)
 	ReconcileNode(ctx context.Context, request ReconcileNodeRequestObject) (ReconcileNodeResponseObject, error)
 	// ListPools List pools with their status.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -55,6 +56,8 @@ type ipamSection struct {
 	Timeout      string            `json:"timeout"`
 	Node         string            `json:"node"`
 	Space        string            `json:"space"`
+	Reserve      *int              `json:"reserve"`
+	DataDir      string            `json:"dataDir"`
 }
 
 // config is the validated configuration of one call.
@@ -70,6 +73,8 @@ type config struct {
 	timeout      time.Duration
 	node         string
 	space        string // empty: the service's default
+	reserve      int    // addresses (per family) leased to the node in advance; 0: none
+	dataDir      string // the node-local reserve file's directory
 }
 
 // configError is CNI code 7 naming the field at fault.
@@ -172,6 +177,9 @@ func loadConfig(stdin []byte) (*config, error) {
 	}
 	if strings.ContainsAny(c.node, "/?#% ") {
 		return nil, configError("ipam.node", "%q is not a node name", c.node)
+	}
+	if err := c.setReserve(s); err != nil {
+		return nil, err
 	}
 	if strings.ContainsAny(c.space, "/?#%& ") {
 		return nil, configError("ipam.space", "%q is not a space name", c.space)
@@ -300,4 +308,26 @@ func containerLabel(id string) string {
 		return "container"
 	}
 	return s
+}
+
+// setReserve validates the reserve's size and directory (see reserve.go).
+func (c *config) setReserve(s ipamSection) error {
+	c.reserve = defaultReserve
+	if s.Reserve != nil {
+		c.reserve = *s.Reserve
+	}
+	if c.reserve < 0 || c.reserve > maxReserve {
+		return configError("ipam.reserve", "%d is outside 0 (no reserve) to %d", c.reserve, maxReserve)
+	}
+	c.dataDir = s.DataDir
+	if c.dataDir == "" {
+		name := c.net.Name
+		if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+			name = "_unnamed"
+		}
+		c.dataDir = filepath.Join(defaultDataDir, name)
+	} else if !filepath.IsAbs(c.dataDir) {
+		return configError("ipam.dataDir", "%q is not an absolute path", c.dataDir)
+	}
+	return nil
 }

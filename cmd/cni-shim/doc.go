@@ -29,7 +29,9 @@
 //	  "defaultRoute": true,                   // default true: 0.0.0.0/0 and ::/0 via each family's gateway
 //	  "timeout": "10s",                       // whole-call deadline, 100ms to 5m
 //	  "node": "worker-1",                     // default: the host name, lower-cased
-//	  "space": "default"                      // optional address space
+//	  "space": "default",                     // optional address space
+//	  "reserve": 4,                           // addresses leased to the node in advance, 0 to 64; 0: none
+//	  "dataDir": "/var/lib/cni/ipam-shim/NAME" // the reserve's node-local file; default per network name
 //	}
 //
 // Unknown keys in the `ipam` section are rejected (a misspelt key would
@@ -62,25 +64,61 @@
 //
 // DEL releases the attachment. It succeeds when nothing is held, when
 // prevResult is missing, when repeated, and when the service does not know
-// the node or space. A DEL that cannot reach the service fails with code
-// 11: claiming success would leak the address until the next GC.
+// the node or space. A DEL that cannot reach the service is recorded in the
+// reserve file and replayed (see below); with "reserve": 0 it fails with
+// code 11, as claiming success would leak the address until the next GC.
 //
 // CHECK needs prevResult and succeeds when the addresses in it are exactly
 // the ones the service holds for this container and interface.
 //
+// Every lease records the network configuration's `name` as its network:
+// the service keys an attachment by (network, container ID, interface), as
+// the CNI specification does, so each network's DEL and CHECK see its own
+// attachments only.
+//
 // GC sends the attachments of `cni.dev/valid-attachments` (or the legacy
-// `cni.dev/attachments`) to the service's reconcile endpoint for this node:
-// every other lease of the node is released. The runtime lists only the
-// attachments of this network, so networks sharing a node must use
-// different address spaces (`space`), or one network's GC releases the
-// other's leases. Without either key GC does nothing.
+// `cni.dev/attachments`) to the service's reconcile endpoint for this node
+// and network: every other lease of this network on the node is released,
+// and other networks' leases are kept (the runtime lists one network's
+// attachments per GC, as host-local keeps a store per network). Without
+// either key GC does nothing. Leases made by a shim older than this
+// (without a network) are in the unnamed network, which the shim's GC and
+// DEL no longer reach: reconcile them once through the API without a
+// network, listing the node's live attachments.
+//
+// # Reserve
+//
+// Pod starts survive an outage of the service, as Cilium's agent allocates
+// from its node's CIDR without the operator: each node keeps a reserve of
+// `reserve` address sets (one address per family each) leased to it in
+// advance. Each slot is an ordinary active lease of the service, of the
+// attachment (this network, "ipam-shim-reserve-N", "reserve") owned by
+// cni-reserve/NAME, so the service never gives its addresses to anyone
+// else. The node-local file `dataDir`/reserve.json, written under an
+// flock of `dataDir`/lock and replaced whole by rename, records each
+// slot's addresses and generation.
+//
+// When the service is unreachable or unavailable (what would be code 11),
+// ADD takes a free slot and records the Pod on it (a retry gets the same
+// slot); DEL gives a Pod's slot back to the reserve and records the DEL.
+// The next call that reaches the service (any verb; the runtime's STATUS
+// poll is usually first) replays the recorded DELs, then hands each taken
+// slot over to its Pod (the service's fromReserve: same addresses, the
+// Pod's attachment and owner, recorded in the address history as
+// handed-over and from-reserve), then refills the reserve. GC includes the
+// slots in its valid list, so a reconcile never releases them; slots
+// beyond a smaller `reserve` are released. The reserve's addresses come
+// from the pools this configuration names (or the service's default), not
+// from Pod annotations or selectors. Losing the file while a slot serves a
+// Pod loses that record: keep `dataDir` on persistent storage.
 //
 // STATUS asks the service's /readyz. A STATUS error marks the node's
 // network not ready in containerd, which takes the node out of scheduling,
 // so codes 50 and 51 are kept for conditions an operator must fix: code 50
 // when the service rejects this node's certificate or its certificate does
 // not verify against caFile. An unreachable or unavailable service is
-// usually brief and answers code 11, which the runtime polls again.
+// usually brief and answers code 11, which the runtime polls again; while
+// the reserve has a free slot it answers success instead (ADDs work).
 //
 // # Error codes
 //
@@ -91,7 +129,8 @@
 //	 4  missing or invalid environment: CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_PATH (skel)
 //	 6  stdin is not JSON (skel)
 //	 7  invalid network configuration; the message names the field
-//	11  try again later: the service is unreachable, timed out, or answered 429, 502, 503 or 504
+//	11  try again later: the service is unreachable, timed out, or answered 429, 502, 503 or 504,
+//	    and the reserve cannot serve (disabled, or no free slot for ADD)
 //	50  STATUS only: the service rejects this node's TLS credentials
 //	100 other service error (the message carries the service's detail)
 //	101 pool exhausted (urn:ipam:problem:pool-exhausted)

@@ -74,6 +74,9 @@ type service struct {
 	url    string
 	client *ipamv1.ClientWithResponses // plain API client for setup and checks
 	tls    *pki                        // nil for plain http
+	// dataDir is the shim's reserve directory; the reserve is off unless
+	// a test turns it on.
+	dataDir string
 }
 
 // newService starts the real API handler over a real store, plain http or,
@@ -94,7 +97,7 @@ func newService(t *testing.T, p *pki) *service {
 	// Plain HTTP (p == nil) acts as admin; over TLS the certificates decide.
 	h := api.NewHandler(st, api.Options{IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	s := &service{tls: p}
+	s := &service{tls: p, dataDir: t.TempDir()}
 	hc := http.DefaultClient
 	if p == nil {
 		s.srv = httptest.NewServer(h)
@@ -146,11 +149,14 @@ func family(cidr string, mask int) *ipamv1.PoolFamilySpec {
 	return &ipamv1.PoolFamilySpec{Cidrs: []string{cidr}, MaskSize: mask}
 }
 
-// attachment is the service's view of one container interface; nil when
-// it holds nothing (404).
+// testNetwork is the name of the network configurations of netconf.
+const testNetwork = "podnet"
+
+// attachment is the service's view of one container interface of
+// testNetwork; nil when it holds nothing (404).
 func (s *service) attachment(t *testing.T, node, cid, ifname string) *ipamv1.Allocation {
 	t.Helper()
-	r, err := s.client.GetAttachmentWithResponse(context.Background(), node, cid, ifname, nil)
+	r, err := s.client.GetAttachmentWithResponse(context.Background(), node, cid, ifname, &ipamv1.GetAttachmentParams{Network: ptr(testNetwork)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +171,7 @@ func (s *service) attachment(t *testing.T, node, cid, ifname string) *ipamv1.All
 
 // ipam is the ipam section for s on node worker-1 with a short timeout.
 func (s *service) ipam(extra map[string]any) map[string]any {
-	m := map[string]any{"type": pluginType, "server": s.url, "node": "worker-1", "timeout": "5s"}
+	m := map[string]any{"type": pluginType, "server": s.url, "node": "worker-1", "timeout": "5s", "reserve": 0, "dataDir": s.dataDir}
 	if s.tls != nil {
 		m["caFile"], m["certFile"], m["keyFile"] = s.tls.caFile, s.tls.certFile, s.tls.keyFile
 	}
@@ -183,7 +189,7 @@ func (s *service) ipam(extra map[string]any) map[string]any {
 // top-level extra keys.
 func netconf(t *testing.T, cniVersion string, ipam any, extra map[string]any) []byte {
 	t.Helper()
-	m := map[string]any{"cniVersion": cniVersion, "name": "podnet", "type": "bridge", "ipam": ipam}
+	m := map[string]any{"cniVersion": cniVersion, "name": testNetwork, "type": "bridge", "ipam": ipam}
 	for k, v := range extra {
 		m[k] = v
 	}
@@ -416,6 +422,50 @@ func TestGC(t *testing.T) {
 	shim(t, "STATUS", "", "", netconf(t, "1.0.0", s.ipam(nil), nil)).fails(t, 1)
 }
 
+// GC of one network reconciles that network's attachments only: two
+// networks on one node, and GC of one with an empty valid list leaves the
+// other's leases (once it freed them, and they were leased again).
+func TestGCIsPerNetwork(t *testing.T) {
+	s := dualStack(t, nil)
+	named := func(name string, extra map[string]any) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(netconf(t, "1.1.0", s.ipam(nil), extra), &m); err != nil {
+			t.Fatal(err)
+		}
+		m["name"] = name
+		b, _ := json.Marshal(m)
+		return b
+	}
+	shim(t, "ADD", "c-lab", "eth0", named("labnet", nil)).ok(t)
+	shim(t, "ADD", "c-cmp", "eth0", named("cmp", nil)).ok(t)
+	// The same container and interface on a second network is a second
+	// attachment with addresses of its own.
+	shim(t, "ADD", "c-lab", "eth0", named("cmp", nil)).ok(t)
+	get := func(network, cid string) *ipamv1.Allocation {
+		r, err := s.client.GetAttachmentWithResponse(context.Background(), "worker-1", cid, "eth0", &ipamv1.GetAttachmentParams{Network: &network})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.JSON200
+	}
+	lab := get("labnet", "c-lab")
+	if lab == nil || get("cmp", "c-cmp") == nil || get("cmp", "c-lab") == nil {
+		t.Fatal("the ADDs left no leases")
+	}
+	shim(t, "GC", "", "", named("cmp", map[string]any{"cni.dev/valid-attachments": []any{}})).ok(t)
+	if get("cmp", "c-cmp") != nil || get("cmp", "c-lab") != nil {
+		t.Fatal("GC of cmp kept cmp's leases")
+	}
+	after := get("labnet", "c-lab")
+	if after == nil || after.Generation != lab.Generation {
+		t.Fatalf("GC of cmp with an empty list released labnet's lease: %+v", after)
+	}
+	shim(t, "DEL", "c-lab", "eth0", named("cmp", nil)).ok(t)
+	if get("labnet", "c-lab") == nil {
+		t.Fatal("DEL on cmp released labnet's attachment")
+	}
+}
+
 func TestStatus(t *testing.T) {
 	s := dualStack(t, nil)
 	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
@@ -447,7 +497,7 @@ func TestTimeout(t *testing.T) {
 	}
 	defer ln.Close()
 	// Accepts connections (the kernel does) and never answers.
-	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": "http://" + ln.Addr().String(), "node": "n", "timeout": "300ms"}, nil)
+	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": "http://" + ln.Addr().String(), "node": "n", "timeout": "300ms", "reserve": 0}, nil)
 	began := time.Now()
 	e := shim(t, "ADD", "c1", "eth0", conf).fails(t, 11)
 	if !strings.Contains(e.Msg, "timed out") || time.Since(began) > 5*time.Second {
@@ -464,7 +514,7 @@ func TestServiceUnavailable(t *testing.T) {
 		_, _ = io.WriteString(w, `{"type":"urn:ipam:problem:unavailable","title":"Service unavailable","status":503,"detail":"the database cannot be reached"}`)
 	}))
 	defer srv.Close()
-	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": srv.URL, "node": "n"}, nil)
+	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": srv.URL, "node": "n", "reserve": 0}, nil)
 	for _, verb := range []string{"ADD", "DEL", "STATUS"} {
 		e := shim(t, verb, "c1", "eth0", conf).fails(t, 11)
 		if !strings.Contains(e.Msg, "the database cannot be reached") {
@@ -684,6 +734,9 @@ func TestBadConfig(t *testing.T) {
 		{"no families", s.ipam(map[string]any{"families": []string{}}), "ipam.families"},
 		{"timeout", s.ipam(map[string]any{"timeout": "soon"}), "ipam.timeout"},
 		{"timeout range", s.ipam(map[string]any{"timeout": "1h"}), "ipam.timeout"},
+		{"reserve range", s.ipam(map[string]any{"reserve": 65}), "ipam.reserve"},
+		{"reserve negative", s.ipam(map[string]any{"reserve": -1}), "ipam.reserve"},
+		{"dataDir relative", s.ipam(map[string]any{"dataDir": "var/lib"}), "ipam.dataDir"},
 		{"route", s.ipam(map[string]any{"routes": []map[string]string{{"dst": "10.0.0.0/33"}}}), "ipam.routes[0]"},
 		{"route no dst", s.ipam(map[string]any{"routes": []map[string]string{{"gw": "10.0.0.1"}}}), "ipam.routes[0].dst"},
 		{"route gw family", s.ipam(map[string]any{"routes": []map[string]string{{"dst": "10.0.0.0/8", "gw": "fd00::1"}}}), "ipam.routes[0].gw"},
@@ -784,7 +837,7 @@ func TestMutualTLS(t *testing.T) {
 func (s *service) createLeaseOn(t *testing.T, node, cid string) {
 	t.Helper()
 	r, err := s.client.AllocateLeaseWithResponse(context.Background(), node, nil, ipamv1.LeaseRequest{
-		ContainerID: cid, Interface: "eth0", Owner: ipamv1.Owner{Namespace: "t", Name: cid}})
+		Network: ptr(testNetwork), ContainerID: cid, Interface: "eth0", Owner: ipamv1.Owner{Namespace: "t", Name: cid}})
 	if err != nil || r.JSON201 == nil {
 		t.Fatalf("lease %s on %s: %v %s", cid, node, err, r.Body)
 	}

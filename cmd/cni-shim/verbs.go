@@ -38,6 +38,15 @@ func newCall(args *skel.CmdArgs) (*call, context.CancelFunc, error) {
 	return &call{cfg: cfg, client: cl, ctx: ctx}, cancel, nil
 }
 
+// network is the attachment's CNI network: the configuration's name.
+func (c *call) network() *string {
+	if c.cfg.net.Name == "" {
+		return nil
+	}
+	n := c.cfg.net.Name
+	return &n
+}
+
 func (c *call) space() *ipamv1.SpaceParam {
 	if c.cfg.space == "" {
 		return nil
@@ -56,8 +65,37 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	expire := true
-	req := ipamv1.LeaseRequest{ContainerID: args.ContainerID, Interface: args.IfName, Owner: owner, Expire: &expire}
+	// DELs and reserve handovers recorded while the service was
+	// unreachable go first; an unreachable service fails this call alike.
+	syncErr := c.syncReserve()
+	alloc := c.served(args.ContainerID, args.IfName) // a retry of an ADD the reserve served
+	if alloc == nil {
+		err = syncErr
+		if err == nil {
+			alloc, err = c.allocate(args, owner)
+		}
+		if err != nil {
+			if c.cfg.reserve == 0 || !reserveFallback(err) {
+				return err
+			}
+			if alloc, err = c.addFromReserve(args.ContainerID, args.IfName, owner, err); err != nil {
+				return err
+			}
+		} else {
+			c.refillReserve()
+		}
+	}
+	result, err := c.result(alloc)
+	if err != nil {
+		return err
+	}
+	return types.PrintResult(result, c.cfg.net.CNIVersion)
+}
+
+// leaseRequest is the request of ADD (and of the reserve's slots) for the
+// attachment of this network.
+func (c *call) leaseRequest(containerID, ifname string, owner ipamv1.Owner, expire bool) ipamv1.LeaseRequest {
+	req := ipamv1.LeaseRequest{Network: c.network(), ContainerID: containerID, Interface: ifname, Owner: owner, Expire: &expire}
 	if c.cfg.pool != "" {
 		req.Pool = &c.cfg.pool
 	}
@@ -73,32 +111,35 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if len(c.cfg.families) > 0 {
 		req.Families = &c.cfg.families
 	}
+	return req
+}
+
+// allocate leases the attachment's addresses with expire=true and confirms
+// them at once.
+func (c *call) allocate(args *skel.CmdArgs, owner ipamv1.Owner) (*ipamv1.Allocation, error) {
+	req := c.leaseRequest(args.ContainerID, args.IfName, owner, true)
 	r, err := c.client.AllocateLeaseWithResponse(c.ctx, c.cfg.node, &ipamv1.AllocateLeaseParams{Space: c.space()}, req)
 	if err != nil {
-		return transportError("allocate", err)
+		return nil, transportError("allocate", err)
 	}
 	alloc := r.JSON201
 	if alloc == nil {
 		alloc = r.JSON200 // a retry: the same addresses
 	}
 	if alloc == nil {
-		return problemError("allocate", r.StatusCode(), r.Body)
+		return nil, problemError("allocate", r.StatusCode(), r.Body)
 	}
 	// Confirm the leases this ADD got and no others: if they were released
 	// and the attachment leased again meanwhile, the confirm is refused.
 	conf, err := c.client.ConfirmAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName,
-		&ipamv1.ConfirmAttachmentParams{Space: c.space(), Generation: &alloc.Generation})
+		&ipamv1.ConfirmAttachmentParams{Space: c.space(), Network: c.network(), Generation: &alloc.Generation})
 	if err != nil {
-		return transportError("confirm", err)
+		return nil, transportError("confirm", err)
 	}
 	if conf.JSON200 == nil {
-		return problemError("confirm", conf.StatusCode(), conf.Body)
+		return nil, problemError("confirm", conf.StatusCode(), conf.Body)
 	}
-	result, err := c.result(alloc)
-	if err != nil {
-		return err
-	}
-	return types.PrintResult(result, c.cfg.net.CNIVersion)
+	return alloc, nil
 }
 
 // result is the CNI result of an allocation: the addresses IPv4 first, a
@@ -142,7 +183,29 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	defer cancel()
-	r, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamv1.ReleaseAttachmentParams{Space: c.space()})
+	err = c.syncReserve()
+	if err == nil {
+		err = c.release(args)
+	}
+	if err != nil {
+		if c.cfg.reserve == 0 || !reserveFallback(err) {
+			return err
+		}
+		// Recorded and replayed: the reserve makes DEL work offline.
+		return c.delOffline(args.ContainerID, args.IfName)
+	}
+	if c.served(args.ContainerID, args.IfName) != nil {
+		// Served by the reserve and not handed over yet (another call
+		// holds the file): back to the reserve, and released at the
+		// service should the handover win.
+		return c.delOffline(args.ContainerID, args.IfName)
+	}
+	c.refillReserve()
+	return nil
+}
+
+func (c *call) release(args *skel.CmdArgs) error {
+	r, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamv1.ReleaseAttachmentParams{Space: c.space(), Network: c.network()})
 	if err != nil {
 		return transportError("release", err)
 	}
@@ -162,15 +225,24 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.client.GetAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamv1.GetAttachmentParams{Space: c.space()})
+	_ = c.syncReserve() // an unreachable service fails the request below
+	if a := c.served(args.ContainerID, args.IfName); a != nil {
+		return checkAddresses(args, a.Addresses, prev, "the node's reserve")
+	}
+	r, err := c.client.GetAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamv1.GetAttachmentParams{Space: c.space(), Network: c.network()})
 	if err != nil {
 		return transportError("check", err)
 	}
 	if r.JSON200 == nil {
 		return problemError("check", r.StatusCode(), r.Body)
 	}
+	return checkAddresses(args, r.JSON200.Addresses, prev, "the service")
+}
+
+// checkAddresses compares prevResult's addresses with those holder holds.
+func checkAddresses(args *skel.CmdArgs, addrs []ipamv1.LeaseAddress, prev *current.Result, holder string) error {
 	var held, want []string
-	for _, la := range r.JSON200.Addresses {
+	for _, la := range addrs {
 		p, err := netip.ParsePrefix(la.Address)
 		if err != nil {
 			return types.NewError(ErrService, fmt.Sprintf("check: the service answered address %q", la.Address), err.Error())
@@ -189,7 +261,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	slices.Sort(want)
 	if !slices.Equal(held, want) {
 		return types.NewError(ErrCheckMismatch,
-			fmt.Sprintf("check: prevResult has %v but the service holds %v for %s/%s", want, held, args.ContainerID, args.IfName), "")
+			fmt.Sprintf("check: prevResult has %v but %s holds %v for %s/%s", want, holder, held, args.ContainerID, args.IfName), "")
 	}
 	return nil
 }
@@ -227,18 +299,37 @@ func cmdGC(args *skel.CmdArgs) error {
 	if valid == nil {
 		return nil // no list: nothing is known to be stale
 	}
-	req := ipamv1.ReconcileRequest{Attachments: []ipamv1.AttachmentRef{}}
+	// Only this network's attachments: the runtime lists them per network.
+	req := ipamv1.ReconcileRequest{Network: c.network(), Attachments: []ipamv1.AttachmentRef{}}
 	for _, a := range *valid {
 		req.Attachments = append(req.Attachments, ipamv1.AttachmentRef{ContainerID: a.ContainerID, Interface: a.IfName})
 	}
-	r, err := c.client.ReconcileNodeWithResponse(c.ctx, c.cfg.node, &ipamv1.ReconcileNodeParams{Space: c.space()}, req)
+	// The reserve's slots are this network's attachments too: hold the
+	// file from the handovers to the reconcile, so no slot is leased or
+	// handed over in between, and list every slot as valid.
+	var r *reserveFile
+	if st, err := readReserve(c.cfg.dataDir); c.cfg.reserve > 0 || err != nil || len(st.Slots) > 0 || st.pending() {
+		if r, err = lockReserve(c.cfg.dataDir, lockWait); err != nil {
+			return reserveError("gc", err)
+		}
+		defer r.close()
+		if err := c.syncLocked(r); err != nil {
+			return err
+		}
+		req.Attachments = append(req.Attachments, r.st.attachments()...)
+	}
+	resp, err := c.client.ReconcileNodeWithResponse(c.ctx, c.cfg.node, &ipamv1.ReconcileNodeParams{Space: c.space()}, req)
 	if err != nil {
 		return transportError("gc", err)
 	}
-	if r.JSON200 != nil || isNotFound(r.StatusCode(), r.Body) {
-		return nil // reconciled, or a node the service does not know holds nothing
+	if resp.JSON200 == nil && !isNotFound(resp.StatusCode(), resp.Body) {
+		return problemError("gc", resp.StatusCode(), resp.Body)
 	}
-	return problemError("gc", r.StatusCode(), r.Body)
+	// Reconciled, or a node the service does not know holds nothing.
+	if r != nil {
+		_ = c.refillLocked(r)
+	}
+	return nil
 }
 
 func cmdStatus(args *skel.CmdArgs) error {
@@ -248,6 +339,16 @@ func cmdStatus(args *skel.CmdArgs) error {
 	}
 	defer cancel()
 	r, err := c.client.GetReadyzWithResponse(c.ctx)
+	if err == nil && r.StatusCode() == http.StatusOK {
+		if c.syncReserve() == nil {
+			c.refillReserve()
+		}
+		return nil
+	}
+	// The node's reserve serves ADDs while the service is unreachable.
+	if c.reserveReady() && (err != nil && !isTLSRejection(err) || err == nil && r.StatusCode() >= 500) {
+		return nil
+	}
 	if err != nil {
 		e := transportError("status", err)
 		if e.Code == ErrTLS {

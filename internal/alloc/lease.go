@@ -13,9 +13,14 @@ type Owner struct {
 }
 
 // Attachment identifies one container interface on a node: the natural key
-// of a lease, and what makes allocation idempotent.
+// of a lease, and what makes allocation idempotent. Network is the name of
+// the CNI network configuration the interface was attached through, as the
+// CNI specification keys attachments (network, container ID, interface);
+// "" is the unnamed network of callers that name none. Attachments of
+// different networks are distinct: each holds its own leases, and a
+// reconcile of one network never touches another's.
 type Attachment struct {
-	ContainerID, Interface string
+	Network, ContainerID, Interface string
 }
 
 // LeaseState is where a lease is in its life.
@@ -58,6 +63,22 @@ type LeaseRequest struct {
 	// Sticky binds the leased addresses to a workload identity that
 	// outlives the Pod; nil for an ordinary lease.
 	Sticky *StickyRequest
+	// FromReserve hands the leases of a reserve attachment of the same
+	// network over to Attachment instead of leasing new addresses; nil
+	// for an ordinary lease.
+	FromReserve *ReserveHandover
+}
+
+// ReserveHandover names the reserve attachment whose leases an allocation
+// takes over: a CNI plugin leases a few addresses to the node in advance
+// (each slot an ordinary attachment of its network), gives one to a Pod it
+// starts while the service is unreachable, and later asks the service to
+// bind that address to the Pod. Generation is the slot's leases'
+// generation as the plugin recorded it, so a later lease of the slot is
+// never taken.
+type ReserveHandover struct {
+	ContainerID, Interface string
+	Generation             int64
 }
 
 // Selection is the request's input to Select, with the default pool's name.
@@ -71,6 +92,7 @@ func (r *LeaseRequest) Validate() error {
 	checks := []error{
 		ValidateLabelName("space", r.Space),
 		ValidateNodeName("node", r.Node),
+		ValidateNetworkName("network", r.Attachment.Network),
 		validateToken("containerID", r.Attachment.ContainerID, 256),
 		validateToken("interface", r.Attachment.Interface, 64),
 		ValidateLabelName("owner.namespace", r.Owner.Namespace),
@@ -92,12 +114,29 @@ func (r *LeaseRequest) Validate() error {
 			return err
 		}
 	}
+	if h := r.FromReserve; h != nil {
+		if r.Sticky != nil {
+			return Invalid("fromReserve", "cannot be combined with sticky")
+		}
+		if err := ValidateAttachment("fromReserve.", Attachment{Network: r.Attachment.Network, ContainerID: h.ContainerID, Interface: h.Interface}); err != nil {
+			return err
+		}
+		if err := ValidateGeneration("fromReserve.generation", h.Generation); err != nil {
+			return err
+		}
+		if h.ContainerID == r.Attachment.ContainerID && h.Interface == r.Attachment.Interface {
+			return Invalid("fromReserve", "names the attachment itself")
+		}
+	}
 	slices.Sort(r.Families) // IPv4 first: the lock order
 	return nil
 }
 
 // ValidateAttachment checks an attachment key coming from a path or a list.
 func ValidateAttachment(fieldPrefix string, a Attachment) error {
+	if err := ValidateNetworkName(fieldPrefix+"network", a.Network); err != nil {
+		return err
+	}
 	if err := validateToken(fieldPrefix+"containerID", a.ContainerID, 256); err != nil {
 		return err
 	}

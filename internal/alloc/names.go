@@ -101,3 +101,21 @@ func validateToken(field, s string, max int) error {
 	}
 	return nil
 }
+
+// ValidateNetworkName checks the name of a CNI network: empty (the unnamed
+// network), or as libcni accepts it, a letter or digit followed by letters,
+// digits, '_', '.' and '-', at most 253 characters.
+func ValidateNetworkName(field, s string) error {
+	if len(s) > 253 {
+		return Invalid(field, "longer than 253 characters")
+	}
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case i > 0 && (r == '_' || r == '.' || r == '-'):
+		default:
+			return Invalid(field, "%q is not a CNI network name (a letter or digit, then letters, digits, '_', '.', '-')", s)
+		}
+	}
+	return nil
+}

@@ -20,7 +20,7 @@ type FenceStore interface {
 	ReleaseAttachmentAt(ctx context.Context, space, node string, a alloc.Attachment, gen int64) ([]alloc.Lease, error)
 	ReleaseAddressAt(ctx context.Context, space string, addr netip.Addr, gen int64) ([]alloc.Lease, error)
 	// ReconcileUpTo is Reconcile keeping the leases above generation upTo.
-	ReconcileUpTo(ctx context.Context, space, node string, valid []alloc.Attachment, upTo int64) ([]alloc.Lease, error)
+	ReconcileUpTo(ctx context.Context, space, node, network string, valid []alloc.Attachment, upTo int64) ([]alloc.Lease, error)
 	// GenerationHighWater answers the highest generation issued so far.
 	GenerationHighWater(ctx context.Context) (int64, error)
 

@@ -144,6 +144,7 @@ func eventToAPI(e alloc.Event) ipamv1.AddressEvent {
 		Address:     optAddr(e.Address),
 		Pool:        optString(e.Pool),
 		Node:        optString(e.Node),
+		Network:     optString(e.Attachment.Network),
 		ContainerID: optString(e.Attachment.ContainerID),
 		Interface:   optString(e.Attachment.Interface),
 	}

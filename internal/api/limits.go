@@ -13,6 +13,7 @@ import (
 // value over each limit the spec declares.
 const (
 	maxContinueLen     = 1024 // continue: a page's last key, base64url
+	maxNetworkLen      = 253  // a CNI network name (query parameter)
 	maxAddressTextLen  = 64   // an address or CIDR as text (IPv6 /128: 43)
 	maxDurationTextLen = 32   // window, expiresIn
 	maxProviderIDLen   = 512

@@ -207,6 +207,7 @@ func TestRequestLimits(t *testing.T) {
 
 		"SpaceRequest.name": {"POST", "/v1/spaces", map[string]any{"name": long(64)}, "name"},
 		"PoolRequest.name":  {"POST", "/v1/pools", pool4(long(64), 24, "10.50.0.0/16"), "name"},
+		"PoolUpdate.name":   {"PUT", "/v1/pools/default", pool4(long(64), 24, "10.50.0.0/16"), "name"},
 		"Labels": {"POST", "/v1/pools", map[string]any{"name": "limits", "labels": labels(129),
 			"spec": poolWith()["spec"]}, "labels"},
 		"Labels{}": {"PUT", "/v1/nodes/n1", map[string]any{"labels": map[string]string{"k": long(64)}}, "labels[k]"},
@@ -259,6 +260,15 @@ func TestRequestLimits(t *testing.T) {
 		"ReconcileRequest.attachments": {"POST", "/v1/nodes/n1/reconcile", map[string]any{"attachments": many(4097, func(i int) any {
 			return attach(fmt.Sprintf("c%d", i), "eth0")
 		})}, "attachments"},
+		"ReconcileRequest.network": {"POST", "/v1/nodes/n1/reconcile", map[string]any{"network": long(254), "attachments": []any{}}, "network"},
+		"LeaseRequest.network":     {"POST", "/v1/nodes/n1/leases", leaseWith("network", long(254)), "network"},
+		"query:network":            {"GET", "/v1/nodes/n1/attachments/c1/eth0?network=" + long(254), nil, "network"},
+		"ReserveHandover.containerID": {"POST", "/v1/nodes/n1/leases", leaseWith("fromReserve", map[string]any{"containerID": long(257), "interface": "r", "generation": 1}),
+			"fromReserve.containerID"},
+		"ReserveHandover.interface": {"POST", "/v1/nodes/n1/leases", leaseWith("fromReserve", map[string]any{"containerID": "r", "interface": long(65), "generation": 1}),
+			"fromReserve.interface"},
+		"ReserveHandover.generation": {"POST", "/v1/nodes/n1/leases", leaseWith("fromReserve", map[string]any{"containerID": "r", "interface": "r", "generation": 0}),
+			"fromReserve.generation"},
 		"ReconcileRequest.generation": {"POST", "/v1/nodes/n1/reconcile", map[string]any{"generation": -1, "attachments": []any{}}, "generation"},
 		"StickyRequest.identity":      {"POST", "/v1/nodes/n1/leases", leaseWith("sticky", map[string]any{"identity": long(254)}), "sticky.identity"},
 		"StickyRequest.retention":     {"POST", "/v1/nodes/n1/leases", leaseWith("sticky", map[string]any{"identity": "web-0", "retention": long(33)}), "sticky.retention"},

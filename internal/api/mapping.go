@@ -57,8 +57,11 @@ func parsePage(limit *int, cont *string) (alloc.Page, error) {
 }
 
 // parseAttachment checks an attachment key taken from the path.
-func parseAttachment(containerID, iface string) (alloc.Attachment, error) {
-	a := alloc.Attachment{ContainerID: containerID, Interface: iface}
+func parseAttachment(network, containerID, iface string) (alloc.Attachment, error) {
+	if err := checkLen("network", network, maxNetworkLen); err != nil {
+		return alloc.Attachment{}, err
+	}
+	a := alloc.Attachment{Network: network, ContainerID: containerID, Interface: iface}
 	return a, alloc.ValidateAttachment("", a)
 }
 
@@ -540,8 +543,11 @@ func leaseRequestFromAPI(space, node string, b ipamv1.LeaseRequest) (alloc.Lease
 		Space:      space,
 		Node:       node,
 		Owner:      ownerFromAPI(b.Owner),
-		Attachment: alloc.Attachment{ContainerID: b.ContainerID, Interface: b.Interface},
+		Attachment: alloc.Attachment{Network: deref(b.Network, ""), ContainerID: b.ContainerID, Interface: b.Interface},
 		Expire:     deref(b.Expire, true),
+	}
+	if h := b.FromReserve; h != nil {
+		r.FromReserve = &alloc.ReserveHandover{ContainerID: h.ContainerID, Interface: h.Interface, Generation: h.Generation}
 	}
 	if b.Pool != nil {
 		if *b.Pool == "" {
@@ -619,6 +625,7 @@ func ownerToAPI(o alloc.Owner) ipamv1.Owner {
 func allocationToAPI(a alloc.Allocation) ipamv1.Allocation {
 	out := ipamv1.Allocation{
 		Node:        a.Node,
+		Network:     optString(a.Attachment.Network),
 		ContainerID: a.Attachment.ContainerID,
 		Interface:   a.Attachment.Interface,
 		Owner:       ownerToAPI(a.Owner),
@@ -654,6 +661,7 @@ func leaseToAPI(l alloc.Lease) ipamv1.Lease {
 		Pool:           l.Pool,
 		Block:          l.Block.String(),
 		Gateway:        optAddr(l.Gateway),
+		Network:        optString(l.Attachment.Network),
 		ContainerID:    l.Attachment.ContainerID,
 		Interface:      l.Attachment.Interface,
 		Owner:          ownerToAPI(l.Owner),
@@ -729,9 +737,13 @@ func attachmentsFromAPI(b ipamv1.ReconcileRequest) ([]alloc.Attachment, error) {
 	if err := checkCount("attachments", len(b.Attachments), maxAttachments); err != nil {
 		return nil, err
 	}
+	network := deref(b.Network, "")
+	if err := checkLen("network", network, maxNetworkLen); err != nil {
+		return nil, err
+	}
 	out := make([]alloc.Attachment, len(b.Attachments))
 	for i, a := range b.Attachments {
-		out[i] = alloc.Attachment{ContainerID: a.ContainerID, Interface: a.Interface}
+		out[i] = alloc.Attachment{Network: network, ContainerID: a.ContainerID, Interface: a.Interface}
 		if err := alloc.ValidateAttachment(fmt.Sprintf("attachments[%d].", i), out[i]); err != nil {
 			return nil, err
 		}

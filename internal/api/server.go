@@ -417,7 +417,7 @@ func (s *Server) allocate(ctx context.Context, req ipamv1.AllocateLeaseRequestOb
 }
 
 func (s *Server) GetAttachment(ctx context.Context, req ipamv1.GetAttachmentRequestObject) (ipamv1.GetAttachmentResponseObject, error) {
-	space, node, a, err := parseAttachmentPath(req.Params.Space, req.Node, req.ContainerID, req.Interface)
+	space, node, a, err := parseAttachmentPath(req.Params.Space, req.Params.Network, req.Node, req.ContainerID, req.Interface)
 	if err != nil {
 		return nil, err
 	}
@@ -429,7 +429,7 @@ func (s *Server) GetAttachment(ctx context.Context, req ipamv1.GetAttachmentRequ
 }
 
 func (s *Server) ConfirmAttachment(ctx context.Context, req ipamv1.ConfirmAttachmentRequestObject) (ipamv1.ConfirmAttachmentResponseObject, error) {
-	space, node, a, err := parseAttachmentPath(req.Params.Space, req.Node, req.ContainerID, req.Interface)
+	space, node, a, err := parseAttachmentPath(req.Params.Space, req.Params.Network, req.Node, req.ContainerID, req.Interface)
 	if err != nil {
 		return nil, err
 	}
@@ -448,7 +448,7 @@ func (s *Server) ConfirmAttachment(ctx context.Context, req ipamv1.ConfirmAttach
 // ReleaseAttachment answers 204 whether or not anything was held, and counts
 // the leases it released.
 func (s *Server) ReleaseAttachment(ctx context.Context, req ipamv1.ReleaseAttachmentRequestObject) (ipamv1.ReleaseAttachmentResponseObject, error) {
-	space, node, a, err := parseAttachmentPath(req.Params.Space, req.Node, req.ContainerID, req.Interface)
+	space, node, a, err := parseAttachmentPath(req.Params.Space, req.Params.Network, req.Node, req.ContainerID, req.Interface)
 	if err != nil {
 		return nil, err
 	}
@@ -484,9 +484,9 @@ func (s *Server) ReconcileNode(ctx context.Context, req ipamv1.ReconcileNodeRequ
 		if err := alloc.ValidateGeneration("generation", *g); err != nil { // 0 would mean "no watermark" to the store
 			return nil, err
 		}
-		released, err = s.store.ReconcileUpTo(ctx, space, req.Node, valid, *g)
+		released, err = s.store.ReconcileUpTo(ctx, space, req.Node, deref(req.Body.Network, ""), valid, *g)
 	} else {
-		released, err = s.store.Reconcile(ctx, space, req.Node, valid)
+		released, err = s.store.Reconcile(ctx, space, req.Node, deref(req.Body.Network, ""), valid)
 	}
 	if err != nil {
 		return nil, err
@@ -564,14 +564,15 @@ func (s *Server) GetSizing(_ context.Context, req ipamv1.GetSizingRequestObject)
 
 // parseAttachmentPath checks the space, node and attachment of the
 // /v1/nodes/{node}/attachments/{containerID}/{interface} routes.
-func parseAttachmentPath(spaceParam *string, node, containerID, iface string) (space string, _ string, a alloc.Attachment, err error) {
+// The network comes from the query (absent: the unnamed network).
+func parseAttachmentPath(spaceParam, network *string, node, containerID, iface string) (space string, _ string, a alloc.Attachment, err error) {
 	if space, err = parseSpace(spaceParam); err != nil {
 		return "", "", alloc.Attachment{}, err
 	}
 	if err = alloc.ValidateNodeName("node", node); err != nil {
 		return "", "", alloc.Attachment{}, err
 	}
-	if a, err = parseAttachment(containerID, iface); err != nil {
+	if a, err = parseAttachment(deref(network, ""), containerID, iface); err != nil {
 		return "", "", alloc.Attachment{}, err
 	}
 	return space, node, a, nil

@@ -829,3 +829,68 @@ func TestDatabaseUnreachableIsUnavailable(t *testing.T) {
 		t.Errorf("the outage was not logged:\n%s", logs)
 	}
 }
+
+// A reconcile names its CNI network and releases only that network's
+// leases; a request without one is the unnamed network. The attachment
+// routes take the network as a query parameter, and a reserve lease is
+// handed over to a Pod through fromReserve.
+func TestReconcileByNetwork(t *testing.T) {
+	e := newEnv(t, nil)
+	e.mustDo(201, "POST", "/v1/pools", pool4("default", 24, "10.0.0.0/16"), nil)
+	onNet := func(c, network string) map[string]any {
+		b := lease(c, "eth0", c)
+		if network != "" {
+			b["network"] = network
+		}
+		return b
+	}
+	var lab, cmp, plain ipamv1.Allocation
+	e.mustDo(201, "POST", "/v1/nodes/n1/leases", onNet("lab1", "labnet"), &lab)
+	e.mustDo(201, "POST", "/v1/nodes/n1/leases", onNet("cmp1", "cmp"), &cmp)
+	e.mustDo(201, "POST", "/v1/nodes/n1/leases", onNet("plain", ""), &plain)
+	if lab.Network == nil || *lab.Network != "labnet" || plain.Network != nil {
+		t.Fatalf("networks in the answers: %s %s", dump(lab), dump(plain))
+	}
+
+	var res ipamv1.ReconcileResult
+	e.mustDo(200, "POST", "/v1/nodes/n1/reconcile", map[string]any{"network": "cmp", "attachments": []string{}}, &res)
+	if len(res.Released) != 1 || res.Released[0].ContainerID != "cmp1" || res.Released[0].Network == nil || *res.Released[0].Network != "cmp" {
+		t.Fatalf("GC of cmp released %s", dump(res))
+	}
+	e.mustDo(200, "GET", "/v1/nodes/n1/attachments/lab1/eth0?network=labnet", nil, nil)
+	if r := e.do("GET", "/v1/nodes/n1/attachments/lab1/eth0", nil); r.status != 404 {
+		t.Fatalf("labnet's attachment in the unnamed network: %d %s", r.status, r.body)
+	}
+	// Without a network: the unnamed network only.
+	e.mustDo(200, "POST", "/v1/nodes/n1/reconcile", map[string]any{"attachments": []string{}}, &res)
+	if len(res.Released) != 1 || res.Released[0].ContainerID != "plain" {
+		t.Fatalf("reconcile without a network released %s", dump(res))
+	}
+	e.mustDo(204, "DELETE", "/v1/nodes/n1/attachments/lab1/eth0", nil, nil) // the unnamed network's: nothing
+	e.mustDo(200, "GET", "/v1/nodes/n1/attachments/lab1/eth0?network=labnet", nil, nil)
+	if r := e.do("POST", "/v1/nodes/n1/reconcile", map[string]any{"network": "bad net", "attachments": []string{}}); r.status != 400 || !strings.Contains(string(r.body), "network") {
+		t.Fatalf("bad network: %d %s", r.status, r.body)
+	}
+
+	// The handover.
+	slot := onNet("reserve-0", "labnet")
+	slot["interface"], slot["expire"] = "reserve", false
+	var s0 ipamv1.Allocation
+	e.mustDo(201, "POST", "/v1/nodes/n1/leases", slot, &s0)
+	pod := onNet("pod1", "labnet")
+	pod["expire"] = false
+	pod["fromReserve"] = map[string]any{"containerID": "reserve-0", "interface": "reserve", "generation": s0.Generation}
+	var got ipamv1.Allocation
+	e.mustDo(201, "POST", "/v1/nodes/n1/leases", pod, &got)
+	if got.Addresses[0].Address != s0.Addresses[0].Address || got.Owner.Name != "pod1" || got.State != ipamv1.Active {
+		t.Fatalf("handed over %s, want %s", dump(got), s0.Addresses[0].Address)
+	}
+	e.mustDo(200, "POST", "/v1/nodes/n1/leases", pod, &got)
+	if r := e.do("GET", "/v1/nodes/n1/attachments/reserve-0/reserve?network=labnet", nil); r.status != 404 {
+		t.Fatalf("the slot after the handover: %d %s", r.status, r.body)
+	}
+	pod["fromReserve"] = map[string]any{"containerID": "reserve-0", "interface": "reserve", "generation": 0}
+	if r := e.do("POST", "/v1/nodes/n1/leases", pod); r.status != 400 || !strings.Contains(string(r.body), "fromReserve.generation") {
+		t.Fatalf("generation 0: %d %s", r.status, r.body)
+	}
+}

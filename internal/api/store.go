@@ -81,9 +81,10 @@ type Store interface {
 	// GetAddress answers the pending, active or cooling lease of addr.
 	GetAddress(ctx context.Context, space string, addr netip.Addr) (alloc.Lease, error)
 	ListLeases(ctx context.Context, f alloc.LeaseFilter, page alloc.Page) (items []alloc.Lease, next string, err error)
-	// Reconcile releases every pending or active lease of the node whose
-	// attachment is not in valid, and returns them.
-	Reconcile(ctx context.Context, space, node string, valid []alloc.Attachment) ([]alloc.Lease, error)
+	// Reconcile releases every pending or active lease of the node's
+	// network whose attachment is not in valid (all of that network), and
+	// returns them; other networks' leases are kept.
+	Reconcile(ctx context.Context, space, node, network string, valid []alloc.Attachment) ([]alloc.Lease, error)
 
 	FenceStore
 	// History pages through the events of one address, owner or node,

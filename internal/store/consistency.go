@@ -59,15 +59,15 @@ var consistencyChecks = []consistencyCheck{
 		FROM d JOIN leases l ON l.space = d.space AND l.addr = d.addr
 		GROUP BY d.space, d.addr ORDER BY d.space, d.addr`},
 	{"duplicate attachments", `WITH d AS (
-			SELECT node_id, container_id, interface, family FROM leases WHERE state <> 'released'
-			GROUP BY node_id, container_id, interface, family HAVING count(*) > 1 ORDER BY node_id, container_id LIMIT $1
+			SELECT node_id, network, container_id, interface, family FROM leases WHERE state <> 'released'
+			GROUP BY node_id, network, container_id, interface, family HAVING count(*) > 1 ORDER BY node_id, container_id LIMIT $1
 		)
-		SELECT 'duplicate-attachment', min(l.space), format('attachment %s/%s of node id %s holds %s IPv%s leases',
-			d.container_id, d.interface, d.node_id, count(*), d.family),
+		SELECT 'duplicate-attachment', min(l.space), format('attachment %s%s/%s of node id %s holds %s IPv%s leases',
+			CASE WHEN d.network = '' THEN '' ELSE d.network || ':' END, d.container_id, d.interface, d.node_id, count(*), d.family),
 			array_agg(format('lease %s', host(l.addr)) ORDER BY l.addr)
-		FROM d JOIN leases l ON l.node_id = d.node_id AND l.container_id = d.container_id AND l.interface = d.interface
-			AND l.family = d.family AND l.state <> 'released'
-		GROUP BY d.node_id, d.container_id, d.interface, d.family ORDER BY d.node_id, d.container_id`},
+		FROM d JOIN leases l ON l.node_id = d.node_id AND l.network = d.network AND l.container_id = d.container_id
+			AND l.interface = d.interface AND l.family = d.family AND l.state <> 'released'
+		GROUP BY d.node_id, d.network, d.container_id, d.interface, d.family ORDER BY d.node_id, d.container_id`},
 	{"block overlaps", overlapSQL("blocks", "block-overlap", "block", `', node id ' || %s.node_id`)},
 	{"pool CIDR overlaps", overlapSQL("pool_cidrs", "pool-cidr-overlap", "pool CIDR", `', pool id ' || %s.pool_id`)},
 	{"blocks outside their pool CIDR", `SELECT 'block-outside-pool', b.space,

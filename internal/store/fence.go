@@ -62,7 +62,8 @@ func (s *Store) ReleaseAttachmentAt(ctx context.Context, space, node string, a a
 	}
 	for range fenceAttempts {
 		released, err := s.released(ctx, reasonReleaseAttachment, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
-			AND l.container_id = $5 AND l.interface = $6 AND l.generation = $7`, space, node, a.ContainerID, a.Interface, gen)
+			AND l.network = $8 AND l.container_id = $5 AND l.interface = $6 AND l.generation = $7`,
+			space, node, a.ContainerID, a.Interface, gen, a.Network)
 		if err != nil || len(released) > 0 {
 			return released, err
 		}
@@ -87,8 +88,8 @@ func (s *Store) ConfirmAt(ctx context.Context, space, node string, a alloc.Attac
 	for range fenceAttempts {
 		if _, err := s.db.Exec(ctx, `UPDATE leases SET state = 'active', expires_at = NULL, confirmed_at = $5
 			WHERE node_id = (SELECT id FROM nodes WHERE space = $1 AND name = $2)
-			  AND container_id = $3 AND interface = $4 AND state = 'pending' AND generation = $6 AND `+historyContextSQL(7, 8, 5),
-			space, node, a.ContainerID, a.Interface, s.now(), gen, historyActor(ctx), ""); err != nil {
+			  AND network = $9 AND container_id = $3 AND interface = $4 AND state = 'pending' AND generation = $6 AND `+historyContextSQL(7, 8, 5),
+			space, node, a.ContainerID, a.Interface, s.now(), gen, historyActor(ctx), "", a.Network); err != nil {
 			return alloc.Allocation{}, err
 		}
 		got, err := s.GetAttachment(ctx, space, node, a)
@@ -122,7 +123,8 @@ type heldGeneration struct {
 func heldGenerations(ctx context.Context, q querier, space, node string, a alloc.Attachment) ([]heldGeneration, error) {
 	rows, err := q.Query(ctx, `SELECT generation, state FROM leases
 		WHERE node_id = (SELECT id FROM nodes WHERE space = $1 AND name = $2)
-		  AND container_id = $3 AND interface = $4 AND state <> 'released' ORDER BY family`, space, node, a.ContainerID, a.Interface)
+		  AND network = $5 AND container_id = $3 AND interface = $4 AND state <> 'released' ORDER BY family`,
+		space, node, a.ContainerID, a.Interface, a.Network)
 	if err != nil {
 		return nil, err
 	}

@@ -75,7 +75,7 @@ func historyContextSQL(actor, reason, at int) string {
 }
 
 const eventColumns = `id, at, kind, space, family, address, block, pool, node, state,
-	owner_namespace, owner_name, owner_uid, container_id, interface, actor, reason, generation`
+	owner_namespace, owner_name, owner_uid, network, container_id, interface, actor, reason, generation`
 
 func scanEvent(r pgx.Row) (alloc.Event, error) {
 	var (
@@ -85,11 +85,11 @@ func scanEvent(r pgx.Row) (alloc.Event, error) {
 		addr                             *netip.Addr
 		block                            *netip.Prefix
 		pool, node, state, ns, name, uid *string
-		container, iface                 *string
+		network, container, iface        *string
 		generation                       *int64
 	)
 	err := r.Scan(&e.ID, &e.At, &kind, &e.Space, &fam, &addr, &block, &pool, &node, &state,
-		&ns, &name, &uid, &container, &iface, &e.Actor, &e.Reason, &generation)
+		&ns, &name, &uid, &network, &container, &iface, &e.Actor, &e.Reason, &generation)
 	if err != nil {
 		return e, err
 	}
@@ -111,7 +111,7 @@ func scanEvent(r pgx.Row) (alloc.Event, error) {
 		src *string
 		dst *string
 	}{{pool, &e.Pool}, {node, &e.Node}, {state, &e.State}, {ns, &e.Owner.Namespace}, {name, &e.Owner.Name},
-		{uid, &e.Owner.UID}, {container, &e.Attachment.ContainerID}, {iface, &e.Attachment.Interface}} {
+		{uid, &e.Owner.UID}, {network, &e.Attachment.Network}, {container, &e.Attachment.ContainerID}, {iface, &e.Attachment.Interface}} {
 		if x.src != nil {
 			*x.dst = *x.src
 		}

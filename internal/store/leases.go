@@ -151,13 +151,14 @@ func (s *Store) lookupForAllocate(ctx context.Context, tx querier, r alloc.Lease
 	var lk allocLookup
 	var nid *int64
 	err := tx.QueryRow(ctx, `SELECT n.id,
-			EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.id AND l.container_id = $3 AND l.interface = $4 AND l.state <> 'released'),
+			EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.id AND l.network = $6 AND l.container_id = $3 AND l.interface = $4
+			   AND l.state <> 'released'),
 			(SELECT coalesce(json_agg(`+allocPoolJSONSQL+`), '[]') FROM pools p WHERE p.space = $1
 			   AND (p.name = ANY ($5) OR p.pod_selector IS NOT NULL OR p.namespace_selector IS NOT NULL)),
 			nextval('lease_generations')
 		FROM (VALUES (1)) v
 		LEFT JOIN nodes n ON n.space = $1 AND n.name = $2`,
-		r.Space, r.Node, r.Attachment.ContainerID, r.Attachment.Interface, sel.Named()).
+		r.Space, r.Node, r.Attachment.ContainerID, r.Attachment.Interface, sel.Named(), r.Attachment.Network).
 		Scan(&nid, &lk.held, &lk.pools, &lk.generation)
 	if err != nil {
 		return lk, err
@@ -173,7 +174,7 @@ func (s *Store) lookupForAllocate(ctx context.Context, tx querier, r alloc.Lease
 
 // leaseColumns read a lease with the names the API shows. $1 is "now", to
 // tell cooling rows from rows whose cooldown has ended.
-const leaseColumns = `l.space, n.name, p.name, l.family, l.addr, l.block_cidr, b.router, l.container_id, l.interface,
+const leaseColumns = `l.space, n.name, p.name, l.family, l.addr, l.block_cidr, b.router, l.network, l.container_id, l.interface,
 	l.owner_namespace, l.owner_name, l.owner_uid, l.state, l.created_at, l.expires_at, l.confirmed_at,
 	l.released_at, l.cooldown_until, p.skip_masquerade, l.selected_by, l.generation, l.sticky_identity, l.sticky_retention`
 
@@ -189,7 +190,7 @@ func scanLease(r pgx.Row) (alloc.Lease, error) {
 		identity                           *string
 		retention                          pgtype.Interval
 	)
-	err := r.Scan(&l.Space, &l.Node, &l.Pool, &fam, &l.Addr, &l.Block, &gw, &l.Attachment.ContainerID, &l.Attachment.Interface,
+	err := r.Scan(&l.Space, &l.Node, &l.Pool, &fam, &l.Addr, &l.Block, &gw, &l.Attachment.Network, &l.Attachment.ContainerID, &l.Attachment.Interface,
 		&l.Owner.Namespace, &l.Owner.Name, &l.Owner.UID, &state, &l.CreatedAt, &expires, &confirmed, &released, &cool, &l.SkipMasquerade, &l.SelectedBy,
 		&l.Generation, &identity, &retention)
 	if err != nil {
@@ -228,8 +229,8 @@ func collectLeases(rows pgx.Rows, err error) ([]alloc.Lease, error) {
 // attachmentLeases reads the pending and active leases of an attachment.
 func attachmentLeases(ctx context.Context, q querier, nodeID int64, a alloc.Attachment) ([]alloc.Lease, error) {
 	return collectLeases(q.Query(ctx, `SELECT `+leaseColumns+` FROM leases l`+leaseJoins+`
-		WHERE l.node_id = $1 AND l.container_id = $2 AND l.interface = $3 AND l.state <> 'released'
-		ORDER BY l.family`, nodeID, a.ContainerID, a.Interface))
+		WHERE l.node_id = $1 AND l.network = $4 AND l.container_id = $2 AND l.interface = $3 AND l.state <> 'released'
+		ORDER BY l.family`, nodeID, a.ContainerID, a.Interface, a.Network))
 }
 
 func allocationOf(node string, a alloc.Attachment, leases []alloc.Lease, created bool) alloc.Allocation {
@@ -253,10 +254,14 @@ func allocationOf(node string, a alloc.Attachment, leases []alloc.Lease, created
 // leases (Created=false) when the owner, the families and any pool the
 // request names match, and a KindLeaseConflict error otherwise; the rules
 // that read annotations and selectors are not evaluated again (Cilium
-// evaluates them once, at allocation).
+// evaluates them once, at allocation). A request with FromReserve takes
+// over a reserve attachment's leases instead (see handOver).
 func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Allocation, error) {
 	if err := r.Validate(); err != nil {
 		return alloc.Allocation{}, err
+	}
+	if r.FromReserve != nil {
+		return s.handOver(ctx, r)
 	}
 	out, err := s.allocateOnce(ctx, r, false)
 	var nb *needBlock
@@ -438,7 +443,7 @@ func (s *Store) leaseOne(ctx context.Context, tx querier, nodeID int64, p allocP
 }
 
 // newLease is the lease of family c.Family that r asks for, before it has
-// an address, and the parameters $1-$14 of the lease statements.
+// an address, and the parameters $1-$15 of the lease statements.
 func (s *Store) newLease(nodeID int64, p allocPool, c alloc.Choice, r alloc.LeaseRequest, now time.Time, gen int64) (alloc.Lease, []any) {
 	lease := alloc.Lease{Space: r.Space, Node: r.Node, Pool: p.name, Family: c.Family, Attachment: r.Attachment,
 		Owner: r.Owner, State: alloc.StateActive, CreatedAt: now, SkipMasquerade: p.skipMasquerade, SelectedBy: c.By, Generation: gen}
@@ -448,7 +453,7 @@ func (s *Store) newLease(nodeID int64, p allocPool, c alloc.Choice, r alloc.Leas
 		lease.State, lease.ExpiresAt, expires = alloc.StatePending, e, &e
 	}
 	return lease, []any{nodeID, p.id, int16(c.Family), r.Space, string(lease.State), r.Attachment.ContainerID, r.Attachment.Interface,
-		r.Owner.Namespace, r.Owner.Name, r.Owner.UID, now, expires, string(c.By), gen}
+		r.Owner.Namespace, r.Owner.Name, r.Owner.UID, now, expires, string(c.By), gen, r.Attachment.Network}
 }
 
 // leaseNew leases lease (made by newLease, with its args) a fresh or cooled
@@ -597,7 +602,7 @@ func scanLeasing(l *alloc.Lease, row pgx.Row) (ok bool, block int64, err error) 
 	return true, block, nil
 }
 
-// leaseFreshSQL leases, in one statement, the first address of block $15,
+// leaseFreshSQL leases, in one statement, the first address of block $16,
 // which this transaction holds (carved, or locked by an earlier statement),
 // from its round-robin cursor onwards that has no lease row (held or
 // cooling) and is not node-local; it inserts the lease and advances the
@@ -610,16 +615,16 @@ func scanLeasing(l *alloc.Lease, row pgx.Row) (ok bool, block int64, err error) 
 //
 // Parameters: $1 node, $2 pool, $3 family, $4 space, $5 state, $6 container,
 // $7 interface, $8-$10 owner, $11 now, $12 expires (NULL when active),
-// $13 the selection rule, $14 the generation, $15 block.
+// $13 the selection rule, $14 the generation, $15 the network, $16 block.
 const leaseFreshSQL = `WITH b AS (
-		SELECT ` + leaseBlockColumns + ` FROM blocks WHERE id = $15
+		SELECT ` + leaseBlockColumns + ` FROM blocks WHERE id = $16
 	)` + leaseFromBlockSQL
 
 // leaseSkippingSQL is leaseFreshSQL from the oldest block of node $1, pool
 // $2 and family $3 whose lease rows leave room and that no other
 // transaction holds, which it locks: concurrent allocations of a busy node
 // spread over its blocks with room. No row: no such block. Parameters
-// $1-$14 as leaseFreshSQL, and so is its answer.
+// $1-$15 as leaseFreshSQL, and so is its answer.
 //
 // The lock serializes allocations within one block only. It is taken by the
 // statement that leases, so it is held for that statement and the commit
@@ -685,8 +690,8 @@ const leaseFromBlockSQL = `, cand AS (
 		) c
 	), ins AS (
 		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
-			owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by, generation)
-		SELECT $4, base + o, id, cidr, $1, $2, $3, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 FROM cand
+			owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by, generation, network)
+		SELECT $4, base + o, id, cidr, $1, $2, $3, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15 FROM cand
 		ON CONFLICT (space, addr) DO NOTHING
 		RETURNING addr
 	), upd AS (
@@ -700,7 +705,7 @@ const leaseFromBlockSQL = `, cand AS (
 // (pool $2, family $3) whose cooldown ended longest ago. SKIP LOCKED lets
 // concurrent requests take different rows. Parameters as leaseFreshSQL. A
 // binding whose retention ended goes with the row's old lease.
-const leaseCooledSQL = `UPDATE leases l SET state = $5, container_id = $6, interface = $7,
+const leaseCooledSQL = `UPDATE leases l SET state = $5, network = $15, container_id = $6, interface = $7,
 		owner_namespace = $8, owner_name = $9, owner_uid = $10, created_at = $11, expires_at = $12, selected_by = $13,
 		generation = $14, sticky_identity = NULL, sticky_retention = NULL,
 		confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
@@ -745,8 +750,8 @@ func (s *Store) Confirm(ctx context.Context, space, node string, a alloc.Attachm
 	// answered 500, in internal/faulttest.
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE leases SET state = 'active', expires_at = NULL, confirmed_at = $4
-			WHERE node_id = $1 AND container_id = $2 AND interface = $3 AND state = 'pending'`,
-			nodeID, a.ContainerID, a.Interface, s.now())
+			WHERE node_id = $1 AND network = $5 AND container_id = $2 AND interface = $3 AND state = 'pending'`,
+			nodeID, a.ContainerID, a.Interface, s.now(), a.Network)
 		return err
 	})
 	if err != nil {
@@ -778,7 +783,7 @@ func (s *Store) released(ctx context.Context, reason, where string, args ...any)
 // an error.
 func (s *Store) ReleaseAttachment(ctx context.Context, space, node string, a alloc.Attachment) ([]alloc.Lease, error) {
 	return s.released(ctx, reasonReleaseAttachment, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
-		AND l.container_id = $5 AND l.interface = $6`, space, node, a.ContainerID, a.Interface)
+		AND l.network = $7 AND l.container_id = $5 AND l.interface = $6`, space, node, a.ContainerID, a.Interface, a.Network)
 }
 
 // ReleaseAddress releases the lease holding addr; nothing held is not an error.
@@ -786,11 +791,14 @@ func (s *Store) ReleaseAddress(ctx context.Context, space string, addr netip.Add
 	return s.released(ctx, reasonReleaseAddress, `l.space = $3 AND l.addr = $4`, space, addr)
 }
 
-// Reconcile releases every pending or active lease of the node that no valid
-// attachment holds and that was made before this call (so an ADD racing with
-// the runtime's GC keeps its address).
-func (s *Store) Reconcile(ctx context.Context, space, node string, valid []alloc.Attachment) ([]alloc.Lease, error) {
-	return s.ReconcileUpTo(ctx, space, node, valid, 0)
+// Reconcile releases every pending or active lease of the node's
+// attachments of network that no valid attachment holds and that was made
+// before this call (so an ADD racing with the runtime's GC keeps its
+// address). Leases of other networks are kept: a runtime lists the valid
+// attachments of one network at a time, as host-local keeps a store per
+// network. The valid attachments' Network must be network.
+func (s *Store) Reconcile(ctx context.Context, space, node, network string, valid []alloc.Attachment) ([]alloc.Lease, error) {
+	return s.ReconcileUpTo(ctx, space, node, network, valid, 0)
 }
 
 // ReconcileUpTo is Reconcile for a valid list that accounts for the leases
@@ -800,15 +808,21 @@ func (s *Store) Reconcile(ctx context.Context, space, node string, valid []alloc
 // leases younger than the ReconcileMinAge option (which also covers a
 // transaction that took its number before upTo was read and committed
 // after).
-func (s *Store) ReconcileUpTo(ctx context.Context, space, node string, valid []alloc.Attachment, upTo int64) ([]alloc.Lease, error) {
+func (s *Store) ReconcileUpTo(ctx context.Context, space, node, network string, valid []alloc.Attachment, upTo int64) ([]alloc.Lease, error) {
 	if upTo != 0 {
 		if err := alloc.ValidateGeneration("generation", upTo); err != nil {
 			return nil, err
 		}
 	}
+	if err := alloc.ValidateNetworkName("network", network); err != nil {
+		return nil, err
+	}
 	for i, a := range valid {
 		if err := alloc.ValidateAttachment(fmt.Sprintf("attachments[%d].", i), a); err != nil {
 			return nil, err
+		}
+		if a.Network != network {
+			return nil, alloc.Invalid(fmt.Sprintf("attachments[%d].network", i), "%q is not the reconciled network %q", a.Network, network)
 		}
 	}
 	if ok, err := s.spaceExists(ctx, s.db, space); err != nil {
@@ -821,9 +835,9 @@ func (s *Store) ReconcileUpTo(ctx context.Context, space, node string, valid []a
 		ids[i], ifaces[i] = a.ContainerID, a.Interface
 	}
 	return s.released(ctx, reasonReconcile, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
-		AND l.created_at <= $7 AND ($8 = 0 OR l.generation <= $8)
+		AND l.network = $9 AND l.created_at <= $7 AND ($8 = 0 OR l.generation <= $8)
 		AND (l.container_id, l.interface) NOT IN (SELECT * FROM unnest($5::text[], $6::text[]))`,
-		space, node, ids, ifaces, s.now().Add(-s.opts.ReconcileMinAge), upTo)
+		space, node, ids, ifaces, s.now().Add(-s.opts.ReconcileMinAge), upTo, network)
 }
 
 // GetAddress answers the lease holding addr: pending, active or cooling.

@@ -54,11 +54,11 @@ func intervalDuration(i pgtype.Interval) time.Duration {
 // identity take turns: the second sees what the first did.
 func boundAddress(ctx context.Context, tx querier, space, identity string, f alloc.Family) (*alloc.BoundAddress, error) {
 	var b alloc.BoundAddress
-	err := tx.QueryRow(ctx, `SELECT l.addr, l.block_cidr, n.name, p.name, l.state <> 'released', l.container_id, l.interface, l.generation
+	err := tx.QueryRow(ctx, `SELECT l.addr, l.block_cidr, n.name, p.name, l.state <> 'released', l.network, l.container_id, l.interface, l.generation
 		FROM leases l JOIN nodes n ON n.id = l.node_id JOIN pools p ON p.id = l.pool_id
 		WHERE l.space = $1 AND l.sticky_identity = $2 AND l.family = $3
 		FOR UPDATE OF l`, space, identity, int16(f)).
-		Scan(&b.Addr, &b.Block, &b.Node, &b.Pool, &b.Held, &b.Attachment.ContainerID, &b.Attachment.Interface, &b.Generation)
+		Scan(&b.Addr, &b.Block, &b.Node, &b.Pool, &b.Held, &b.Attachment.Network, &b.Attachment.ContainerID, &b.Attachment.Interface, &b.Generation)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -68,15 +68,15 @@ func boundAddress(ctx context.Context, tx querier, space, identity string, f all
 	return &b, nil
 }
 
-// leaseBoundSQL leases the released address $15 bound to identity $16
-// again, in place, to the request of leaseFreshSQL's parameters $1-$14,
-// with retention $17. The row keeps its block (counted in allocated) and
+// leaseBoundSQL leases the released address $16 bound to identity $17
+// again, in place, to the request of leaseFreshSQL's parameters $1-$15,
+// with retention $18. The row keeps its block (counted in allocated) and
 // its binding.
-const leaseBoundSQL = `UPDATE leases l SET state = $5, container_id = $6, interface = $7,
+const leaseBoundSQL = `UPDATE leases l SET state = $5, network = $15, container_id = $6, interface = $7,
 		owner_namespace = $8, owner_name = $9, owner_uid = $10, created_at = $11, expires_at = $12, selected_by = $13,
-		generation = $14, sticky_retention = $17, confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
+		generation = $14, sticky_retention = $18, confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
 	FROM blocks b
-	WHERE b.id = l.block_id AND l.space = $4 AND l.addr = $15 AND l.sticky_identity = $16 AND l.state = 'released'
+	WHERE b.id = l.block_id AND l.space = $4 AND l.addr = $16 AND l.sticky_identity = $17 AND l.state = 'released'
 	  AND l.node_id = $1 AND l.pool_id = $2 AND l.family = $3
 	RETURNING l.addr, l.block_cidr, b.router, l.block_id`
 

@@ -444,7 +444,7 @@ func TestReconcile(t *testing.T) {
 	keepOther.Attachment.Interface = "net1" // same container, other interface: not valid
 	f.allocate(keepOther)
 
-	released, err := f.s.Reconcile(f.ctx, alloc.DefaultSpace, "node-a", []alloc.Attachment{{ContainerID: "keep", Interface: "eth0"}})
+	released, err := f.s.Reconcile(f.ctx, alloc.DefaultSpace, "node-a", "", []alloc.Attachment{{ContainerID: "keep", Interface: "eth0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,14 +465,14 @@ func TestReconcile(t *testing.T) {
 		t.Fatalf("valid attachment released: %v", err)
 	}
 	// Reconciling again releases nothing more.
-	if again, err := f.s.Reconcile(f.ctx, alloc.DefaultSpace, "node-a", []alloc.Attachment{{ContainerID: "keep", Interface: "eth0"}}); err != nil || len(again) != 0 {
+	if again, err := f.s.Reconcile(f.ctx, alloc.DefaultSpace, "node-a", "", []alloc.Attachment{{ContainerID: "keep", Interface: "eth0"}}); err != nil || len(again) != 0 {
 		t.Fatalf("second reconcile %v %v", again, err)
 	}
 	// A lease made "after" the reconcile started is kept.
 	f.clock.Advance(time.Second)
 	f.allocate(req("node-a", "late"))
 	f.clock.Advance(-time.Second)
-	if again, err := f.s.Reconcile(f.ctx, alloc.DefaultSpace, "node-a", nil); err != nil || len(again) != 1 {
+	if again, err := f.s.Reconcile(f.ctx, alloc.DefaultSpace, "node-a", "", nil); err != nil || len(again) != 1 {
 		t.Fatalf("reconcile racing an ADD released %d (%v), want only keep/eth0", len(again), err)
 	}
 }

@@ -157,7 +157,7 @@ func setup(t *testing.T) *e2e {
 
 	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "plugins": [{
 		"type": "bridge", "bridge": "cni-e2e0", "isGateway": true,
-		"ipam": {"type": "ipam-shim", "server": "https://%s", "caFile": %q, "certFile": %q, "keyFile": %q, "node": "e2e-node"}
+		"ipam": {"type": "ipam-shim", "server": "https://%s", "caFile": %q, "certFile": %q, "keyFile": %q, "node": "e2e-node", "reserve": 0}
 	}, {"type": "loopback"}]}`, e.netName, listen, filepath.Join(e.dir, "ca.crt"), filepath.Join(e.dir, "node.crt"), filepath.Join(e.dir, "node.key"))
 	if err := os.WriteFile(filepath.Join(e.dir, e.netName+".conflist"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -312,7 +312,7 @@ func TestBridgeLifecycle(t *testing.T) {
 	// GC with a valid list frees the stale leases only.
 	ctx := context.Background()
 	stale := alloc.LeaseRequest{Space: alloc.DefaultSpace, Node: "e2e-node", Owner: alloc.Owner{Namespace: "e2e", Name: "gone"},
-		Attachment: alloc.Attachment{ContainerID: "stale", Interface: "eth0"}, Expire: false}
+		Attachment: alloc.Attachment{Network: e.netName, ContainerID: "stale", Interface: "eth0"}, Expire: false}
 	if _, err := e.st.Allocate(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
@@ -342,10 +342,203 @@ func TestBridgeLifecycle(t *testing.T) {
 	}
 }
 
+// writeConflist writes the conflist of network name: bridge br and the
+// shim with ipamExtra (JSON members, may be empty) added to its section.
+func (e *e2e) writeConflist(name, br, ipamExtra string) {
+	e.t.Helper()
+	if ipamExtra != "" {
+		ipamExtra = ", " + ipamExtra
+	}
+	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "plugins": [{
+		"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,
+		"ipam": {"type": "ipam-shim", "server": "https://%s", "caFile": %q, "certFile": %q, "keyFile": %q, "node": "e2e-node"%s}
+	}, {"type": "loopback"}]}`, name, br, listen, filepath.Join(e.dir, "ca.crt"), filepath.Join(e.dir, "node.crt"), filepath.Join(e.dir, "node.key"), ipamExtra)
+	if err := os.WriteFile(filepath.Join(e.dir, name+".conflist"), []byte(conf), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		matches, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", name+"-*"))
+		for _, m := range matches {
+			_ = os.Remove(m)
+		}
+	})
+}
+
+// Two networks on one node, two bridges: GC of one network with an empty
+// valid list releases that network's leases only. It used to release every
+// lease of the node, and the other network's live addresses were then
+// leased to new Pods: the same address in two Pods.
+func TestTwoNetworksGC(t *testing.T) {
+	e := setup(t)
+	labnet, cmp := e.netName+"-lab", e.netName+"-cmp"
+	e.writeConflist(labnet, "cni-e2e-lab", `"reserve": 0`)
+	e.writeConflist(cmp, "cni-e2e-cmp", `"reserve": 0`)
+	for _, p := range []struct{ net, pod string }{{labnet, "lab1"}, {labnet, "lab2"}, {cmp, "cmp1"}} {
+		e.pod(p.pod)
+		if out, err := e.cnitoolOn(p.net, "add", p.pod); err != nil {
+			t.Fatalf("ADD %s on %s: %v\n%s", p.pod, p.net, err, out)
+		}
+	}
+	byNet := func() map[string][]string {
+		out := map[string][]string{}
+		for _, l := range e.leases() {
+			out[l.Attachment.Network] = append(out[l.Attachment.Network], l.Addr.String())
+		}
+		return out
+	}
+	before := byNet()
+	if len(before[labnet]) != 4 || len(before[cmp]) != 2 {
+		t.Fatalf("leases by network after the ADDs: %v", before)
+	}
+	gc := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "bridge", "ipam": %s, "cni.dev/valid-attachments": []}`,
+		cmp, e.ipamSection("e2e-node"))
+	if out, err := e.shim("GC", "", gc); err != nil {
+		t.Fatalf("GC of %s: %v\n%s", cmp, err, out)
+	}
+	after := byNet()
+	if len(after[cmp]) != 0 || !slices.Equal(after[labnet], before[labnet]) {
+		t.Fatalf("after GC of %s with an empty list: %v, want %s's %v untouched and nothing of %s", cmp, after, labnet, before[labnet], cmp)
+	}
+	// New Pods on cmp get addresses no labnet Pod holds.
+	held := map[string]bool{}
+	for _, pod := range []string{"lab1", "lab2"} {
+		got, raw := e.podAddrs(pod)
+		if len(got) != 2 {
+			t.Fatalf("pod %s: %s", pod, raw)
+		}
+		for _, a := range got {
+			held[netip.MustParsePrefix(a).Addr().String()] = true
+		}
+	}
+	for _, pod := range []string{"cmp2", "cmp3"} {
+		e.pod(pod)
+		if out, err := e.cnitoolOn(cmp, "add", pod); err != nil {
+			t.Fatalf("ADD %s: %v\n%s", pod, err, out)
+		}
+		got, raw := e.podAddrs(pod)
+		for _, a := range got {
+			if held[netip.MustParsePrefix(a).Addr().String()] {
+				t.Fatalf("pod %s on %s got %s, which a %s Pod holds:\n%s", pod, cmp, a, labnet, raw)
+			}
+		}
+	}
+	// labnet's own GC, listing its Pods, keeps them.
+	var valid []string
+	for _, pod := range []string{"lab1", "lab2"} {
+		valid = append(valid, fmt.Sprintf(`{"containerID": %q, "ifname": "eth0"}`, cnitoolContainerID("/var/run/netns/"+e.prefix+"-"+pod)))
+	}
+	gc = fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "bridge", "ipam": %s, "cni.dev/valid-attachments": [%s]}`,
+		labnet, e.ipamSection("e2e-node"), strings.Join(valid, ","))
+	if out, err := e.shim("GC", "", gc); err != nil {
+		t.Fatalf("GC of %s: %v\n%s", labnet, err, out)
+	}
+	if got := byNet(); !slices.Equal(got[labnet], before[labnet]) || len(got[cmp]) != 4 {
+		t.Fatalf("after GC of %s: %v", labnet, got)
+	}
+}
+
+// Pods start and stop while the service is down: the node's reserve serves
+// the ADDs, the DELs are recorded, and the first call that reaches the
+// service again (the runtime's STATUS poll) hands the reserve addresses
+// over to their Pods, replays the DELs and refills the reserve. The
+// service then holds exactly what the Pods hold, plus the reserve's own
+// leases.
+func TestReserveOutage(t *testing.T) {
+	e := setup(t)
+	netName := e.netName + "-rsv"
+	extra := fmt.Sprintf(`"reserve": 6, "dataDir": %q`, filepath.Join(e.dir, "reserve"))
+	e.writeConflist(netName, "cni-e2e-rsv", extra)
+	status := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "bridge", "ipam": {"type": "ipam-shim", "server": "https://%s",
+		"caFile": %q, "certFile": %q, "keyFile": %q, "node": "e2e-node", %s}}`, netName, listen,
+		filepath.Join(e.dir, "ca.crt"), filepath.Join(e.dir, "node.crt"), filepath.Join(e.dir, "node.key"), extra)
+	cid := func(pod string) string { return cnitoolContainerID("/var/run/netns/" + e.prefix + "-" + pod) }
+	// split answers the service's held leases: the Pods' addresses by
+	// container ID, and the reserve's slots' count.
+	split := func() (map[string][]string, int) {
+		pods, slots := map[string][]string{}, 0
+		for _, l := range e.leases() {
+			if l.Attachment.Network != netName {
+				t.Fatalf("lease of another network: %+v", l)
+			}
+			if strings.HasPrefix(l.Attachment.ContainerID, "ipam-shim-reserve-") {
+				slots++
+				continue
+			}
+			pods[l.Attachment.ContainerID] = append(pods[l.Attachment.ContainerID], l.Prefix().String())
+			slices.Sort(pods[l.Attachment.ContainerID])
+		}
+		return pods, slots
+	}
+
+	e.pod("warm")
+	if out, err := e.cnitoolOn(netName, "add", "warm"); err != nil {
+		t.Fatalf("ADD warm: %v\n%s", err, out)
+	}
+	if pods, slots := split(); len(pods) != 1 || slots != 12 {
+		t.Fatalf("after the first ADD: pods %v and %d slot leases, want 1 pod and 6 dual-stack slots", pods, slots)
+	}
+
+	e.stopServer()
+	podNames := []string{"r1", "r2", "r3", "r4", "r5"}
+	inPod := map[string][]string{}
+	for _, pod := range podNames {
+		e.pod(pod)
+		if out, err := e.cnitoolOn(netName, "add", pod); err != nil {
+			t.Fatalf("ADD %s with the service down: %v\n%s", pod, err, out)
+		}
+		got, raw := e.podAddrs(pod)
+		if len(got) != 2 {
+			t.Fatalf("pod %s: %s", pod, raw)
+		}
+		inPod[pod] = got
+	}
+	for _, pod := range []string{"r2", "r4"} {
+		if out, err := e.cnitoolOn(netName, "del", pod); err != nil {
+			t.Fatalf("DEL %s with the service down: %v\n%s", pod, err, out)
+		}
+		delete(inPod, pod)
+	}
+	e.startServer()
+	if out, err := e.shim("STATUS", "", status); err != nil {
+		t.Fatalf("STATUS once the service is back: %v\n%s", err, out)
+	}
+
+	pods, slots := split()
+	want := map[string][]string{cid("warm"): nil}
+	want[cid("warm")], _ = e.podAddrs("warm")
+	for pod, addrs := range inPod {
+		want[cid(pod)] = addrs
+	}
+	if fmt.Sprint(pods) != fmt.Sprint(want) {
+		t.Fatalf("the service holds %v for Pods, the Pods hold %v", pods, want)
+	}
+	if slots != 12 {
+		t.Fatalf("the reserve holds %d leases after the sync, want 6 slots of 2 families", slots)
+	}
+	for pod := range inPod {
+		if out, err := e.cnitoolOn(netName, "check", pod); err != nil {
+			t.Fatalf("CHECK %s: %v\n%s", pod, err, out)
+		}
+	}
+	l, err := e.st.GetAttachment(context.Background(), alloc.DefaultSpace, "e2e-node",
+		alloc.Attachment{Network: netName, ContainerID: cid("r1"), Interface: "eth0"})
+	if err != nil || l.Owner.Namespace != "e2e" || l.Owner.Name != "r1" || l.State != alloc.StateActive {
+		t.Fatalf("r1 at the service: %+v %v", l, err)
+	}
+	for _, pod := range []string{"r1", "r3", "r5", "warm"} {
+		if out, err := e.cnitoolOn(netName, "del", pod); err != nil {
+			t.Fatalf("DEL %s: %v\n%s", pod, err, out)
+		}
+	}
+	if pods, slots := split(); len(pods) != 0 || slots != 12 {
+		t.Fatalf("after every DEL: pods %v, %d slot leases", pods, slots)
+	}
+}
+
 // ipamSection is the shim's configuration for node, with e2e-node's
 // certificate whatever the node.
 func (e *e2e) ipamSection(node string) string {
-	return fmt.Sprintf(`{"type": "ipam-shim", "server": "https://%s", "caFile": %q, "certFile": %q, "keyFile": %q, "node": %q}`,
+	return fmt.Sprintf(`{"type": "ipam-shim", "server": "https://%s", "caFile": %q, "certFile": %q, "keyFile": %q, "node": %q, "reserve": 0}`,
 		listen, filepath.Join(e.dir, "ca.crt"), filepath.Join(e.dir, "node.crt"), filepath.Join(e.dir, "node.key"), node)
 }
 
@@ -386,7 +579,7 @@ func TestDualStackPools(t *testing.T) {
 	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "plugins": [{
 		"type": "bridge", "bridge": "cni-e2e-ds0", "isGateway": true, "ipMasq": false,
 		"ipam": {"type": "ipam-shim", "server": "https://%s", "caFile": %q, "certFile": %q, "keyFile": %q, "node": "e2e-node",
-		         "pools": {"ipv4": "v4", "ipv6": "v6"}}
+		         "pools": {"ipv4": "v4", "ipv6": "v6"}, "reserve": 0}
 	}, {"type": "loopback"}]}`, netName, listen, filepath.Join(e.dir, "ca.crt"), filepath.Join(e.dir, "node.crt"), filepath.Join(e.dir, "node.key"))
 	if err := os.WriteFile(filepath.Join(e.dir, netName+".conflist"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -398,7 +591,7 @@ func TestDualStackPools(t *testing.T) {
 	}
 	// What the service leased, read back through its API with the node's
 	// certificate.
-	attachment := "/v1/nodes/e2e-node/attachments/" + cnitoolContainerID("/var/run/netns/"+e.prefix+"-ds1") + "/eth0"
+	attachment := "/v1/nodes/e2e-node/attachments/" + cnitoolContainerID("/var/run/netns/"+e.prefix+"-ds1") + "/eth0?network=" + netName
 	code, body := e.api("node", "GET", attachment, "")
 	var a ipamv1.Allocation
 	if code != 200 {
