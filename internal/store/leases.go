@@ -839,7 +839,8 @@ func (s *Store) GetAddress(ctx context.Context, space string, addr netip.Addr) (
 // ListLeases pages through leases by address. Released addresses whose
 // cooldown has ended are free and not listed.
 func (s *Store) ListLeases(ctx context.Context, f alloc.LeaseFilter, page alloc.Page) ([]alloc.Lease, string, error) {
-	after, err := decodeContinue(page.Continue)
+	sc := scopeOf(pageLeases, f.Space, f.Node, f.Pool, f.OwnerNamespace, f.OwnerName, string(f.State))
+	after, err := s.decodeContinue(ctx, sc, page.Continue)
 	if err != nil {
 		return nil, "", err
 	}
@@ -872,6 +873,5 @@ func (s *Store) ListLeases(ctx context.Context, f alloc.LeaseFilter, page alloc.
 	if err != nil {
 		return nil, "", err
 	}
-	items, next := pageOf(items, page.Limit, func(l alloc.Lease) string { return l.Addr.String() })
-	return items, next, nil
+	return pageOf(ctx, s, sc, items, page.Limit, func(l alloc.Lease) string { return l.Addr.String() })
 }
