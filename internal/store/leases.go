@@ -790,22 +790,26 @@ func (s *Store) ReleaseAddress(ctx context.Context, space string, addr netip.Add
 // attachment holds and that was made before this call (so an ADD racing with
 // the runtime's GC keeps its address).
 func (s *Store) Reconcile(ctx context.Context, space, node string, valid []alloc.Attachment) ([]alloc.Lease, error) {
-	return s.ReconcileUpTo(ctx, space, node, valid, 0)
+	return s.reconcile(ctx, space, node, valid, nil)
 }
 
 // ReconcileUpTo is Reconcile for a valid list that accounts for the leases
-// up to generation upTo (0: unknown). The list is a snapshot the runtime
-// took some time before this call, so a lease made after it is not in it
-// and must survive: leases above upTo are kept, and so, whatever upTo, are
-// leases younger than the ReconcileMinAge option (which also covers a
-// transaction that took its number before upTo was read and committed
-// after).
+// up to generation upTo, the GenerationHighWater read before the list was
+// taken (0 when nothing had been leased yet: every lease is kept). The list
+// is a snapshot the runtime took some time before this call, so a lease
+// made after it is not in it and must survive: leases above upTo are kept,
+// and so, whatever upTo, are leases younger than the ReconcileMinAge option
+// (which also covers a transaction that took its number before upTo was
+// read and committed after).
 func (s *Store) ReconcileUpTo(ctx context.Context, space, node string, valid []alloc.Attachment, upTo int64) ([]alloc.Lease, error) {
-	if upTo != 0 {
-		if err := alloc.ValidateGeneration("generation", upTo); err != nil {
-			return nil, err
-		}
+	if err := alloc.ValidateWatermark("generation", upTo); err != nil {
+		return nil, err
 	}
+	return s.reconcile(ctx, space, node, valid, &upTo)
+}
+
+// reconcile is Reconcile keeping the leases above *upTo, when not nil.
+func (s *Store) reconcile(ctx context.Context, space, node string, valid []alloc.Attachment, upTo *int64) ([]alloc.Lease, error) {
 	for i, a := range valid {
 		if err := alloc.ValidateAttachment(fmt.Sprintf("attachments[%d].", i), a); err != nil {
 			return nil, err
@@ -821,7 +825,7 @@ func (s *Store) ReconcileUpTo(ctx context.Context, space, node string, valid []a
 		ids[i], ifaces[i] = a.ContainerID, a.Interface
 	}
 	return s.released(ctx, reasonReconcile, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
-		AND l.created_at <= $7 AND ($8 = 0 OR l.generation <= $8)
+		AND l.created_at <= $7 AND ($8::bigint IS NULL OR l.generation <= $8)
 		AND (l.container_id, l.interface) NOT IN (SELECT * FROM unnest($5::text[], $6::text[]))`,
 		space, node, ids, ifaces, s.now().Add(-s.opts.ReconcileMinAge), upTo)
 }
