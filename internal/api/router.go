@@ -162,7 +162,8 @@ func NewHandler(store Store, o Options) http.Handler {
 			Detail: fmt.Sprintf("%s is not allowed on %s; use %s", req.Method, req.URL.Path, strings.Join(allow, ", "))})
 	})
 
-	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata}, nil, ipamv1.StrictHTTPServerOptions{
+	checks := []ipamv1.StrictMiddlewareFunc{refuseBadText}
+	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata}, checks, ipamv1.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  ps.requestError,
 		ResponseErrorHandlerFunc: ps.write,
 	})
@@ -291,6 +292,17 @@ func (s *statusRecorder) statusOr200() int {
 		return http.StatusOK
 	}
 	return s.status
+}
+
+// refuseBadText answers 400 to a request with a string no field can hold
+// (checkRequestText) before its handler runs.
+func refuseBadText(next ipamv1.StrictHandlerFunc, _ string) ipamv1.StrictHandlerFunc {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, req any) (any, error) {
+		if err := checkRequestText(req); err != nil {
+			return nil, err
+		}
+		return next(ctx, w, r, req)
+	}
 }
 
 // requireJSON refuses (415) a POST or PUT whose body is not
