@@ -1,15 +1,18 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
 	"runtime/debug"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -170,7 +173,7 @@ func NewHandler(store Store, o Options) http.Handler {
 	h := ipamv1.HandlerWithOptions(strict, ipamv1.ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: ps.paramError,
-		Middlewares:      []ipamv1.MiddlewareFunc{requireJSON(ps)},
+		Middlewares:      []ipamv1.MiddlewareFunc{requireUTF8(ps), requireJSON(ps)}, // the last runs first
 	})
 	if o.TracerProvider == nil {
 		return h
@@ -322,6 +325,46 @@ func requireJSON(ps problems) ipamv1.MiddlewareFunc {
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// requireUTF8 refuses (400 on "body") a request body that is not UTF-8,
+// as JSON text must be (RFC 8259): the decoder would replace each invalid
+// byte of a string with U+FFFD, and the service would store a value the
+// client never sent. The body, already bounded by the edge, is read once
+// and handed on.
+func requireUTF8(ps problems) ipamv1.MiddlewareFunc {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+				next.ServeHTTP(w, r)
+				return
+			}
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				ps.write(w, r, bodyError(err))
+				return
+			}
+			if !utf8.Valid(b) {
+				ps.write(w, r, alloc.Invalid("body", "is not valid UTF-8 (byte %d)", invalidUTF8At(b)))
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// invalidUTF8At answers the offset of the first byte of b that is not
+// valid UTF-8, or -1.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }
 
 // isJSON reports whether a Content-Type is application/json with any

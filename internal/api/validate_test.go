@@ -41,6 +41,8 @@ func TestReportedBadInputs(t *testing.T) {
 		{"token of 0xC3 0x28", "GET", "/v1/spaces?continue=wyg", nil, 400, "continue"},
 		{"token of NUL, percent-encoded", "GET", "/v1/tokens?continue=%00", nil, 400, "continue"},
 		{"providerID with NUL", "PUT", "/v1/nodes/n1", `{"providerID": "a\u0000b"}`, 400, "providerID"},
+		{"providerID with raw 0xFF", "PUT", "/v1/nodes/n1", "{\"providerID\": \"a\xffb\"}", 400, "body"},
+		{"label value with raw 0xC3 0x28", "PUT", "/v1/nodes/n1", "{\"labels\": {\"zone\": \"\xc3\x28\"}}", 400, "body"},
 		{"providerID with a control character", "PUT", "/v1/nodes/n1", `{"providerID": "a\u0007b"}`, 400, "providerID"},
 		{"label value with NUL", "PUT", "/v1/nodes/n1", `{"labels": {"zone": "a\u0000"}}`, 400, "labels[zone]"},
 		{"label key with NUL", "PUT", "/v1/nodes/n1", `{"labels": {"a\u0000": "x"}}`, 400, "labels"},
