@@ -22,6 +22,16 @@ func ValidateGeneration(field string, g int64) error {
 	return nil
 }
 
+// ValidateWatermark checks the generation a reconcile names: the high
+// water mark the client read before listing its attachments. 0 is the mark
+// of a database that has leased nothing yet: every lease is above it.
+func ValidateWatermark(field string, g int64) error {
+	if g < 0 {
+		return Invalid(field, "must be a generation high water mark (0 or more), not %d", g)
+	}
+	return nil
+}
+
 // StaleGeneration is the error of a call that named generation want while
 // what holds the address or attachment is generation have (in state).
 func StaleGeneration(what string, want, have int64, state LeaseState) *Error {

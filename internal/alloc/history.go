@@ -107,6 +107,13 @@ func ParseOwner(field, s string) (namespace, name string, err error) {
 	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
 		return "", "", Invalid(field, "%q is not NAMESPACE/NAME", s)
 	}
+	// The rules of a lease request's owner: no other owner has a history.
+	if err := ValidateLabelName(field, namespace); err != nil {
+		return "", "", err
+	}
+	if err := ValidateNodeName(field, name); err != nil {
+		return "", "", err
+	}
 	return namespace, name, nil
 }
 

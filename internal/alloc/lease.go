@@ -115,14 +115,14 @@ func (r *LeaseRequest) Validate() error {
 		}
 	}
 	if h := r.FromReserve; h != nil {
-		if r.Sticky != nil {
-			return Invalid("fromReserve", "cannot be combined with sticky")
-		}
 		if err := ValidateAttachment("fromReserve.", Attachment{Network: r.Attachment.Network, ContainerID: h.ContainerID, Interface: h.Interface}); err != nil {
 			return err
 		}
 		if err := ValidateGeneration("fromReserve.generation", h.Generation); err != nil {
 			return err
+		}
+		if r.Sticky != nil {
+			return Invalid("fromReserve", "cannot be combined with sticky")
 		}
 		if h.ContainerID == r.Attachment.ContainerID && h.Interface == r.Attachment.Interface {
 			return Invalid("fromReserve", "names the attachment itself")

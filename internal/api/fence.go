@@ -19,7 +19,8 @@ type FenceStore interface {
 	ConfirmAt(ctx context.Context, space, node string, a alloc.Attachment, gen int64) (alloc.Allocation, error)
 	ReleaseAttachmentAt(ctx context.Context, space, node string, a alloc.Attachment, gen int64) ([]alloc.Lease, error)
 	ReleaseAddressAt(ctx context.Context, space string, addr netip.Addr, gen int64) ([]alloc.Lease, error)
-	// ReconcileUpTo is Reconcile keeping the leases above generation upTo.
+	// ReconcileUpTo is Reconcile keeping the leases above generation upTo
+	// (0 or more; 0 keeps every lease).
 	ReconcileUpTo(ctx context.Context, space, node, network string, valid []alloc.Attachment, upTo int64) ([]alloc.Lease, error)
 	// GenerationHighWater answers the highest generation issued so far.
 	GenerationHighWater(ctx context.Context) (int64, error)

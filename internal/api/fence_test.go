@@ -201,6 +201,46 @@ func TestReconcileKeepsLaterLeases(t *testing.T) {
 	}
 }
 
+// The watermark of a database that has leased nothing is 0, and a
+// reconcile naming it keeps every lease (each is above 0): the spec allows
+// 0, and so does the server. Watermarks past int4 (2^31 and up to 2^63-1)
+// are bigints all the way to the statement.
+func TestReconcileWatermarkBounds(t *testing.T) {
+	e := newEnvWith(t, nil, func(o *store.Options) { o.ReconcileMinAge = time.Minute })
+	var w ipamv1.ReconcileWatermark
+	e.mustDo(200, "GET", "/v1/nodes/n1/reconcile", nil, &w)
+	if w.Generation != 0 {
+		t.Fatalf("watermark of an empty database: %d", w.Generation)
+	}
+	e.mustDo(201, "POST", "/v1/pools", pool4("default", 24, "10.0.0.0/16"), nil)
+	e.mustDo(201, "POST", "/v1/nodes/n1/leases", lease("a", "eth0", "a"), nil)
+	e.mustDo(201, "POST", "/v1/nodes/n1/leases", lease("b", "eth0", "b"), nil)
+	e.clock.Advance(2 * time.Minute)
+
+	var res ipamv1.ReconcileResult
+	e.mustDo(200, "POST", "/v1/nodes/n1/reconcile", `{"attachments": [], "generation": 0}`, &res)
+	if len(res.Released) != 0 {
+		t.Fatalf("reconcile up to 0 released %s", dump(res.Released))
+	}
+	e.attachment("n1", "a")
+	e.mustDo(200, "POST", "/v1/nodes/n1/reconcile", `{"attachments": [{"containerID": "b", "interface": "eth0"}], "generation": 2147483648}`, &res)
+	if len(res.Released) != 1 || res.Released[0].ContainerID != "a" {
+		t.Fatalf("reconcile up to 2^31 released %s", dump(res.Released))
+	}
+	e.mustDo(200, "POST", "/v1/nodes/n1/reconcile", `{"attachments": [], "generation": 9223372036854775807}`, &res)
+	if len(res.Released) != 1 || res.Released[0].ContainerID != "b" {
+		t.Fatalf("reconcile up to 2^63-1 released %s", dump(res.Released))
+	}
+	before := e.snapshot()
+	for _, g := range []string{"-1", "-9223372036854775808", "9223372036854775808", "1e30", "1.5", `"1"`} {
+		wantProblem(t, "generation "+g, e.do("POST", "/v1/nodes/n1/reconcile", `{"attachments": [], "generation": `+g+`}`),
+			400, "invalid-input", "generation")
+	}
+	if after := e.snapshot(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("refused reconciles changed the database")
+	}
+}
+
 // Bad generations, identities and retentions are 400s naming the field,
 // and change nothing.
 func TestFenceAndStickyBadInput(t *testing.T) {
@@ -216,7 +256,7 @@ func TestFenceAndStickyBadInput(t *testing.T) {
 		{"zero generation", "DELETE", "/v1/addresses/10.9.0.2?generation=0", nil, "generation"},
 		{"negative generation", "DELETE", "/v1/nodes/n1/attachments/c1/eth0?generation=-3", nil, "generation"},
 		{"generation not a number", "POST", "/v1/nodes/n1/attachments/c1/eth0/confirm?generation=x", nil, "generation"},
-		{"zero reconcile generation", "POST", "/v1/nodes/n1/reconcile", map[string]any{"attachments": []string{}, "generation": 0}, "generation"},
+		{"negative reconcile generation", "POST", "/v1/nodes/n1/reconcile", map[string]any{"attachments": []string{}, "generation": -1}, "generation"},
 		{"reconcile generation not a number", "POST", "/v1/nodes/n1/reconcile", map[string]any{"attachments": []string{}, "generation": "x"}, "generation"},
 		{"empty identity", "POST", "/v1/nodes/n1/leases", sticky(map[string]any{"identity": ""}), "sticky.identity"},
 		{"identity with a space", "POST", "/v1/nodes/n1/leases", sticky(map[string]any{"identity": "web 0"}), "sticky.identity"},

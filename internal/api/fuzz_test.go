@@ -57,6 +57,14 @@ func FuzzRequestBody(f *testing.F) {
 		{5, "n1", `{"attachments":null}`},
 		{6, "n1", `{"pool":"default","family":"ipv4"}`},
 		{4, "n1", `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`},
+		// Values no column can hold (issue 12): NUL, raw invalid UTF-8,
+		// integers past int4 and int64.
+		{3, "n1", `{"providerID":"a\u0000b"}`},
+		{3, "n1", "{\"providerID\":\"a\xffb\",\"labels\":{\"a\u0000\":\"x\"}}"},
+		{5, "n1", `{"attachments":[],"generation":2147483648}`},
+		{5, "n1", `{"attachments":[],"generation":9223372036854775808}`},
+		{1, "default", `{"spec":{"ipv4":{"cidrs":["10.0.0.0/16"],"maskSize":2147483648},"preAllocate":1e30}}`},
+		{4, "n1", `{"owner":{"namespace":"ns","name":"pod","uid":"\u0007"},"containerID":"c1","interface":"eth0","pod":{"annotations":{"a":"\u0000"}}}`},
 		{4, "n1", "{\"owner\":{\"namespace\":\"\xff\xfe\",\"name\":\"pod\"},\"containerID\":\"c1\",\"interface\":\"eth0\"}"},
 	}
 	for _, s := range seeds {

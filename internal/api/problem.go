@@ -77,6 +77,18 @@ type unavailableError struct{ err error }
 func (e *unavailableError) Error() string { return "unavailable: " + e.err.Error() }
 func (e *unavailableError) Unwrap() error { return e.err }
 
+// sqlStateError is a database error with its SQLSTATE (pgconn.PgError),
+// seen without importing the driver.
+type sqlStateError interface{ SQLState() string }
+
+// unstorableStates are the SQLSTATEs of a value the database refuses to
+// hold: 22021 character_not_in_repertoire (NUL, invalid UTF-8), 22P05
+// untranslatable_character (\u0000 in jsonb), 22003
+// numeric_value_out_of_range. The edge checks every string and integer
+// first (checkRequestText, the parsers), so these mean a check is missing:
+// they are answered 400, as the input's fault, and logged (problems.write).
+var unstorableStates = map[string]bool{"22021": true, "22P05": true, "22003": true}
+
 // problems writes every error response of the API.
 type problems struct {
 	log           *slog.Logger
@@ -93,6 +105,7 @@ func problemOf(err error) (p ipamv1.Problem, ok bool) {
 	var nodes []string
 	var ae *alloc.Error
 	var ue *unavailableError
+	var se sqlStateError
 	switch {
 	case errors.As(err, &ue):
 		kind, detail = kindUnavailable, "the database is unavailable; retry later"
@@ -102,6 +115,8 @@ func problemOf(err error) (p ipamv1.Problem, ok bool) {
 			kind, detail, field, pool, family, nodes = ae.Kind, ae.Detail, ae.Field, ae.Pool, ae.Family, ae.Nodes
 			ok = true
 		}
+	case errors.As(err, &se) && unstorableStates[se.SQLState()]:
+		kind, detail, ok = alloc.KindInvalid, "a value the database cannot store: text with a NUL or an invalid character, or a number out of range", true
 	}
 	if !ok {
 		detail = "internal error"
@@ -139,6 +154,9 @@ func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 			slog.String("method", r.Method), slog.String("path", r.URL.Path))
 	case !ok:
 		ps.log.LogAttrs(r.Context(), slog.LevelError, "api: internal error",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+	case errors.As(err, new(sqlStateError)) && !errors.As(err, new(*alloc.Error)):
+		ps.log.LogAttrs(r.Context(), slog.LevelWarn, "api: the database refused a value the edge let through",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 	case p.Status == http.StatusServiceUnavailable:
 		ps.log.LogAttrs(r.Context(), slog.LevelWarn, "api: unavailable",

@@ -217,6 +217,7 @@ var goodParams = map[string][]string{
 var badNames = []string{
 	"bad name", "ü", "a\x01b", "Ünïcödé-名前", " ", "a b/c", "\u202eevil", "x\ty",
 	strings.Repeat("a b", 300), "%zz and space", "n1 ", " n1", "10.0.0.3 ", "c1\n",
+	"a\x00b", "\xffn1", "ns/\xc3\x28", "n1\u0085",
 }
 
 // badTyped are values of an integer or boolean query parameter that no

@@ -1,15 +1,18 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
 	"runtime/debug"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -177,16 +180,17 @@ func NewHandler(store Store, o Options) http.Handler {
 			Detail: fmt.Sprintf("%s is not allowed on %s; use %s", req.Method, req.URL.Path, strings.Join(allow, ", "))})
 	})
 
-	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata}, nil, ipamv1.StrictHTTPServerOptions{
+	checks := []ipamv1.StrictMiddlewareFunc{refuseBadText}
+	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata}, checks, ipamv1.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  ps.requestError,
 		ResponseErrorHandlerFunc: ps.write,
 	})
 	h := ipamv1.HandlerWithOptions(strict, ipamv1.ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: ps.paramError,
-		// The last is outermost: a body must be JSON before it is
-		// decoded strictly.
-		Middlewares: []ipamv1.MiddlewareFunc{strictJSON(ps), requireJSON(ps)},
+		// The last runs first: a body must be UTF-8, then JSON, before it
+		// is decoded strictly.
+		Middlewares: []ipamv1.MiddlewareFunc{strictJSON(ps), requireUTF8(ps), requireJSON(ps)},
 	})
 	if o.TracerProvider == nil {
 		return h
@@ -328,6 +332,17 @@ func (s *statusRecorder) statusOr200() int {
 	return s.status
 }
 
+// refuseBadText answers 400 to a request with a string no field can hold
+// (checkRequestText) before its handler runs.
+func refuseBadText(next ipamv1.StrictHandlerFunc, _ string) ipamv1.StrictHandlerFunc {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, req any) (any, error) {
+		if err := checkRequestText(req); err != nil {
+			return nil, err
+		}
+		return next(ctx, w, r, req)
+	}
+}
+
 // requireJSON refuses (415) a POST or PUT whose body is not
 // application/json. It runs after routing, so an unknown route is a 404
 // whatever its body.
@@ -345,6 +360,46 @@ func requireJSON(ps problems) ipamv1.MiddlewareFunc {
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// requireUTF8 refuses (400 on "body") a request body that is not UTF-8,
+// as JSON text must be (RFC 8259): the decoder would replace each invalid
+// byte of a string with U+FFFD, and the service would store a value the
+// client never sent. The body, already bounded by the edge, is read once
+// and handed on.
+func requireUTF8(ps problems) ipamv1.MiddlewareFunc {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+				next.ServeHTTP(w, r)
+				return
+			}
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				ps.write(w, r, bodyError(err))
+				return
+			}
+			if !utf8.Valid(b) {
+				ps.write(w, r, alloc.Invalid("body", "is not valid UTF-8 (byte %d)", invalidUTF8At(b)))
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// invalidUTF8At answers the offset of the first byte of b that is not
+// valid UTF-8, or -1.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }
 
 // isJSON reports whether a Content-Type is application/json with any

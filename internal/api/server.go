@@ -481,7 +481,7 @@ func (s *Server) ReconcileNode(ctx context.Context, req ipamv1.ReconcileNodeRequ
 	}
 	var released []alloc.Lease
 	if g := req.Body.Generation; g != nil {
-		if err := alloc.ValidateGeneration("generation", *g); err != nil { // 0 would mean "no watermark" to the store
+		if err := alloc.ValidateWatermark("generation", *g); err != nil {
 			return nil, err
 		}
 		released, err = s.store.ReconcileUpTo(ctx, space, req.Node, deref(req.Body.Network, ""), valid, *g)

@@ -136,8 +136,9 @@ func (c eventCursor) String() string {
 	return c.at.UTC().Format(time.RFC3339Nano) + "|" + strconv.FormatInt(c.id, 10)
 }
 
-func parseEventCursor(tok string) (eventCursor, bool, error) {
-	after, err := decodeContinue(tok)
+// parseEventCursor reads a continue token of the history list sc.
+func (s *Store) parseEventCursor(ctx context.Context, sc pageScope, tok string) (eventCursor, bool, error) {
+	after, err := s.decodeContinue(ctx, sc, tok)
 	if err != nil || after == "" {
 		return eventCursor{}, false, err
 	}
@@ -176,7 +177,8 @@ func (s *Store) History(ctx context.Context, f alloc.HistoryFilter, page alloc.P
 	if err := page.Validate(); err != nil {
 		return nil, "", err
 	}
-	c, ok, err := parseEventCursor(page.Continue)
+	sc := historyScope(f)
+	c, ok, err := s.parseEventCursor(ctx, sc, page.Continue)
 	if err != nil {
 		return nil, "", err
 	}
@@ -213,8 +215,22 @@ func (s *Store) History(ctx context.Context, f alloc.HistoryFilter, page alloc.P
 			return nil, "", alloc.NotFound("space", "address space", f.Space)
 		}
 	}
-	items, next := pageOf(items, page.Limit, func(e alloc.Event) string { return eventCursor{e.At, e.ID}.String() })
-	return items, next, nil
+	return pageOf(ctx, s, sc, items, page.Limit, func(e alloc.Event) string { return eventCursor{e.At, e.ID}.String() })
+}
+
+// historyScope is the history list of f's subject and time range.
+func historyScope(f alloc.HistoryFilter) pageScope {
+	var addr, from, to string
+	if f.Address.IsValid() {
+		addr = f.Address.String()
+	}
+	if !f.From.IsZero() {
+		from = f.From.UTC().Format(time.RFC3339Nano)
+	}
+	if !f.To.IsZero() {
+		to = f.To.UTC().Format(time.RFC3339Nano)
+	}
+	return scopeOf(pageHistory, f.Space, addr, f.OwnerNamespace, f.OwnerName, f.Node, from, to)
 }
 
 // maxHoldingEvents bounds the events read for one holding: a lease, its

@@ -174,7 +174,16 @@ func TestHistoryPagesWithinOneInstant(t *testing.T) {
 			t.Fatalf("event %d: id %d, want %d", i, paged[i].ID, all[i].ID)
 		}
 	}
-	for _, tok := range []string{"!!", encodeContinue("x"), encodeContinue("2030-01-01T00:00:00Z|x"), encodeContinue("2030-01-01T00:00:00Z|-1")} {
+	// Tokens this store sealed for this very list, with keys no page ends
+	// on, are refused too (a bug, or a leaked secret, cannot reach SQL).
+	sealed := func(key string) string {
+		tok, err := f.s.encodeContinue(f.ctx, historyScope(filter), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	for _, tok := range []string{"!!", sealed("x"), sealed("2030-01-01T00:00:00Z|x"), sealed("2030-01-01T00:00:00Z|-1")} {
 		if _, _, err := f.s.History(f.ctx, filter, alloc.Page{Limit: 2, Continue: tok}); !alloc.IsKind(err, alloc.KindInvalid) {
 			t.Errorf("token %q: %v", tok, err)
 		}

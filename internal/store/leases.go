@@ -798,22 +798,26 @@ func (s *Store) ReleaseAddress(ctx context.Context, space string, addr netip.Add
 // attachments of one network at a time, as host-local keeps a store per
 // network. The valid attachments' Network must be network.
 func (s *Store) Reconcile(ctx context.Context, space, node, network string, valid []alloc.Attachment) ([]alloc.Lease, error) {
-	return s.ReconcileUpTo(ctx, space, node, network, valid, 0)
+	return s.reconcile(ctx, space, node, network, valid, nil)
 }
 
 // ReconcileUpTo is Reconcile for a valid list that accounts for the leases
-// up to generation upTo (0: unknown). The list is a snapshot the runtime
-// took some time before this call, so a lease made after it is not in it
-// and must survive: leases above upTo are kept, and so, whatever upTo, are
-// leases younger than the ReconcileMinAge option (which also covers a
-// transaction that took its number before upTo was read and committed
-// after).
+// up to generation upTo, the GenerationHighWater read before the list was
+// taken (0 when nothing had been leased yet: every lease is kept). The list
+// is a snapshot the runtime took some time before this call, so a lease
+// made after it is not in it and must survive: leases above upTo are kept,
+// and so, whatever upTo, are leases younger than the ReconcileMinAge option
+// (which also covers a transaction that took its number before upTo was
+// read and committed after).
 func (s *Store) ReconcileUpTo(ctx context.Context, space, node, network string, valid []alloc.Attachment, upTo int64) ([]alloc.Lease, error) {
-	if upTo != 0 {
-		if err := alloc.ValidateGeneration("generation", upTo); err != nil {
-			return nil, err
-		}
+	if err := alloc.ValidateWatermark("generation", upTo); err != nil {
+		return nil, err
 	}
+	return s.reconcile(ctx, space, node, network, valid, &upTo)
+}
+
+// reconcile is Reconcile keeping the leases above *upTo, when not nil.
+func (s *Store) reconcile(ctx context.Context, space, node, network string, valid []alloc.Attachment, upTo *int64) ([]alloc.Lease, error) {
 	if err := alloc.ValidateNetworkName("network", network); err != nil {
 		return nil, err
 	}
@@ -835,7 +839,7 @@ func (s *Store) ReconcileUpTo(ctx context.Context, space, node, network string, 
 		ids[i], ifaces[i] = a.ContainerID, a.Interface
 	}
 	return s.released(ctx, reasonReconcile, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
-		AND l.network = $9 AND l.created_at <= $7 AND ($8 = 0 OR l.generation <= $8)
+		AND l.network = $9 AND l.created_at <= $7 AND ($8::bigint IS NULL OR l.generation <= $8)
 		AND (l.container_id, l.interface) NOT IN (SELECT * FROM unnest($5::text[], $6::text[]))`,
 		space, node, ids, ifaces, s.now().Add(-s.opts.ReconcileMinAge), upTo, network)
 }
@@ -853,7 +857,8 @@ func (s *Store) GetAddress(ctx context.Context, space string, addr netip.Addr) (
 // ListLeases pages through leases by address. Released addresses whose
 // cooldown has ended are free and not listed.
 func (s *Store) ListLeases(ctx context.Context, f alloc.LeaseFilter, page alloc.Page) ([]alloc.Lease, string, error) {
-	after, err := decodeContinue(page.Continue)
+	sc := scopeOf(pageLeases, f.Space, f.Node, f.Pool, f.OwnerNamespace, f.OwnerName, string(f.State))
+	after, err := s.decodeContinue(ctx, sc, page.Continue)
 	if err != nil {
 		return nil, "", err
 	}
@@ -886,6 +891,5 @@ func (s *Store) ListLeases(ctx context.Context, f alloc.LeaseFilter, page alloc.
 	if err != nil {
 		return nil, "", err
 	}
-	items, next := pageOf(items, page.Limit, func(l alloc.Lease) string { return l.Addr.String() })
-	return items, next, nil
+	return pageOf(ctx, s, sc, items, page.Limit, func(l alloc.Lease) string { return l.Addr.String() })
 }

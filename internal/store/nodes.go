@@ -234,7 +234,8 @@ func (s *Store) GetNode(ctx context.Context, space, name string) (alloc.Node, er
 
 // ListNodes pages through the space's nodes by name.
 func (s *Store) ListNodes(ctx context.Context, space string, page alloc.Page) ([]alloc.Node, string, error) {
-	after, err := decodeContinue(page.Continue)
+	sc := scopeOf(pageNodes, space)
+	after, err := s.decodeContinue(ctx, sc, page.Continue)
 	if err != nil {
 		return nil, "", err
 	}
@@ -250,8 +251,7 @@ func (s *Store) ListNodes(ctx context.Context, space string, page alloc.Page) ([
 	if err := s.emptyListOf(ctx, space, len(items)); err != nil {
 		return nil, "", err
 	}
-	items, next := pageOf(items, page.Limit, func(n alloc.Node) string { return n.Name })
-	return items, next, nil
+	return pageOf(ctx, s, sc, items, page.Limit, func(n alloc.Node) string { return n.Name })
 }
 
 // DeleteNode removes a node. With pending or active leases, or released

@@ -337,7 +337,8 @@ func (s *Store) fillStatus(ctx context.Context, q querier, p *poolRow) error {
 
 // ListPools pages through the space's pools by name, with status.
 func (s *Store) ListPools(ctx context.Context, space string, page alloc.Page) ([]alloc.Pool, string, error) {
-	after, err := decodeContinue(page.Continue)
+	sc := scopeOf(pagePools, space)
+	after, err := s.decodeContinue(ctx, sc, page.Continue)
 	if err != nil {
 		return nil, "", err
 	}
@@ -353,7 +354,10 @@ func (s *Store) ListPools(ctx context.Context, space string, page alloc.Page) ([
 	if err := s.emptyListOf(ctx, space, len(prs)); err != nil {
 		return nil, "", err
 	}
-	prs, next := pageOf(prs, page.Limit, func(p poolRow) string { return p.Name })
+	prs, next, err := pageOf(ctx, s, sc, prs, page.Limit, func(p poolRow) string { return p.Name })
+	if err != nil {
+		return nil, "", err
+	}
 	out := make([]alloc.Pool, 0, len(prs))
 	for i := range prs {
 		if err := s.fillStatus(ctx, s.db, &prs[i]); err != nil {

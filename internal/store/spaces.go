@@ -37,7 +37,8 @@ func (s *Store) GetSpace(ctx context.Context, name string) (alloc.Space, error) 
 
 // ListSpaces pages through the spaces by name.
 func (s *Store) ListSpaces(ctx context.Context, page alloc.Page) ([]alloc.Space, string, error) {
-	after, err := decodeContinue(page.Continue)
+	sc := scopeOf(pageSpaces)
+	after, err := s.decodeContinue(ctx, sc, page.Continue)
 	if err != nil {
 		return nil, "", err
 	}
@@ -53,8 +54,7 @@ func (s *Store) ListSpaces(ctx context.Context, page alloc.Page) ([]alloc.Space,
 	if err != nil {
 		return nil, "", err
 	}
-	items, next := pageOf(items, page.Limit, func(sp alloc.Space) string { return sp.Name })
-	return items, next, nil
+	return pageOf(ctx, s, sc, items, page.Limit, func(sp alloc.Space) string { return sp.Name })
 }
 
 // DeleteSpace removes an empty space other than the default one, which

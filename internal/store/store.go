@@ -120,8 +120,9 @@ func DefaultMaxConns() int32 { return int32(max(32, 8*runtime.NumCPU())) }
 
 // Store is the PostgreSQL implementation of the IPAM's state.
 type Store struct {
-	db   *pgxpool.Pool
-	opts Options
+	db          *pgxpool.Pool
+	opts        Options
+	pageSecrets pageSecretCache // the continue tokens' secret (page.go)
 }
 
 // Open connects to connString and checks the options. It does not migrate:

@@ -108,7 +108,8 @@ func (s *Store) TokenBySecret(ctx context.Context, hash [sha256.Size]byte) (allo
 
 // ListTokens pages through the live (not revoked) tokens by name.
 func (s *Store) ListTokens(ctx context.Context, page alloc.Page) ([]alloc.Token, string, error) {
-	after, err := decodeContinue(page.Continue)
+	sc := scopeOf(pageTokens)
+	after, err := s.decodeContinue(ctx, sc, page.Continue)
 	if err != nil {
 		return nil, "", err
 	}
@@ -122,8 +123,7 @@ func (s *Store) ListTokens(ctx context.Context, page alloc.Page) ([]alloc.Token,
 	if err != nil {
 		return nil, "", err
 	}
-	items, next := pageOf(items, page.Limit, func(t alloc.Token) string { return t.Name })
-	return items, next, nil
+	return pageOf(ctx, s, sc, items, page.Limit, func(t alloc.Token) string { return t.Name })
 }
 
 // RevokeToken revokes the live token of name; it refuses every request
