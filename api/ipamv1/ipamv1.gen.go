@@ -682,7 +682,10 @@ type LeaseRequest struct {
 	// Elsewhere it gets a fresh address, now bound, and the answer says
 	// why (with `require`, a 409 `urn:ipam:problem:sticky-unavailable`
 	// instead). While a Pod holds the address, another request with the
-	// identity is a 409 lease conflict.
+	// identity is a 409 lease conflict. Where another node holds or binds
+	// the address (node, block, address, attachment, generation) is told
+	// only to callers that may read every node; a node certificate
+	// learns that it is on another node, not where.
 	Sticky *StickyRequest `json:"sticky,omitempty"`
 }
 
@@ -1044,7 +1047,10 @@ type SpaceRequest struct {
 // Elsewhere it gets a fresh address, now bound, and the answer says
 // why (with `require`, a 409 `urn:ipam:problem:sticky-unavailable`
 // instead). While a Pod holds the address, another request with the
-// identity is a 409 lease conflict.
+// identity is a 409 lease conflict. Where another node holds or binds
+// the address (node, block, address, attachment, generation) is told
+// only to callers that may read every node; a node certificate
+// learns that it is on another node, not where.
 type StickyRequest struct {
 	// Identity 1 to 253 letters, digits and . _ : / -, starting and ending with
 	// a letter or digit, e.g. statefulset/ns/web/0.
@@ -1061,7 +1067,7 @@ type StickyRequest struct {
 type StickyStatus struct {
 	Identity string `json:"identity"`
 
-	// Reason In the answer of the allocation that made the lease only - why the bound address could not be reused.
+	// Reason In the answer of the allocation that made the lease only - why the bound address could not be reused (to a node certificate, without naming another node's block or address).
 	Reason *string `json:"reason,omitempty"`
 
 	// Retention Go duration.

@@ -47,8 +47,13 @@ type Error struct {
 	Kind   Kind
 	Field  string // request field at fault, as a JSON path or parameter name
 	Detail string
-	Pool   string // set for KindPoolExhausted
-	Family Family // set for KindPoolExhausted
+	// OperatorDetail, when set, is the Detail for callers that may read
+	// every node (operators, viewers, admins): it names what another node
+	// holds (an address, attachment or generation), which Detail leaves
+	// out for a node certificate.
+	OperatorDetail string
+	Pool           string // set for KindPoolExhausted
+	Family         Family // set for KindPoolExhausted
 	// Nodes names the nodes that keep a KindInUse object in use (at most a
 	// few; Detail says how many more).
 	Nodes []string

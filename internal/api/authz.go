@@ -127,7 +127,7 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 		if !a.take(w, r, id.key, id.limit, now) {
 			return
 		}
-		r = r.WithContext(alloc.WithActor(r.Context(), id.actor))
+		r = r.WithContext(context.WithValue(alloc.WithActor(r.Context(), id.actor), callerKey{}, id))
 		var node, space string
 		if id.role == alloc.RoleNode {
 			// Authorize on exactly what the handler gets. A value the
@@ -147,6 +147,18 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 		}
 		proceed(r)
 	})
+}
+
+// callerKey is the context key of the authenticated caller's identity.
+type callerKey struct{}
+
+// mayReadEveryNode reports whether the request's caller may read what
+// every node holds: any authenticated caller but a node certificate.
+// Answers carry an alloc.Error's OperatorDetail, or a binding's
+// OperatorReason, only to such callers.
+func mayReadEveryNode(ctx context.Context) bool {
+	id, ok := ctx.Value(callerKey{}).(identity)
+	return ok && id.role != "" && id.role != alloc.RoleNode
 }
 
 // boundNode is the {node} the handler of r gets: the generated chi

@@ -129,6 +129,11 @@ func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 	if ps.isUnavailable != nil && !errors.As(err, &ae) && r.Context().Err() == nil && ps.isUnavailable(err) {
 		err = &unavailableError{err: err}
 	}
+	if errors.As(err, &ae) && ae.OperatorDetail != "" && mayReadEveryNode(r.Context()) {
+		full := *ae
+		full.Detail = full.OperatorDetail
+		err = &full
+	}
 	p, ok := problemOf(err)
 	switch {
 	case !ok && errors.Is(err, context.Canceled) && r.Context().Err() != nil:
