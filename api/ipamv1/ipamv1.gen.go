@@ -912,10 +912,26 @@ type PoolSpec struct {
 	// AllowLastIP Lease the last (broadcast) address of each block.
 	AllowLastIP *bool `json:"allowLastIP,omitempty"`
 
+	// AllowSpecialPurpose Let the CIDRs overlap special-purpose ranges: 0.0.0.0/8,
+	// 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4, ::/128,
+	// ::1/128, ::ffff:0:0/96 (IPv4-mapped), fe80::/10, ff00::/8.
+	// Default false: such a CIDR is a 400 naming it. Pools that held
+	// one before this rule were set to true.
+	AllowSpecialPurpose *bool `json:"allowSpecialPurpose,omitempty"`
+
 	// Disabled Carve no new block; leases of existing blocks go on.
 	Disabled *bool           `json:"disabled,omitempty"`
 	Ipv4     *PoolFamilySpec `json:"ipv4,omitempty"`
 	Ipv6     *PoolFamilySpec `json:"ipv6,omitempty"`
+
+	// MaxBlocksPerNode The most blocks of each family one node may hold of the pool,
+	// carved (by its leases, POST /v1/nodes/{node}/blocks or the
+	// background pre-allocation) or adopted (podCIDRs); past it a
+	// carve is a 409 urn:ipam:problem:node-block-limit. Blocks held
+	// before a lower limit stay. Default (when absent): enough blocks
+	// for 1,024 leasable addresses, at least one (a /24 gives 5, a
+	// /26 18, a /28 86 with the default node-local addresses).
+	MaxBlocksPerNode *int `json:"maxBlocksPerNode,omitempty"`
 
 	// Mode multi-pool (default): blocks are carved as a node's demand grows
 	// and free blocks above it go back after a hold-off. cluster-pool:
@@ -974,9 +990,9 @@ type Problem struct {
 
 	// Type A stable URI per cause, e.g. urn:ipam:problem:pool-exhausted,
 	// pool-match, invalid-input, not-found, conflict, in-use,
-	// immutable-field, overlap, lease-conflict, unauthenticated,
-	// forbidden, rate-limited, method-not-allowed, payload-too-large,
-	// unavailable, internal.
+	// immutable-field, overlap, lease-conflict, node-block-limit,
+	// unauthenticated, forbidden, rate-limited, method-not-allowed,
+	// payload-too-large, unavailable, internal.
 	Type string `json:"type"`
 }
 

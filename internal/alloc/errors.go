@@ -39,6 +39,10 @@ const (
 	// workload identity, and that address cannot be leased on this node or
 	// pool; Detail says why.
 	KindStickyUnavailable Kind = "sticky-unavailable"
+	// KindNodeBlockLimit: the node holds as many blocks of the pool's
+	// family as the pool lets one node hold (maxBlocksPerNode); Pool and
+	// Family are set.
+	KindNodeBlockLimit Kind = "node-block-limit"
 )
 
 // Error is the one error type of the domain. Handlers map Kind to an HTTP

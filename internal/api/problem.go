@@ -66,6 +66,9 @@ var problemClasses = map[alloc.Kind]problemClass{
 	// Fencing and sticky addresses (issue 5).
 	alloc.KindStaleGeneration:   {http.StatusConflict, "Stale lease generation"},
 	alloc.KindStickyUnavailable: {http.StatusConflict, "Sticky address unavailable"},
+
+	// Trust boundaries (issue 12).
+	alloc.KindNodeBlockLimit: {http.StatusConflict, "Node block limit reached"},
 }
 
 // unavailableError says the service cannot serve now (the database is

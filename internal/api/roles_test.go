@@ -273,7 +273,9 @@ func TestRoleTable(t *testing.T) {
 		}
 		return r.body
 	}
-	must(201, "POST", "/v1/pools", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24}}}`)
+	// Every caller allowed to carve carves node-a a block: more than the
+	// default per-node limit of /24 blocks (5).
+	must(201, "POST", "/v1/pools", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24},"maxBlocksPerNode":64}}`)
 	must(201, "PUT", "/v1/nodes/node-a", `{}`)
 	must(201, "PUT", "/v1/nodes/node-b", `{}`)
 	// tenant2 has the same pool and nodes, so a request let through
@@ -310,7 +312,7 @@ func TestRoleTable(t *testing.T) {
 		"listPools":  {path: "/v1/pools"},
 		"createPool": {path: "/v1/pools", body: `{"name":"second","spec":{"ipv4":{"cidrs":["10.20.0.0/16"],"maskSize":24}}}`},
 		"getPool":    {path: "/v1/pools/default"},
-		"updatePool": {path: "/v1/pools/default", body: `{"spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24}}}`},
+		"updatePool": {path: "/v1/pools/default", body: `{"spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24},"maxBlocksPerNode":64}}`},
 		"deletePool": {path: "/v1/pools/doomed", setup: func(string) map[string]string {
 			must(201, "POST", "/v1/pools", `{"name":"doomed","spec":{"ipv4":{"cidrs":["10.30.0.0/16"],"maskSize":24}}}`)
 			return nil
