@@ -94,7 +94,7 @@
 //	11  try again later: the service is unreachable, timed out, or answered 429, 502, 503 or 504
 //	50  STATUS only: the service rejects this node's TLS credentials
 //	100 other service error (the message carries the service's detail)
-//	101 pool exhausted (urn:ipam:problem:pool-exhausted)
+//	101 pool exhausted (urn:ipam:problem:pool-exhausted), or the node holds the pool's maxBlocksPerNode blocks (urn:ipam:problem:node-block-limit)
 //	102 not found: unknown pool, node or space on ADD; no lease on CHECK
 //	103 lease conflict: the attachment is held by another owner, pool or families
 //	104 forbidden: the service refuses this node's request (HTTP 403)
