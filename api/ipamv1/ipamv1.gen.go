@@ -712,7 +712,10 @@ type LeaseRequest struct {
 	// Elsewhere it gets a fresh address, now bound, and the answer says
 	// why (with `require`, a 409 `urn:ipam:problem:sticky-unavailable`
 	// instead). While a Pod holds the address, another request with the
-	// identity is a 409 lease conflict.
+	// identity is a 409 lease conflict. Where another node holds or binds
+	// the address (node, block, address, attachment, generation) is told
+	// only to callers that may read every node; a node certificate
+	// learns that it is on another node, not where.
 	Sticky *StickyRequest `json:"sticky,omitempty"`
 }
 
@@ -944,10 +947,26 @@ type PoolSpec struct {
 	// AllowLastIP Lease the last (broadcast) address of each block.
 	AllowLastIP *bool `json:"allowLastIP,omitempty"`
 
+	// AllowSpecialPurpose Let the CIDRs overlap special-purpose ranges: 0.0.0.0/8,
+	// 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4, ::/128,
+	// ::1/128, ::ffff:0:0/96 (IPv4-mapped), fe80::/10, ff00::/8.
+	// Default false: such a CIDR is a 400 naming it. Pools that held
+	// one before this rule were set to true.
+	AllowSpecialPurpose *bool `json:"allowSpecialPurpose,omitempty"`
+
 	// Disabled Carve no new block; leases of existing blocks go on.
 	Disabled *bool           `json:"disabled,omitempty"`
 	Ipv4     *PoolFamilySpec `json:"ipv4,omitempty"`
 	Ipv6     *PoolFamilySpec `json:"ipv6,omitempty"`
+
+	// MaxBlocksPerNode The most blocks of each family one node may hold of the pool,
+	// carved (by its leases, POST /v1/nodes/{node}/blocks or the
+	// background pre-allocation) or adopted (podCIDRs); past it a
+	// carve is a 409 urn:ipam:problem:node-block-limit. Blocks held
+	// before a lower limit stay. Default (when absent): enough blocks
+	// for 1,024 leasable addresses, at least one (a /24 gives 5, a
+	// /26 18, a /28 86 with the default node-local addresses).
+	MaxBlocksPerNode *int `json:"maxBlocksPerNode,omitempty"`
 
 	// Mode multi-pool (default): blocks are carved as a node's demand grows
 	// and free blocks above it go back after a hold-off. cluster-pool:
@@ -1009,10 +1028,10 @@ type Problem struct {
 
 	// Type A stable URI per cause, e.g. urn:ipam:problem:pool-exhausted,
 	// pool-match, invalid-input, not-found, conflict, in-use,
-	// immutable-field, overlap, lease-conflict, unauthenticated,
-	// forbidden, rate-limited, method-not-allowed, payload-too-large,
-	// header-too-large, unsupported-media-type, stale-generation,
-	// sticky-unavailable, unavailable, internal.
+	// immutable-field, overlap, lease-conflict, node-block-limit,
+	// unauthenticated, forbidden, rate-limited, method-not-allowed,
+	// payload-too-large, header-too-large, unsupported-media-type,
+	// stale-generation, sticky-unavailable, unavailable, internal.
 	Type string `json:"type"`
 }
 
@@ -1105,7 +1124,10 @@ type SpaceRequest struct {
 // Elsewhere it gets a fresh address, now bound, and the answer says
 // why (with `require`, a 409 `urn:ipam:problem:sticky-unavailable`
 // instead). While a Pod holds the address, another request with the
-// identity is a 409 lease conflict.
+// identity is a 409 lease conflict. Where another node holds or binds
+// the address (node, block, address, attachment, generation) is told
+// only to callers that may read every node; a node certificate
+// learns that it is on another node, not where.
 type StickyRequest struct {
 	// Identity 1 to 253 letters, digits and . _ : / -, starting and ending with
 	// a letter or digit, e.g. statefulset/ns/web/0.
@@ -1122,7 +1144,7 @@ type StickyRequest struct {
 type StickyStatus struct {
 	Identity string `json:"identity"`
 
-	// Reason In the answer of the allocation that made the lease only - why the bound address could not be reused.
+	// Reason In the answer of the allocation that made the lease only - why the bound address could not be reused (to a node certificate, without naming another node's block or address).
 	Reason *string `json:"reason,omitempty"`
 
 	// Retention Go duration.

@@ -19,7 +19,7 @@ import (
 // them for plugins. doc.go lists them with the specification's codes.
 const (
 	ErrService       uint = 100 // a service error without a code of its own
-	ErrPoolExhausted uint = 101 // urn:ipam:problem:pool-exhausted
+	ErrPoolExhausted uint = 101 // urn:ipam:problem:pool-exhausted and node-block-limit
 	ErrNotFound      uint = 102 // urn:ipam:problem:not-found
 	ErrLeaseConflict uint = 103 // urn:ipam:problem:lease-conflict
 	ErrForbidden     uint = 104 // HTTP 403
@@ -35,10 +35,13 @@ const (
 // problemCodes maps the service's problem types to shim codes.
 var problemCodes = map[string]uint{
 	"urn:ipam:problem:pool-exhausted": ErrPoolExhausted,
-	"urn:ipam:problem:not-found":      ErrNotFound,
-	"urn:ipam:problem:lease-conflict": ErrLeaseConflict,
-	"urn:ipam:problem:invalid-input":  ErrRejected,
-	"urn:ipam:problem:pool-match":     ErrPoolMatch,
+	// No address for this node from the pool, as a full cluster-pool
+	// node range: the node holds the pool's per-node block limit.
+	"urn:ipam:problem:node-block-limit": ErrPoolExhausted,
+	"urn:ipam:problem:not-found":        ErrNotFound,
+	"urn:ipam:problem:lease-conflict":   ErrLeaseConflict,
+	"urn:ipam:problem:invalid-input":    ErrRejected,
+	"urn:ipam:problem:pool-match":       ErrPoolMatch,
 }
 
 // newClient returns the service client of c; its requests never use a proxy.

@@ -133,7 +133,7 @@
 //	    and the reserve cannot serve (disabled, or no free slot for ADD)
 //	50  STATUS only: the service rejects this node's TLS credentials
 //	100 other service error (the message carries the service's detail)
-//	101 pool exhausted (urn:ipam:problem:pool-exhausted)
+//	101 pool exhausted (urn:ipam:problem:pool-exhausted), or the node holds the pool's maxBlocksPerNode blocks (urn:ipam:problem:node-block-limit)
 //	102 not found: unknown pool, node or space on ADD; no lease on CHECK
 //	103 lease conflict: the attachment is held by another owner, pool or families
 //	104 forbidden: the service refuses this node's request (HTTP 403)

@@ -551,6 +551,22 @@ func TestPoolExhausted(t *testing.T) {
 	shim(t, "ADD", "c3", "eth0", netconf(t, "1.1.0", s.ipam(nil), nil), "CNI_ARGS=K8S_POD_NAMESPACE=other;K8S_POD_NAME=pod").fails(t, ErrLeaseConflict)
 }
 
+// A node at its pool's per-node block limit gets code 101, as for a full
+// pool, with the service's detail.
+func TestNodeBlockLimit(t *testing.T) {
+	s := dualStack(t, nil)
+	one := 1
+	s.createPoolSpec(t, "capped", ipamv1.PoolSpec{Ipv4: family("10.9.0.0/24", 30), MaxBlocksPerNode: &one,
+		NodeLocal: &ipamv1.NodeLocalAddresses{Router: ptr(false), Health: ptr(false)}})
+	for i := range 2 { // a /30 leases two addresses
+		shim(t, "ADD", fmt.Sprint("c", i), "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "capped"}), nil)).ok(t)
+	}
+	e := shim(t, "ADD", "c2", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "capped"}), nil)).fails(t, ErrPoolExhausted)
+	if !strings.Contains(e.Msg, "node block limit") || !strings.Contains(e.Details, "node-block-limit") {
+		t.Fatalf("error %+v", e)
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 // singleFamilyPools adds an IPv4-only pool v4 and an IPv6-only pool v6 to

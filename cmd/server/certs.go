@@ -19,14 +19,16 @@ import (
 // (creating a development CA there when the directory holds none) and
 // writes one certificate and key into --out:
 //
-//	issue-cert --node NAME        a node's client certificate (CN=system:node:NAME)
+//	issue-cert --node NAME        a node's client certificate (CN=system:node:NAME,
+//	                              URI SAN urn:ipam:space:SPACE of --space, default "default")
 //	issue-cert --client NAME      an operator's client certificate (--role, default admin)
 //	issue-cert --server HOST,...  the server's certificate for these names or IPs
 func issueCert(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("issue-cert", flag.ContinueOnError)
 	caDir := fs.String("ca-dir", filepath.Join(defaultDataDir(), "pki"), "directory of ca.crt and ca.key; a development CA is created there when it holds none")
 	out := fs.String("out", ".", "directory to write NAME.crt and NAME.key to")
-	node := fs.String("node", "", "issue the client certificate of this node")
+	node := fs.String("node", "", "issue the client certificate of this node (a Kubernetes node name: a DNS-1123 subdomain)")
+	space := fs.String("space", alloc.DefaultSpace, "with --node: the address space the node certificate is bound to (URI SAN urn:ipam:space:SPACE)")
 	client := fs.String("client", "", "issue an operator's client certificate with this common name")
 	role := fs.String("role", string(alloc.RoleAdmin), "with --client: the operator's role, admin, operator or viewer (O=ipam:ROLE)")
 	server := fs.String("server", "", "issue the server certificate for these comma-separated DNS names or IPs")
@@ -49,6 +51,20 @@ func issueCert(args []string, stdout io.Writer) error {
 	if _, err := alloc.ParseTokenRole("role", *role); err != nil {
 		return err
 	}
+	spaceSet := false
+	fs.Visit(func(f *flag.Flag) { spaceSet = spaceSet || f.Name == "space" })
+	if spaceSet && *node == "" {
+		return errors.New("--space applies to --node only")
+	}
+	if *node != "" {
+		// Refused before a development CA is created for nothing.
+		if err := alloc.ValidateNodeName("node", *node); err != nil {
+			return err
+		}
+		if err := alloc.ValidateLabelName("space", *space); err != nil {
+			return err
+		}
+	}
 	ca, created, err := pki.LoadOrCreateCA(*caDir, "ipam development CA", 10*365*24*time.Hour)
 	if err != nil {
 		return err
@@ -61,7 +77,10 @@ func issueCert(args []string, stdout io.Writer) error {
 	switch {
 	case *node != "":
 		name = "node-" + *node
-		certPEM, keyPEM, err = ca.IssueNode(*node, *validity)
+		if *space != alloc.DefaultSpace {
+			name = "node-" + *space + "-" + *node
+		}
+		certPEM, keyPEM, err = ca.IssueNodeInSpace(*space, *node, *validity)
 	case *client != "":
 		name = "client-" + *client
 		certPEM, keyPEM, err = ca.IssueOperator(*client, *role, *validity)
@@ -103,16 +122,24 @@ func withDevelopmentPKI(cfg config, log *slog.Logger) (config, error) {
 	}
 	host = strings.ToLower(host)
 	const validity = 365 * 24 * time.Hour
-	for _, c := range []struct {
+	type issuer struct {
 		name  string
 		issue func() ([]byte, []byte, error)
-	}{
+	}
+	issuers := []issuer{
 		{"server", func() ([]byte, []byte, error) {
 			return ca.IssueServer([]string{"localhost", "127.0.0.1", "::1", host}, validity)
 		}},
-		{"node-" + host, func() ([]byte, []byte, error) { return ca.IssueNode(host, validity) }},
 		{"client-admin", func() ([]byte, []byte, error) { return ca.IssueOperator("admin", string(alloc.RoleAdmin), validity) }},
-	} {
+	}
+	// Node certificates name Kubernetes node names only; a host name that
+	// is none (an underscore, say) gets no node certificate.
+	if err := alloc.ValidateNodeName("node", host); err == nil {
+		issuers = append(issuers, issuer{"node-" + host, func() ([]byte, []byte, error) { return ca.IssueNode(host, validity) }})
+	} else {
+		log.Warn("development PKI: no node certificate for this host", "host", host, "error", err.Error())
+	}
+	for _, c := range issuers {
 		certPath, keyPath := filepath.Join(dir, c.name+".crt"), filepath.Join(dir, c.name+".key")
 		if _, err := os.Stat(certPath); err == nil {
 			continue

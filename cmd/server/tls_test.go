@@ -145,6 +145,7 @@ func TestIssueCert(t *testing.T) {
 	var sb strings.Builder
 	for _, args := range [][]string{
 		{"--node", "worker-1"}, {"--client", "platform"}, {"--server", "ipam.example,127.0.0.1"},
+		{"--node", "worker-1", "--space", "tenant2"},
 	} {
 		if err := issueCert(append([]string{"--ca-dir", caDir, "--out", out}, args...), &sb); err != nil {
 			t.Fatalf("%v: %v", args, err)
@@ -159,7 +160,7 @@ func TestIssueCert(t *testing.T) {
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
-	for _, name := range []string{"node-worker-1", "client-platform", "server"} {
+	for _, name := range []string{"node-worker-1", "client-platform", "server", "node-tenant2-worker-1"} {
 		data, err := os.ReadFile(filepath.Join(out, name+".crt"))
 		if err != nil {
 			t.Fatal(err)
@@ -171,13 +172,17 @@ func TestIssueCert(t *testing.T) {
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
-		if name == "node-worker-1" {
-			if id, err := pki.IdentityOf(cert); err != nil || id.Node != "worker-1" {
-				t.Errorf("node identity %+v %v", id, err)
+		if space, ok := map[string]string{"node-worker-1": "default", "node-tenant2-worker-1": "tenant2"}[name]; ok {
+			if id, err := pki.IdentityOf(cert); err != nil || id.Node != "worker-1" || id.Space != space {
+				t.Errorf("%s: node identity %+v %v, want space %s", name, id, err, space)
 			}
 		}
 	}
-	for _, args := range [][]string{{}, {"--node", "a", "--client", "b"}, {"--node", "bad name"}, {"extra"}} {
+	// Only Kubernetes node names: a name the API would unescape into
+	// another node's (nod%65-b is node-b) is never certified.
+	for _, args := range [][]string{{}, {"--node", "a", "--client", "b"}, {"--node", "bad name"}, {"extra"},
+		{"--node", "nod%65-b"}, {"--node", "node%2Fb"}, {"--node", "Node-B"}, {"--node", "node_b"},
+		{"--node", "a", "--space", "Bad_Space"}, {"--client", "b", "--space", "tenant2"}} {
 		if err := issueCert(append([]string{"--ca-dir", caDir, "--out", out}, args...), io.Discard); err == nil {
 			t.Errorf("%v accepted", args)
 		}

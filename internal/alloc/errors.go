@@ -39,6 +39,10 @@ const (
 	// workload identity, and that address cannot be leased on this node or
 	// pool; Detail says why.
 	KindStickyUnavailable Kind = "sticky-unavailable"
+	// KindNodeBlockLimit: the node holds as many blocks of the pool's
+	// family as the pool lets one node hold (maxBlocksPerNode); Pool and
+	// Family are set.
+	KindNodeBlockLimit Kind = "node-block-limit"
 )
 
 // Error is the one error type of the domain. Handlers map Kind to an HTTP
@@ -47,8 +51,13 @@ type Error struct {
 	Kind   Kind
 	Field  string // request field at fault, as a JSON path or parameter name
 	Detail string
-	Pool   string // set for KindPoolExhausted
-	Family Family // set for KindPoolExhausted
+	// OperatorDetail, when set, is the Detail for callers that may read
+	// every node (operators, viewers, admins): it names what another node
+	// holds (an address, attachment or generation), which Detail leaves
+	// out for a node certificate.
+	OperatorDetail string
+	Pool           string // set for KindPoolExhausted
+	Family         Family // set for KindPoolExhausted
 	// Nodes names the nodes that keep a KindInUse object in use (at most a
 	// few; Detail says how many more).
 	Nodes []string

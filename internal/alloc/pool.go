@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"go4.org/netipx"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -23,6 +24,93 @@ const MaxPreAllocate = 1 << 16
 // spec sets none; other pools default to 0 (Cilium's
 // --ipam-multi-pool-pre-allocation, empty meaning "default=8").
 const DefaultPreAllocate = 8
+
+// MaxBlocksPerNodeLimit bounds a pool's maxBlocksPerNode: a /8 in /32
+// blocks has 2^24.
+const MaxBlocksPerNodeLimit = 1 << 24
+
+// DefaultNodeBlockAddresses sizes the default per-node block limit of a
+// pool that sets no maxBlocksPerNode: as many blocks as hold this many
+// leasable addresses, at least one. Kubernetes runs at most a few hundred
+// Pods on a node (110 by default); four times 250 leaves room for
+// cooldowns, sticky bindings and churn, while no node certificate can
+// take a pool's every block. The unit is Cilium's max-allocate's
+// (addresses per node); the limit is counted in blocks, the unit a node
+// takes from a pool (see BlockLimit).
+const DefaultNodeBlockAddresses = 1024
+
+// BlockLimit is the most blocks of family f (node blocks of mask bits,
+// laid out with allowFirst, allowLast and nl) one node may hold of a pool
+// whose maxBlocksPerNode is maxBlocks (nil: the default, enough blocks for
+// DefaultNodeBlockAddresses leasable addresses, at least one).
+func BlockLimit(maxBlocks *int, f Family, mask int, allowFirst, allowLast bool, nl NodeLocal) int64 {
+	if maxBlocks != nil {
+		return int64(*maxBlocks)
+	}
+	base := netip.IPv4Unspecified()
+	if f == IPv6 {
+		base = netip.IPv6Unspecified()
+	}
+	c := BlockLayout(netip.PrefixFrom(base, mask), allowFirst, allowLast, nl).Capacity
+	if c <= 0 {
+		return 1
+	}
+	return max((DefaultNodeBlockAddresses+c-1)/c, 1)
+}
+
+// BlockLimit is the pool's per-node block limit of family f (see the
+// function BlockLimit); 0 when the pool lacks f.
+func (s PoolSpec) BlockLimit(f Family) int64 {
+	pf := s.Family(f)
+	if pf == nil {
+		return 0
+	}
+	return BlockLimit(s.MaxBlocksPerNode, f, pf.MaskSize, s.AllowFirstIP, s.AllowLastIP, s.NodeLocal)
+}
+
+// specialPurpose are the ranges no pool CIDR may overlap unless the pool
+// allows it (AllowSpecialPurpose): addresses that are not unicast
+// addresses of a host on a network (RFC 6890 and its IPv6 registry).
+var specialPurpose = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),      // "this network"
+	netip.MustParsePrefix("127.0.0.0/8"),    // loopback
+	netip.MustParsePrefix("169.254.0.0/16"), // link-local
+	netip.MustParsePrefix("224.0.0.0/4"),    // multicast
+	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, and the limited broadcast 255.255.255.255
+	netip.MustParsePrefix("::/128"),         // unspecified
+	netip.MustParsePrefix("::1/128"),        // loopback
+	netip.MustParsePrefix("::ffff:0:0/96"),  // IPv4-mapped: IPv4 addresses in IPv6 clothing
+	netip.MustParsePrefix("fe80::/10"),      // link-local
+	netip.MustParsePrefix("ff00::/8"),       // multicast
+}
+
+// specialPurposeSet is specialPurpose as a set, for overlap tests.
+var specialPurposeSet = func() *netipx.IPSet {
+	var b netipx.IPSetBuilder
+	for _, p := range specialPurpose {
+		b.AddPrefix(p)
+	}
+	s, err := b.IPSet()
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// SpecialPurposeOverlap answers the first special-purpose range c
+// overlaps (loopback, link-local, multicast, "this network", reserved,
+// unspecified, IPv4-mapped), and false when it overlaps none.
+func SpecialPurposeOverlap(c netip.Prefix) (netip.Prefix, bool) {
+	if !specialPurposeSet.OverlapsPrefix(c) {
+		return netip.Prefix{}, false
+	}
+	for _, r := range specialPurpose {
+		if r.Overlaps(c) {
+			return r, true
+		}
+	}
+	return netip.Prefix{}, false // unreachable: the set is the list
+}
 
 // PoolFamily is one family of a pool: its CIDRs and the node block size.
 type PoolFamily struct {
@@ -100,6 +188,12 @@ type PoolSpec struct {
 	// SkipMasquerade is returned with each lease, for the datapath to keep
 	// the Pod's source address (Cilium's ipam.cilium.io/skip-masquerade).
 	SkipMasquerade bool
+	// MaxBlocksPerNode bounds the blocks of each family one node may hold
+	// of the pool (carved or adopted); nil means the default (BlockLimit).
+	MaxBlocksPerNode *int
+	// AllowSpecialPurpose lets the pool's CIDRs overlap special-purpose
+	// ranges (SpecialPurposeOverlap), refused otherwise.
+	AllowSpecialPurpose bool
 }
 
 // EffectiveMode is Mode with its default.
@@ -191,6 +285,9 @@ func (s PoolSpec) Validate() error {
 	if p := s.PreAllocate; p != nil && (*p < 0 || *p > MaxPreAllocate) {
 		return Invalid("spec.preAllocate", "must be between 0 and %d", MaxPreAllocate)
 	}
+	if m := s.MaxBlocksPerNode; m != nil && (*m < 1 || *m > MaxBlocksPerNodeLimit) {
+		return Invalid("spec.maxBlocksPerNode", "must be between 1 and %d", MaxBlocksPerNodeLimit)
+	}
 	if _, err := LabelSelector("spec.podSelector", s.PodSelector); err != nil {
 		return err
 	}
@@ -221,6 +318,9 @@ func (pf PoolFamily) validate(f Family, s PoolSpec) error {
 		field := fmt.Sprintf("%s.cidrs[%d]", base, i)
 		if FamilyOf(c.Addr()) != f {
 			return Invalid(field, "%s is not an %s CIDR", c, f)
+		}
+		if r, ok := SpecialPurposeOverlap(c); ok && !s.AllowSpecialPurpose {
+			return Invalid(field, "%s overlaps the special-purpose range %s; set spec.allowSpecialPurpose to lease from it", c, r)
 		}
 		for j := range i {
 			if pf.CIDRs[j].Overlaps(c) {

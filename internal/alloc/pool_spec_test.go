@@ -3,6 +3,7 @@ package alloc
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -285,5 +286,66 @@ func TestAddrRangeOverlapsCovers(t *testing.T) {
 				t.Errorf("Covers = %v, want %v", got, c.covers)
 			}
 		})
+	}
+}
+
+// Every special-purpose range is refused as a pool CIDR, and so is any
+// CIDR overlapping one (inside, around, or a whole family), unless the
+// pool allows it; ordinary private ranges pass.
+func TestSpecialPurposeOverlap(t *testing.T) {
+	for _, c := range []struct {
+		cidr, rng string // rng "" when none overlaps
+	}{
+		{"0.0.0.0/8", "0.0.0.0/8"},
+		{"0.0.0.0/4", "0.0.0.0/8"},
+		{"0.0.0.0/0", "0.0.0.0/8"},
+		{"127.0.0.1/32", "127.0.0.0/8"},
+		{"169.254.10.0/24", "169.254.0.0/16"},
+		{"224.0.0.0/4", "224.0.0.0/4"},
+		{"255.255.255.255/32", "240.0.0.0/4"},
+		{"::/128", "::/128"},
+		{"::1/128", "::1/128"},
+		{"::/0", "::/128"},
+		{"::ffff:10.0.0.0/104", "::ffff:0.0.0.0/96"},
+		{"fe80::/64", "fe80::/10"},
+		{"ff02::/16", "ff00::/8"},
+		{"10.0.0.0/8", ""},
+		{"100.64.0.0/10", ""},
+		{"192.168.0.0/16", ""},
+		{"1.0.0.0/8", ""},
+		{"223.255.255.0/24", ""},
+		{"fd00::/8", ""},
+		{"2001:db8::/32", ""},
+		{"::2/127", ""},
+	} {
+		p := netip.MustParsePrefix(c.cidr)
+		r, ok := SpecialPurposeOverlap(p)
+		if ok != (c.rng != "") || (ok && r.String() != c.rng) {
+			t.Errorf("%s: overlaps %v %v, want %q", c.cidr, r, ok, c.rng)
+		}
+		f, mask := FamilyOf(p.Addr()), p.Bits()
+		pf := &PoolFamily{CIDRs: []netip.Prefix{p}, MaskSize: mask}
+		spec := PoolSpec{IPv4: pf}
+		if f == IPv6 {
+			spec = PoolSpec{IPv6: pf}
+		}
+		if mask < 16 && f == IPv4 || mask < 112 && f == IPv6 {
+			pf.MaskSize = min(mask+16, 32)
+			if f == IPv6 {
+				pf.MaskSize = mask + 16
+			}
+		}
+		spec.AllowFirstIP, spec.AllowLastIP = true, true
+		err := spec.Validate()
+		switch {
+		case c.rng != "" && (!IsKind(err, KindInvalid) || err.(*Error).Field != "spec."+f.String()+".cidrs[0]"):
+			t.Errorf("%s: Validate %v, want invalid-input of the CIDR", c.cidr, err)
+		case c.rng == "" && err != nil && strings.Contains(err.Error(), "special-purpose"):
+			t.Errorf("%s: %v", c.cidr, err)
+		}
+		spec.AllowSpecialPurpose = true
+		if err := spec.Validate(); err != nil && strings.Contains(err.Error(), "special-purpose") {
+			t.Errorf("%s allowed: %v", c.cidr, err)
+		}
 	}
 }

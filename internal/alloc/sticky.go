@@ -91,6 +91,10 @@ type Binding struct {
 	Decided bool
 	Reused  bool
 	Reason  string
+	// OperatorReason, when set, is the Reason for callers that may read
+	// every node: Reason does not say where another node holds the
+	// address (see StickyChoice).
+	OperatorReason string
 }
 
 // BoundAddress is what a lease request finds bound to its identity, for
@@ -111,6 +115,10 @@ type StickyChoice struct {
 	// Reason (when not empty) says why the bound one could not be.
 	Reuse  bool
 	Reason string
+	// OperatorReason, when set, is Reason with what another node holds
+	// (its name, block and the address), for callers that may read every
+	// node; Reason then says only that the address is on another node.
+	OperatorReason string
 }
 
 // ChooseSticky decides, for one family, whether a request for node whose
@@ -119,27 +127,44 @@ type StickyChoice struct {
 // attachment is a KindLeaseConflict (one workload identity is one
 // workload at a time); one on another node or pool is a
 // KindStickyUnavailable when require, else a fresh address with a reason.
+//
+// What another node holds (its name, its block, the address, attachment
+// and generation there) is for callers that may read every node: when the
+// bound address is on another node, Detail and Reason only say so, and
+// OperatorDetail and OperatorReason carry the rest. Facts of the
+// requesting node itself are in both.
 func ChooseSticky(identity string, bound *BoundAddress, node, pool string, f Family, require bool) (StickyChoice, error) {
 	if bound == nil {
 		return StickyChoice{}, nil
 	}
+	elsewhere := bound.Node != node
 	if bound.Held {
+		full := fmt.Sprintf("identity %q holds %s through attachment %s/%s on node %s (generation %d); release it first",
+			identity, bound.Addr, bound.Attachment.ContainerID, bound.Attachment.Interface, bound.Node, bound.Generation)
+		if !elsewhere {
+			return StickyChoice{}, &Error{Kind: KindLeaseConflict, Field: "sticky.identity", Detail: full}
+		}
 		return StickyChoice{}, &Error{Kind: KindLeaseConflict, Field: "sticky.identity",
-			Detail: fmt.Sprintf("identity %q holds %s through attachment %s/%s on node %s (generation %d); release it first",
-				identity, bound.Addr, bound.Attachment.ContainerID, bound.Attachment.Interface, bound.Node, bound.Generation)}
+			Detail:         fmt.Sprintf("identity %q is held by a lease on another node; release it first", identity),
+			OperatorDetail: full}
 	}
-	var why string
+	var why, operatorWhy string
 	switch {
-	case bound.Node != node:
-		why = fmt.Sprintf("%s is in block %s of node %s, not of %s", bound.Addr, bound.Block, bound.Node, node)
+	case elsewhere:
+		why = "the address bound to it is on another node"
+		operatorWhy = fmt.Sprintf("%s is in block %s of node %s, not of %s", bound.Addr, bound.Block, bound.Node, node)
 	case bound.Pool != pool:
 		why = fmt.Sprintf("%s is in pool %q, but this request's %s pool is %q", bound.Addr, bound.Pool, f, pool)
 	default:
 		return StickyChoice{Reuse: true}, nil
 	}
 	if require {
-		return StickyChoice{}, &Error{Kind: KindStickyUnavailable, Field: "sticky.identity",
+		e := &Error{Kind: KindStickyUnavailable, Field: "sticky.identity",
 			Detail: fmt.Sprintf("the address bound to %q cannot be leased here: %s", identity, why)}
+		if operatorWhy != "" {
+			e.OperatorDetail = fmt.Sprintf("the address bound to %q cannot be leased here: %s", identity, operatorWhy)
+		}
+		return StickyChoice{}, e
 	}
-	return StickyChoice{Reason: why}, nil
+	return StickyChoice{Reason: why, OperatorReason: operatorWhy}, nil
 }

@@ -73,47 +73,72 @@ func TestStickyRequestValidate(t *testing.T) {
 	}
 }
 
+// ChooseSticky's decisions; what another node holds (its name, block,
+// the address, attachment and generation) appears only in the operator's
+// detail and reason, while the requesting node's own facts are in both.
 func TestChooseSticky(t *testing.T) {
 	bound := BoundAddress{Addr: netip.MustParseAddr("10.0.3.7"), Block: netip.MustParsePrefix("10.0.3.0/28"),
 		Node: "n1", Pool: "default", Attachment: Attachment{ContainerID: "c1", Interface: "eth0"}, Generation: 9}
 	held := bound
 	held.Held = true
+	secrets := []string{"n1", "10.0.3", "c1", "eth0", "generation", "9"}
 	for _, c := range []struct {
-		name      string
-		bound     *BoundAddress
-		node      string
-		pool      string
-		require   bool
-		reuse     bool
-		reason    string // substring
-		errKind   Kind
-		errDetail string // substring
+		name        string
+		bound       *BoundAddress
+		node        string
+		pool        string
+		require     bool
+		reuse       bool
+		reason      string // substring
+		opReason    string // substring of OperatorReason; "" when none
+		errKind     Kind
+		errDetail   string // substring
+		opErrDetail string // substring of OperatorDetail; "" when none
 	}{
 		{name: "nothing bound", node: "n1", pool: "default"},
 		{name: "nothing bound, required", node: "n1", pool: "default", require: true},
 		{name: "same node and pool", bound: &bound, node: "n1", pool: "default", reuse: true},
 		{name: "same node and pool, required", bound: &bound, node: "n1", pool: "default", require: true, reuse: true},
 		{name: "other node", bound: &bound, node: "n2", pool: "default",
-			reason: "10.0.3.7 is in block 10.0.3.0/28 of node n1, not of n2"},
+			reason: "the address bound to it is on another node", opReason: "10.0.3.7 is in block 10.0.3.0/28 of node n1, not of n2"},
 		{name: "other node, required", bound: &bound, node: "n2", pool: "default", require: true,
-			errKind: KindStickyUnavailable, errDetail: "10.0.3.7 is in block 10.0.3.0/28 of node n1, not of n2"},
+			errKind: KindStickyUnavailable, errDetail: "is on another node",
+			opErrDetail: "10.0.3.7 is in block 10.0.3.0/28 of node n1, not of n2"},
 		{name: "other pool", bound: &bound, node: "n1", pool: "blue",
 			reason: `10.0.3.7 is in pool "default", but this request's ipv4 pool is "blue"`},
 		{name: "still held", bound: &held, node: "n1", pool: "default",
 			errKind: KindLeaseConflict, errDetail: "through attachment c1/eth0 on node n1 (generation 9)"},
 		{name: "still held, elsewhere", bound: &held, node: "n2", pool: "default",
-			errKind: KindLeaseConflict, errDetail: "release it first"},
+			errKind: KindLeaseConflict, errDetail: `identity "statefulset/ns/web/0" is held by a lease on another node; release it first`,
+			opErrDetail: "holds 10.0.3.7 through attachment c1/eth0 on node n1 (generation 9)"},
 	} {
 		got, err := ChooseSticky("statefulset/ns/web/0", c.bound, c.node, c.pool, IPv4, c.require)
 		switch {
 		case c.errKind != "":
-			if !IsKind(err, c.errKind) || !strings.Contains(err.Error(), c.errDetail) || err.(*Error).Field != "sticky.identity" {
-				t.Errorf("%s: %v, want %s saying %q", c.name, err, c.errKind, c.errDetail)
+			e, ok := err.(*Error)
+			if !ok || e.Kind != c.errKind || !strings.Contains(e.Detail, c.errDetail) || e.Field != "sticky.identity" ||
+				!strings.Contains(e.OperatorDetail, c.opErrDetail) || (c.opErrDetail == "") != (e.OperatorDetail == "") {
+				t.Errorf("%s: %#v, want %s saying %q (operators %q)", c.name, err, c.errKind, c.errDetail, c.opErrDetail)
+				continue
+			}
+			if c.node != c.bound.Node {
+				for _, s := range secrets {
+					if strings.Contains(strings.ReplaceAll(e.Detail, "statefulset/ns/web/0", ""), s) {
+						t.Errorf("%s: the detail a node sees names %q: %s", c.name, s, e.Detail)
+					}
+				}
 			}
 		case err != nil:
 			t.Errorf("%s: %v", c.name, err)
-		case got.Reuse != c.reuse || !strings.Contains(got.Reason, c.reason) || (c.reason == "") != (got.Reason == ""):
-			t.Errorf("%s: %+v, want reuse=%v reason %q", c.name, got, c.reuse, c.reason)
+		case got.Reuse != c.reuse || !strings.Contains(got.Reason, c.reason) || (c.reason == "") != (got.Reason == "") ||
+			!strings.Contains(got.OperatorReason, c.opReason) || (c.opReason == "") != (got.OperatorReason == ""):
+			t.Errorf("%s: %+v, want reuse=%v reason %q operator reason %q", c.name, got, c.reuse, c.reason, c.opReason)
+		case c.bound != nil && c.node != c.bound.Node:
+			for _, s := range secrets {
+				if strings.Contains(got.Reason, s) {
+					t.Errorf("%s: the reason a node sees names %q: %s", c.name, s, got.Reason)
+				}
+			}
 		}
 	}
 }

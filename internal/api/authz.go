@@ -12,15 +12,18 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/oapi-codegen/runtime"
 
+	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pki"
 )
 
 // identity is an authenticated caller.
 type identity struct {
-	role alloc.Role
-	node string // the node of a RoleNode identity
+	role  alloc.Role
+	node  string // the node of a RoleNode identity
+	space string // the address space of a RoleNode identity
 	// actor is who the address history and the logs name: node:NAME,
 	// token:NAME, cert:CN, or anonymous.
 	actor string
@@ -124,18 +127,76 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 		if !a.take(w, r, id.key, id.limit, now) {
 			return
 		}
-		r = r.WithContext(alloc.WithActor(r.Context(), id.actor))
-		if node := rctx.URLParam("node"); !op.allows(id, node) {
-			a.ps.write(w, r, forbidden(id, op, node))
+		r = r.WithContext(context.WithValue(alloc.WithActor(r.Context(), id.actor), callerKey{}, id))
+		var node, space string
+		if id.role == alloc.RoleNode {
+			// Authorize on exactly what the handler gets. A value the
+			// generated wrapper cannot bind (a broken escape, space given
+			// twice) is no node's and no space's: refused.
+			var ok bool
+			if node, ok = boundNode(r, rctx); !ok {
+				node = ""
+			}
+			if space, ok = boundSpace(r); !ok {
+				space = strings.Join(r.URL.Query()["space"], ",")
+			}
+		}
+		if !op.allows(id, node, space) {
+			a.ps.write(w, r, forbidden(id, op, node, space))
 			return
 		}
 		proceed(r)
 	})
 }
 
+// callerKey is the context key of the authenticated caller's identity.
+type callerKey struct{}
+
+// mayReadEveryNode reports whether the request's caller may read what
+// every node holds: any authenticated caller but a node certificate.
+// Answers carry an alloc.Error's OperatorDetail, or a binding's
+// OperatorReason, only to such callers.
+func mayReadEveryNode(ctx context.Context) bool {
+	id, ok := ctx.Value(callerKey{}).(identity)
+	return ok && id.role != "" && id.role != alloc.RoleNode
+}
+
+// boundNode is the {node} the handler of r gets: the generated chi
+// wrapper (api/ipamv1) binds it with the runtime's styled binder, which
+// path-unescapes the raw segment whenever the request has a raw path, so
+// n%6Fde-a is node-a there and must be node-a here. ok is false when the
+// binder refuses the value (the wrapper then answers 400).
+func boundNode(r *http.Request, rctx *chi.Context) (node string, ok bool) {
+	raw := rctx.URLParam("node")
+	if raw == "" {
+		return "", true
+	}
+	err := runtime.BindStyledParameterWithOptions("simple", "node", raw, &node, runtime.BindStyledParameterOptions{
+		ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", ValueIsUnescaped: r.URL.RawPath == ""})
+	return node, err == nil
+}
+
+// boundSpace is the address space the handler of r works in: the query
+// parameter space as the generated wrapper binds it (SpaceParam), and
+// alloc.DefaultSpace when absent. ok is false when the binder refuses it.
+func boundSpace(r *http.Request) (space string, ok bool) {
+	var p *ipamv1.SpaceParam
+	if err := runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &p,
+		runtime.BindQueryParameterOptions{Type: "string"}); err != nil {
+		return "", false
+	}
+	if p == nil {
+		return alloc.DefaultSpace, true
+	}
+	return *p, true
+}
+
 // forbidden explains a refusal without naming more than the caller knows.
-func forbidden(id identity, op access, node string) error {
+func forbidden(id identity, op access, node, space string) error {
 	switch {
+	case id.role == alloc.RoleNode && space != id.space:
+		return &alloc.Error{Kind: kindForbidden, Field: "space",
+			Detail: fmt.Sprintf("node %q of space %q may not act in space %q", id.node, id.space, space)}
 	case id.role == alloc.RoleNode && op.ownNode && node != "":
 		return &alloc.Error{Kind: kindForbidden, Field: "node",
 			Detail: fmt.Sprintf("node %q may act on its own node only, not on %q", id.node, node)}
@@ -216,8 +277,14 @@ func (a *authenticator) certificate(r *http.Request) (identity, error) {
 		return identity{}, &alloc.Error{Kind: kindForbidden, Detail: "the client certificate is neither a node's nor an operator's"}
 	}
 	if id.IsNode() {
-		actor := "node:" + id.Node
-		return identity{role: alloc.RoleNode, node: id.Node, actor: actor, key: actor, limit: a.limits.Node}, nil
+		// The history's events carry their space, so the actor stays
+		// node:NAME; the rate-limit bucket is per (space, node), since
+		// node names repeat across spaces.
+		actor, key := "node:"+id.Node, "node:"+id.Node
+		if id.Space != alloc.DefaultSpace {
+			key = "node:" + id.Space + "/" + id.Node
+		}
+		return identity{role: alloc.RoleNode, node: id.Node, space: id.Space, actor: actor, key: key, limit: a.limits.Node}, nil
 	}
 	role, err := certRole(cert.Subject.Organization)
 	if err != nil {

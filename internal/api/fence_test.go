@@ -638,3 +638,107 @@ func TestDuplicatedCallsKeepOneLeasePerAttachment(t *testing.T) {
 		addrs[a.Addresses[0].Address] = true
 	}
 }
+
+// What a node certificate learns of a sticky identity bound on another
+// node: that it is held, or bound, elsewhere, never where (node, block,
+// address, attachment, generation). An operator, through the same
+// requests, still gets the whole story.
+func TestStickyDetailIsTheCallers(t *testing.T) {
+	e := newEnv(t, nil)
+	s := newAuthServer(t, e, Options{})
+	opCert, opKey, _ := s.ca.IssueOperator("platform", "operator", time.Hour)
+	n1Cert, n1Key, _ := s.ca.IssueNode("n1", time.Hour)
+	n2Cert, n2Key, _ := s.ca.IssueNode("n2", time.Hour)
+	op := caller{name: "operator", client: s.client(opCert, opKey), base: s.url}
+	n1 := caller{name: "n1", client: s.client(n1Cert, n1Key), base: s.url}
+	n2 := caller{name: "n2", client: s.client(n2Cert, n2Key), base: s.url}
+	body := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if r := op.do(t, "POST", "/v1/pools", body(pool4("default", 28, "10.0.3.0/24"))); r.status != 201 {
+		t.Fatalf("pool: %d %s", r.status, r.body)
+	}
+	const id = "statefulset/ns/db/0"
+	r := n1.do(t, "POST", "/v1/nodes/n1/leases", body(stickyLease("c1", "db-0", id, nil)))
+	var a ipamv1.Allocation
+	if r.status != 201 || json.Unmarshal(r.body, &a) != nil {
+		t.Fatalf("n1 leases: %d %s", r.status, r.body)
+	}
+	addr, block := strings.TrimSuffix(a.Addresses[0].Address, "/28"), a.Addresses[0].Block
+	secrets := []string{"n1", addr, block, "c1", "generation"}
+	leak := func(what, text string) {
+		t.Helper()
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Errorf("%s names %q: %s", what, s, text)
+			}
+		}
+	}
+
+	// Held on n1: n2 learns it is held on another node.
+	for _, c := range []struct {
+		who     caller
+		node    string
+		private bool
+	}{{n2, "n2", false}, {op, "n2", true}} {
+		res := c.who.do(t, "POST", "/v1/nodes/"+c.node+"/leases", body(stickyLease("c2", "db-0", id, nil)))
+		p := wantProblem(t, c.who.name+" while held", res, 409, "lease-conflict", "sticky.identity")
+		d := deref(p.Detail, "")
+		full := fmt.Sprintf("holds %s through attachment c1/eth0 on node n1 (generation %d)", addr, a.Generation)
+		switch {
+		case c.private && !strings.Contains(d, full):
+			t.Errorf("operator: detail %q, want it to say %q", d, full)
+		case !c.private:
+			leak("the 409 to n2", string(res.body))
+			if !strings.Contains(d, "held by a lease on another node") {
+				t.Errorf("n2: detail %q", d)
+			}
+		}
+	}
+	// n1 itself may see its own attachment.
+	res := n1.do(t, "POST", "/v1/nodes/n1/leases", body(stickyLease("c9", "db-0", id, nil)))
+	if p := wantProblem(t, "n1 while held", res, 409, "lease-conflict", "sticky.identity"); !strings.Contains(deref(p.Detail, ""), "c1/eth0 on node n1") {
+		t.Errorf("n1: detail %q", deref(p.Detail, ""))
+	}
+
+	// Released and bound on n1: require on n2 is refused without saying
+	// where; without require n2 gets a fresh address and a reason that
+	// does not say where either.
+	if r := n1.do(t, "DELETE", "/v1/nodes/n1/attachments/c1/eth0", ""); r.status != 204 {
+		t.Fatalf("release: %d %s", r.status, r.body)
+	}
+	res = n2.do(t, "POST", "/v1/nodes/n2/leases", body(stickyLease("c2", "db-0", id, map[string]any{"require": true})))
+	wantProblem(t, "n2 requires", res, 409, "sticky-unavailable", "sticky.identity")
+	leak("the sticky-unavailable to n2", string(res.body))
+	res = op.do(t, "POST", "/v1/nodes/n2/leases", body(stickyLease("c2", "db-0", id, map[string]any{"require": true})))
+	want := fmt.Sprintf("%s is in block %s of node n1, not of n2", addr, block)
+	if p := wantProblem(t, "operator requires", res, 409, "sticky-unavailable", "sticky.identity"); !strings.Contains(deref(p.Detail, ""), want) {
+		t.Errorf("operator: detail %q, want %q", deref(p.Detail, ""), want)
+	}
+	res = n2.do(t, "POST", "/v1/nodes/n2/leases", body(stickyLease("c2", "db-0", id, nil)))
+	var moved ipamv1.Allocation
+	if res.status != 201 || json.Unmarshal(res.body, &moved) != nil {
+		t.Fatalf("n2 leases: %d %s", res.status, res.body)
+	}
+	st := moved.Addresses[0].Sticky
+	if st == nil || deref(st.Reason, "") == "" || deref(st.Reused, true) {
+		t.Fatalf("n2's sticky status %s", res.body)
+	}
+	leak("n2's sticky reason", deref(st.Reason, ""))
+	// The operator moving it back to n1 reads where it was.
+	if r := op.do(t, "DELETE", "/v1/nodes/n2/attachments/c2/eth0", ""); r.status != 204 {
+		t.Fatalf("release: %d %s", r.status, r.body)
+	}
+	res = op.do(t, "POST", "/v1/nodes/n1/leases", body(stickyLease("c3", "db-0", id, nil)))
+	var back ipamv1.Allocation
+	if res.status != 201 || json.Unmarshal(res.body, &back) != nil {
+		t.Fatalf("operator leases on n1: %d %s", res.status, res.body)
+	}
+	if r := deref(back.Addresses[0].Sticky.Reason, ""); !strings.Contains(r, "of node n2, not of n1") {
+		t.Errorf("operator's reason %q", r)
+	}
+}

@@ -229,6 +229,7 @@ func TestRequestLimits(t *testing.T) {
 		"LabelSelectorRequirement.values":   {"POST", "/v1/pools", expr("k", many(65, func(i int) any { return fmt.Sprint(i) })), "spec.podSelector.matchExpressions[0].values"},
 		"LabelSelectorRequirement.values[]": {"POST", "/v1/pools", expr("k", []any{long(64)}), "spec.podSelector"},
 		"PoolSpec.preAllocate":              {"POST", "/v1/pools", poolWith("preAllocate", 65537), "spec.preAllocate"},
+		"PoolSpec.maxBlocksPerNode":         {"POST", "/v1/pools", poolWith("maxBlocksPerNode", 16777217), "spec.maxBlocksPerNode"},
 		"NodeAddress.address": {"PUT", "/v1/nodes/n1", map[string]any{"addresses": []any{map[string]any{"type": "InternalIP", "address": long(65)}}},
 			"addresses[0].address"},
 		"NodeSpec.addresses": {"PUT", "/v1/nodes/n1", map[string]any{"addresses": many(17, func(i int) any {

@@ -275,6 +275,8 @@ func poolSpecFromAPI(s ipamv1.PoolSpec) (alloc.PoolSpec, error) {
 	spec.PreAllocate = s.PreAllocate
 	spec.Disabled = deref(s.Disabled, false)
 	spec.SkipMasquerade = deref(s.SkipMasquerade, false)
+	spec.MaxBlocksPerNode = s.MaxBlocksPerNode
+	spec.AllowSpecialPurpose = deref(s.AllowSpecialPurpose, false)
 	if spec.PodSelector, err = selectorFromAPI("spec.podSelector", s.PodSelector); err != nil {
 		return alloc.PoolSpec{}, err
 	}
@@ -387,12 +389,14 @@ func poolSpecToAPI(s alloc.PoolSpec) ipamv1.PoolSpec {
 			Health:  &s.NodeLocal.Health,
 			Ingress: &s.NodeLocal.Ingress,
 		},
-		Mode:              ptr(ipamv1.PoolMode(s.EffectiveMode())),
-		PreAllocate:       s.PreAllocate,
-		PodSelector:       selectorToAPI(s.PodSelector),
-		NamespaceSelector: selectorToAPI(s.NamespaceSelector),
-		Disabled:          &s.Disabled,
-		SkipMasquerade:    &s.SkipMasquerade,
+		Mode:                ptr(ipamv1.PoolMode(s.EffectiveMode())),
+		PreAllocate:         s.PreAllocate,
+		PodSelector:         selectorToAPI(s.PodSelector),
+		NamespaceSelector:   selectorToAPI(s.NamespaceSelector),
+		Disabled:            &s.Disabled,
+		SkipMasquerade:      &s.SkipMasquerade,
+		MaxBlocksPerNode:    s.MaxBlocksPerNode,
+		AllowSpecialPurpose: &s.AllowSpecialPurpose,
 	}
 }
 

@@ -68,6 +68,9 @@ var problemClasses = map[alloc.Kind]problemClass{
 	// Fencing and sticky addresses (issue 5).
 	alloc.KindStaleGeneration:   {http.StatusConflict, "Stale lease generation"},
 	alloc.KindStickyUnavailable: {http.StatusConflict, "Sticky address unavailable"},
+
+	// Trust boundaries (issue 12).
+	alloc.KindNodeBlockLimit: {http.StatusConflict, "Node block limit reached"},
 }
 
 // unavailableError says the service cannot serve now (the database is
@@ -145,6 +148,11 @@ func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *alloc.Error
 	if ps.isUnavailable != nil && !errors.As(err, &ae) && r.Context().Err() == nil && ps.isUnavailable(err) {
 		err = &unavailableError{err: err}
+	}
+	if errors.As(err, &ae) && ae.OperatorDetail != "" && mayReadEveryNode(r.Context()) {
+		full := *ae
+		full.Detail = full.OperatorDetail
+		err = &full
 	}
 	p, ok := problemOf(err)
 	switch {

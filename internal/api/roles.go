@@ -102,13 +102,15 @@ var operationsByRoute = func() map[string]string {
 }()
 
 // allows reports whether id may call a: by rank, or as the node named in
-// the request's path.
-func (a access) allows(id identity, node string) bool {
+// the request's path, in its own space. node and space are what the
+// handler works on: the unescaped {node} and the space query parameter
+// (alloc.DefaultSpace when absent).
+func (a access) allows(id identity, node, space string) bool {
 	switch {
 	case a.min == public:
 		return true
 	case id.role == alloc.RoleNode:
-		return a.ownNode && node != "" && node == id.node
+		return a.ownNode && node != "" && node == id.node && space == id.space
 	}
 	return id.role.AtLeast(a.min)
 }

@@ -164,7 +164,10 @@ type caller struct {
 	client *http.Client
 	token  string // a bearer secret, or ""
 	node   string // what {node} becomes in this caller's requests ("" = the sample's)
-	base   string
+	// space is the ?space= this caller's requests add ("" adds none: the
+	// default space); nodeSpace the space of its node certificate.
+	space, nodeSpace string
+	base             string
 }
 
 func (c caller) do(t *testing.T, method, path, body string) response {
@@ -231,10 +234,12 @@ type roleSample struct {
 
 // TestRoleTable sends every operation of the spec as every kind of caller
 // (admin, operator and viewer tokens, a node certificate on its own node
-// and on another node, no credentials) and checks the answer against the
-// role roles.go declares: 2xx when allowed, 403 forbidden when not, 401
-// unauthenticated without credentials; a refused request changes nothing.
-// An operation without a sample fails the test.
+// and on another node, the same certificate in another address space, a
+// node certificate of another space in the default one, no credentials)
+// and checks the answer against the role roles.go declares: 2xx when
+// allowed, 403 forbidden when not, 401 unauthenticated without
+// credentials; a refused request changes nothing. An operation without a
+// sample fails the test.
 func TestRoleTable(t *testing.T) {
 	e := newEnv(t, nil)
 	s := newAuthServer(t, e, Options{})
@@ -243,12 +248,20 @@ func TestRoleTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain, nodeA := s.client(nil, nil), s.client(nodeCert, nodeKey)
+	t2Cert, t2Key, err := s.ca.IssueNodeInSpace("tenant2", "node-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	callers := []caller{
 		{name: "admin", client: plain, token: mustToken(t, e, "admin", alloc.RoleAdmin), base: s.url},
 		{name: "operator", client: plain, token: mustToken(t, e, "operator", alloc.RoleOperator), base: s.url},
 		{name: "viewer", client: plain, token: mustToken(t, e, "viewer", alloc.RoleViewer), base: s.url},
 		{name: "node (own node)", client: nodeA, node: "node-a", base: s.url},
 		{name: "node (other node)", client: nodeA, node: "node-b", base: s.url},
+		// Node names repeat across clusters: node-a of default is not
+		// node-a of tenant2, on routes with {node} or without.
+		{name: "node (own node, other space)", client: nodeA, node: "node-a", space: "tenant2", base: s.url},
+		{name: "node of tenant2 (same name, default space)", client: s.client(t2Cert, t2Key), node: "node-a", nodeSpace: "tenant2", base: s.url},
 		{name: "anonymous", client: plain, base: s.url},
 	}
 	admin := callers[0]
@@ -260,9 +273,16 @@ func TestRoleTable(t *testing.T) {
 		}
 		return r.body
 	}
-	must(201, "POST", "/v1/pools", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24}}}`)
+	// Every caller allowed to carve carves node-a a block: more than the
+	// default per-node limit of /24 blocks (5).
+	must(201, "POST", "/v1/pools", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24},"maxBlocksPerNode":64}}`)
 	must(201, "PUT", "/v1/nodes/node-a", `{}`)
 	must(201, "PUT", "/v1/nodes/node-b", `{}`)
+	// tenant2 has the same pool and nodes, so a request let through
+	// there would succeed rather than fail for want of them.
+	must(201, "POST", "/v1/spaces", `{"name":"tenant2"}`)
+	must(201, "POST", "/v1/pools?space=tenant2", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24}}}`)
+	must(201, "PUT", "/v1/nodes/node-a?space=tenant2", `{}`)
 	leaseBody := func(cid string) string {
 		return `{"owner":{"namespace":"ns","name":"pod-` + cid + `"},"containerID":"` + cid + `","interface":"eth0"}`
 	}
@@ -292,7 +312,7 @@ func TestRoleTable(t *testing.T) {
 		"listPools":  {path: "/v1/pools"},
 		"createPool": {path: "/v1/pools", body: `{"name":"second","spec":{"ipv4":{"cidrs":["10.20.0.0/16"],"maskSize":24}}}`},
 		"getPool":    {path: "/v1/pools/default"},
-		"updatePool": {path: "/v1/pools/default", body: `{"spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24}}}`},
+		"updatePool": {path: "/v1/pools/default", body: `{"spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24},"maxBlocksPerNode":64}}`},
 		"deletePool": {path: "/v1/pools/doomed", setup: func(string) map[string]string {
 			must(201, "POST", "/v1/pools", `{"name":"doomed","spec":{"ipv4":{"cidrs":["10.30.0.0/16"],"maskSize":24}}}`)
 			return nil
@@ -375,6 +395,13 @@ func TestRoleTable(t *testing.T) {
 					path = strings.ReplaceAll(path, k, v)
 				}
 			}
+			if c.space != "" {
+				sep := "?"
+				if strings.Contains(path, "?") {
+					sep = "&"
+				}
+				path += sep + "space=" + c.space
+			}
 			var before snapshot
 			if want != 200 {
 				before = authSnapshot(e)
@@ -415,7 +442,7 @@ func expectedStatus(a access, c caller) int {
 	case c.name == "anonymous":
 		return 401
 	case c.node != "": // node-a's certificate
-		if a.ownNode && c.node == "node-a" {
+		if a.ownNode && c.node == "node-a" && c.space == c.nodeSpace {
 			return 200
 		}
 		return 403

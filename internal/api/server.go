@@ -389,6 +389,13 @@ func (s *Server) AllocateLease(ctx context.Context, req ipamv1.AllocateLeaseRequ
 	if err != nil {
 		return nil, err
 	}
+	if mayReadEveryNode(ctx) {
+		for _, l := range a.Leases {
+			if l.Sticky != nil && l.Sticky.OperatorReason != "" {
+				l.Sticky.Reason = l.Sticky.OperatorReason
+			}
+		}
+	}
 	if a.Created {
 		return ipamv1.AllocateLease201JSONResponse(allocationToAPI(a)), nil
 	}

@@ -4,8 +4,12 @@
 //
 // A node authenticates like a kubelet: its certificate's subject is
 // CN=system:node:<node name>, O=system:nodes, and the service lets it act on
-// its own node only. Any other verified client certificate is an operator
-// (platform team, controllers) and may act on every node.
+// its own node only. Node names repeat across clusters, so a node's identity
+// is (space, node): the certificate names its address space in a URI SAN
+// urn:ipam:space:<space>; a node certificate without one (issued before
+// spaces were bound) is of the space "default". Any other verified client
+// certificate is an operator (platform team, controllers) and may act on
+// every node.
 package pki
 
 import (
@@ -20,10 +24,14 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
 const (
@@ -35,6 +43,9 @@ const (
 	// operator certificate's role: O=ipam:admin, ipam:operator or
 	// ipam:viewer. A certificate naming none is an admin (internal/api).
 	RoleOrganizationPrefix = "ipam:"
+	// SpaceURIPrefix starts the URI SAN that binds a node certificate to
+	// its address space: urn:ipam:space:NAME.
+	SpaceURIPrefix = "urn:ipam:space:"
 )
 
 // CA is a certificate authority that issues the service's certificates.
@@ -140,13 +151,35 @@ func (ca *CA) IssueServer(hosts []string, validity time.Duration) (certPEM, keyP
 	return ca.issue(pkix.Name{CommonName: hosts[0]}, hosts, x509.ExtKeyUsageServerAuth, validity)
 }
 
-// IssueNode issues the client certificate of node (see the package doc).
+// IssueNode issues the client certificate of node in the space "default"
+// (see IssueNodeInSpace).
 func (ca *CA) IssueNode(node string, validity time.Duration) (certPEM, keyPEM []byte, err error) {
-	if node == "" || strings.ContainsAny(node, ":/ ") {
-		return nil, nil, fmt.Errorf("pki: %q is not a node name", node)
+	return ca.IssueNodeInSpace(alloc.DefaultSpace, node, validity)
+}
+
+// IssueNodeInSpace issues the client certificate of node in space:
+// CN=system:node:NODE, O=system:nodes and the URI SAN urn:ipam:space:SPACE
+// (see the package doc). node must be a Kubernetes node name (a DNS-1123
+// subdomain) and space a space name (a DNS-1123 label): a name the API
+// would read differently (a percent sign, a slash) must never be certified.
+func (ca *CA) IssueNodeInSpace(space, node string, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	if err := alloc.ValidateNodeName("node", node); err != nil {
+		return nil, nil, fmt.Errorf("pki: %w", err)
+	}
+	if err := alloc.ValidateLabelName("space", space); err != nil {
+		return nil, nil, fmt.Errorf("pki: %w", err)
 	}
 	name := pkix.Name{CommonName: NodeCommonNamePrefix + node, Organization: []string{NodesOrganization}}
-	return ca.issue(name, nil, x509.ExtKeyUsageClientAuth, validity)
+	return ca.issueWith(name, nil, []*url.URL{SpaceURI(space)}, x509.ExtKeyUsageClientAuth, validity)
+}
+
+// SpaceURI is the URI SAN that binds a node certificate to space.
+func SpaceURI(space string) *url.URL {
+	u, err := url.Parse(SpaceURIPrefix + space)
+	if err != nil { // a DNS label always parses
+		panic(err)
+	}
+	return u
 }
 
 // IssueClient issues an operator's client certificate named commonName.
@@ -171,6 +204,10 @@ func (ca *CA) IssueOperator(commonName, role string, validity time.Duration) (ce
 }
 
 func (ca *CA) issue(subject pkix.Name, hosts []string, usage x509.ExtKeyUsage, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	return ca.issueWith(subject, hosts, nil, usage, validity)
+}
+
+func (ca *CA) issueWith(subject pkix.Name, hosts []string, uris []*url.URL, usage x509.ExtKeyUsage, validity time.Duration) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -181,6 +218,7 @@ func (ca *CA) issue(subject pkix.Name, hosts []string, usage x509.ExtKeyUsage, v
 	}
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{usage}
+	tmpl.URIs = uris
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
@@ -220,6 +258,10 @@ func template(subject pkix.Name, validity time.Duration) (*x509.Certificate, err
 type Identity struct {
 	// Node is the node name of a node certificate; empty for an operator.
 	Node string
+	// Space is the address space of a node certificate (its URI SAN
+	// urn:ipam:space:NAME, "default" when it has none); empty for an
+	// operator, who may act in every space.
+	Space string
 	// Subject is the certificate's common name, for logs.
 	Subject string
 }
@@ -227,13 +269,20 @@ type Identity struct {
 // IsNode reports whether the caller is a node (and may act on Node only).
 func (id Identity) IsNode() bool { return id.Node != "" }
 
-// MayActOn reports whether the caller may act on node's leases and blocks.
-func (id Identity) MayActOn(node string) bool { return !id.IsNode() || id.Node == node }
+// MayActOn reports whether the caller may act on node's leases and blocks
+// in space.
+func (id Identity) MayActOn(space, node string) bool {
+	return !id.IsNode() || (id.Space == space && id.Node == node)
+}
 
 // IdentityOf reads the identity of a certificate already verified against
 // the CA. A common name with the node prefix must also carry the nodes
-// organization and a non-empty name, else it is refused: a half-formed node
-// certificate must not pass for an operator's.
+// organization and a Kubernetes node name (a DNS-1123 subdomain), else it
+// is refused: a half-formed node certificate must not pass for an
+// operator's, and a name the API reads differently after unescaping (a
+// percent sign, a slash) must not pass for another node's. A node
+// certificate names at most one space (urn:ipam:space:NAME); none means
+// "default", as for the certificates issued before spaces were bound.
 func IdentityOf(cert *x509.Certificate) (Identity, error) {
 	cn := cert.Subject.CommonName
 	node, isNode := strings.CutPrefix(cn, NodeCommonNamePrefix)
@@ -243,12 +292,30 @@ func IdentityOf(cert *x509.Certificate) (Identity, error) {
 	if node == "" {
 		return Identity{}, fmt.Errorf("pki: certificate %q names no node", cn)
 	}
-	for _, o := range cert.Subject.Organization {
-		if o == NodesOrganization {
-			return Identity{Node: node, Subject: cn}, nil
-		}
+	if !slices.Contains(cert.Subject.Organization, NodesOrganization) {
+		return Identity{}, fmt.Errorf("pki: node certificate %q lacks organization %s", cn, NodesOrganization)
 	}
-	return Identity{}, fmt.Errorf("pki: node certificate %q lacks organization %s", cn, NodesOrganization)
+	if err := alloc.ValidateNodeName("node", node); err != nil {
+		return Identity{}, fmt.Errorf("pki: node certificate %q: %w", cn, err)
+	}
+	space := ""
+	for _, u := range cert.URIs {
+		name, ok := strings.CutPrefix(u.String(), SpaceURIPrefix)
+		if !ok {
+			continue
+		}
+		if space != "" {
+			return Identity{}, fmt.Errorf("pki: node certificate %q names two spaces", cn)
+		}
+		if err := alloc.ValidateLabelName("space", name); err != nil {
+			return Identity{}, fmt.Errorf("pki: node certificate %q: %w", cn, err)
+		}
+		space = name
+	}
+	if space == "" {
+		space = alloc.DefaultSpace
+	}
+	return Identity{Node: node, Space: space, Subject: cn}, nil
 }
 
 // EncodeCert returns cert as PEM.

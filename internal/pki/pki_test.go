@@ -7,8 +7,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -40,7 +43,8 @@ func TestIdentityOf(t *testing.T) {
 		t.Fatalf("node certificate does not verify: %v", err)
 	}
 	id, err := IdentityOf(cert)
-	if err != nil || id.Node != "worker-1" || !id.IsNode() || !id.MayActOn("worker-1") || id.MayActOn("worker-2") {
+	if err != nil || id.Node != "worker-1" || id.Space != "default" || !id.IsNode() || !id.MayActOn("default", "worker-1") ||
+		id.MayActOn("default", "worker-2") || id.MayActOn("tenant2", "worker-1") {
 		t.Fatalf("node identity %+v %v", id, err)
 	}
 	opPEM, _, err := ca.IssueClient("platform-team", time.Hour)
@@ -48,7 +52,7 @@ func TestIdentityOf(t *testing.T) {
 		t.Fatal(err)
 	}
 	op, _ := ParseCert(opPEM)
-	if id, err := IdentityOf(op); err != nil || id.IsNode() || !id.MayActOn("worker-2") {
+	if id, err := IdentityOf(op); err != nil || id.IsNode() || !id.MayActOn("tenant2", "worker-2") {
 		t.Fatalf("operator identity %+v %v", id, err)
 	}
 	for _, subject := range []pkix.Name{
@@ -60,13 +64,73 @@ func TestIdentityOf(t *testing.T) {
 			t.Errorf("%v accepted as %+v", subject, id)
 		}
 	}
-	for _, bad := range []string{"", "a:b", "a/b", "a b"} {
+	// Only Kubernetes node names (DNS-1123 subdomains): nothing the API
+	// would unescape or split into another name.
+	for _, bad := range []string{"", "a:b", "a/b", "a b", "nod%65-b", "node%2Fb", "Node-A", "-a", "a..b", "a_b",
+		strings.Repeat("a", 254)} {
 		if _, _, err := ca.IssueNode(bad, time.Hour); err == nil {
 			t.Errorf("node certificate issued for %q", bad)
 		}
+		if id, err := IdentityOf(&x509.Certificate{Subject: pkix.Name{CommonName: "system:node:" + bad,
+			Organization: []string{NodesOrganization}}}); err == nil {
+			t.Errorf("a node certificate for %q accepted as %+v", bad, id)
+		}
+	}
+	if _, _, err := ca.IssueNode("worker-1.zone-a.example", time.Hour); err != nil {
+		t.Errorf("a DNS subdomain refused: %v", err)
 	}
 	if _, _, err := ca.IssueClient("system:node:x", time.Hour); err == nil {
 		t.Error("an operator certificate passed for a node's")
+	}
+}
+
+// A node certificate names its address space in a URI SAN; one without
+// (issued before spaces were bound) is of the space "default"; two spaces
+// or an invalid one are refused.
+func TestNodeCertificateSpace(t *testing.T) {
+	ca := mustCA(t)
+	certPEM, _, err := ca.IssueNodeInSpace("tenant2", "node-a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ParseCert(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cert.URIs) != 1 || cert.URIs[0].String() != "urn:ipam:space:tenant2" ||
+		cert.Subject.CommonName != "system:node:node-a" || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}) {
+		t.Fatalf("subject %v, URIs %v", cert.Subject, cert.URIs)
+	}
+	id, err := IdentityOf(cert)
+	if err != nil || id.Space != "tenant2" || id.Node != "node-a" || id.MayActOn("default", "node-a") || !id.MayActOn("tenant2", "node-a") {
+		t.Fatalf("identity %+v %v", id, err)
+	}
+	defPEM, _, _ := ca.IssueNode("node-a", time.Hour)
+	def, _ := ParseCert(defPEM)
+	if len(def.URIs) != 1 || def.URIs[0].String() != "urn:ipam:space:default" {
+		t.Errorf("IssueNode URIs %v, want urn:ipam:space:default", def.URIs)
+	}
+	node := pkix.Name{CommonName: "system:node:node-a", Organization: []string{NodesOrganization}}
+	if id, err := IdentityOf(&x509.Certificate{Subject: node}); err != nil || id.Space != "default" {
+		t.Errorf("a certificate without a space: %+v %v", id, err)
+	}
+	other, _ := url.Parse("https://example.com/x")
+	if id, err := IdentityOf(&x509.Certificate{Subject: node, URIs: []*url.URL{other}}); err != nil || id.Space != "default" {
+		t.Errorf("a certificate with an unrelated URI: %+v %v", id, err)
+	}
+	for _, uris := range [][]*url.URL{
+		{SpaceURI("default"), SpaceURI("tenant2")},
+		{{Scheme: "urn", Opaque: "ipam:space:Bad_Space"}},
+		{{Scheme: "urn", Opaque: "ipam:space:"}},
+	} {
+		if id, err := IdentityOf(&x509.Certificate{Subject: node, URIs: uris}); err == nil {
+			t.Errorf("URIs %v accepted as %+v", uris, id)
+		}
+	}
+	for _, bad := range []string{"", "Tenant", "a.b", "a/b"} {
+		if _, _, err := ca.IssueNodeInSpace(bad, "node-a", time.Hour); err == nil {
+			t.Errorf("a node certificate issued in space %q", bad)
+		}
 	}
 }
 

@@ -44,7 +44,10 @@ const (
 //
 // A disabled pool carves nothing, and a cluster-pool pool carves a node's
 // one block per family only: both answer a KindPoolExhausted error saying
-// so.
+// so. A node holding the pool's per-node limit of blocks of the family
+// (maxBlocksPerNode, carved or adopted) gets none: a KindNodeBlockLimit
+// error. The count is read under the CIDR rows' lock, which every carve
+// of the pool family takes, so concurrent carves cannot pass the limit.
 //
 // Each CIDR keeps a carve cursor below which every block is taken, so the
 // search probes the exclusion constraint's GiST index from the cursor on:
@@ -101,6 +104,9 @@ func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocP
 		return blockRow{}, false, &alloc.Error{Kind: alloc.KindPoolExhausted, Field: "pool", Pool: p.name, Family: f,
 			Detail: fmt.Sprintf("pool %q is disabled: it carves no new %s block", p.name, f)}
 	}
+	if err := checkBlockLimit(ctx, tx, nodeID, p, f, 1); err != nil {
+		return blockRow{}, false, err
+	}
 	for _, pc := range parents {
 		mask := int(pc.mask)
 		n := alloc.BlockCount(pc.cidr, mask)
@@ -130,6 +136,23 @@ func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocP
 		return b, err == nil, err
 	}
 	return blockRow{}, false, nil
+}
+
+// checkBlockLimit answers a KindNodeBlockLimit error when the node cannot
+// take adding more blocks of family f of pool p: it would hold more than
+// the pool's per-node limit. The caller holds the pool family's CIDR rows.
+func checkBlockLimit(ctx context.Context, q querier, nodeID int64, p allocPool, f alloc.Family, adding int64) error {
+	var held int64
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM blocks WHERE node_id = $1 AND pool_id = $2 AND family = $3`,
+		nodeID, p.id, int16(f)).Scan(&held); err != nil {
+		return err
+	}
+	if limit := p.blockLimit(f); held+adding > limit {
+		return &alloc.Error{Kind: alloc.KindNodeBlockLimit, Field: "pool", Pool: p.name, Family: f,
+			Detail: fmt.Sprintf("node block limit reached: the node holds %d %s blocks of pool %q, and the pool lets one node hold %d (spec.maxBlocksPerNode)",
+				held, f, p.name, limit)}
+	}
+	return nil
 }
 
 // nodeBlocksOf lists the node's blocks of one family of a pool.

@@ -111,7 +111,8 @@ func (s *Store) NodeUsage(ctx context.Context, space, node string) ([]alloc.Node
 type Rebalanced struct {
 	Carved, Released int64
 	// InDeficit counts node pools still short of their need afterwards
-	// (their pool is full or disabled).
+	// (their pool is full or disabled, or the node holds the pool's
+	// per-node limit of blocks).
 	InDeficit int64
 }
 
@@ -156,7 +157,10 @@ func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 			n, err := s.topUp(ctx, u)
 			out.Carved += n
 			if err != nil {
-				if !alloc.IsKind(err, alloc.KindPoolExhausted) {
+				// A full pool, or a node at the pool's per-node block
+				// limit, stays short of its need: the need is clamped to
+				// what may be carved, as Cilium clamps to max-allocate.
+				if !alloc.IsKind(err, alloc.KindPoolExhausted) && !alloc.IsKind(err, alloc.KindNodeBlockLimit) {
 					return out, err
 				}
 				out.InDeficit++

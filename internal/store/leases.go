@@ -28,6 +28,19 @@ type allocPool struct {
 	disabled       bool
 	skipMasquerade bool
 	selectors      [2]*metav1.LabelSelector // pod, namespace
+	maxBlocks      *int                     // maxBlocksPerNode; nil: the default
+}
+
+// blockLimit is the most blocks of f one node may hold of the pool.
+func (p allocPool) blockLimit(f alloc.Family) int64 {
+	m := p.masks[0]
+	if f == alloc.IPv6 {
+		m = p.masks[1]
+	}
+	if m == nil {
+		return 0
+	}
+	return alloc.BlockLimit(p.maxBlocks, f, int(*m), p.allowFirst, p.allowLast, p.nodeLocal)
 }
 
 func (p allocPool) has(f alloc.Family) bool {
@@ -63,19 +76,21 @@ type allocPoolJSON struct {
 	SkipMasquerade    bool                  `json:"skipMasq"`
 	PodSelector       *metav1.LabelSelector `json:"podSel"`
 	NamespaceSelector *metav1.LabelSelector `json:"nsSel"`
+	MaxBlocks         *int                  `json:"maxBlocks"`
 }
 
 func (j allocPoolJSON) pool() allocPool {
 	return allocPool{id: j.ID, name: j.Name, masks: [2]*int16{j.M4, j.M6}, allowFirst: j.AllowFirst, allowLast: j.AllowLast,
 		nodeLocal: alloc.NodeLocal{Router: j.Router, Health: j.Health, Ingress: j.Ingress}, mode: j.Mode,
-		disabled: j.Disabled, skipMasquerade: j.SkipMasquerade, selectors: [2]*metav1.LabelSelector{j.PodSelector, j.NamespaceSelector}}
+		disabled: j.Disabled, skipMasquerade: j.SkipMasquerade, selectors: [2]*metav1.LabelSelector{j.PodSelector, j.NamespaceSelector},
+		maxBlocks: j.MaxBlocks}
 }
 
 // allocPoolJSONSQL builds allocPoolJSON from pools p.
 const allocPoolJSONSQL = `json_build_object('id', p.id, 'name', p.name, 'm4', p.ipv4_mask_size, 'm6', p.ipv6_mask_size,
 	'first', p.allow_first_ip, 'last', p.allow_last_ip, 'router', p.reserve_router, 'health', p.reserve_health,
 	'ingress', p.reserve_ingress, 'mode', p.mode, 'disabled', p.disabled, 'skipMasq', p.skip_masquerade,
-	'podSel', p.pod_selector, 'nsSel', p.namespace_selector)`
+	'podSel', p.pod_selector, 'nsSel', p.namespace_selector, 'maxBlocks', p.max_blocks_per_node)`
 
 func (s *Store) allocPool(ctx context.Context, q querier, space, name string) (allocPool, error) {
 	var j allocPoolJSON
@@ -564,10 +579,10 @@ func (s *Store) carveFor(ctx context.Context, space string, nb *needBlock) error
 			if err == nil && !ok {
 				err = alloc.Exhausted(n.pool.name, n.family)
 			}
-			if alloc.IsKind(err, alloc.KindPoolExhausted) {
-				// The pool carves no more, but the node may have a
-				// block with room that others hold: the next attempt
-				// waits for it, and says why if there is none.
+			if alloc.IsKind(err, alloc.KindPoolExhausted) || alloc.IsKind(err, alloc.KindNodeBlockLimit) {
+				// The pool carves no more (for this node), but the node
+				// may have a block with room that others hold: the next
+				// attempt waits for it, and says why if there is none.
 				var room bool
 				if qerr := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+blocksWithRoomSQL+`)`,
 					nodeID, n.pool.id, int16(n.family)).Scan(&room); qerr != nil {

@@ -113,6 +113,7 @@ func (s *Store) adopt(ctx context.Context, tx pgx.Tx, space string, nodeID int64
 	}
 	var targets []target
 	byPool := map[string][]netip.Prefix{} // pool/family -> requested
+	adoptChecked := map[string]bool{}     // pool/family whose limit was checked
 	for i, c := range cidrs {
 		t := target{field: fmt.Sprintf("podCIDRs[%d]", i), cidr: c}
 		var mask int16
@@ -149,6 +150,26 @@ func (s *Store) adopt(ctx context.Context, tx pgx.Tx, space string, nodeID int64
 		}
 		if slices.Contains(have, t.cidr) {
 			continue
+		}
+		// Adopted blocks count against the pool's per-node limit as
+		// carved ones do (a node certificate may register its own
+		// podCIDRs); the first new CIDR of a pool family checks them all,
+		// under the carve lock.
+		if !adoptChecked[t.pool+"/"+f.String()] {
+			adoptChecked[t.pool+"/"+f.String()] = true
+			if _, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE pool_id = $1 AND family = $2 ORDER BY position FOR NO KEY UPDATE`,
+				p.id, int16(f)); err != nil {
+				return err
+			}
+			adding := int64(0)
+			for _, c := range requested {
+				if !slices.Contains(have, c) {
+					adding++
+				}
+			}
+			if err := checkBlockLimit(ctx, tx, nodeID, p, f, adding); err != nil {
+				return err
+			}
 		}
 		// Check first, so the refusal names the other node; the exclusion
 		// constraint still refuses a block inserted concurrently.
@@ -214,9 +235,11 @@ func (s *Store) ensureClusterPoolBlocks(ctx context.Context, space string, nodeI
 			_, _, err = carve(ctx, tx, space, nodeID, p, alloc.Family(w.fam), s.now(), carveUnlessRoom)
 			return err
 		})
-		// A full pool, or a pool changed or deleted meanwhile, leaves the
-		// node without that block; its first lease says why.
-		if err != nil && !alloc.IsKind(err, alloc.KindPoolExhausted) && !alloc.IsKind(err, alloc.KindNotFound) {
+		// A full pool, a node at its block limit, or a pool changed or
+		// deleted meanwhile, leaves the node without that block; its
+		// first lease says why.
+		if err != nil && !alloc.IsKind(err, alloc.KindPoolExhausted) && !alloc.IsKind(err, alloc.KindNodeBlockLimit) &&
+			!alloc.IsKind(err, alloc.KindNotFound) {
 			return err
 		}
 	}

@@ -101,7 +101,8 @@ func (s *Store) leaseSticky(ctx context.Context, tx querier, lk allocLookup, p a
 		return alloc.Lease{}, err
 	}
 	lease, args := s.newLease(lk.nodeID, p, c, r, now, lk.generation)
-	binding := &alloc.Binding{Identity: id, Retention: retention, Decided: true, Reused: choice.Reuse, Reason: choice.Reason}
+	binding := &alloc.Binding{Identity: id, Retention: retention, Decided: true, Reused: choice.Reuse, Reason: choice.Reason,
+		OperatorReason: choice.OperatorReason}
 	if choice.Reuse {
 		ok, _, err := scanLeasing(&lease, tx.QueryRow(ctx, leaseBoundSQL, append(args, bound.Addr, id, interval(retention))...))
 		if err == nil && !ok { // the row is locked by boundAddress: it cannot have changed
