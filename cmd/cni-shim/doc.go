@@ -75,10 +75,22 @@
 // different address spaces (`space`), or one network's GC releases the
 // other's leases. Without either key GC does nothing.
 //
-// STATUS asks the service's /readyz. A STATUS error marks the node's
+// STATUS succeeds when an ADD of this configuration could get an address
+// now, as CNI 1.1 asks: for each family ADD would lease (`families`, else
+// every family of the pool), the pool it would use (`pools`, then `pool`,
+// then the service's default pool; STATUS knows no Pod, so a Pod's
+// annotations or a pool's selectors are not considered) has a free address
+// in one of this node's blocks, or a block it can carve for the node. It
+// reads the service's node-usage view of those pools
+// (GET /v1/nodes/NODE/pools?pool=...&defaultPool=true), which a node's
+// certificate may read for its own node. A STATUS error marks the node's
 // network not ready in containerd, which takes the node out of scheduling,
-// so codes 50 and 51 are kept for conditions an operator must fix: code 50
-// when the service rejects this node's certificate or its certificate does
+// so code 50 ("plugin not available", CNI's code for "cannot service ADD";
+// 51 would add that existing containers lose connectivity, which an IPAM
+// plugin never causes) is kept for what holds until an operator acts: the
+// pool cannot serve the node (exhausted, disabled, a full cluster-pool node
+// range, a family it lacks), a pool the configuration names does not exist,
+// or the service rejects this node's certificate or its certificate does
 // not verify against caFile. An unreachable or unavailable service is
 // usually brief and answers code 11, which the runtime polls again.
 //
@@ -92,7 +104,8 @@
 //	 6  stdin is not JSON (skel)
 //	 7  invalid network configuration; the message names the field
 //	11  try again later: the service is unreachable, timed out, or answered 429, 502, 503 or 504
-//	50  STATUS only: the service rejects this node's TLS credentials
+//	50  STATUS only: no ADD can be served (the pool cannot give this node an address, a pool named
+//	    does not exist) or the service rejects this node's TLS credentials
 //	100 other service error (the message carries the service's detail)
 //	101 pool exhausted (urn:ipam:problem:pool-exhausted)
 //	102 not found: unknown pool, node or space on ADD; no lease on CHECK

@@ -426,6 +426,38 @@ func TestStatus(t *testing.T) {
 	shim(t, "STATUS", "", "", conf).fails(t, 11)
 }
 
+// STATUS fails with code 50 when no ADD of the configuration could get an
+// address: its pool has no free address for the node and cannot carve it a
+// block. It succeeds again when one is released.
+func TestStatusPoolExhausted(t *testing.T) {
+	s := dualStack(t, nil)
+	s.createPool(t, "tiny", "10.9.0.0/29", 29, "", 0) // one block of 4 leasable addresses
+	tiny := netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "tiny"}), nil)
+	shim(t, "STATUS", "", "", tiny).ok(t) // worker-1 is not registered yet: it would carve the block
+	for i := range 4 {
+		shim(t, "ADD", fmt.Sprint("c", i), "eth0", tiny).ok(t)
+	}
+	shim(t, "ADD", "c4", "eth0", tiny).fails(t, ErrPoolExhausted)
+	e := shim(t, "STATUS", "", "", tiny).fails(t, 50)
+	if !strings.Contains(e.Msg, `pool "tiny" has no ipv4 address for node worker-1`) {
+		t.Errorf("message %q does not say which pool and family", e.Msg)
+	}
+	// Another node could still carve a block: no, the pool has one block only.
+	shim(t, "STATUS", "", "", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "tiny", "node": "worker-2"}), nil)).fails(t, 50)
+	// The default pool still serves worker-1, and a per-family pool wins over "pool".
+	shim(t, "STATUS", "", "", netconf(t, "1.1.0", s.ipam(nil), nil)).ok(t)
+	shim(t, "STATUS", "", "", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "tiny", "pools": map[string]string{"ipv4": "default"}}), nil)).ok(t)
+	// Asking for IPv6 of an IPv4-only pool, and a pool that does not exist.
+	shim(t, "STATUS", "", "", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "default", "pools": map[string]string{"ipv6": "tiny"}}), nil)).fails(t, 50)
+	e = shim(t, "STATUS", "", "", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "none-such"}), nil)).fails(t, 50)
+	if !strings.Contains(e.Msg, "none-such") {
+		t.Errorf("message %q does not name the pool", e.Msg)
+	}
+	// Released (the test service has no cooldown): STATUS succeeds again.
+	shim(t, "DEL", "c0", "eth0", tiny).ok(t)
+	shim(t, "STATUS", "", "", tiny).ok(t)
+}
+
 func TestServiceStopped(t *testing.T) {
 	s := dualStack(t, nil)
 	conf := netconf(t, "1.0.0", s.ipam(nil), nil)

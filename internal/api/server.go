@@ -273,7 +273,17 @@ func (s *Server) GetNodeUsage(ctx context.Context, req ipamv1.GetNodeUsageReques
 	if err := alloc.ValidateNodeName("node", req.Node); err != nil {
 		return nil, err
 	}
-	u, err := s.store.NodeUsage(ctx, space, req.Node)
+	var only alloc.UsageFilter
+	if req.Params.Pool != nil {
+		for i, name := range *req.Params.Pool {
+			if err := alloc.ValidateLabelName(fmt.Sprintf("pool[%d]", i), name); err != nil {
+				return nil, err
+			}
+		}
+		only.Pools = *req.Params.Pool
+	}
+	only.Default = req.Params.DefaultPool != nil && *req.Params.DefaultPool
+	u, err := s.store.NodeUsage(ctx, space, req.Node, only)
 	if err != nil {
 		return nil, err
 	}
