@@ -997,6 +997,11 @@ type ReconcileRequest struct {
 
 // ReconcileResult defines model for ReconcileResult.
 type ReconcileResult struct {
+	// Kept Pending and active leases of the node that no listed attachment
+	// holds and that were kept: younger than --reconcile-min-age, above
+	// the generation named, or made during the call. A later reconcile
+	// releases them if they are still unlisted.
+	Kept     int64   `json:"kept"`
 	Released []Lease `json:"released"`
 }
 

@@ -73,7 +73,11 @@
 // every other lease of the node is released. The runtime lists only the
 // attachments of this network, so networks sharing a node must use
 // different address spaces (`space`), or one network's GC releases the
-// other's leases. Without either key GC does nothing.
+// other's leases. Without either key GC does nothing. The service keeps
+// leases younger than its --reconcile-min-age (an ADD may race with the
+// runtime's list); when it kept some, GC says how many on stderr, which the
+// runtime logs, since a GC soon after Pods went away otherwise releases
+// nothing without a word.
 //
 // STATUS succeeds when an ADD of this configuration could get an address
 // now, as CNI 1.1 asks: for each family ADD would lease (`families`, else

@@ -80,12 +80,19 @@ type service struct {
 // with p, https requiring a client certificate signed by p's CA.
 func newService(t *testing.T, p *pki) *service {
 	t.Helper()
+	// GC tests release leases made a moment earlier; the minimum age that
+	// protects such leases in production is tested in internal/api.
+	return newServiceWith(t, p, func(o *store.Options) { o.ReconcileMinAge = 0 })
+}
+
+// newServiceWith is newService with the store options set by opts (the
+// cooldown is 0 unless opts sets it).
+func newServiceWith(t *testing.T, p *pki, opts func(*store.Options)) *service {
+	t.Helper()
 	ctx := context.Background()
 	o := store.DefaultOptions()
 	o.Cooldown = 0
-	// GC tests release leases made a moment earlier; the minimum age that
-	// protects such leases in production is tested in internal/api.
-	o.ReconcileMinAge = 0
+	opts(&o)
 	st, err := store.Open(ctx, pgtest.NewDatabase(t), o)
 	if err != nil {
 		t.Fatal(err)
@@ -196,8 +203,8 @@ func netconf(t *testing.T, cniVersion string, ipam any, extra map[string]any) []
 
 // run is one run of the plugin.
 type run struct {
-	stdout []byte
-	exit   int
+	stdout, stderr []byte
+	exit           int
 }
 
 // cniError is the error object the plugin prints.
@@ -229,7 +236,7 @@ func shim(t *testing.T, verb, cid, ifname string, stdin []byte, env ...string) r
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	r := run{stdout: stdout.Bytes()}
+	r := run{stdout: stdout.Bytes(), stderr: stderr.Bytes()}
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
@@ -414,6 +421,34 @@ func TestGC(t *testing.T) {
 	// GC and STATUS came with 1.1.0.
 	shim(t, "GC", "", "", netconf(t, "1.0.0", s.ipam(nil), map[string]any{"cni.dev/valid-attachments": valid})).fails(t, 1)
 	shim(t, "STATUS", "", "", netconf(t, "1.0.0", s.ipam(nil), nil)).fails(t, 1)
+}
+
+// A GC that the service's minimum age keeps from releasing says so on
+// stderr (the runtime's log), with the count kept.
+func TestGCKeptLogged(t *testing.T) {
+	s := newServiceWith(t, nil, func(o *store.Options) { o.ReconcileMinAge = time.Hour })
+	s.createPool(t, "default", "10.244.0.0/16", 24, "", 0)
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	shim(t, "ADD", "young-a", "eth0", conf).ok(t)
+	shim(t, "ADD", "young-b", "eth0", conf).ok(t)
+	gc := netconf(t, "1.1.0", s.ipam(nil), map[string]any{"cni.dev/valid-attachments": []map[string]string{{"containerID": "young-a", "ifname": "eth0"}}})
+	r := shim(t, "GC", "", "", gc)
+	if out := r.ok(t); len(out) != 0 {
+		t.Fatalf("GC printed %s", out)
+	}
+	if !strings.Contains(string(r.stderr), "released 0 leases and kept 1 not in the runtime's list") ||
+		!strings.Contains(string(r.stderr), "--reconcile-min-age") {
+		t.Fatalf("stderr %q does not say what was kept and why", r.stderr)
+	}
+	if s.attachment(t, "worker-1", "young-b", "eth0") == nil {
+		t.Fatal("GC released a lease younger than the minimum age")
+	}
+	// Nothing kept: nothing said.
+	all := netconf(t, "1.1.0", s.ipam(nil), map[string]any{"cni.dev/valid-attachments": []map[string]string{
+		{"containerID": "young-a", "ifname": "eth0"}, {"containerID": "young-b", "ifname": "eth0"}}})
+	if r := shim(t, "GC", "", "", all); len(r.ok(t)) != 0 || len(r.stderr) != 0 {
+		t.Fatalf("GC keeping nothing wrote %q", r.stderr)
+	}
 }
 
 func TestStatus(t *testing.T) {

@@ -235,8 +235,12 @@ func cmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return transportError("gc", err)
 	}
-	if r.JSON200 != nil || isNotFound(r.StatusCode(), r.ApplicationproblemJSONDefault) {
-		return nil // reconciled, or a node the service does not know holds nothing
+	if r.JSON200 != nil {
+		logKept(c.cfg.node, len(r.JSON200.Released), r.JSON200.Kept)
+		return nil
+	}
+	if isNotFound(r.StatusCode(), r.ApplicationproblemJSONDefault) {
+		return nil // a node the service does not know holds nothing
 	}
 	return problemError("gc", r.StatusCode(), r.ApplicationproblemJSONDefault, r.Body)
 }

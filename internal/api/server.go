@@ -473,7 +473,7 @@ func (s *Server) ReleaseAttachment(ctx context.Context, req ipamv1.ReleaseAttach
 }
 
 // ReconcileNode releases the node's leases that no valid attachment holds,
-// and counts them.
+// and counts them and those it kept.
 func (s *Server) ReconcileNode(ctx context.Context, req ipamv1.ReconcileNodeRequestObject) (ipamv1.ReconcileNodeResponseObject, error) {
 	space, err := parseSpace(req.Params.Space)
 	if err != nil {
@@ -499,7 +499,13 @@ func (s *Server) ReconcileNode(ctx context.Context, req ipamv1.ReconcileNodeRequ
 		return nil, err
 	}
 	s.metrics.countReleases(ctx, released)
-	return ipamv1.ReconcileNode200JSONResponse{Released: leasesToAPI(released)}, nil
+	// What the list left out but the call kept, so a runtime can say why a
+	// GC released nothing.
+	kept, err := s.store.ReconcileKept(ctx, space, req.Node, valid)
+	if err != nil {
+		return nil, err
+	}
+	return ipamv1.ReconcileNode200JSONResponse{Released: leasesToAPI(released), Kept: kept}, nil
 }
 
 func (s *Server) ListLeases(ctx context.Context, req ipamv1.ListLeasesRequestObject) (ipamv1.ListLeasesResponseObject, error) {

@@ -86,6 +86,9 @@ type Store interface {
 	// Reconcile releases every pending or active lease of the node whose
 	// attachment is not in valid, and returns them.
 	Reconcile(ctx context.Context, space, node string, valid []alloc.Attachment) ([]alloc.Lease, error)
+	// ReconcileKept counts the node's pending and active leases no
+	// attachment of valid holds: after Reconcile, the ones it kept.
+	ReconcileKept(ctx context.Context, space, node string, valid []alloc.Attachment) (int64, error)
 
 	FenceStore
 	// History pages through the events of one address, owner or node,
