@@ -100,7 +100,9 @@ func loadConfig(stdin []byte) (*config, error) {
 		case errors.As(err, &te):
 			return nil, configError("ipam."+te.Field, "wrong type: %v", err)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return nil, configError("ipam."+strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "unknown key")
+			// CNI's code 2: unsupported field in network configuration.
+			field := "ipam." + strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return nil, types.NewError(types.ErrUnsupportedField, "unsupported field in network configuration: "+field+": unknown key", "")
 		default:
 			return nil, configError("ipam", "%v", err)
 		}
@@ -199,9 +201,11 @@ func (c *config) setServer(s ipamSection) error {
 	c.server = u
 	switch u.Scheme {
 	case "http":
-		for field, v := range map[string]string{"ipam.caFile": s.CAFile, "ipam.certFile": s.CertFile, "ipam.keyFile": s.KeyFile} {
-			if v != "" {
-				return configError(field, "set, but the server %s is plain http", s.Server)
+		// In a fixed order, so the same configuration always names the
+		// same field.
+		for _, k := range []struct{ field, v string }{{"ipam.caFile", s.CAFile}, {"ipam.certFile", s.CertFile}, {"ipam.keyFile", s.KeyFile}} {
+			if k.v != "" {
+				return configError(k.field, "set, but the server %s is plain http", s.Server)
 			}
 		}
 		return nil

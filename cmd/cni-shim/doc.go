@@ -32,8 +32,8 @@
 //	  "space": "default"                      // optional address space
 //	}
 //
-// Unknown keys in the `ipam` section are rejected (a misspelt key would
-// otherwise be silently ignored). With an http:// server the TLS keys must
+// Unknown keys in the `ipam` section are rejected with code 2 (a misspelt
+// key would otherwise be silently ignored). With an http:// server the TLS keys must
 // be absent. The `dns` section of the network configuration is passed
 // through to the result. Outgoing requests never use a proxy from the
 // environment: the node talks to the service directly.
@@ -104,6 +104,7 @@
 // exits 1.
 //
 //	 1  incompatible CNI version (skel)
+//	 2  unsupported field: a key of the ipam section the shim does not know
 //	 4  missing or invalid environment: CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_PATH (skel)
 //	 6  stdin is not JSON (skel)
 //	 7  invalid network configuration; the message names the field

@@ -744,7 +744,6 @@ func TestBadConfig(t *testing.T) {
 		{"no server", s.ipam(map[string]any{"server": nil}), "ipam.server"},
 		{"bad scheme", s.ipam(map[string]any{"server": "ftp://x"}), "ipam.server"},
 		{"not a URL", s.ipam(map[string]any{"server": "::"}), "ipam.server"},
-		{"unknown key", s.ipam(map[string]any{"sever": "x"}), "ipam.sever"},
 		{"wrong type", s.ipam(map[string]any{"defaultRoute": "yes"}), "ipam.defaultRoute"},
 		{"family", s.ipam(map[string]any{"families": []string{"ipv5"}}), "ipam.families[0]"},
 		{"family twice", s.ipam(map[string]any{"families": []string{"ipv4", "ipv4"}}), "ipam.families[1]"},
@@ -773,8 +772,28 @@ func TestBadConfig(t *testing.T) {
 			}
 		})
 	}
+	// A key the shim does not know: CNI's code 2, unsupported field.
+	for _, verb := range []string{"ADD", "DEL", "STATUS"} {
+		e := shim(t, verb, "c1", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"sever": "x"}), nil)).fails(t, 2)
+		if !strings.Contains(e.Msg, "ipam.sever:") {
+			t.Errorf("%s: message %q does not name ipam.sever", verb, e.Msg)
+		}
+	}
 	if a := s.attachment(t, "worker-1", "c1", "eth0"); a != nil {
 		t.Fatalf("a bad configuration leased %+v", a)
+	}
+}
+
+// An http:// server with every TLS key set names the same one each time
+// (the first of caFile, certFile, keyFile), not one picked by map order.
+func TestHTTPWithTLSKeysNamesOneField(t *testing.T) {
+	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": "http://127.0.0.1:1", "node": "n",
+		"caFile": "/ca.crt", "certFile": "/node.crt", "keyFile": "/node.key"}, nil)
+	for range 30 {
+		_, err := loadConfig(conf)
+		if err == nil || !strings.Contains(err.Error(), "ipam.caFile: set, but the server") {
+			t.Fatalf("error %v, want ipam.caFile named", err)
+		}
 	}
 }
 
