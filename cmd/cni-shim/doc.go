@@ -19,9 +19,9 @@
 //	{
 //	  "type": "ipam-shim",
 //	  "server": "https://ipam.example:8443",  // required; http:// only for local development
-//	  "caFile": "/etc/ipam/ca.crt",          // https: CA bundle; empty means the system roots
-//	  "certFile": "/etc/ipam/node.crt",      // https: required, the node's client certificate
-//	  "keyFile": "/etc/ipam/node.key",       // https: required, its key
+//	  "caFile": "/etc/ipam/pki/ca.crt",      // https: CA bundle; empty means the system roots
+//	  "certFile": "/etc/ipam/pki/node.crt",  // https: required, the node's client certificate
+//	  "keyFile": "/etc/ipam/pki/node.key",   // https: required, its key
 //	  "pool": "default",                     // optional: one pool for every family
 //	  "pools": {"ipv4": "v4", "ipv6": "v6"}, // optional: a pool per family; wins over "pool"
 //	  "families": ["ipv4", "ipv6"],          // optional; default every family a pool serves

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -159,7 +160,7 @@ func TestIssueCert(t *testing.T) {
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
-	for _, name := range []string{"node-worker-1", "client-platform", "server"} {
+	for _, name := range []string{"node", "client-platform", "server"} {
 		data, err := os.ReadFile(filepath.Join(out, name+".crt"))
 		if err != nil {
 			t.Fatal(err)
@@ -171,11 +172,23 @@ func TestIssueCert(t *testing.T) {
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
-		if name == "node-worker-1" {
+		if name == "node" {
 			if id, err := pki.IdentityOf(cert); err != nil || id.Node != "worker-1" {
 				t.Errorf("node identity %+v %v", id, err)
 			}
 		}
+	}
+	// --out holds the node's whole directory, as deploy/cni's configurations read it.
+	if caOut, err := os.ReadFile(filepath.Join(out, pki.CACertFile)); err != nil || !bytes.Equal(caOut, pki.EncodeCert(ca.Cert)) {
+		t.Errorf("%s in --out: %v", pki.CACertFile, err)
+	}
+	// Renewing the node's certificate is fine; overwriting another node's is not.
+	if err := issueCert([]string{"--ca-dir", caDir, "--out", out, "--node", "worker-1"}, io.Discard); err != nil {
+		t.Errorf("renewing worker-1: %v", err)
+	}
+	if err := issueCert([]string{"--ca-dir", caDir, "--out", out, "--node", "worker-2"}, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "one --out directory per node") {
+		t.Errorf("worker-2 over worker-1's node.crt: %v", err)
 	}
 	for _, args := range [][]string{{}, {"--node", "a", "--client", "b"}, {"--node", "bad name"}, {"extra"}} {
 		if err := issueCert(append([]string{"--ca-dir", caDir, "--out", out}, args...), io.Discard); err == nil {
