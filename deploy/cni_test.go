@@ -440,6 +440,26 @@ func TestCNIManifests(t *testing.T) {
 	if n != 2 {
 		t.Errorf("%d example conflists, want 2", n)
 	}
+	// Every shipped conflist speaks CNI 1.1.0: below it the runtime sends
+	// no GC or STATUS (and below 0.4.0 no CHECK), so they never reach the
+	// shim. cilium-cni lists 1.1.0 (plugins/cilium-cni/main.go).
+	for name, src := range examples {
+		var v struct {
+			CNIVersion string `json:"cniVersion"`
+		}
+		if strings.HasSuffix(name, ".conflist") && (json.Unmarshal([]byte(src), &v) != nil || v.CNIVersion != "1.1.0") {
+			t.Errorf("examples/%s: cniVersion %q, want 1.1.0", name, v.CNIVersion)
+		}
+	}
+	// The Cilium agent refuses ipam.mode=delegated-plugin without these
+	// (pkg/option/config.go, checkIPAMDelegatedPlugin): the README says so.
+	readme := readFile(t, filepath.Join(root, "deploy", cniDir, "README.md"))
+	for _, want := range []string{"ipam.mode=delegated-plugin", "endpointHealthChecking.enabled=false",
+		"envoyConfig.enabled=false", "local-router-ipv4"} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("deploy/cni/README.md does not say %s", want)
+		}
+	}
 	instrs, err := parseDockerfile(top["Dockerfile"])
 	if err != nil {
 		t.Fatal(err)
