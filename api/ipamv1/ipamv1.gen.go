@@ -1559,7 +1559,7 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
-	// GetHealthz Liveness; the process serves HTTP.
+	// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 	//
 	// Corresponds with GET /healthz (the `GetHealthz` operationId).
 	GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1916,7 +1916,7 @@ type ClientInterface interface {
 	RevokeToken(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
-// GetHealthz Liveness; the process serves HTTP.
+// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 //
 // Corresponds with GET /healthz (the `GetHealthz` operationId).
 func (c *Client) GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5415,7 +5415,7 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
-	// GetHealthzWithResponse Liveness; the process serves HTTP.
+	// GetHealthzWithResponse Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7639,7 +7639,7 @@ func (r RevokeTokenResponse) ContentType() string {
 	return ""
 }
 
-// GetHealthzWithResponse Liveness; the process serves HTTP.
+// GetHealthzWithResponse Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -9591,7 +9591,7 @@ func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) 
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
-	// GetHealthz Liveness; the process serves HTTP.
+	// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 	// (GET /healthz)
 	GetHealthz(w http.ResponseWriter, r *http.Request)
 	// GetReadyz Readiness; the database is reachable and its schema is current.
@@ -9711,7 +9711,7 @@ type ServerInterface interface {
 
 type Unimplemented struct{}
 
-// GetHealthz Liveness; the process serves HTTP.
+// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 // (GET /healthz)
 func (_ Unimplemented) GetHealthz(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -13629,7 +13629,7 @@ func (response RevokeTokendefaultApplicationProblemPlusJSONResponse) VisitRevoke
 
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
-	// GetHealthz Liveness; the process serves HTTP.
+	// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 	// (GET /healthz)
 	GetHealthz(ctx context.Context, request GetHealthzRequestObject) (GetHealthzResponseObject, error)
 	// GetReadyz Readiness; the database is reachable and its schema is current.

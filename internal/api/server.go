@@ -24,6 +24,7 @@ type Server struct {
 	store       Store
 	metrics     *metrics          // never nil
 	podMetadata PodMetadataSource // nil: requests carry their metadata or have none
+	liveness    func() error      // nil: alive while serving HTTP
 }
 
 var _ ipamv1.StrictServerInterface = (*Server)(nil)
@@ -41,8 +42,14 @@ func NewServer(store Store) *Server {
 
 // ---- health ----
 
-// GetHealthz answers 200 while the process serves HTTP.
+// GetHealthz answers 200 while the process serves HTTP and its liveness
+// check (Options.Liveness) passes, else a 503 problem.
 func (s *Server) GetHealthz(context.Context, ipamv1.GetHealthzRequestObject) (ipamv1.GetHealthzResponseObject, error) {
+	if s.liveness != nil {
+		if err := s.liveness(); err != nil {
+			return nil, &unavailableError{err: err}
+		}
+	}
 	return ipamv1.GetHealthz200JSONResponse{Status: "ok"}, nil
 }
 
