@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -47,6 +48,9 @@ type ipamSection struct {
 	CAFile       string            `json:"caFile"`
 	CertFile     string            `json:"certFile"`
 	KeyFile      string            `json:"keyFile"`
+	// SessionCacheFile: nil means sessionFileName next to KeyFile; "" turns
+	// TLS session resumption off.
+	SessionCacheFile *string `json:"sessionCacheFile"`
 	Pool         string            `json:"pool"`
 	Pools        map[string]string `json:"pools"`
 	Families     []string          `json:"families"`
@@ -203,7 +207,7 @@ func (c *config) setServer(s ipamSection) error {
 	case "http":
 		// In a fixed order, so the same configuration always names the
 		// same field.
-		for _, k := range []struct{ field, v string }{{"ipam.caFile", s.CAFile}, {"ipam.certFile", s.CertFile}, {"ipam.keyFile", s.KeyFile}} {
+		for _, k := range []struct{ field, v string }{{"ipam.caFile", s.CAFile}, {"ipam.certFile", s.CertFile}, {"ipam.keyFile", s.KeyFile}, {"ipam.sessionCacheFile", ptrValue(s.SessionCacheFile)}} {
 			if k.v != "" {
 				return configError(k.field, "set, but the server %s is plain http", s.Server)
 			}
@@ -230,6 +234,14 @@ func (c *config) setServer(s ipamSection) error {
 		return configError("ipam.certFile", "with ipam.keyFile: %v", err)
 	}
 	c.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	sessions := filepath.Join(filepath.Dir(s.KeyFile), sessionFileName)
+	if s.SessionCacheFile != nil {
+		sessions = *s.SessionCacheFile
+		if sessions != "" && !filepath.IsAbs(sessions) {
+			return configError("ipam.sessionCacheFile", "%q is not an absolute path", sessions)
+		}
+	}
+	var caPEM []byte
 	if s.CAFile != "" {
 		pem, err := os.ReadFile(s.CAFile)
 		if err != nil {
@@ -240,6 +252,12 @@ func (c *config) setServer(s ipamSection) error {
 			return configError("ipam.caFile", "%s holds no PEM certificate", s.CAFile)
 		}
 		c.tls.RootCAs = roots
+		caPEM = pem
+	}
+	if sessions != "" {
+		// Each process resumes the TLS session of the one before, made
+		// with the same certificate and CA.
+		c.tls.ClientSessionCache = newFileSessionCache(sessions, cert.Certificate[0], caPEM)
 	}
 	return nil
 }
@@ -304,4 +322,12 @@ func containerLabel(id string) string {
 		return "container"
 	}
 	return s
+}
+
+// ptrValue is *p, or "" for nil.
+func ptrValue(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }

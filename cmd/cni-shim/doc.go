@@ -22,6 +22,7 @@
 //	  "caFile": "/etc/ipam/pki/ca.crt",      // https: CA bundle; empty means the system roots
 //	  "certFile": "/etc/ipam/pki/node.crt",  // https: required, the node's client certificate
 //	  "keyFile": "/etc/ipam/pki/node.key",   // https: required, its key
+//	  "sessionCacheFile": "/run/ipam.sess",  // https: TLS session file; default ipam-shim.sessions next to keyFile, "" off
 //	  "pool": "default",                     // optional: one pool for every family
 //	  "pools": {"ipv4": "v4", "ipv6": "v6"}, // optional: a pool per family; wins over "pool"
 //	  "families": ["ipv4", "ipv6"],          // optional; default every family a pool serves
@@ -37,6 +38,16 @@
 // be absent. The `dns` section of the network configuration is passed
 // through to the result. Outgoing requests never use a proxy from the
 // environment: the node talks to the service directly.
+//
+// Each call is a process of its own, so each would make a full TLS
+// handshake. The shim keeps the service's TLS session tickets in
+// `sessionCacheFile` (mode 0600: they hold resumption secrets, as keyFile
+// holds the key), and the next process resumes the session: one round trip
+// and the certificate verification less. Entries are kept per client
+// certificate and CA bundle, so another certificate never resumes a session
+// made with this one. Processes replace the file atomically; an unreadable,
+// corrupt or unwritable file only costs a full handshake. A service of
+// several replicas resumes only on the replica that issued the ticket.
 //
 // # Owner
 //

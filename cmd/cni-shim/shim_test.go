@@ -20,6 +20,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,7 +72,10 @@ func buildShim() (string, error) {
 
 // service is one IPAM server over a database of its own.
 type service struct {
-	srv    *httptest.Server
+	// resumed and full count the TLS requests on resumed and fully
+	// handshaken connections.
+	resumed, full atomic.Int64
+	srv           *httptest.Server
 	url    string
 	client *ipamv1.ClientWithResponses // plain API client for setup and checks
 	tls    *pki                        // nil for plain http
@@ -106,7 +111,14 @@ func newServiceWith(t *testing.T, p *pki, opts func(*store.Options)) *service {
 	if p == nil {
 		s.srv = httptest.NewServer(h)
 	} else {
-		s.srv = httptest.NewUnstartedServer(h)
+		s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.TLS.DidResume {
+				s.resumed.Add(1)
+			} else {
+				s.full.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		}))
 		s.srv.TLS = &tls.Config{
 			Certificates: []tls.Certificate{p.serverCert},
 			ClientAuth:   tls.RequireAndVerifyClientCert,
@@ -864,6 +876,91 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatal("worker-2's DEL left its lease")
 	}
 	shim(t, "DEL", "c1", "eth0", conf).ok(t)
+}
+
+// The shim keeps the TLS session in a file next to the key (mode 0600), so
+// the next process resumes it; a corrupt file costs a full handshake and is
+// replaced; concurrent processes leave a readable file; "" turns it off.
+func TestTLSSessionResumption(t *testing.T) {
+	p := newPKI(t, "ca")
+	s := dualStack(t, p)
+	file := filepath.Join(filepath.Dir(p.keyFile), "ipam-shim.sessions")
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	shim(t, "ADD", "c1", "eth0", conf).ok(t)
+	fi, err := os.Stat(file)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("session file after ADD: %v %v, want mode 0600", fi, err)
+	}
+	if s.resumed.Load() != 0 || s.full.Load() == 0 {
+		t.Fatalf("first call: resumed %d full %d", s.resumed.Load(), s.full.Load())
+	}
+	shim(t, "DEL", "c1", "eth0", conf).ok(t)
+	if s.resumed.Load() != 1 {
+		t.Fatalf("DEL after ADD resumed %d requests, want 1", s.resumed.Load())
+	}
+
+	// Corrupt: a full handshake, and the file is good again.
+	if err := os.WriteFile(file, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	full := s.full.Load()
+	shim(t, "ADD", "c2", "eth0", conf).ok(t)
+	if s.full.Load() == full {
+		t.Fatal("a corrupt session file resumed a session")
+	}
+	resumed := s.resumed.Load()
+	shim(t, "DEL", "c2", "eth0", conf).ok(t)
+	if s.resumed.Load() != resumed+1 {
+		t.Fatal("the session file was not rewritten after a corrupt one")
+	}
+
+	// Concurrent processes: every call succeeds, the file stays readable.
+	var wg sync.WaitGroup
+	runs := make([]run, 8)
+	for i := range runs {
+		wg.Go(func() { runs[i] = shim(t, "ADD", fmt.Sprint("p", i), "eth0", conf) })
+	}
+	wg.Wait()
+	for _, r := range runs {
+		r.ok(t)
+	}
+	var m map[string]any
+	if b, err := os.ReadFile(file); err != nil || json.Unmarshal(b, &m) != nil || len(m) != 1 {
+		t.Fatalf("session file after concurrent calls: %v %q", err, b)
+	}
+	if tmps, _ := filepath.Glob(file + ".*.tmp"); len(tmps) != 0 {
+		t.Fatalf("temporary files left: %v", tmps)
+	}
+
+	// Another node's certificate in the same directory never resumes
+	// worker-1's session: the service would take it for worker-1.
+	s.createLeaseOn(t, "worker-2", "w2")
+	resumed = s.resumed.Load()
+	as2 := netconf(t, "1.1.0", s.ipam(map[string]any{"node": "worker-2", "certFile": p.cert2File, "keyFile": p.key2File}), nil)
+	shim(t, "DEL", "w2", "eth0", as2).ok(t)
+	if s.resumed.Load() != resumed || s.attachment(t, "worker-2", "w2", "eth0") != nil {
+		t.Fatal("worker-2's DEL resumed worker-1's session")
+	}
+	shim(t, "DEL", "w2", "eth0", as2).ok(t)
+	if s.resumed.Load() != resumed+1 {
+		t.Fatal("worker-2's second call did not resume its own session")
+	}
+
+	// Off.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	shim(t, "DEL", "p0", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"sessionCacheFile": ""}), nil)).ok(t)
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Fatalf("sessionCacheFile \"\" wrote %s: %v", file, err)
+	}
+	// Elsewhere, and a relative path is refused.
+	other := filepath.Join(t.TempDir(), "s")
+	shim(t, "DEL", "p1", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"sessionCacheFile": other}), nil)).ok(t)
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("sessionCacheFile %s: %v", other, err)
+	}
+	shim(t, "DEL", "p1", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"sessionCacheFile": "rel/s"}), nil)).fails(t, 7)
 }
 
 // createLeaseOn leases an address to cid/eth0 on node through the API.
