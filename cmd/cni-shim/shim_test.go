@@ -76,9 +76,9 @@ type service struct {
 	// handshaken connections.
 	resumed, full atomic.Int64
 	srv           *httptest.Server
-	url    string
-	client *ipamv1.ClientWithResponses // plain API client for setup and checks
-	tls    *pki                        // nil for plain http
+	url           string
+	client        *ipamv1.ClientWithResponses // plain API client for setup and checks
+	tls           *pki                        // nil for plain http
 }
 
 // newService starts the real API handler over a real store, plain http or,
