@@ -43,22 +43,23 @@ type netConf struct {
 
 // ipamSection is the ipam section as written.
 type ipamSection struct {
-	Type     string `json:"type"`
-	Server   string `json:"server"`
-	CAFile   string `json:"caFile"`
-	CertFile string `json:"certFile"`
-	KeyFile  string `json:"keyFile"`
+	Type         string            `json:"type"`
+	Server       string            `json:"server"`
+	CAFile       string            `json:"caFile"`
+	CertFile     string            `json:"certFile"`
+	KeyFile      string            `json:"keyFile"`
+	Pool         string            `json:"pool"`
+	Pools        map[string]string `json:"pools"`
+	Families     []string          `json:"families"`
+	Routes       []json.RawMessage `json:"routes"`
+	DefaultRoute *bool             `json:"defaultRoute"`
+	Timeout      string            `json:"timeout"`
+	Node         string            `json:"node"`
+	Space        string            `json:"space"`
+
 	// SessionCacheFile: nil means sessionFileName next to KeyFile; "" turns
 	// TLS session resumption off.
-	SessionCacheFile *string           `json:"sessionCacheFile"`
-	Pool             string            `json:"pool"`
-	Pools            map[string]string `json:"pools"`
-	Families         []string          `json:"families"`
-	Routes           []json.RawMessage `json:"routes"`
-	DefaultRoute     *bool             `json:"defaultRoute"`
-	Timeout          string            `json:"timeout"`
-	Node             string            `json:"node"`
-	Space            string            `json:"space"`
+	SessionCacheFile *string `json:"sessionCacheFile"`
 }
 
 // config is the validated configuration of one call.
