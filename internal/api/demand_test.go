@@ -398,5 +398,6 @@ func TestNodeUsageCanLease(t *testing.T) {
 	// Bad names, unknown pools and unknown spaces are refused.
 	e.mustDo(404, "GET", "/v1/nodes/n1/pools?pool=none-such", nil, nil)
 	e.mustDo(400, "GET", "/v1/nodes/n1/pools?pool=Not_A_Label", nil, nil)
+	e.mustDo(400, "GET", "/v1/nodes/n1/pools?pool=a&pool=b&pool=c&pool=d&pool=e&pool=f&pool=g&pool=h&pool=i", nil, nil)
 	e.mustDo(404, "GET", "/v1/nodes/n1/pools?pool=tiny&space=nowhere", nil, nil)
 }

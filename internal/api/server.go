@@ -272,6 +272,10 @@ func (s *Server) GetNode(ctx context.Context, req ipamv1.GetNodeRequestObject) (
 	return ipamv1.GetNode200JSONResponse(nodeToAPI(n)), nil
 }
 
+// maxUsagePools bounds the pools one node-usage query names (maxItems in
+// api/openapi.yaml).
+const maxUsagePools = 8
+
 func (s *Server) GetNodeUsage(ctx context.Context, req ipamv1.GetNodeUsageRequestObject) (ipamv1.GetNodeUsageResponseObject, error) {
 	space, err := parseSpace(req.Params.Space)
 	if err != nil {
@@ -282,6 +286,9 @@ func (s *Server) GetNodeUsage(ctx context.Context, req ipamv1.GetNodeUsageReques
 	}
 	var only alloc.UsageFilter
 	if req.Params.Pool != nil {
+		if n := len(*req.Params.Pool); n > maxUsagePools {
+			return nil, alloc.Invalid("pool", "%d pools named, at most %d", n, maxUsagePools)
+		}
 		for i, name := range *req.Params.Pool {
 			if err := alloc.ValidateLabelName(fmt.Sprintf("pool[%d]", i), name); err != nil {
 				return nil, err
