@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ipam-dev/ipam/internal/pki"
 )
 
 // ---------------------------------------------------------------------------
@@ -148,12 +150,16 @@ func checkShimSection(ipam map[string]any, fields []string, pkiDir string) error
 	case strings.HasSuffix(u.Hostname(), ".svc") || strings.HasSuffix(u.Hostname(), ".cluster.local"):
 		errs = append(errs, fmt.Errorf("server %q: the host's resolver, which the shim uses, does not know cluster DNS names", server))
 	}
-	for _, k := range []string{"caFile", "certFile", "keyFile"} {
-		p, _ := ipam[k].(string)
-		if p == "" {
-			errs = append(errs, fmt.Errorf("%s missing", k))
-		} else if !path.IsAbs(p) || !strings.HasPrefix(path.Clean(p), pkiDir+"/") {
-			errs = append(errs, fmt.Errorf("%s %q is not under %s, the directory the DaemonSet provides", k, p, pkiDir))
+	// The names `ipam-server issue-cert --node` writes into a node's directory.
+	for _, k := range []struct{ key, file string }{{"caFile", pki.CACertFile}, {"certFile", pki.NodeCertFile}, {"keyFile", pki.NodeKeyFile}} {
+		p, _ := ipam[k.key].(string)
+		switch {
+		case p == "":
+			errs = append(errs, fmt.Errorf("%s missing", k.key))
+		case !path.IsAbs(p) || !strings.HasPrefix(path.Clean(p), pkiDir+"/"):
+			errs = append(errs, fmt.Errorf("%s %q is not under %s, the directory the DaemonSet provides", k.key, p, pkiDir))
+		case path.Base(p) != k.file:
+			errs = append(errs, fmt.Errorf("%s %q: ipam-server issue-cert --node writes %s", k.key, p, k.file))
 		}
 	}
 	return errors.Join(errs...)
@@ -434,6 +440,26 @@ func TestCNIManifests(t *testing.T) {
 	if n != 2 {
 		t.Errorf("%d example conflists, want 2", n)
 	}
+	// Every shipped conflist speaks CNI 1.1.0: below it the runtime sends
+	// no GC or STATUS (and below 0.4.0 no CHECK), so they never reach the
+	// shim. cilium-cni lists 1.1.0 (plugins/cilium-cni/main.go).
+	for name, src := range examples {
+		var v struct {
+			CNIVersion string `json:"cniVersion"`
+		}
+		if strings.HasSuffix(name, ".conflist") && (json.Unmarshal([]byte(src), &v) != nil || v.CNIVersion != "1.1.0") {
+			t.Errorf("examples/%s: cniVersion %q, want 1.1.0", name, v.CNIVersion)
+		}
+	}
+	// The Cilium agent refuses ipam.mode=delegated-plugin without these
+	// (pkg/option/config.go, checkIPAMDelegatedPlugin): the README says so.
+	readme := readFile(t, filepath.Join(root, "deploy", cniDir, "README.md"))
+	for _, want := range []string{"ipam.mode=delegated-plugin", "endpointHealthChecking.enabled=false",
+		"envoyConfig.enabled=false", "local-router-ipv4"} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("deploy/cni/README.md does not say %s", want)
+		}
+	}
 	instrs, err := parseDockerfile(top["Dockerfile"])
 	if err != nil {
 		t.Fatal(err)
@@ -471,6 +497,7 @@ func TestCheckCNIFindsProblems(t *testing.T) {
 		{"cm svc name", cm, "https://ipam.example.internal:8443", "https://ipam-server.ipam.svc:443", "does not know cluster DNS names"},
 		{"cm key elsewhere", cm, "/etc/ipam/pki/node.key", "/root/node.key", `keyFile "/root/node.key" is not under /etc/ipam/pki`},
 		{"cm key escapes", cm, "/etc/ipam/pki/node.key", "/etc/ipam/pki/../node.key", "is not under /etc/ipam/pki"},
+		{"cm cert named per node", cm, "/etc/ipam/pki/node.crt", "/etc/ipam/pki/node-worker-1.crt", "issue-cert --node writes node.crt"},
 		{"cm no caFile", cm, `"caFile": "/etc/ipam/pki/ca.crt",`, "", "caFile missing"},
 		{"cm version", cm, `"cniVersion": "1.1.0"`, `"cniVersion": "0.2.0"`, `cniVersion "0.2.0" is not one of`},
 		{"cm no name", cm, `"name": "ipam-bridge",`, "", "no name"},

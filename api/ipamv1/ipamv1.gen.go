@@ -782,6 +782,12 @@ type NodePoolUsage struct {
 	// Blocks The node's blocks of the pool family.
 	Blocks int64 `json:"blocks"`
 
+	// CanLease A lease of the node from this pool family would find an address
+	// now: a free one in the node's blocks, or a block the pool can
+	// still carve for the node (not disabled, a free block outside the
+	// reserved ranges, and for cluster-pool only the node's first).
+	CanLease bool `json:"canLease"`
+
 	// Capacity Leasable addresses in those blocks.
 	Capacity int64 `json:"capacity"`
 
@@ -830,8 +836,10 @@ type NodeSpec struct {
 
 // NodeUsage defines model for NodeUsage.
 type NodeUsage struct {
-	Items []NodePoolUsage `json:"items"`
-	Node  string          `json:"node"`
+	// DefaultPool The service's default pool (--default-pool).
+	DefaultPool string          `json:"defaultPool"`
+	Items       []NodePoolUsage `json:"items"`
+	Node        string          `json:"node"`
 }
 
 // ObjectMetadata The labels and annotations of the Pod or its namespace, for pool
@@ -1051,6 +1059,11 @@ type ReconcileRequest struct {
 
 // ReconcileResult defines model for ReconcileResult.
 type ReconcileResult struct {
+	// Kept Pending and active leases of the node that no listed attachment
+	// holds and that were kept: younger than --reconcile-min-age, above
+	// the generation named, or made during the call. A later reconcile
+	// releases them if they are still unlisted.
+	Kept     int64   `json:"kept"`
 	Released []Lease `json:"released"`
 }
 
@@ -1451,6 +1464,12 @@ type AllocateLeaseParams struct {
 
 // GetNodeUsageParams defines parameters for GetNodeUsage.
 type GetNodeUsageParams struct {
+	// Pool List these pools (a name the space lacks is a 404 naming it).
+	Pool *[]string `form:"pool,omitempty" json:"pool,omitempty"`
+
+	// DefaultPool Also list the default pool (the last rule of pool selection).
+	DefaultPool *bool `form:"defaultPool,omitempty" json:"defaultPool,omitempty"`
+
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
@@ -1668,7 +1687,7 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
-	// GetHealthz Liveness; the process serves HTTP.
+	// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 	//
 	// Corresponds with GET /healthz (the `GetHealthz` operationId).
 	GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1842,8 +1861,17 @@ type ClientInterface interface {
 	// GetNodeUsage The node's use of each pool it holds blocks of or pre-allocates from.
 	//
 	// Per pool and family: the node's capacity, its leases, what Cilium's
-	// pre-allocation rule needs (neededIPCeil(demand, preAllocate)) and
-	// the deficit a maintenance pass will carve for. One snapshot.
+	// pre-allocation rule needs (neededIPCeil(demand, preAllocate)),
+	// the deficit a maintenance pass will carve for, and whether a lease
+	// would find an address now (canLease). One snapshot.
+	//
+	// With pool or defaultPool it lists exactly those pools, every family
+	// of each, whether or not the node holds blocks of them: what the CNI
+	// plugin's STATUS asks ("could this node lease from the pools its
+	// configuration names?"), which a node certificate may ask of its own
+	// node while it may not read pools or their capacity. A node the
+	// service does not know yet is then answered as one without blocks,
+	// when the service registers nodes on their first lease.
 	//
 	// Corresponds with GET /v1/nodes/{node}/pools (the `GetNodeUsage` operationId).
 	GetNodeUsage(ctx context.Context, node NodeNameParam, params *GetNodeUsageParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2052,7 +2080,7 @@ type ClientInterface interface {
 	RevokeToken(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
-// GetHealthz Liveness; the process serves HTTP.
+// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 //
 // Corresponds with GET /healthz (the `GetHealthz` operationId).
 func (c *Client) GetHealthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2446,8 +2474,17 @@ func (c *Client) AllocateLease(ctx context.Context, node NodeNameParam, params *
 // GetNodeUsage The node's use of each pool it holds blocks of or pre-allocates from.
 //
 // Per pool and family: the node's capacity, its leases, what Cilium's
-// pre-allocation rule needs (neededIPCeil(demand, preAllocate)) and
-// the deficit a maintenance pass will carve for. One snapshot.
+// pre-allocation rule needs (neededIPCeil(demand, preAllocate)),
+// the deficit a maintenance pass will carve for, and whether a lease
+// would find an address now (canLease). One snapshot.
+//
+// With pool or defaultPool it lists exactly those pools, every family
+// of each, whether or not the node holds blocks of them: what the CNI
+// plugin's STATUS asks ("could this node lease from the pools its
+// configuration names?"), which a node certificate may ask of its own
+// node while it may not read pools or their capacity. A node the
+// service does not know yet is then answered as one without blocks,
+// when the service registers nodes on their first lease.
 //
 // Corresponds with GET /v1/nodes/{node}/pools (the `GetNodeUsage` operationId).
 func (c *Client) GetNodeUsage(ctx context.Context, node NodeNameParam, params *GetNodeUsageParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4379,6 +4416,30 @@ func NewGetNodeUsageRequest(server string, node NodeNameParam, params *GetNodeUs
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
+		if params.Pool != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "pool", *params.Pool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DefaultPool != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "defaultPool", *params.DefaultPool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Space != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -5590,7 +5651,7 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
-	// GetHealthzWithResponse Liveness; the process serves HTTP.
+	// GetHealthzWithResponse Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5796,8 +5857,17 @@ type ClientWithResponsesInterface interface {
 	// GetNodeUsageWithResponse The node's use of each pool it holds blocks of or pre-allocates from.
 	//
 	// Per pool and family: the node's capacity, its leases, what Cilium's
-	// pre-allocation rule needs (neededIPCeil(demand, preAllocate)) and
-	// the deficit a maintenance pass will carve for. One snapshot.
+	// pre-allocation rule needs (neededIPCeil(demand, preAllocate)),
+	// the deficit a maintenance pass will carve for, and whether a lease
+	// would find an address now (canLease). One snapshot.
+	//
+	// With pool or defaultPool it lists exactly those pools, every family
+	// of each, whether or not the node holds blocks of them: what the CNI
+	// plugin's STATUS asks ("could this node lease from the pools its
+	// configuration names?"), which a node certificate may ask of its own
+	// node while it may not read pools or their capacity. A node the
+	// service does not know yet is then answered as one without blocks,
+	// when the service registers nodes on their first lease.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10021,7 +10091,7 @@ func (r RevokeTokenResponse) ContentType() string {
 	return ""
 }
 
-// GetHealthzWithResponse Liveness; the process serves HTTP.
+// GetHealthzWithResponse Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -10359,8 +10429,17 @@ func (c *ClientWithResponses) AllocateLeaseWithResponse(ctx context.Context, nod
 // GetNodeUsageWithResponse The node's use of each pool it holds blocks of or pre-allocates from.
 //
 // Per pool and family: the node's capacity, its leases, what Cilium's
-// pre-allocation rule needs (neededIPCeil(demand, preAllocate)) and
-// the deficit a maintenance pass will carve for. One snapshot.
+// pre-allocation rule needs (neededIPCeil(demand, preAllocate)),
+// the deficit a maintenance pass will carve for, and whether a lease
+// would find an address now (canLease). One snapshot.
+//
+// With pool or defaultPool it lists exactly those pools, every family
+// of each, whether or not the node holds blocks of them: what the CNI
+// plugin's STATUS asks ("could this node lease from the pools its
+// configuration names?"), which a node certificate may ask of its own
+// node while it may not read pools or their capacity. A node the
+// service does not know yet is then answered as one without blocks,
+// when the service registers nodes on their first lease.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14510,7 +14589,7 @@ func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) 
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
-	// GetHealthz Liveness; the process serves HTTP.
+	// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 	// (GET /healthz)
 	GetHealthz(w http.ResponseWriter, r *http.Request)
 	// GetReadyz Readiness; the database is reachable and its schema is current.
@@ -14630,7 +14709,7 @@ type ServerInterface interface {
 
 type Unimplemented struct{}
 
-// GetHealthz Liveness; the process serves HTTP.
+// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 // (GET /healthz)
 func (_ Unimplemented) GetHealthz(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -15989,6 +16068,32 @@ func (siw *ServerInterfaceWrapper) GetNodeUsage(w http.ResponseWriter, r *http.R
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params GetNodeUsageParams
+
+	// ------------- Optional query parameter "pool" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "pool", r.URL.Query(), &params.Pool, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "pool"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pool", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "defaultPool" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "defaultPool", r.URL.Query(), &params.DefaultPool, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "defaultPool"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "defaultPool", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "space" -------------
 
@@ -22646,7 +22751,7 @@ func (response RevokeTokendefaultApplicationProblemPlusJSONResponse) VisitRevoke
 
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
-	// GetHealthz Liveness; the process serves HTTP.
+	// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 	// (GET /healthz)
 	GetHealthz(ctx context.Context, request GetHealthzRequestObject) (GetHealthzResponseObject, error)
 	// GetReadyz Readiness; the database is reachable and its schema is current.

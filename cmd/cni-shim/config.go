@@ -58,6 +58,10 @@ type ipamSection struct {
 	Space        string            `json:"space"`
 	Reserve      *int              `json:"reserve"`
 	DataDir      string            `json:"dataDir"`
+
+	// SessionCacheFile: nil means sessionFileName next to KeyFile; "" turns
+	// TLS session resumption off.
+	SessionCacheFile *string `json:"sessionCacheFile"`
 }
 
 // config is the validated configuration of one call.
@@ -105,7 +109,9 @@ func loadConfig(stdin []byte) (*config, error) {
 		case errors.As(err, &te):
 			return nil, configError("ipam."+te.Field, "wrong type: %v", err)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return nil, configError("ipam."+strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "unknown key")
+			// CNI's code 2: unsupported field in network configuration.
+			field := "ipam." + strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return nil, types.NewError(types.ErrUnsupportedField, "unsupported field in network configuration: "+field+": unknown key", "")
 		default:
 			return nil, configError("ipam", "%v", err)
 		}
@@ -207,9 +213,11 @@ func (c *config) setServer(s ipamSection) error {
 	c.server = u
 	switch u.Scheme {
 	case "http":
-		for field, v := range map[string]string{"ipam.caFile": s.CAFile, "ipam.certFile": s.CertFile, "ipam.keyFile": s.KeyFile} {
-			if v != "" {
-				return configError(field, "set, but the server %s is plain http", s.Server)
+		// In a fixed order, so the same configuration always names the
+		// same field.
+		for _, k := range []struct{ field, v string }{{"ipam.caFile", s.CAFile}, {"ipam.certFile", s.CertFile}, {"ipam.keyFile", s.KeyFile}, {"ipam.sessionCacheFile", ptrValue(s.SessionCacheFile)}} {
+			if k.v != "" {
+				return configError(k.field, "set, but the server %s is plain http", s.Server)
 			}
 		}
 		return nil
@@ -234,6 +242,14 @@ func (c *config) setServer(s ipamSection) error {
 		return configError("ipam.certFile", "with ipam.keyFile: %v", err)
 	}
 	c.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	sessions := filepath.Join(filepath.Dir(s.KeyFile), sessionFileName)
+	if s.SessionCacheFile != nil {
+		sessions = *s.SessionCacheFile
+		if sessions != "" && !filepath.IsAbs(sessions) {
+			return configError("ipam.sessionCacheFile", "%q is not an absolute path", sessions)
+		}
+	}
+	var caPEM []byte
 	if s.CAFile != "" {
 		pem, err := os.ReadFile(s.CAFile)
 		if err != nil {
@@ -244,6 +260,12 @@ func (c *config) setServer(s ipamSection) error {
 			return configError("ipam.caFile", "%s holds no PEM certificate", s.CAFile)
 		}
 		c.tls.RootCAs = roots
+		caPEM = pem
+	}
+	if sessions != "" {
+		// Each process resumes the TLS session of the one before, made
+		// with the same certificate and CA.
+		c.tls.ClientSessionCache = newFileSessionCache(sessions, cert.Certificate[0], caPEM)
 	}
 	return nil
 }
@@ -330,4 +352,12 @@ func (c *config) setReserve(s ipamSection) error {
 		return configError("ipam.dataDir", "%q is not an absolute path", c.dataDir)
 	}
 	return nil
+}
+
+// ptrValue is *p, or "" for nil.
+func ptrValue(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }

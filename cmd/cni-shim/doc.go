@@ -19,9 +19,10 @@
 //	{
 //	  "type": "ipam-shim",
 //	  "server": "https://ipam.example:8443",  // required; http:// only for local development
-//	  "caFile": "/etc/ipam/ca.crt",          // https: CA bundle; empty means the system roots
-//	  "certFile": "/etc/ipam/node.crt",      // https: required, the node's client certificate
-//	  "keyFile": "/etc/ipam/node.key",       // https: required, its key
+//	  "caFile": "/etc/ipam/pki/ca.crt",      // https: CA bundle; empty means the system roots
+//	  "certFile": "/etc/ipam/pki/node.crt",  // https: required, the node's client certificate
+//	  "keyFile": "/etc/ipam/pki/node.key",   // https: required, its key
+//	  "sessionCacheFile": "/run/ipam.sess",  // https: TLS session file; default ipam-shim.sessions next to keyFile, "" off
 //	  "pool": "default",                     // optional: one pool for every family
 //	  "pools": {"ipv4": "v4", "ipv6": "v6"}, // optional: a pool per family; wins over "pool"
 //	  "families": ["ipv4", "ipv6"],          // optional; default every family a pool serves
@@ -34,11 +35,21 @@
 //	  "dataDir": "/var/lib/cni/ipam-shim/NAME" // the reserve's node-local file; default per network name
 //	}
 //
-// Unknown keys in the `ipam` section are rejected (a misspelt key would
-// otherwise be silently ignored). With an http:// server the TLS keys must
+// Unknown keys in the `ipam` section are rejected with code 2 (a misspelt
+// key would otherwise be silently ignored). With an http:// server the TLS keys must
 // be absent. The `dns` section of the network configuration is passed
 // through to the result. Outgoing requests never use a proxy from the
 // environment: the node talks to the service directly.
+//
+// Each call is a process of its own, so each would make a full TLS
+// handshake. The shim keeps the service's TLS session tickets in
+// `sessionCacheFile` (mode 0600: they hold resumption secrets, as keyFile
+// holds the key), and the next process resumes the session: one round trip
+// and the certificate verification less. Entries are kept per client
+// certificate and CA bundle, so another certificate never resumes a session
+// made with this one. Processes replace the file atomically; an unreadable,
+// corrupt or unwritable file only costs a full handshake. A service of
+// several replicas resumes only on the replica that issued the ticket.
 //
 // # Owner
 //
@@ -81,10 +92,14 @@
 // and network: every other lease of this network on the node is released,
 // and other networks' leases are kept (the runtime lists one network's
 // attachments per GC, as host-local keeps a store per network). Without
-// either key GC does nothing. Leases made by a shim older than this
-// (without a network) are in the unnamed network, which the shim's GC and
-// DEL no longer reach: reconcile them once through the API without a
-// network, listing the node's live attachments.
+// either key GC does nothing. The service keeps leases younger than its
+// --reconcile-min-age (an ADD may race with the runtime's list); when it
+// kept some, GC says how many on stderr, which the runtime logs, since a GC
+// soon after Pods went away otherwise releases nothing without a word.
+// Leases made by a shim older than this (without a network) are in the
+// unnamed network, which the shim's GC and DEL no longer reach: reconcile
+// them once through the API without a network, listing the node's live
+// attachments.
 //
 // # Reserve
 //
@@ -112,10 +127,22 @@
 // from Pod annotations or selectors. Losing the file while a slot serves a
 // Pod loses that record: keep `dataDir` on persistent storage.
 //
-// STATUS asks the service's /readyz. A STATUS error marks the node's
+// STATUS succeeds when an ADD of this configuration could get an address
+// now, as CNI 1.1 asks: for each family ADD would lease (`families`, else
+// every family of the pool), the pool it would use (`pools`, then `pool`,
+// then the service's default pool; STATUS knows no Pod, so a Pod's
+// annotations or a pool's selectors are not considered) has a free address
+// in one of this node's blocks, or a block it can carve for the node. It
+// reads the service's node-usage view of those pools
+// (GET /v1/nodes/NODE/pools?pool=...&defaultPool=true), which a node's
+// certificate may read for its own node. A STATUS error marks the node's
 // network not ready in containerd, which takes the node out of scheduling,
-// so codes 50 and 51 are kept for conditions an operator must fix: code 50
-// when the service rejects this node's certificate or its certificate does
+// so code 50 ("plugin not available", CNI's code for "cannot service ADD";
+// 51 would add that existing containers lose connectivity, which an IPAM
+// plugin never causes) is kept for what holds until an operator acts: the
+// pool cannot serve the node (exhausted, disabled, a full cluster-pool node
+// range, a family it lacks), a pool the configuration names does not exist,
+// or the service rejects this node's certificate or its certificate does
 // not verify against caFile. An unreachable or unavailable service is
 // usually brief and answers code 11, which the runtime polls again; while
 // the reserve has a free slot it answers success instead (ADDs work).
@@ -126,12 +153,14 @@
 // exits 1.
 //
 //	 1  incompatible CNI version (skel)
+//	 2  unsupported field: a key of the ipam section the shim does not know
 //	 4  missing or invalid environment: CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_PATH (skel)
 //	 6  stdin is not JSON (skel)
 //	 7  invalid network configuration; the message names the field
 //	11  try again later: the service is unreachable, timed out, or answered 429, 502, 503 or 504,
 //	    and the reserve cannot serve (disabled, or no free slot for ADD)
-//	50  STATUS only: the service rejects this node's TLS credentials
+//	50  STATUS only: no ADD can be served (the pool cannot give this node an address, a pool named
+//	    does not exist) or the service rejects this node's TLS credentials
 //	100 other service error (the message carries the service's detail)
 //	101 pool exhausted (urn:ipam:problem:pool-exhausted), or the node holds the pool's maxBlocksPerNode blocks (urn:ipam:problem:node-block-limit)
 //	102 not found: unknown pool, node or space on ADD; no lease on CHECK

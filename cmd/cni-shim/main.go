@@ -122,3 +122,16 @@ func guard(f func(*skel.CmdArgs) error) func(*skel.CmdArgs) error {
 		return f(args)
 	}
 }
+
+// logKept tells the runtime's log (the plugin's stderr) that a GC kept
+// leases the runtime did not list: the service keeps leases younger than its
+// --reconcile-min-age (an ADD may race with the runtime's list), so a GC
+// soon after a Pod went away releases nothing, silently otherwise.
+func logKept(node string, released int, kept int64) {
+	if kept == 0 {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "%s: GC on node %s released %d leases and kept %d not in the runtime's list: "+
+		"younger than the service's --reconcile-min-age or leased during the GC; a later GC releases them\n",
+		pluginType, node, released, kept)
+}

@@ -20,6 +20,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,10 +72,13 @@ func buildShim() (string, error) {
 
 // service is one IPAM server over a database of its own.
 type service struct {
-	srv    *httptest.Server
-	url    string
-	client *ipamv1.ClientWithResponses // plain API client for setup and checks
-	tls    *pki                        // nil for plain http
+	// resumed and full count the TLS requests on resumed and fully
+	// handshaken connections.
+	resumed, full atomic.Int64
+	srv           *httptest.Server
+	url           string
+	client        *ipamv1.ClientWithResponses // plain API client for setup and checks
+	tls           *pki                        // nil for plain http
 	// dataDir is the shim's reserve directory; the reserve is off unless
 	// a test turns it on.
 	dataDir string
@@ -83,12 +88,19 @@ type service struct {
 // with p, https requiring a client certificate signed by p's CA.
 func newService(t *testing.T, p *pki) *service {
 	t.Helper()
+	// GC tests release leases made a moment earlier; the minimum age that
+	// protects such leases in production is tested in internal/api.
+	return newServiceWith(t, p, func(o *store.Options) { o.ReconcileMinAge = 0 })
+}
+
+// newServiceWith is newService with the store options set by opts (the
+// cooldown is 0 unless opts sets it).
+func newServiceWith(t *testing.T, p *pki, opts func(*store.Options)) *service {
+	t.Helper()
 	ctx := context.Background()
 	o := store.DefaultOptions()
 	o.Cooldown = 0
-	// GC tests release leases made a moment earlier; the minimum age that
-	// protects such leases in production is tested in internal/api.
-	o.ReconcileMinAge = 0
+	opts(&o)
 	st, err := store.Open(ctx, pgtest.NewDatabase(t), o)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +114,14 @@ func newService(t *testing.T, p *pki) *service {
 	if p == nil {
 		s.srv = httptest.NewServer(h)
 	} else {
-		s.srv = httptest.NewUnstartedServer(h)
+		s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.TLS.DidResume {
+				s.resumed.Add(1)
+			} else {
+				s.full.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		}))
 		s.srv.TLS = &tls.Config{
 			Certificates: []tls.Certificate{p.serverCert},
 			ClientAuth:   tls.RequireAndVerifyClientCert,
@@ -202,8 +221,8 @@ func netconf(t *testing.T, cniVersion string, ipam any, extra map[string]any) []
 
 // run is one run of the plugin.
 type run struct {
-	stdout []byte
-	exit   int
+	stdout, stderr []byte
+	exit           int
 }
 
 // cniError is the error object the plugin prints.
@@ -235,7 +254,7 @@ func shim(t *testing.T, verb, cid, ifname string, stdin []byte, env ...string) r
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	r := run{stdout: stdout.Bytes()}
+	r := run{stdout: stdout.Bytes(), stderr: stderr.Bytes()}
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
@@ -466,6 +485,34 @@ func TestGCIsPerNetwork(t *testing.T) {
 	}
 }
 
+// A GC that the service's minimum age keeps from releasing says so on
+// stderr (the runtime's log), with the count kept.
+func TestGCKeptLogged(t *testing.T) {
+	s := newServiceWith(t, nil, func(o *store.Options) { o.ReconcileMinAge = time.Hour })
+	s.createPool(t, "default", "10.244.0.0/16", 24, "", 0)
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	shim(t, "ADD", "young-a", "eth0", conf).ok(t)
+	shim(t, "ADD", "young-b", "eth0", conf).ok(t)
+	gc := netconf(t, "1.1.0", s.ipam(nil), map[string]any{"cni.dev/valid-attachments": []map[string]string{{"containerID": "young-a", "ifname": "eth0"}}})
+	r := shim(t, "GC", "", "", gc)
+	if out := r.ok(t); len(out) != 0 {
+		t.Fatalf("GC printed %s", out)
+	}
+	if !strings.Contains(string(r.stderr), "released 0 leases and kept 1 not in the runtime's list") ||
+		!strings.Contains(string(r.stderr), "--reconcile-min-age") {
+		t.Fatalf("stderr %q does not say what was kept and why", r.stderr)
+	}
+	if s.attachment(t, "worker-1", "young-b", "eth0") == nil {
+		t.Fatal("GC released a lease younger than the minimum age")
+	}
+	// Nothing kept: nothing said.
+	all := netconf(t, "1.1.0", s.ipam(nil), map[string]any{"cni.dev/valid-attachments": []map[string]string{
+		{"containerID": "young-a", "ifname": "eth0"}, {"containerID": "young-b", "ifname": "eth0"}}})
+	if r := shim(t, "GC", "", "", all); len(r.ok(t)) != 0 || len(r.stderr) != 0 {
+		t.Fatalf("GC keeping nothing wrote %q", r.stderr)
+	}
+}
+
 func TestStatus(t *testing.T) {
 	s := dualStack(t, nil)
 	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
@@ -474,6 +521,38 @@ func TestStatus(t *testing.T) {
 	}
 	s.srv.Close()
 	shim(t, "STATUS", "", "", conf).fails(t, 11)
+}
+
+// STATUS fails with code 50 when no ADD of the configuration could get an
+// address: its pool has no free address for the node and cannot carve it a
+// block. It succeeds again when one is released.
+func TestStatusPoolExhausted(t *testing.T) {
+	s := dualStack(t, nil)
+	s.createPool(t, "tiny", "10.9.0.0/29", 29, "", 0) // one block of 4 leasable addresses
+	tiny := netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "tiny"}), nil)
+	shim(t, "STATUS", "", "", tiny).ok(t) // worker-1 is not registered yet: it would carve the block
+	for i := range 4 {
+		shim(t, "ADD", fmt.Sprint("c", i), "eth0", tiny).ok(t)
+	}
+	shim(t, "ADD", "c4", "eth0", tiny).fails(t, ErrPoolExhausted)
+	e := shim(t, "STATUS", "", "", tiny).fails(t, 50)
+	if !strings.Contains(e.Msg, `pool "tiny" has no ipv4 address for node worker-1`) {
+		t.Errorf("message %q does not say which pool and family", e.Msg)
+	}
+	// Another node could still carve a block: no, the pool has one block only.
+	shim(t, "STATUS", "", "", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "tiny", "node": "worker-2"}), nil)).fails(t, 50)
+	// The default pool still serves worker-1, and a per-family pool wins over "pool".
+	shim(t, "STATUS", "", "", netconf(t, "1.1.0", s.ipam(nil), nil)).ok(t)
+	shim(t, "STATUS", "", "", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "tiny", "pools": map[string]string{"ipv4": "default"}}), nil)).ok(t)
+	// Asking for IPv6 of an IPv4-only pool, and a pool that does not exist.
+	shim(t, "STATUS", "", "", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "default", "pools": map[string]string{"ipv6": "tiny"}}), nil)).fails(t, 50)
+	e = shim(t, "STATUS", "", "", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "none-such"}), nil)).fails(t, 50)
+	if !strings.Contains(e.Msg, "none-such") {
+		t.Errorf("message %q does not name the pool", e.Msg)
+	}
+	// Released (the test service has no cooldown): STATUS succeeds again.
+	shim(t, "DEL", "c0", "eth0", tiny).ok(t)
+	shim(t, "STATUS", "", "", tiny).ok(t)
 }
 
 func TestServiceStopped(t *testing.T) {
@@ -743,7 +822,6 @@ func TestBadConfig(t *testing.T) {
 		{"no server", s.ipam(map[string]any{"server": nil}), "ipam.server"},
 		{"bad scheme", s.ipam(map[string]any{"server": "ftp://x"}), "ipam.server"},
 		{"not a URL", s.ipam(map[string]any{"server": "::"}), "ipam.server"},
-		{"unknown key", s.ipam(map[string]any{"sever": "x"}), "ipam.sever"},
 		{"wrong type", s.ipam(map[string]any{"defaultRoute": "yes"}), "ipam.defaultRoute"},
 		{"family", s.ipam(map[string]any{"families": []string{"ipv5"}}), "ipam.families[0]"},
 		{"family twice", s.ipam(map[string]any{"families": []string{"ipv4", "ipv4"}}), "ipam.families[1]"},
@@ -775,8 +853,28 @@ func TestBadConfig(t *testing.T) {
 			}
 		})
 	}
+	// A key the shim does not know: CNI's code 2, unsupported field.
+	for _, verb := range []string{"ADD", "DEL", "STATUS"} {
+		e := shim(t, verb, "c1", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"sever": "x"}), nil)).fails(t, 2)
+		if !strings.Contains(e.Msg, "ipam.sever:") {
+			t.Errorf("%s: message %q does not name ipam.sever", verb, e.Msg)
+		}
+	}
 	if a := s.attachment(t, "worker-1", "c1", "eth0"); a != nil {
 		t.Fatalf("a bad configuration leased %+v", a)
+	}
+}
+
+// An http:// server with every TLS key set names the same one each time
+// (the first of caFile, certFile, keyFile), not one picked by map order.
+func TestHTTPWithTLSKeysNamesOneField(t *testing.T) {
+	conf := netconf(t, "1.1.0", map[string]any{"type": pluginType, "server": "http://127.0.0.1:1", "node": "n",
+		"caFile": "/ca.crt", "certFile": "/node.crt", "keyFile": "/node.key"}, nil)
+	for range 30 {
+		_, err := loadConfig(conf)
+		if err == nil || !strings.Contains(err.Error(), "ipam.caFile: set, but the server") {
+			t.Fatalf("error %v, want ipam.caFile named", err)
+		}
 	}
 }
 
@@ -847,6 +945,91 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatal("worker-2's DEL left its lease")
 	}
 	shim(t, "DEL", "c1", "eth0", conf).ok(t)
+}
+
+// The shim keeps the TLS session in a file next to the key (mode 0600), so
+// the next process resumes it; a corrupt file costs a full handshake and is
+// replaced; concurrent processes leave a readable file; "" turns it off.
+func TestTLSSessionResumption(t *testing.T) {
+	p := newPKI(t, "ca")
+	s := dualStack(t, p)
+	file := filepath.Join(filepath.Dir(p.keyFile), "ipam-shim.sessions")
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	shim(t, "ADD", "c1", "eth0", conf).ok(t)
+	fi, err := os.Stat(file)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("session file after ADD: %v %v, want mode 0600", fi, err)
+	}
+	if s.resumed.Load() != 0 || s.full.Load() == 0 {
+		t.Fatalf("first call: resumed %d full %d", s.resumed.Load(), s.full.Load())
+	}
+	shim(t, "DEL", "c1", "eth0", conf).ok(t)
+	if s.resumed.Load() != 1 {
+		t.Fatalf("DEL after ADD resumed %d requests, want 1", s.resumed.Load())
+	}
+
+	// Corrupt: a full handshake, and the file is good again.
+	if err := os.WriteFile(file, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	full := s.full.Load()
+	shim(t, "ADD", "c2", "eth0", conf).ok(t)
+	if s.full.Load() == full {
+		t.Fatal("a corrupt session file resumed a session")
+	}
+	resumed := s.resumed.Load()
+	shim(t, "DEL", "c2", "eth0", conf).ok(t)
+	if s.resumed.Load() != resumed+1 {
+		t.Fatal("the session file was not rewritten after a corrupt one")
+	}
+
+	// Concurrent processes: every call succeeds, the file stays readable.
+	var wg sync.WaitGroup
+	runs := make([]run, 8)
+	for i := range runs {
+		wg.Go(func() { runs[i] = shim(t, "ADD", fmt.Sprint("p", i), "eth0", conf) })
+	}
+	wg.Wait()
+	for _, r := range runs {
+		r.ok(t)
+	}
+	var m map[string]any
+	if b, err := os.ReadFile(file); err != nil || json.Unmarshal(b, &m) != nil || len(m) != 1 {
+		t.Fatalf("session file after concurrent calls: %v %q", err, b)
+	}
+	if tmps, _ := filepath.Glob(file + ".*.tmp"); len(tmps) != 0 {
+		t.Fatalf("temporary files left: %v", tmps)
+	}
+
+	// Another node's certificate in the same directory never resumes
+	// worker-1's session: the service would take it for worker-1.
+	s.createLeaseOn(t, "worker-2", "w2")
+	resumed = s.resumed.Load()
+	as2 := netconf(t, "1.1.0", s.ipam(map[string]any{"node": "worker-2", "certFile": p.cert2File, "keyFile": p.key2File}), nil)
+	shim(t, "DEL", "w2", "eth0", as2).ok(t)
+	if s.resumed.Load() != resumed || s.attachment(t, "worker-2", "w2", "eth0") != nil {
+		t.Fatal("worker-2's DEL resumed worker-1's session")
+	}
+	shim(t, "DEL", "w2", "eth0", as2).ok(t)
+	if s.resumed.Load() != resumed+1 {
+		t.Fatal("worker-2's second call did not resume its own session")
+	}
+
+	// Off.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	shim(t, "DEL", "p0", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"sessionCacheFile": ""}), nil)).ok(t)
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Fatalf("sessionCacheFile \"\" wrote %s: %v", file, err)
+	}
+	// Elsewhere, and a relative path is refused.
+	other := filepath.Join(t.TempDir(), "s")
+	shim(t, "DEL", "p1", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"sessionCacheFile": other}), nil)).ok(t)
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("sessionCacheFile %s: %v", other, err)
+	}
+	shim(t, "DEL", "p1", "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"sessionCacheFile": "rel/s"}), nil)).fails(t, 7)
 }
 
 // createLeaseOn leases an address to cid/eth0 on node through the API.

@@ -325,6 +325,9 @@ func cmdGC(args *skel.CmdArgs) error {
 	if resp.JSON200 == nil && !isNotFound(resp.StatusCode(), resp.Body) {
 		return problemError("gc", resp.StatusCode(), resp.Body)
 	}
+	if resp.JSON200 != nil {
+		logKept(c.cfg.node, len(resp.JSON200.Released), resp.JSON200.Kept)
+	}
 	// Reconciled, or a node the service does not know holds nothing.
 	if r != nil {
 		_ = c.refillLocked(r)
@@ -338,30 +341,19 @@ func cmdStatus(args *skel.CmdArgs) error {
 		return err
 	}
 	defer cancel()
-	r, err := c.client.GetReadyzWithResponse(c.ctx)
-	if err == nil && r.StatusCode() == http.StatusOK {
+	e := c.canServeAdd()
+	if e == nil {
+		// The service answers: bring the reserve up to date.
 		if c.syncReserve() == nil {
 			c.refillReserve()
 		}
 		return nil
 	}
-	// The node's reserve serves ADDs while the service is unreachable.
-	if c.reserveReady() && (err != nil && !isTLSRejection(err) || err == nil && r.StatusCode() >= 500) {
+	// The node's reserve serves ADDs while the service is unreachable or
+	// unavailable (code 11; not when it refuses this node's credentials,
+	// nor when it answers that its pools cannot serve the node).
+	if e.Code == types.ErrTryAgainLater && c.reserveReady() {
 		return nil
-	}
-	if err != nil {
-		e := transportError("status", err)
-		if e.Code == ErrTLS {
-			e.Code = errPluginNotAvailable
-		}
-		return e
-	}
-	if r.StatusCode() == http.StatusOK {
-		return nil
-	}
-	e := problemError("status", r.StatusCode(), r.Body)
-	if e.Code == ErrForbidden {
-		e.Code = errPluginNotAvailable
 	}
 	return e
 }

@@ -343,7 +343,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			}
 			return fmt.Errorf("shim: %w", err)
 		}
-		for _, r := range []shimResult{rep.Shim.Sequential, rep.Shim.Parallel} {
+		for _, r := range []shimResult{rep.Shim.Sequential, rep.Shim.Parallel, rep.Shim.HostLocal.Sequential, rep.Shim.HostLocal.Parallel} {
 			if r.ErrorRate > maxErrorRate {
 				b.failed = append(b.failed, fmt.Sprintf("shim %s: %.3f%% of calls failed", r.Mode, 100*r.ErrorRate))
 			}

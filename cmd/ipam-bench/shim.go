@@ -19,10 +19,14 @@ import (
 
 // The shim phase runs the CNI plugin cmd/cni-shim as a runtime does: one
 // process per call, ADD then DEL of a fresh container, each over a new
-// mutual-TLS connection (with the node's certificate) to the benchmark's
-// first server, in an address space of its own.
+// mutual-TLS connection (with the node's certificate; the shim resumes the
+// TLS session of the process before from its session file) to the
+// benchmark's first server, in an address space of its own. The reference
+// host-local plugin runs the same pairs through the same harness first, as
+// the yardstick: both are built as releases are (static, stripped).
 const (
 	shimPackage    = "github.com/ipam-dev/ipam/cmd/cni-shim"
+	hostLocalPkg   = "github.com/containernetworking/plugins/plugins/ipam/host-local@v1.10.0"
 	shimCNIVersion = "1.1.0"
 	shimNode       = "shim-bench-node"
 	shimMask       = 24
@@ -54,6 +58,48 @@ type shimReport struct {
 	BuildSecs  float64    `json:"buildSeconds"`
 	Sequential shimResult `json:"sequential"`
 	Parallel   shimResult `json:"parallel"`
+	// HostLocal is the reference plugin in the same harness; the ratios
+	// are the shim's pair latency over host-local's.
+	HostLocal struct {
+		Sequential shimResult `json:"sequential"`
+		Parallel   shimResult `json:"parallel"`
+	} `json:"hostLocal"`
+	Ratios []shimRatio `json:"ratios"`
+}
+
+// shimRatio is the shim's pair latency over host-local's in one mode.
+type shimRatio struct {
+	Mode  string  `json:"mode"`
+	P50   float64 `json:"pairP50"`
+	P99   float64 `json:"pairP99"`
+	Limit float64 `json:"limit"`
+}
+
+// shimRatioLimit is the target: the shim's pair at most 1.3 times host-local's.
+const shimRatioLimit = 1.3
+
+// ratioOf compares the shim's and host-local's pairs of one mode.
+func ratioOf(shim, hostLocal shimResult) shimRatio {
+	r := shimRatio{Mode: shim.Mode, Limit: shimRatioLimit}
+	if hostLocal.PairP50ms > 0 {
+		r.P50 = shim.PairP50ms / hostLocal.PairP50ms
+	}
+	if hostLocal.PairP99ms > 0 {
+		r.P99 = shim.PairP99ms / hostLocal.PairP99ms
+	}
+	return r
+}
+
+// line is the printed line of r.
+func (r shimRatio) line() string {
+	verdict := "ok"
+	switch {
+	case r.P50 == 0:
+		verdict = "no figures"
+	case r.P50 > r.Limit:
+		verdict = "over"
+	}
+	return fmt.Sprintf("shim/host-local %s pair_p50_ratio=%.2f pair_p99_ratio=%.2f target<=%.1f %s", r.Mode, r.P50, r.P99, r.Limit, verdict)
 }
 
 // shimTimes are the latencies and failures one mode collected.
@@ -88,10 +134,10 @@ func (t shimTimes) result(mode string, workers, pairs int, elapsed time.Duration
 	}
 }
 
-// shimLine is the printed line of r.
-func shimLine(r shimResult) string {
-	return fmt.Sprintf("shim %s add_p50_ms=%.2f add_p99_ms=%.2f del_p50_ms=%.2f del_p99_ms=%.2f pair_p50_ms=%.2f pair_p99_ms=%.2f pairs=%d errors=%d",
-		r.Mode, r.AddP50ms, r.AddP99ms, r.DelP50ms, r.DelP99ms, r.PairP50ms, r.PairP99ms, r.Pairs, r.Errors)
+// shimLine is the printed line of r, a result of plugin.
+func shimLine(plugin string, r shimResult) string {
+	return fmt.Sprintf("%s %s add_p50_ms=%.2f add_p99_ms=%.2f del_p50_ms=%.2f del_p99_ms=%.2f pair_p50_ms=%.2f pair_p99_ms=%.2f pairs=%d errors=%d",
+		plugin, r.Mode, r.AddP50ms, r.AddP99ms, r.DelP50ms, r.DelP99ms, r.PairP50ms, r.PairP99ms, r.Pairs, r.Errors)
 }
 
 // shimNetconf is the network configuration on the plugin's stdin; prev,
@@ -118,6 +164,50 @@ func shimNetconf(server, certDir, space string, prev json.RawMessage) ([]byte, e
 	return json.Marshal(m)
 }
 
+// hostLocalNetconf is the network configuration of the reference
+// host-local plugin, leasing from a /16 with its files in dataDir.
+func hostLocalNetconf(dataDir string, prev json.RawMessage) ([]byte, error) {
+	m := map[string]any{
+		"cniVersion": shimCNIVersion,
+		"name":       "bench-host-local",
+		"type":       "bridge",
+		"ipam": map[string]any{
+			"type":    "host-local",
+			"ranges":  [][]map[string]string{{{"subnet": "10.250.0.0/16"}}},
+			"dataDir": dataDir,
+		},
+	}
+	if len(prev) > 0 {
+		m["prevResult"] = prev
+	}
+	return json.Marshal(m)
+}
+
+// releaseBuild are the go build flags of a release binary, as
+// deploy/cni/Dockerfile builds the shim: static, without a symbol table or
+// DWARF, without local paths. A process per CNI call pays for what it maps.
+var releaseBuild = []string{"-trimpath", "-ldflags=-s -w"}
+
+// releaseEnv is the environment of a release build: CGO_ENABLED=0.
+func releaseEnv() []string { return append(os.Environ(), "CGO_ENABLED=0") }
+
+// buildHostLocal installs the reference host-local plugin from the Go
+// module proxy (as cmd/cni-shim/e2e installs bridge) into dir.
+func buildHostLocal(ctx context.Context, dir string) (string, error) {
+	tool, err := goTool()
+	if err != nil {
+		return "", fmt.Errorf("go tool: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, tool, append(append([]string{"install"}, releaseBuild...), hostLocalPkg)...)
+	cmd.Env = append(releaseEnv(), "GOBIN="+dir, "GOFLAGS=-mod=mod")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go install %s: %w: %s", hostLocalPkg, err, strings.TrimSpace(stderr.String()))
+	}
+	return filepath.Join(dir, "host-local"), nil
+}
+
 // goTool answers the go command: GOROOT/bin/go of this program's
 // toolchain when present, else go from PATH.
 func goTool() (string, error) {
@@ -131,14 +221,29 @@ func goTool() (string, error) {
 	return exec.LookPath("go")
 }
 
-// buildShim builds the plugin into dir and answers its path.
+// buildShim builds the plugin into dir as a release is built and answers
+// its path.
 func buildShim(ctx context.Context, dir string) (string, error) {
-	return goBuild(ctx, dir, "ipam-shim", shimPackage)
+	tool, err := goTool()
+	if err != nil {
+		return "", fmt.Errorf("go tool: %w", err)
+	}
+	out := filepath.Join(dir, "ipam-shim")
+	cmd := exec.CommandContext(ctx, tool, append(append([]string{"build", "-o", out}, releaseBuild...), shimPackage)...)
+	cmd.Env = releaseEnv()
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build %s: %w: %s", shimPackage, err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
 }
 
-// shimBench is the state of the shim phase.
+// shimBench is the state of the shim phase for one plugin.
 type shimBench struct {
-	bin, server, certDir, space string
+	bin string
+	// netconf is the configuration of a call; prev is ADD's result for DEL.
+	netconf func(prev json.RawMessage) ([]byte, error)
 }
 
 // call runs the plugin once for verb and answers its stdout and duration.
@@ -174,7 +279,7 @@ func (b *shimBench) pair(ctx context.Context, cid string, t *shimTimes) {
 			t.samples = append(t.samples, err.Error())
 		}
 	}
-	conf, err := shimNetconf(b.server, b.certDir, b.space, nil)
+	conf, err := b.netconf(nil)
 	if err != nil {
 		fail(err)
 		return
@@ -187,7 +292,7 @@ func (b *shimBench) pair(ctx context.Context, cid string, t *shimTimes) {
 	} else {
 		t.adds = append(t.adds, addD)
 	}
-	if conf, err = shimNetconf(b.server, b.certDir, b.space, out); err != nil {
+	if conf, err = b.netconf(out); err != nil {
 		fail(err)
 		return
 	}
@@ -243,6 +348,10 @@ func runShim(ctx context.Context, cfg config, p *benchPKI, server string, admin 
 	if err != nil {
 		return nil, err
 	}
+	hlBin, err := buildHostLocal(ctx, certDir)
+	if err != nil {
+		return nil, err
+	}
 	rep.BuildSecs = time.Since(began).Seconds()
 	if err := p.writeNode(shimNode, certDir); err != nil {
 		return nil, fmt.Errorf("shim certificates: %w", err)
@@ -255,25 +364,44 @@ func runShim(ctx context.Context, cfg config, p *benchPKI, server string, admin 
 			fmt.Fprintln(os.Stderr, "ipam-bench: shim teardown:", err)
 		}
 	}()
-	fmt.Fprintf(out, "shim: %s built in %.1fs; cniVersion=%s mutual TLS to %s space=%s node=%s sequential=%d parallel=%dx%d\n",
-		bin, rep.BuildSecs, shimCNIVersion, server, rep.Space, shimNode, cfg.ShimCalls, cfg.ShimParallel, cfg.ShimParallelCalls)
+	fmt.Fprintf(out, "shim: %s and %s built in %.1fs (%s, CGO_ENABLED=0); cniVersion=%s mutual TLS to %s space=%s node=%s sequential=%d parallel=%dx%d\n",
+		bin, hlBin, rep.BuildSecs, strings.Join(releaseBuild, " "), shimCNIVersion, server, rep.Space, shimNode, cfg.ShimCalls, cfg.ShimParallel, cfg.ShimParallelCalls)
 
-	b := &shimBench{bin: bin, server: server, certDir: certDir, space: rep.Space}
-	rep.Sequential = b.mode(ctx, "sequential", 1, cfg.ShimCalls)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
+	shim := &shimBench{bin: bin, netconf: func(prev json.RawMessage) ([]byte, error) {
+		return shimNetconf(server, certDir, rep.Space, prev)
+	}}
+	hl := &shimBench{bin: hlBin, netconf: func(prev json.RawMessage) ([]byte, error) {
+		return hostLocalNetconf(filepath.Join(certDir, "host-local-data"), prev)
+	}}
+	parallel := fmt.Sprintf("parallel=%d", cfg.ShimParallel)
+	// Each mode: host-local, then the shim, back to back.
+	for _, m := range []struct {
+		name           string
+		workers, calls int
+		hl, shim       *shimResult
+	}{
+		{"sequential", 1, cfg.ShimCalls, &rep.HostLocal.Sequential, &rep.Sequential},
+		{parallel, cfg.ShimParallel, cfg.ShimParallelCalls, &rep.HostLocal.Parallel, &rep.Parallel},
+	} {
+		*m.hl = hl.mode(ctx, m.name, m.workers, m.calls)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		printShim(out, "host-local", *m.hl)
+		*m.shim = shim.mode(ctx, m.name, m.workers, m.calls)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		printShim(out, "shim", *m.shim)
+		r := ratioOf(*m.shim, *m.hl)
+		rep.Ratios = append(rep.Ratios, r)
+		fmt.Fprintln(out, r.line())
 	}
-	printShim(out, rep.Sequential)
-	rep.Parallel = b.mode(ctx, fmt.Sprintf("parallel=%d", cfg.ShimParallel), cfg.ShimParallel, cfg.ShimParallelCalls)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	printShim(out, rep.Parallel)
 	return rep, nil
 }
 
-func printShim(out io.Writer, r shimResult) {
-	fmt.Fprintln(out, shimLine(r))
+func printShim(out io.Writer, plugin string, r shimResult) {
+	fmt.Fprintln(out, shimLine(plugin, r))
 	for _, s := range r.ErrorSamples {
 		fmt.Fprintf(out, "  error sample: %s\n", s)
 	}

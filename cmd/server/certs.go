@@ -21,12 +21,14 @@ import (
 //
 //	issue-cert --node NAME        a node's client certificate (CN=system:node:NAME,
 //	                              URI SAN urn:ipam:space:SPACE of --space, default "default")
+//	                              as node.crt and node.key, with the CA's ca.crt: the node's
+//	                              /etc/ipam/pki as the CNI configurations read it
 //	issue-cert --client NAME      an operator's client certificate (--role, default admin)
 //	issue-cert --server HOST,...  the server's certificate for these names or IPs
 func issueCert(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("issue-cert", flag.ContinueOnError)
 	caDir := fs.String("ca-dir", filepath.Join(defaultDataDir(), "pki"), "directory of ca.crt and ca.key; a development CA is created there when it holds none")
-	out := fs.String("out", ".", "directory to write NAME.crt and NAME.key to")
+	out := fs.String("out", ".", "directory to write NAME.crt and NAME.key to (--node: node.crt, node.key and ca.crt, one directory per node)")
 	node := fs.String("node", "", "issue the client certificate of this node (a Kubernetes node name: a DNS-1123 subdomain)")
 	space := fs.String("space", alloc.DefaultSpace, "with --node: the address space the node certificate is bound to (URI SAN urn:ipam:space:SPACE)")
 	client := fs.String("client", "", "issue an operator's client certificate with this common name")
@@ -76,10 +78,7 @@ func issueCert(args []string, stdout io.Writer) error {
 	var certPEM, keyPEM []byte
 	switch {
 	case *node != "":
-		name = "node-" + *node
-		if *space != alloc.DefaultSpace {
-			name = "node-" + *space + "-" + *node
-		}
+		name = strings.TrimSuffix(pki.NodeCertFile, ".crt")
 		certPEM, keyPEM, err = ca.IssueNodeInSpace(*space, *node, *validity)
 	case *client != "":
 		name = "client-" + *client
@@ -95,14 +94,62 @@ func issueCert(args []string, stdout io.Writer) error {
 		return err
 	}
 	certPath, keyPath := filepath.Join(*out, name+".crt"), filepath.Join(*out, name+".key")
+	if *node != "" {
+		certPath, keyPath = filepath.Join(*out, pki.NodeCertFile), filepath.Join(*out, pki.NodeKeyFile)
+		if err := refuseOtherNode(certPath, *space, *node); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
 		return err
 	}
 	if err := os.WriteFile(certPath, certPEM, 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s and %s (CA: %s)\n", certPath, keyPath, filepath.Join(*caDir, pki.CACertFile))
+	caPath := filepath.Join(*caDir, pki.CACertFile)
+	if *node != "" {
+		// The node's directory is complete: the CA that verifies the server.
+		if caPath, err = copyCACert(caPath, filepath.Join(*out, pki.CACertFile)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "wrote %s and %s (CA: %s)\n", certPath, keyPath, caPath)
 	return nil
+}
+
+// refuseOtherNode refuses to overwrite a node certificate of another node
+// (issuing for several nodes into one --out); renewing the same node's is
+// fine.
+func refuseOtherNode(certPath, space, node string) error {
+	data, err := os.ReadFile(certPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	cert, err := pki.ParseCert(data)
+	if err != nil {
+		return fmt.Errorf("%s exists and is not a certificate (%v): not overwriting it", certPath, err)
+	}
+	if id, err := pki.IdentityOf(cert); err != nil || id.Node != node || id.Space != space {
+		return fmt.Errorf("%s holds the certificate of %q, not of node %q in space %q: use one --out directory per node", certPath, cert.Subject.CommonName, node, space)
+	}
+	return nil
+}
+
+// copyCACert copies the CA certificate to dst unless they are the same
+// file; it answers dst.
+func copyCACert(src, dst string) (string, error) {
+	if a, err := filepath.Abs(src); err == nil {
+		if b, err := filepath.Abs(dst); err == nil && a == b {
+			return dst, nil
+		}
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	return dst, os.WriteFile(dst, data, 0o644)
 }
 
 // withDevelopmentPKI points cfg at a development PKI in the data directory

@@ -34,7 +34,7 @@ func check(ctx context.Context, args []string, getenv func(string) string, out i
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	dbURL, stopDB, err := database(ctx, cfg, log)
+	dbURL, _, stopDB, err := database(ctx, cfg, log)
 	if err != nil {
 		return err
 	}

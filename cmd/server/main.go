@@ -70,7 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, bound c
 	cfg.Tracing = telemetry.TracingRequested(getenv)
 	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})))
 
-	dbURL, stopDB, err := database(ctx, cfg, log)
+	dbURL, dbAlive, stopDB, err := database(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -86,26 +86,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, bound c
 			return nil
 		}
 	}
-	return serve(ctx, cfg, dbURL, log, bound)
+	return serve(ctx, cfg, dbURL, dbAlive, log, bound)
 }
 
 // database returns the URL to use, starting the embedded PostgreSQL when no
-// URL is configured; stop shuts it down again.
-func database(ctx context.Context, cfg config, log *slog.Logger) (url string, stop func(), err error) {
+// URL is configured; stop shuts it down again. alive is nil for a database
+// of the URL; for the embedded one it reports the server gone once
+// pgembed's restarts (it supervises the server) have failed repeatedly,
+// which /healthz answers 503.
+func database(ctx context.Context, cfg config, log *slog.Logger) (url string, alive func() error, stop func(), err error) {
 	if cfg.DatabaseURL != "" {
-		return cfg.DatabaseURL, func() {}, nil
+		return cfg.DatabaseURL, nil, func() {}, nil
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	log.Info("starting embedded PostgreSQL", "dataDir", cfg.DataDir)
-	cl, err := pgembed.Start(ctx, pgembed.Options{DataDir: cfg.DataDir, Logger: log})
+	cl, err := pgembed.Start(ctx, pgembed.Options{DataDir: cfg.DataDir, Logger: log, Supervise: true})
 	if err != nil {
-		return "", nil, fmt.Errorf("embedded PostgreSQL: %w", err)
+		return "", nil, nil, fmt.Errorf("embedded PostgreSQL: %w", err)
 	}
 	const dbname = "postgres"
 	log.Info("embedded PostgreSQL ready", "dataDir", cfg.DataDir, "connString", cl.ConnString(dbname))
-	return cl.ConnString(dbname), func() {
+	return cl.ConnString(dbname), cl.Alive, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := cl.Stop(sctx); err != nil {
@@ -114,7 +117,7 @@ func database(ctx context.Context, cfg config, log *slog.Logger) (url string, st
 	}, nil
 }
 
-func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, bound chan<- string) error {
+func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, log *slog.Logger, bound chan<- string) error {
 	tracing := &telemetry.Tracing{}
 	if cfg.Tracing {
 		var err error
@@ -184,7 +187,7 @@ func serve(ctx context.Context, cfg config, dbURL string, log *slog.Logger, boun
 	handler := api.NewHandler(st, api.Options{
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), CiliumMeter: metrics.CiliumMeter(), TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable,
 		PodMetadata: pods, RateLimits: cfg.RateLimits,
-		AnonymousRole: anonymousRole(cfg), AnonymousLoopbackOnly: true,
+		AnonymousRole: anonymousRole(cfg), AnonymousLoopbackOnly: true, Liveness: dbAlive,
 		Pprof: cfg.Pprof,
 	})
 	srv := &http.Server{

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -145,7 +146,6 @@ func TestIssueCert(t *testing.T) {
 	var sb strings.Builder
 	for _, args := range [][]string{
 		{"--node", "worker-1"}, {"--client", "platform"}, {"--server", "ipam.example,127.0.0.1"},
-		{"--node", "worker-1", "--space", "tenant2"},
 	} {
 		if err := issueCert(append([]string{"--ca-dir", caDir, "--out", out}, args...), &sb); err != nil {
 			t.Fatalf("%v: %v", args, err)
@@ -160,7 +160,7 @@ func TestIssueCert(t *testing.T) {
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
-	for _, name := range []string{"node-worker-1", "client-platform", "server", "node-tenant2-worker-1"} {
+	for _, name := range []string{"node", "client-platform", "server"} {
 		data, err := os.ReadFile(filepath.Join(out, name+".crt"))
 		if err != nil {
 			t.Fatal(err)
@@ -172,11 +172,38 @@ func TestIssueCert(t *testing.T) {
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
-		if space, ok := map[string]string{"node-worker-1": "default", "node-tenant2-worker-1": "tenant2"}[name]; ok {
-			if id, err := pki.IdentityOf(cert); err != nil || id.Node != "worker-1" || id.Space != space {
-				t.Errorf("%s: node identity %+v %v, want space %s", name, id, err, space)
+		if name == "node" {
+			if id, err := pki.IdentityOf(cert); err != nil || id.Node != "worker-1" || id.Space != "default" {
+				t.Errorf("node identity %+v %v, want worker-1 in space default", id, err)
 			}
 		}
+	}
+	// --out holds the node's whole directory, as deploy/cni's configurations read it.
+	if caOut, err := os.ReadFile(filepath.Join(out, pki.CACertFile)); err != nil || !bytes.Equal(caOut, pki.EncodeCert(ca.Cert)) {
+		t.Errorf("%s in --out: %v", pki.CACertFile, err)
+	}
+	// Renewing the node's certificate is fine; overwriting another node's,
+	// or the same node name's of another space, is not.
+	if err := issueCert([]string{"--ca-dir", caDir, "--out", out, "--node", "worker-1"}, io.Discard); err != nil {
+		t.Errorf("renewing worker-1: %v", err)
+	}
+	for _, args := range [][]string{{"--node", "worker-2"}, {"--node", "worker-1", "--space", "tenant2"}} {
+		if err := issueCert(append([]string{"--ca-dir", caDir, "--out", out}, args...), io.Discard); err == nil ||
+			!strings.Contains(err.Error(), "one --out directory per node") {
+			t.Errorf("%v over worker-1's node.crt: %v", args, err)
+		}
+	}
+	// A node of another space, in a directory of its own.
+	out2 := filepath.Join(dir, "out-tenant2")
+	if err := issueCert([]string{"--ca-dir", caDir, "--out", out2, "--node", "worker-1", "--space", "tenant2"}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(out2, pki.NodeCertFile)); err != nil {
+		t.Error(err)
+	} else if cert, err := pki.ParseCert(data); err != nil {
+		t.Error(err)
+	} else if id, err := pki.IdentityOf(cert); err != nil || id.Node != "worker-1" || id.Space != "tenant2" {
+		t.Errorf("tenant2 node identity %+v %v", id, err)
 	}
 	// Only Kubernetes node names: a name the API would unescape into
 	// another node's (nod%65-b is node-b) is never certified.

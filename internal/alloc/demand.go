@@ -78,6 +78,29 @@ type NodePoolUsage struct {
 	// lease row of the blocks, released rows not yet purged included.
 	Leased int64
 	NodePoolDemand
+	// CanLease says a lease of the node from the pool family would find an
+	// address now: a free or cooled one in its blocks, or a block the pool
+	// can still carve for it.
+	CanLease bool
+}
+
+// UsageFilter narrows NodeUsage to named pools. The zero value lists every
+// pool the node holds blocks of or pre-allocates from.
+type UsageFilter struct {
+	// Pools are listed, every family of each, blocks or not.
+	Pools []string
+	// Default adds the default pool.
+	Default bool
+}
+
+// IsZero reports the filter that lists the node's own pools.
+func (f UsageFilter) IsZero() bool { return len(f.Pools) == 0 && !f.Default }
+
+// NodeUsage is one node's use of the pools NodeUsage lists, with the name
+// of the default pool.
+type NodeUsage struct {
+	DefaultPool string
+	Items       []NodePoolUsage
 }
 
 // Released is the demand that is not leased: released addresses in

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -329,4 +330,74 @@ func TestPoolCapacityForecast(t *testing.T) {
 	if c.Ipv4.AddressesPossible != 16*252 {
 		t.Fatalf("possible %d", c.Ipv4.AddressesPossible)
 	}
+}
+
+// canLeaseOf answers, per "pool/family", the canLease of the node's usage
+// of the pools the query names.
+func (e *env) canLeaseOf(node, query string) (string, map[string]bool) {
+	e.t.Helper()
+	var u ipamv1.NodeUsage
+	e.mustDo(200, "GET", "/v1/nodes/"+node+"/pools?"+query, nil, &u)
+	out := map[string]bool{}
+	for _, it := range u.Items {
+		out[it.Pool+"/"+string(it.Family)] = it.CanLease
+	}
+	return u.DefaultPool, out
+}
+
+// With ?pool= the node's view lists the named pools whether or not it
+// holds blocks of them, and says whether a lease would find an address:
+// a free one, a cooled one, or a block to carve; not when the pool is full,
+// disabled, or a cluster-pool node range is full. A node not registered yet
+// is answered as one without blocks. This is what the CNI STATUS reads.
+func TestNodeUsageCanLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	// One /29: 4 leasable addresses (8 - network, broadcast, router, health).
+	e.mustDo(201, "POST", "/v1/pools", map[string]any{"name": "tiny",
+		"spec": map[string]any{"ipv4": map[string]any{"cidrs": []string{"10.40.0.0/29"}, "maskSize": 29}}}, nil)
+	e.mustDo(201, "POST", "/v1/pools", map[string]any{"name": "default",
+		"spec": map[string]any{"ipv4": map[string]any{"cidrs": []string{"10.41.0.0/24"}, "maskSize": 28},
+			"ipv6": map[string]any{"cidrs": []string{"fd00:41::/120"}, "maskSize": 124}}}, nil)
+	e.mustDo(201, "POST", "/v1/pools", map[string]any{"name": "off",
+		"spec": map[string]any{"ipv4": map[string]any{"cidrs": []string{"10.42.0.0/24"}, "maskSize": 28}, "disabled": true}}, nil)
+	e.mustDo(201, "POST", "/v1/pools", map[string]any{"name": "fixed",
+		"spec": map[string]any{"ipv4": map[string]any{"cidrs": []string{"10.43.0.0/24"}, "maskSize": 29}, "mode": "cluster-pool"}}, nil)
+
+	def, got := e.canLeaseOf("n1", "pool=tiny&pool=off&defaultPool=true")
+	want := map[string]bool{"tiny/ipv4": true, "default/ipv4": true, "default/ipv6": true, "off/ipv4": false}
+	if def != "default" || !maps.Equal(got, want) {
+		t.Fatalf("unknown node: default %q, canLease %v, want %v", def, got, want)
+	}
+	for i := range 4 {
+		e.lease("n1", "tiny", fmt.Sprint("t", i))
+	}
+	if _, got := e.canLeaseOf("n1", "pool=tiny"); !maps.Equal(got, map[string]bool{"tiny/ipv4": false}) {
+		t.Fatalf("full pool: %v", got)
+	}
+	e.mustDo(204, "DELETE", "/v1/nodes/n1/attachments/t0/eth0", nil, nil)
+	if _, got := e.canLeaseOf("n1", "pool=tiny"); got["tiny/ipv4"] {
+		t.Fatal("an address in its cooldown counts as leasable")
+	}
+	e.clock.Advance(testCooldown + time.Second)
+	if _, got := e.canLeaseOf("n1", "pool=tiny"); !got["tiny/ipv4"] {
+		t.Fatal("a cooled address does not count as leasable")
+	}
+
+	// A cluster-pool node range full, while the pool has free blocks.
+	for i := range 4 {
+		e.lease("n1", "fixed", fmt.Sprint("f", i))
+	}
+	if _, got := e.canLeaseOf("n1", "pool=fixed"); got["fixed/ipv4"] {
+		t.Fatal("a full cluster-pool node range counts as leasable")
+	}
+	if _, got := e.canLeaseOf("n2", "pool=fixed"); !got["fixed/ipv4"] {
+		t.Fatal("another node's first cluster-pool block does not count")
+	}
+
+	// Bad names, unknown pools and unknown spaces are refused.
+	e.mustDo(404, "GET", "/v1/nodes/n1/pools?pool=none-such", nil, nil)
+	e.mustDo(400, "GET", "/v1/nodes/n1/pools?pool=Not_A_Label", nil, nil)
+	e.mustDo(400, "GET", "/v1/nodes/n1/pools?pool=a&pool=b&pool=c&pool=d&pool=e&pool=f&pool=g&pool=h&pool=i", nil, nil)
+	e.mustDo(404, "GET", "/v1/nodes/n1/pools?pool=tiny&space=nowhere", nil, nil)
 }

@@ -181,8 +181,8 @@ func TestReconcileKeepsLaterLeases(t *testing.T) {
 	e.clock.Advance(2 * time.Minute)
 	var res ipamv1.ReconcileResult
 	e.mustDo(200, "POST", "/v1/nodes/n1/reconcile", map[string]any{"attachments": []string{}, "generation": w.Generation}, &res)
-	if len(res.Released) != 1 || res.Released[0].ContainerID != "old" {
-		t.Fatalf("reconcile up to %d released %s", w.Generation, dump(res.Released))
+	if len(res.Released) != 1 || res.Released[0].ContainerID != "old" || res.Kept != 1 {
+		t.Fatalf("reconcile up to %d released %s and kept %d, want later kept", w.Generation, dump(res.Released), res.Kept)
 	}
 	e.attachment("n1", "later")
 
@@ -190,13 +190,13 @@ func TestReconcileKeepsLaterLeases(t *testing.T) {
 	e.mustDo(201, "POST", "/v1/nodes/n1/leases", lease("young", "eth0", "young"), nil)
 	e.clock.Advance(30 * time.Second)
 	e.mustDo(200, "POST", "/v1/nodes/n1/reconcile", map[string]any{"attachments": []string{}}, &res)
-	if len(res.Released) != 1 || res.Released[0].ContainerID != "later" {
-		t.Fatalf("reconcile released %s, want later only", dump(res.Released))
+	if len(res.Released) != 1 || res.Released[0].ContainerID != "later" || res.Kept != 1 {
+		t.Fatalf("reconcile released %s and kept %d, want later only, young kept", dump(res.Released), res.Kept)
 	}
 	e.attachment("n1", "young")
 	e.clock.Advance(30 * time.Second)
 	e.mustDo(200, "POST", "/v1/nodes/n1/reconcile", map[string]any{"attachments": []string{}}, &res)
-	if len(res.Released) != 1 || res.Released[0].ContainerID != "young" {
+	if len(res.Released) != 1 || res.Released[0].ContainerID != "young" || res.Kept != 0 {
 		t.Fatalf("reconcile after the minimum age released %s", dump(res.Released))
 	}
 }

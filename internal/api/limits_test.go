@@ -199,6 +199,7 @@ func TestRequestLimits(t *testing.T) {
 		"path:interface":       {"GET", "/v1/nodes/n1/attachments/c1/" + long(65), nil, "interface"},
 		"query:node":           {"GET", "/v1/leases?node=" + long(254), nil, "node"},
 		"query:pool":           {"GET", "/v1/leases?pool=" + long(64), nil, "pool"},
+		"query:pool[]":         {"GET", "/v1/nodes/n1/pools?pool=" + long(64), nil, "pool[0]"},
 		"query:ownerNamespace": {"GET", "/v1/leases?ownerNamespace=" + long(64), nil, "ownerNamespace"},
 		"query:ownerName":      {"GET", "/v1/leases?ownerName=" + long(254), nil, "ownerName"},
 		"path:address":         {"GET", "/v1/addresses/" + long(65), nil, "address"},

@@ -587,14 +587,14 @@ func parseWindow(w *string) (time.Duration, error) {
 	return d, nil
 }
 
-func nodeUsageToAPI(node string, usage []alloc.NodePoolUsage) ipamv1.NodeUsage {
-	out := ipamv1.NodeUsage{Node: node, Items: make([]ipamv1.NodePoolUsage, len(usage))}
-	for i, u := range usage {
+func nodeUsageToAPI(node string, usage alloc.NodeUsage) ipamv1.NodeUsage {
+	out := ipamv1.NodeUsage{Node: node, DefaultPool: usage.DefaultPool, Items: make([]ipamv1.NodePoolUsage, len(usage.Items))}
+	for i, u := range usage.Items {
 		out.Items[i] = ipamv1.NodePoolUsage{
 			Pool: u.Pool, Family: familyToAPI(u.Family), Mode: ipamv1.PoolMode(u.Mode),
 			Blocks: u.Blocks, Capacity: u.Capacity, Leased: u.Leased, Released: u.Released(),
 			PreAllocate: u.PreAlloc, Needed: u.Needed(), Available: u.Available(), Deficit: u.Deficit(),
-			AtCapacity: u.AtCapacity(),
+			AtCapacity: u.AtCapacity(), CanLease: u.CanLease,
 		}
 	}
 	return out

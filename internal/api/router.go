@@ -71,6 +71,11 @@ type Options struct {
 	// so clients such as the CNI plugin retry instead of failing. Nil
 	// answers every unclassified error 500.
 	IsUnavailable func(error) bool
+	// Liveness, when set, is asked by /healthz: an error answers 503, so
+	// that a process whose own database is gone for good (the embedded
+	// PostgreSQL that no restart brings back) is restarted by its
+	// supervisor. Nil: alive while it serves HTTP.
+	Liveness func() error
 	// AnonymousRole is the role of a plain-HTTP request that carries no
 	// credentials (no bearer token, no client certificate). Empty, the
 	// zero value, answers such a request 401 "unauthenticated", as any
@@ -181,7 +186,7 @@ func NewHandler(store Store, o Options) http.Handler {
 	})
 
 	checks := []ipamv1.StrictMiddlewareFunc{refuseBadText}
-	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata}, checks, ipamv1.StrictHTTPServerOptions{
+	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata, liveness: o.Liveness}, checks, ipamv1.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  ps.requestError,
 		ResponseErrorHandlerFunc: ps.write,
 	})

@@ -24,6 +24,7 @@ type Server struct {
 	store       Store
 	metrics     *metrics          // never nil
 	podMetadata PodMetadataSource // nil: requests carry their metadata or have none
+	liveness    func() error      // nil: alive while serving HTTP
 }
 
 var _ ipamv1.StrictServerInterface = (*Server)(nil)
@@ -41,8 +42,14 @@ func NewServer(store Store) *Server {
 
 // ---- health ----
 
-// GetHealthz answers 200 while the process serves HTTP.
+// GetHealthz answers 200 while the process serves HTTP and its liveness
+// check (Options.Liveness) passes, else a 503 problem.
 func (s *Server) GetHealthz(context.Context, ipamv1.GetHealthzRequestObject) (ipamv1.GetHealthzResponseObject, error) {
+	if s.liveness != nil {
+		if err := s.liveness(); err != nil {
+			return nil, &unavailableError{err: err}
+		}
+	}
 	return ipamv1.GetHealthz200JSONResponse{Status: "ok"}, nil
 }
 
@@ -268,6 +275,10 @@ func (s *Server) GetNode(ctx context.Context, req ipamv1.GetNodeRequestObject) (
 	return ipamv1.GetNode200JSONResponse(nodeToAPI(n)), nil
 }
 
+// maxUsagePools bounds the pools one node-usage query names (maxItems in
+// api/openapi.yaml).
+const maxUsagePools = 8
+
 func (s *Server) GetNodeUsage(ctx context.Context, req ipamv1.GetNodeUsageRequestObject) (ipamv1.GetNodeUsageResponseObject, error) {
 	space, err := parseSpace(req.Params.Space)
 	if err != nil {
@@ -276,7 +287,20 @@ func (s *Server) GetNodeUsage(ctx context.Context, req ipamv1.GetNodeUsageReques
 	if err := alloc.ValidateNodeName("node", req.Node); err != nil {
 		return nil, err
 	}
-	u, err := s.store.NodeUsage(ctx, space, req.Node)
+	var only alloc.UsageFilter
+	if req.Params.Pool != nil {
+		if n := len(*req.Params.Pool); n > maxUsagePools {
+			return nil, alloc.Invalid("pool", "%d pools named, at most %d", n, maxUsagePools)
+		}
+		for i, name := range *req.Params.Pool {
+			if err := alloc.ValidateLabelName(fmt.Sprintf("pool[%d]", i), name); err != nil {
+				return nil, err
+			}
+		}
+		only.Pools = *req.Params.Pool
+	}
+	only.Default = req.Params.DefaultPool != nil && *req.Params.DefaultPool
+	u, err := s.store.NodeUsage(ctx, space, req.Node, only)
 	if err != nil {
 		return nil, err
 	}
@@ -473,7 +497,7 @@ func (s *Server) ReleaseAttachment(ctx context.Context, req ipamv1.ReleaseAttach
 }
 
 // ReconcileNode releases the node's leases that no valid attachment holds,
-// and counts them.
+// and counts them and those it kept.
 func (s *Server) ReconcileNode(ctx context.Context, req ipamv1.ReconcileNodeRequestObject) (ipamv1.ReconcileNodeResponseObject, error) {
 	space, err := parseSpace(req.Params.Space)
 	if err != nil {
@@ -499,7 +523,13 @@ func (s *Server) ReconcileNode(ctx context.Context, req ipamv1.ReconcileNodeRequ
 		return nil, err
 	}
 	s.metrics.countReleases(ctx, released)
-	return ipamv1.ReconcileNode200JSONResponse{Released: leasesToAPI(released)}, nil
+	// What the list left out but the call kept, so a runtime can say why a
+	// GC released nothing.
+	kept, err := s.store.ReconcileKept(ctx, space, req.Node, deref(req.Body.Network, ""), valid)
+	if err != nil {
+		return nil, err
+	}
+	return ipamv1.ReconcileNode200JSONResponse{Released: leasesToAPI(released), Kept: kept}, nil
 }
 
 func (s *Server) ListLeases(ctx context.Context, req ipamv1.ListLeasesRequestObject) (ipamv1.ListLeasesResponseObject, error) {

@@ -14,11 +14,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/pgtest"
 	"github.com/ipam-dev/ipam/internal/store"
 )
 
@@ -892,5 +894,44 @@ func TestReconcileByNetwork(t *testing.T) {
 	pod["fromReserve"] = map[string]any{"containerID": "reserve-0", "interface": "reserve", "generation": 0}
 	if r := e.do("POST", "/v1/nodes/n1/leases", pod); r.status != 400 || !strings.Contains(string(r.body), "fromReserve.generation") {
 		t.Fatalf("generation 0: %d %s", r.status, r.body)
+	}
+}
+
+// /healthz answers 503 while the liveness check fails (the embedded
+// PostgreSQL gone for good), and 200 again when it passes.
+func TestHealthzLiveness(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(t.Context(), pgtest.NewDatabase(t), store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	var down atomic.Bool
+	srv := httptest.NewServer(NewHandler(st, Options{Logger: slog.New(slog.DiscardHandler), Liveness: func() error {
+		if down.Load() {
+			return errors.New("pgembed: PostgreSQL exited and 3 restarts failed")
+		}
+		return nil
+	}}))
+	t.Cleanup(srv.Close)
+	get := func() (int, string) {
+		res, err := http.Get(srv.URL + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if s, body := get(); s != http.StatusOK {
+		t.Fatalf("alive: %d %s", s, body)
+	}
+	down.Store(true)
+	if s, body := get(); s != http.StatusServiceUnavailable || !strings.Contains(body, "urn:ipam:problem:unavailable") || strings.Contains(body, "restarts") {
+		t.Fatalf("gone: %d %s, want a 503 unavailable problem without the cause", s, body)
+	}
+	down.Store(false)
+	if s, _ := get(); s != http.StatusOK {
+		t.Fatalf("back: %d", s)
 	}
 }

@@ -60,8 +60,10 @@ type Store interface {
 	DeleteNode(ctx context.Context, space, name string, force bool) error
 
 	// NodeUsage reports the node's use of each pool family it holds blocks
-	// of or pre-allocates from, in one snapshot.
-	NodeUsage(ctx context.Context, space, node string) ([]alloc.NodePoolUsage, error)
+	// of or pre-allocates from, or of exactly the pools the filter names
+	// (KindNotFound for one the space lacks; a node not registered yet
+	// holds no blocks), in one snapshot.
+	NodeUsage(ctx context.Context, space, node string, only alloc.UsageFilter) (alloc.NodeUsage, error)
 
 	ListBlocks(ctx context.Context, space, node string) ([]alloc.Block, error)
 	// CarveBlock carves the first free aligned block of the pool's mask.
@@ -85,6 +87,9 @@ type Store interface {
 	// network whose attachment is not in valid (all of that network), and
 	// returns them; other networks' leases are kept.
 	Reconcile(ctx context.Context, space, node, network string, valid []alloc.Attachment) ([]alloc.Lease, error)
+	// ReconcileKept counts the node's pending and active leases of network
+	// that no attachment of valid holds: after Reconcile, the ones it kept.
+	ReconcileKept(ctx context.Context, space, node, network string, valid []alloc.Attachment) (int64, error)
 
 	FenceStore
 	// History pages through the events of one address, owner or node,

@@ -65,7 +65,20 @@ type Options struct {
 	// Logger receives pgembed's own messages; nil discards them. The
 	// server's log goes to DataDir/postgres.log.
 	Logger *slog.Logger
+	// Supervise restarts the server when it exits without Stop (killed,
+	// crashed), after a backoff that doubles from RestartBackoff to
+	// MaxRestartBackoff; Alive reports the server gone once
+	// MaxRestartFailures restarts in a row have failed. Off, a server
+	// that exits stays down and Alive says so at once.
+	Supervise bool
 }
+
+// Restart policy of a supervised cluster.
+const (
+	RestartBackoff     = 100 * time.Millisecond
+	MaxRestartBackoff  = 5 * time.Second
+	MaxRestartFailures = 3
+)
 
 // Validate reports every problem with o at once (errors.Join).
 func (o Options) Validate() error {
@@ -107,15 +120,48 @@ type Cluster struct {
 	port    int // the TCP port, or the socket's name when not listening on TCP
 	log     *slog.Logger
 
+	// proc, exited and waitErr are the current postmaster's; a
+	// supervised cluster replaces them on restart, holding mu.
 	proc   *os.Process
 	exited chan struct{} // closed once the postmaster has exited and waitErr is set
 	// waitErr is the postmaster's exit status; read it only after exited is closed.
 	waitErr error
 
-	mu       sync.Mutex // protects stopped and stopErr, and serialises Stop
+	mu       sync.Mutex // protects stopped, stopErr, proc, exited, waitErr (on restart) and down; serialises Stop and restarts
 	stopped  bool
 	stopErr  error
 	logStart int64 // the log's size when the server started, for error messages
+
+	supervised bool
+	restart    func() error // starts a new postmaster and waits for it; holding mu
+	// down is the error of the last failed restart, failures the number of
+	// restarts that failed in a row (0 while the server runs).
+	down     error
+	failures int
+}
+
+// Alive answers nil while the server runs, or while a supervised server
+// that exited is being restarted and fewer than MaxRestartFailures
+// restarts in a row have failed; else why it is gone. After Stop it answers
+// an error.
+func (c *Cluster) Alive() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return errors.New("pgembed: PostgreSQL stopped")
+	}
+	select {
+	case <-c.exited:
+	default:
+		return nil
+	}
+	if c.supervised && c.failures < MaxRestartFailures {
+		return nil
+	}
+	if c.down != nil {
+		return fmt.Errorf("pgembed: PostgreSQL exited (%v) and %d restarts failed, the last: %w", c.waitErr, c.failures, c.down)
+	}
+	return fmt.Errorf("pgembed: PostgreSQL exited: %v", c.waitErr)
 }
 
 // Start runs a PostgreSQL server on o.DataDir and returns once it accepts
@@ -193,7 +239,82 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	log.Info("pgembed: PostgreSQL started", "data_dir", dataDir, "pid", c.proc.Pid,
 		"port", o.Port, "bin_dir", binDir, "elapsed", time.Since(began).Round(time.Millisecond))
+	if o.Supervise {
+		c.supervised = true
+		c.restart = func() error {
+			lf, err := os.OpenFile(c.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			if err != nil {
+				return err
+			}
+			defer lf.Close()
+			if fi, err := lf.Stat(); err == nil {
+				c.logStart = fi.Size()
+			}
+			// A killed postmaster's backends notice and exit soon; until
+			// then this refuses (ErrDataDirInUse) and the next try comes.
+			if err := c.removeStaleLockFiles(); err != nil {
+				return err
+			}
+			if err := c.startServer(binDir, dataDir, o, cred, lf); err != nil {
+				return err
+			}
+			rctx, cancel := context.WithTimeout(context.Background(), defaultStartTimeout)
+			defer cancel()
+			if err := c.waitReady(rctx); err != nil {
+				c.kill()
+				return err
+			}
+			return nil
+		}
+		go c.supervise()
+	}
 	return c, nil
+}
+
+// exitedOf is the exit channel of proc when it is the current postmaster,
+// else a closed channel (it has been replaced, so it exited).
+func (c *Cluster) exitedOf(proc *os.Process) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == proc {
+		return c.exited
+	}
+	done := make(chan struct{})
+	close(done)
+	return done
+}
+
+// supervise restarts the server each time it exits without Stop, with a
+// doubling backoff between failed attempts, until Stop.
+func (c *Cluster) supervise() {
+	for {
+		c.mu.Lock()
+		exited := c.exited
+		c.mu.Unlock()
+		<-exited
+		backoff := RestartBackoff
+		for {
+			c.mu.Lock()
+			if c.stopped {
+				c.mu.Unlock()
+				return
+			}
+			c.log.Warn("pgembed: PostgreSQL exited; restarting", "err", c.waitErr, "failures", c.failures)
+			err := c.restart()
+			if err == nil {
+				c.failures, c.down = 0, nil
+				c.log.Info("pgembed: PostgreSQL restarted", "pid", c.proc.Pid)
+				c.mu.Unlock()
+				break
+			}
+			c.failures++
+			c.down = err
+			c.log.Error("pgembed: restarting PostgreSQL failed", "err", err, "failures", c.failures, "retry_in", backoff)
+			c.mu.Unlock()
+			time.Sleep(backoff)
+			backoff = min(2*backoff, MaxRestartBackoff)
+		}
+	}
 }
 
 // ConnString returns a libpq keyword/value connection string (which pgx and
@@ -442,10 +563,14 @@ func (c *Cluster) startServer(binDir, dataDir string, o Options, cred *syscall.C
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("pgembed: starting postgres: %w", err)
 	}
-	c.proc = cmd.Process
+	// A new exit channel per postmaster: a restart must not reuse the
+	// closed one of the process before.
+	exited := make(chan struct{})
+	c.proc, c.exited = cmd.Process, exited
 	go func() {
-		c.waitErr = cmd.Wait()
-		close(c.exited)
+		err := cmd.Wait()
+		c.waitErr = err
+		close(exited)
 	}()
 	return nil
 }

@@ -85,6 +85,14 @@ const (
 	CAKeyFile  = "ca.key"
 )
 
+// File names of a node's credentials in its directory (/etc/ipam/pki on a
+// node, next to CACertFile): what `ipam-server issue-cert --node` writes and
+// the CNI configurations in deploy/cni read.
+const (
+	NodeCertFile = "node.crt"
+	NodeKeyFile  = "node.key"
+)
+
 // LoadOrCreateCA loads the CA kept in dir, or creates one there (key file
 // mode 0600) when dir holds none. A dir with only one of the two files is
 // an error rather than a silent replacement.

@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,23 +62,71 @@ func (s *Store) nodePoolUsage(ctx context.Context, q querier, space, pool, node 
 }
 
 // NodeUsage reports one node's use of every pool it holds blocks of or
-// pre-allocates from: capacity, leases, need and deficit per pool family.
-// It reads one snapshot (a read-only repeatable-read transaction), so the
-// lease counts and the block totals agree.
-func (s *Store) NodeUsage(ctx context.Context, space, node string) ([]alloc.NodePoolUsage, error) {
-	var out []alloc.NodePoolUsage
+// pre-allocates from (or, with a filter, of exactly the pools it names, every
+// family of each): capacity, leases, need, deficit and whether a lease would
+// find an address, per pool family. It reads one snapshot (a read-only
+// repeatable-read transaction), so the lease counts and the block totals
+// agree.
+//
+// With a filter, a pool the space lacks is a KindNotFound error (field
+// "pool"), and a node the space lacks is answered as one without blocks when
+// the store registers nodes on their first lease (else KindNotFound, field
+// "node", as without a filter).
+func (s *Store) NodeUsage(ctx context.Context, space, node string, only alloc.UsageFilter) (alloc.NodeUsage, error) {
+	out := alloc.NodeUsage{DefaultPool: s.opts.DefaultPool}
 	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
+		out.Items = nil
 		nodeID, err := s.nodeID(ctx, tx, space, node)
 		if err != nil {
-			return err
+			var e *alloc.Error
+			if only.IsZero() || !s.opts.AutoRegisterNodes || !errors.As(err, &e) || e.Kind != alloc.KindNotFound || e.Field != "node" {
+				return err
+			}
+			nodeID = 0 // unknown: its first lease registers it
 		}
-		rows, err := s.nodePoolUsage(ctx, tx, &space, nil, &node)
-		if err != nil {
-			return err
+		pools := map[string]allocPool{}
+		if only.IsZero() {
+			rows, err := s.nodePoolUsage(ctx, tx, &space, nil, &node)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				out.Items = append(out.Items, r.NodePoolUsage)
+			}
+		} else {
+			names := slices.Clone(only.Pools)
+			if only.Default {
+				names = append(names, s.opts.DefaultPool)
+			}
+			slices.Sort(names)
+			for _, name := range slices.Compact(names) {
+				p, err := s.allocPool(ctx, tx, space, name)
+				if err != nil {
+					return err
+				}
+				pools[name] = p
+				var rows []nodeUsageRow
+				if nodeID != 0 {
+					if rows, err = s.nodePoolUsage(ctx, tx, &space, &name, &node); err != nil {
+						return err
+					}
+				}
+				for _, f := range alloc.Families {
+					if !p.has(f) {
+						continue
+					}
+					u := alloc.NodePoolUsage{Node: node, Pool: name, Mode: p.mode, Family: f}
+					for _, r := range rows {
+						if r.Family == f {
+							u = r.NodePoolUsage
+						}
+					}
+					out.Items = append(out.Items, u)
+				}
+			}
 		}
-		out = make([]alloc.NodePoolUsage, len(rows))
-		for i, r := range rows {
-			out[i] = r.NodePoolUsage
+		if nodeID == 0 {
+			return s.fillCanLease(ctx, tx, space, 0, pools, out.Items)
 		}
 		// The partial index leases_attachment (node_id, ... WHERE state <>
 		// 'released') answers this without touching released rows.
@@ -99,12 +150,92 @@ func (s *Store) NodeUsage(ctx context.Context, space, node string) ([]alloc.Node
 		}); err != nil {
 			return err
 		}
-		for i := range out {
-			out[i].Leased = leased[key{out[i].Pool, out[i].Family}]
+		for i := range out.Items {
+			out.Items[i].Leased = leased[key{out.Items[i].Pool, out.Items[i].Family}]
 		}
-		return nil
+		return s.fillCanLease(ctx, tx, space, nodeID, pools, out.Items)
 	})
 	return out, err
+}
+
+// fillCanLease sets CanLease of each item of node nodeID (0: a node not
+// registered yet); pools caches the pools read so far by name.
+func (s *Store) fillCanLease(ctx context.Context, tx pgx.Tx, space string, nodeID int64, pools map[string]allocPool, items []alloc.NodePoolUsage) error {
+	for i := range items {
+		u := &items[i]
+		if u.Available() > 0 {
+			u.CanLease = true // the common case costs nothing more
+			continue
+		}
+		p, ok := pools[u.Pool]
+		if !ok {
+			var err error
+			if p, err = s.allocPool(ctx, tx, space, u.Pool); err != nil {
+				return err
+			}
+			pools[u.Pool] = p
+		}
+		var err error
+		u.CanLease, err = s.canLease(ctx, tx, space, nodeID, p, *u)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// canLease reports whether a lease of node nodeID from family u.Family of
+// pool p would find an address although the node's blocks have no free
+// one: a released address whose cooldown has ended (leaseCooledSQL reuses
+// it), or a block carve would take for the node. It reads what carve and
+// leaseCooledSQL read, without their locks.
+func (s *Store) canLease(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, u alloc.NodePoolUsage) (bool, error) {
+	f := u.Family
+	if nodeID != 0 && u.Blocks > 0 {
+		var cooled bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM blocks b JOIN leases l ON l.block_id = b.id
+			WHERE b.node_id = $1 AND b.pool_id = $2 AND b.family = $3 AND l.state = 'released' AND l.cooldown_until <= $4)`,
+			nodeID, p.id, int16(f), s.now()).Scan(&cooled); err != nil || cooled {
+			return cooled, err
+		}
+	}
+	if p.disabled || (p.mode == alloc.ModeClusterPool && u.Blocks > 0) {
+		return false, nil // carve refuses: see carve
+	}
+	rows, err := tx.Query(ctx, `SELECT cidr, mask_size, carve_hint, reserved_start, reserved_end FROM pool_cidrs
+		WHERE pool_id = $1 AND family = $2 ORDER BY position`, p.id, int16(f))
+	if err != nil {
+		return false, err
+	}
+	type parent struct {
+		cidr         netip.Prefix
+		mask         int16
+		hint         int64
+		starts, ends []netip.Addr
+	}
+	parents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (parent, error) {
+		var pc parent
+		return pc, r.Scan(&pc.cidr, &pc.mask, &pc.hint, &pc.starts, &pc.ends)
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, pc := range parents {
+		mask := int(pc.mask)
+		n := alloc.BlockCount(pc.cidr, mask)
+		if pc.hint >= n || coversAll(pc.cidr, pc.starts, pc.ends) {
+			continue
+		}
+		var i int64
+		err := tx.QueryRow(ctx, firstFreeBlockSQL, space, pc.cidr.Addr(), pc.hint, n-1,
+			alloc.BlockSize(f, mask), mask, pc.starts, pc.ends).Scan(&i)
+		if err == nil {
+			return true, nil
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // Rebalanced is what one Rebalance pass did.

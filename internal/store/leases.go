@@ -859,6 +859,24 @@ func (s *Store) reconcile(ctx context.Context, space, node, network string, vali
 		space, node, ids, ifaces, s.now().Add(-s.opts.ReconcileMinAge), upTo, network)
 }
 
+// ReconcileKept counts the pending and active leases of the node's network
+// that no attachment of valid holds: after a reconcile with that list, the
+// leases it kept (younger than ReconcileMinAge, above its generation, or
+// made since).
+// A node or space the store lacks holds none.
+func (s *Store) ReconcileKept(ctx context.Context, space, node, network string, valid []alloc.Attachment) (int64, error) {
+	ids, ifaces := make([]string, len(valid)), make([]string, len(valid))
+	for i, a := range valid {
+		ids[i], ifaces[i] = a.ContainerID, a.Interface
+	}
+	var n int64
+	err := s.db.QueryRow(ctx, `SELECT count(*) FROM leases l
+		WHERE l.node_id = (SELECT id FROM nodes WHERE space = $1 AND name = $2) AND l.state <> 'released'
+		AND l.network = $5 AND (l.container_id, l.interface) NOT IN (SELECT * FROM unnest($3::text[], $4::text[]))`,
+		space, node, ids, ifaces, network).Scan(&n)
+	return n, err
+}
+
 // GetAddress answers the lease holding addr: pending, active or cooling.
 func (s *Store) GetAddress(ctx context.Context, space string, addr netip.Addr) (alloc.Lease, error) {
 	l, err := scanLease(s.db.QueryRow(ctx, `SELECT `+leaseColumns+` FROM leases l`+leaseJoins+`
