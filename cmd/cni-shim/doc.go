@@ -64,11 +64,14 @@
 //
 // # Verbs
 //
-// ADD leases one address per family with expire=true, then confirms the
-// lease at once. A retry of ADD for the same container and interface gets
-// the same addresses. The expiry covers only a shim that dies between the
-// lease and the confirmation; a main plugin that fails after IPAM ADD is
-// covered by the runtime's DEL, and anything else by GC. The result has one
+// ADD leases one address per family, active at once (expire=false), in one
+// request: the shim cannot learn when the main plugin that called it is
+// done, so a pending lease confirmed by a second request would cost a round
+// trip and protect nothing. A main plugin that fails after IPAM ADD is
+// covered by the runtime's DEL, a node that dies by GC. A retry of ADD for
+// the same container and interface gets the same addresses; one that finds
+// a pending lease (of an older shim that died before confirming it)
+// confirms it with its generation. The result has one
 // entry in `ips` per address (the address with its block's prefix length
 // and the block's gateway), a default route per family via the gateway
 // unless defaultRoute is false, the configured routes, and `dns`.

@@ -75,10 +75,12 @@ type service struct {
 	// resumed and full count the TLS requests on resumed and fully
 	// handshaken connections.
 	resumed, full atomic.Int64
-	srv           *httptest.Server
-	url           string
-	client        *ipamv1.ClientWithResponses // plain API client for setup and checks
-	tls           *pki                        // nil for plain http
+	// requests counts every request the service answered.
+	requests atomic.Int64
+	srv      *httptest.Server
+	url      string
+	client   *ipamv1.ClientWithResponses // plain API client for setup and checks
+	tls      *pki                        // nil for plain http
 	// dataDir is the shim's reserve directory; the reserve is off unless
 	// a test turns it on.
 	dataDir string
@@ -110,6 +112,11 @@ func newServiceWith(t *testing.T, p *pki, opts func(*store.Options)) *service {
 	h := api.NewHandler(st, api.Options{IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	s := &service{tls: p, dataDir: t.TempDir()}
+	inner := h
+	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		inner.ServeHTTP(w, r)
+	})
 	hc := http.DefaultClient
 	if p == nil {
 		s.srv = httptest.NewServer(h)
@@ -341,6 +348,35 @@ func TestAddResultDualStack(t *testing.T) {
 	// A retry of ADD (the shim died, the runtime runs it again): the same result.
 	again := shim(t, "ADD", "c1", "eth0", conf, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=7c1d2f0e").ok(t)
 	sameJSON(t, again, string(out))
+}
+
+// ADD leases active at once, in one request; a retry that finds the
+// pending lease an older shim left unconfirmed confirms it, so it cannot
+// expire under the running Pod.
+func TestAddIsActiveAndConfirmsAPendingRetry(t *testing.T) {
+	s := dualStack(t, nil)
+	s.requests.Store(0)
+	conf := netconf(t, "1.1.0", s.ipam(nil), nil)
+	shim(t, "ADD", "c1", "eth0", conf).ok(t)
+	if n := s.requests.Load(); n != 1 {
+		t.Errorf("ADD sent %d requests, want 1", n)
+	}
+	if a := s.attachment(t, "worker-1", "c1", "eth0"); a == nil || a.State != ipamv1.Active || a.ExpiresAt != nil {
+		t.Fatalf("after ADD the service holds %+v, want an active lease without expiry", a)
+	}
+
+	expire := true
+	r, err := s.client.AllocateLeaseWithResponse(context.Background(), "worker-1", nil, ipamv1.LeaseRequest{
+		Network: ptr(testNetwork), ContainerID: "c2", Interface: "eth0", Expire: &expire,
+		Owner: ipamv1.Owner{Namespace: "cni", Name: "c2"}})
+	if err != nil || r.JSON201 == nil || r.JSON201.State != ipamv1.Pending {
+		t.Fatalf("pending lease: %v %s", err, r.Body)
+	}
+	shim(t, "ADD", "c2", "eth0", conf).ok(t)
+	a := s.attachment(t, "worker-1", "c2", "eth0")
+	if a == nil || a.State != ipamv1.Active || a.Generation != r.JSON201.Generation || a.Addresses[0].Address != r.JSON201.Addresses[0].Address {
+		t.Fatalf("after the retry the service holds %+v, want the pending lease %+v confirmed", a, r.JSON201)
+	}
 }
 
 func TestAddResultOldVersionAndOptions(t *testing.T) {

@@ -114,10 +114,18 @@ func (c *call) leaseRequest(containerID, ifname string, owner ipamv1.Owner, expi
 	return req
 }
 
-// allocate leases the attachment's addresses with expire=true and confirms
-// them at once.
+// allocate leases the attachment's addresses, active at once: one request.
+// A pending lease would expire unless confirmed, and the shim cannot learn
+// when the main plugin is done (it is called in the middle of the main
+// plugin's ADD), so a second request to confirm it at once would only cost
+// a round trip and a transaction. A main plugin that fails after IPAM ADD
+// is covered by the runtime's DEL, a node that dies by GC.
+//
+// A retry that finds a pending lease (made by an older shim that died
+// before confirming it) confirms it, with the generation it got, so that
+// the address cannot expire under the running Pod.
 func (c *call) allocate(args *skel.CmdArgs, owner ipamv1.Owner) (*ipamv1.Allocation, error) {
-	req := c.leaseRequest(args.ContainerID, args.IfName, owner, true)
+	req := c.leaseRequest(args.ContainerID, args.IfName, owner, false)
 	r, err := c.client.AllocateLeaseWithResponse(c.ctx, c.cfg.node, &ipamv1.AllocateLeaseParams{Space: c.space()}, req)
 	if err != nil {
 		return nil, transportError("allocate", err)
@@ -128,6 +136,9 @@ func (c *call) allocate(args *skel.CmdArgs, owner ipamv1.Owner) (*ipamv1.Allocat
 	}
 	if alloc == nil {
 		return nil, problemError("allocate", r.StatusCode(), r.Body)
+	}
+	if alloc.State != ipamv1.Pending {
+		return alloc, nil
 	}
 	// Confirm the leases this ADD got and no others: if they were released
 	// and the attachment leased again meanwhile, the confirm is refused.
