@@ -100,10 +100,10 @@ func (p *benchPKI) nodeClient(node string, perHost int) (*http.Client, error) {
 	return c, nil
 }
 
-// writeNode writes node's certificate and key as node.crt and node.key,
-// with ca.crt, into dir (the CNI plugin's files).
-func (p *benchPKI) writeNode(node, dir string) error {
-	certPEM, keyPEM, err := p.ca.IssueNode(node, certValidity)
+// writeNode writes the certificate and key of node in space as node.crt
+// and node.key, with ca.crt, into dir (the CNI plugin's files).
+func (p *benchPKI) writeNode(space, node, dir string) error {
+	certPEM, keyPEM, err := p.ca.IssueNodeInSpace(space, node, certValidity)
 	if err != nil {
 		return err
 	}

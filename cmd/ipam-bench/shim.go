@@ -353,7 +353,7 @@ func runShim(ctx context.Context, cfg config, p *benchPKI, server string, admin 
 		return nil, err
 	}
 	rep.BuildSecs = time.Since(began).Seconds()
-	if err := p.writeNode(shimNode, certDir); err != nil {
+	if err := p.writeNode(rep.Space, shimNode, certDir); err != nil {
 		return nil, fmt.Errorf("shim certificates: %w", err)
 	}
 	if err := setupPool(ctx, admin, &rep.Space, shimMask, []string{shimNode}); err != nil {
