@@ -293,9 +293,14 @@ func (s *Store) allocateOnce(ctx context.Context, r alloc.LeaseRequest, carveInT
 			// Not a collision: at once, on the slow path.
 			out, err = try(false)
 		}
-		if err == nil || !retryable(err) {
+		if err == nil || !(retryable(err) || errors.Is(err, errNodeHasRoom)) {
 			return out, err
 		}
+	}
+	if w := (*waitForRoom)(nil); errors.As(err, &w) {
+		// Concurrent allocations of the node took the room it had at
+		// every attempt, and the pool carves no more for it.
+		return out, alloc.Exhausted(w.pool, w.family)
 	}
 	return out, err
 }
@@ -484,15 +489,34 @@ func (s *Store) leaseNew(ctx context.Context, tx querier, nodeID int64, p allocP
 	// for a block row (an allocation holding one may wait for this lock):
 	// carve without looking for one with room (leaseWaitingSQL just did),
 	// and lease from the new block, this transaction's alone until it
-	// commits.
-	b, ok, err := carve(ctx, tx, r.Space, nodeID, p, f, now, carveAlways)
-	if err != nil {
+	// commits. The node may have a block with room all the same, carved
+	// or freed after this statement's snapshot: when carving it one more
+	// would take the pool's last block (or the pool is full), carve
+	// answers errNodeHasRoom, and allocateOnce tries again in a new
+	// transaction, which waits for that block.
+	b, ok, err := carve(ctx, tx, r.Space, nodeID, p, f, now, carveFair)
+	if errors.Is(err, errNodeHasRoom) {
+		return lease, &waitForRoom{pool: p.name, family: f}
+	} else if err != nil {
 		return lease, err
 	} else if !ok {
 		return lease, alloc.Exhausted(p.name, f)
 	}
 	return lease, s.leaseFromHeld(ctx, tx, &lease, args, b.id)
 }
+
+// waitForRoom is leaseNew's errNodeHasRoom: allocateOnce tries again, and
+// answers the pool's exhaustion when its attempts run out.
+type waitForRoom struct {
+	pool   string
+	family alloc.Family
+}
+
+func (e *waitForRoom) Error() string {
+	return fmt.Sprintf("pool %q, %s: %v", e.pool, e.family, errNodeHasRoom)
+}
+
+func (e *waitForRoom) Unwrap() error { return errNodeHasRoom }
 
 // leaseFromHeld leases l from block, which tx holds (leaseFreshSQL with
 // args). The block has room by its count: an answer without an address
@@ -545,7 +569,8 @@ func (e *needBlock) add(nb *needBlock) *needBlock {
 
 // carveFor carves a block of each pool and family nb names for its node,
 // all in one transaction, except where the node has a block with room again
-// by then. It registers the node when the store auto-registers: the
+// by then, or has one that others hold while the pool has one free block
+// left (see carveFair). It registers the node when the store auto-registers: the
 // allocation that registered it rolled back.
 func (s *Store) carveFor(ctx context.Context, space string, nb *needBlock) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
@@ -556,6 +581,11 @@ func (s *Store) carveFor(ctx context.Context, space string, nb *needBlock) error
 		}
 		for n := nb; n != nil; n = n.more {
 			_, ok, err := carve(ctx, tx, space, nodeID, n.pool, n.family, now, carveUnlessFreeRoom)
+			if errors.Is(err, errNodeHasRoom) {
+				// The pool's last free block is kept for another
+				// node: the next attempt waits for the node's own.
+				continue
+			}
 			if err == nil && !ok {
 				err = alloc.Exhausted(n.pool.name, n.family)
 			}
