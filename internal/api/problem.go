@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
@@ -130,6 +131,9 @@ func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 		err = &unavailableError{err: err}
 	}
 	p, ok := problemOf(err)
+	if ok && errors.As(err, &ae) && ae.RetryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfter(ae.RetryAfter))
+	}
 	switch {
 	case !ok && errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads the answer.
@@ -154,11 +158,17 @@ func writeProblem(w http.ResponseWriter, p ipamv1.Problem) {
 	h := w.Header()
 	h.Set("Content-Type", problemContentType)
 	h.Set("X-Content-Type-Options", "nosniff")
-	if p.Status == http.StatusServiceUnavailable {
+	if p.Status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", "1")
 	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(body)
+}
+
+// retryAfter is d as a Retry-After value: whole seconds, rounded up, at
+// least 1.
+func retryAfter(d time.Duration) string {
+	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
 }
 
 // requestError answers a request body that could not be decoded; the

@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,5 +210,67 @@ func waitForLockWait(t *testing.T, f *fixture, meanwhile func()) {
 			t.Fatal("no statement waited for a lock")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestExhaustedSaysWhatIsCooling: a refusal while the node's released
+// addresses cool says how many will become free and when the first does
+// (RetryAfter); an address bound to a sticky identity is told apart, since
+// it becomes free only when its retention ends.
+func TestExhaustedSaysWhatIsCooling(t *testing.T) {
+	f := newFixture(t, nil)
+	f.pool("default", lab1Spec) // one /28: 11 leasable, no room for another block
+	for i := range 10 {
+		f.allocate(req("n", fmt.Sprint("c", i)))
+	}
+	sticky := req("n", "web-0")
+	sticky.Sticky = &alloc.StickyRequest{Identity: "statefulset/default/web/0", Retention: time.Hour}
+	f.allocate(sticky)
+
+	_, err := f.s.Allocate(f.ctx, req("n", "x"))
+	if e := wantKind(t, err, alloc.KindPoolExhausted); e.RetryAfter != 0 || strings.Contains(e.Detail, ";") {
+		t.Errorf("nothing released: %q, retry after %s", e.Detail, e.RetryAfter)
+	}
+
+	release := func(container string) {
+		t.Helper()
+		if _, err := f.s.ReleaseAttachment(f.ctx, alloc.DefaultSpace, "n", alloc.Attachment{ContainerID: container, Interface: "eth0"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release("web-0") // bound for an hour
+	release("c3")    // free in 30 s
+	f.clock.Advance(5 * time.Second)
+	release("c4") // free in 35 s from the start
+	f.clock.Advance(2500 * time.Millisecond)
+
+	for _, tc := range []struct {
+		advance    time.Duration
+		detail     string
+		retryAfter time.Duration
+	}{
+		{0, `allocator full: pool "default" has no free ipv4 block for this node; 2 addresses cooling, the first free in 23 s; ` +
+			`1 address bound to sticky identities, the first free in 3593 s unless its workload comes back`, 22500 * time.Millisecond},
+		{25 * time.Second, `allocator full: pool "default" has no free ipv4 block for this node; 1 address cooling, the first free in 3 s; ` +
+			`1 address bound to sticky identities, the first free in 3568 s unless its workload comes back`, 2500 * time.Millisecond},
+	} {
+		f.clock.Advance(tc.advance)
+		if tc.advance > 0 {
+			f.allocate(req("n", "after-c3")) // c3's address is free now
+		}
+		_, err := f.s.Allocate(f.ctx, req("n", "x"))
+		e := wantKind(t, err, alloc.KindPoolExhausted)
+		if e.Detail != tc.detail || e.RetryAfter != tc.retryAfter {
+			t.Errorf("got %q, retry after %s\nwant %q, retry after %s", e.Detail, e.RetryAfter, tc.detail, tc.retryAfter)
+		}
+	}
+
+	// Only the bound address is left: it says when its retention ends.
+	f.clock.Advance(5 * time.Second)
+	f.allocate(req("n", "after-c4"))
+	_, err = f.s.Allocate(f.ctx, req("n", "x"))
+	e := wantKind(t, err, alloc.KindPoolExhausted)
+	if want := time.Hour - 37500*time.Millisecond; e.RetryAfter != want || !strings.HasSuffix(e.Detail, "; 1 address bound to sticky identities, the first free in 3563 s unless its workload comes back") {
+		t.Errorf("got %q, retry after %s, want %s", e.Detail, e.RetryAfter, want)
 	}
 }

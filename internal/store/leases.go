@@ -254,10 +254,22 @@ func allocationOf(node string, a alloc.Attachment, leases []alloc.Lease, created
 // request names match, and a KindLeaseConflict error otherwise; the rules
 // that read annotations and selectors are not evaluated again (Cilium
 // evaluates them once, at allocation).
+//
+// A KindPoolExhausted error says how many of the node's released addresses
+// of that pool and family are still cooling, and when the first one ends
+// its cooldown (RetryAfter): the refusal is then temporary.
 func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Allocation, error) {
 	if err := r.Validate(); err != nil {
 		return alloc.Allocation{}, err
 	}
+	out, err := s.allocate(ctx, r)
+	if e := (*alloc.Error)(nil); errors.As(err, &e) && e.Kind == alloc.KindPoolExhausted && e.Pool != "" {
+		s.explainCooling(ctx, r, e)
+	}
+	return out, err
+}
+
+func (s *Store) allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Allocation, error) {
 	out, err := s.allocateOnce(ctx, r, false)
 	var nb *needBlock
 	if !errors.As(err, &nb) {
@@ -268,6 +280,55 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 	}
 	return s.allocateOnce(ctx, r, true)
 }
+
+// explainCooling adds to e, the exhaustion of e.Pool and e.Family for r's
+// node, the released addresses of the node's blocks that will become free:
+// those cooling, and those bound to a sticky identity, which become free
+// when their retention ends unless their workload comes back first. The
+// first to become free sets e.RetryAfter (a cooling one, if any). It
+// leaves e as it is when the read fails: the refusal stands either way.
+func (s *Store) explainCooling(ctx context.Context, r alloc.LeaseRequest, e *alloc.Error) {
+	now := s.now()
+	var cooling, bound int64
+	var firstCooled, firstUnbound *time.Time
+	err := s.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE l.sticky_identity IS NULL),
+			min(l.cooldown_until) FILTER (WHERE l.sticky_identity IS NULL),
+			count(*) FILTER (WHERE l.sticky_identity IS NOT NULL),
+			min(l.cooldown_until) FILTER (WHERE l.sticky_identity IS NOT NULL)
+		FROM nodes n
+		JOIN blocks b ON b.node_id = n.id
+		JOIN pools p ON p.id = b.pool_id
+		JOIN leases l ON l.block_id = b.id
+		WHERE n.space = $1 AND n.name = $2 AND p.space = $1 AND p.name = $3 AND b.family = $4
+		  AND l.state = 'released' AND l.cooldown_until > $5`,
+		r.Space, r.Node, e.Pool, int16(e.Family), now).Scan(&cooling, &firstCooled, &bound, &firstUnbound)
+	if err != nil {
+		return
+	}
+	if cooling > 0 {
+		d := firstCooled.Sub(now)
+		e.Detail += fmt.Sprintf("; %d %s cooling, the first free in %d s", cooling, addresses(cooling), ceilSeconds(d))
+		e.RetryAfter = d
+	}
+	if bound > 0 {
+		d := firstUnbound.Sub(now)
+		e.Detail += fmt.Sprintf("; %d %s bound to sticky identities, the first free in %d s unless its workload comes back",
+			bound, addresses(bound), ceilSeconds(d))
+		if e.RetryAfter == 0 {
+			e.RetryAfter = d
+		}
+	}
+}
+
+func addresses(n int64) string {
+	if n == 1 {
+		return "address"
+	}
+	return "addresses"
+}
+
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
 // allocateOnce is one transaction of Allocate, retried as inTx retries.
 // Without carveInTx, it answers a *needBlock error when a family has no
