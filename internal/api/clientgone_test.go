@@ -37,6 +37,7 @@ func TestClientGoneIsNotInternal(t *testing.T) {
 		{gone, context.Canceled, statusClientClosedRequest},
 		{gone, fmt.Errorf("store: %w", context.DeadlineExceeded), statusClientClosedRequest},
 		{gone, cut, statusClientClosedRequest},
+		{gone, &unavailableError{err: context.Canceled}, statusClientClosedRequest}, // a readiness probe's client
 		{gone, errors.New("a bug"), http.StatusInternalServerError},
 		{context.Background(), errors.New("a bug"), http.StatusInternalServerError},
 		{context.Background(), cut, http.StatusServiceUnavailable},

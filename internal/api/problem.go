@@ -148,7 +148,8 @@ func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 		err = &unavailableError{err: err}
 	}
 	p, ok := problemOf(err)
-	if !ok && ps.clientGone(r, err) {
+	var ue *unavailableError
+	if (!ok || errors.As(err, &ue)) && ps.clientGone(r, err) {
 		ps.log.LogAttrs(r.Context(), slog.LevelDebug, "api: client closed request",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 		p, _ = problemOf(&alloc.Error{Kind: kindClientClosed, Detail: "the client closed the request before its answer"})
@@ -158,7 +159,6 @@ func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 	if ok && errors.As(err, &ae) && ae.RetryAfter > 0 {
 		w.Header().Set("Retry-After", retryAfter(ae.RetryAfter))
 	}
-	var ue *unavailableError
 	switch {
 	case !ok:
 		ps.log.LogAttrs(r.Context(), slog.LevelError, "api: internal error",
@@ -179,8 +179,8 @@ func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 // requestTimeoutWrite bounds the writing of a 408.
 const requestTimeoutWrite = 5 * time.Second
 
-// clientGone reports whether err, which the client must not see, comes
-// from the client going away: its request's context has ended and err is
+// clientGone reports whether err, which the client must not see (or an
+// unavailable database), comes from the client going away: its request's context has ended and err is
 // that context's error, or the database connection it cut (the store's
 // driver closes a connection whose statement's context ends).
 func (ps problems) clientGone(r *http.Request, err error) bool {
