@@ -631,8 +631,8 @@ func (e *needBlock) add(nb *needBlock) *needBlock {
 // carveFor carves a block of each pool and family nb names for its node,
 // all in one transaction, except where the node has a block with room again
 // by then, or has one that others hold while the pool has one free block
-// left (see carveFair). It registers the node when the store auto-registers: the
-// allocation that registered it rolled back.
+// left (see carveFair). It registers the node when the store
+// auto-registers: the allocation that registered it rolled back.
 func (s *Store) carveFor(ctx context.Context, space string, nb *needBlock) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		now := s.now()
