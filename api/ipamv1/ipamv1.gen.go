@@ -1039,7 +1039,8 @@ type Problem struct {
 	// immutable-field, overlap, lease-conflict, node-block-limit,
 	// unauthenticated, forbidden, rate-limited, method-not-allowed,
 	// payload-too-large, header-too-large, unsupported-media-type,
-	// stale-generation, sticky-unavailable, unavailable, internal.
+	// stale-generation, sticky-unavailable, request-timeout,
+	// unavailable, internal.
 	Type string `json:"type"`
 }
 
@@ -6214,6 +6215,11 @@ func (r GetReadyzResponse) ContentType() string {
 	return ""
 }
 
+// ReleaseAddressResponse409Headers the declared response headers of an HTTP 409 response for ReleaseAddress
+type ReleaseAddressResponse409Headers struct {
+	RetryAfter *int
+}
+
 // ReleaseAddressResponse429Headers the declared response headers of an HTTP 429 response for ReleaseAddress
 type ReleaseAddressResponse429Headers struct {
 	RetryAfter *int
@@ -6243,6 +6249,8 @@ type ReleaseAddressResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ReleaseAddressResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReleaseAddressResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -6928,6 +6936,11 @@ func (r ListNodesResponse) ContentType() string {
 	return ""
 }
 
+// DeleteNodeResponse409Headers the declared response headers of an HTTP 409 response for DeleteNode
+type DeleteNodeResponse409Headers struct {
+	RetryAfter *int
+}
+
 // DeleteNodeResponse429Headers the declared response headers of an HTTP 429 response for DeleteNode
 type DeleteNodeResponse429Headers struct {
 	RetryAfter *int
@@ -6957,6 +6970,8 @@ type DeleteNodeResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *DeleteNodeResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteNodeResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -7136,6 +7151,11 @@ func (r GetNodeResponse) ContentType() string {
 	return ""
 }
 
+// PutNodeResponse409Headers the declared response headers of an HTTP 409 response for PutNode
+type PutNodeResponse409Headers struct {
+	RetryAfter *int
+}
+
 // PutNodeResponse429Headers the declared response headers of an HTTP 429 response for PutNode
 type PutNodeResponse429Headers struct {
 	RetryAfter *int
@@ -7173,6 +7193,8 @@ type PutNodeResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *PutNodeResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *PutNodeResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -7268,6 +7290,11 @@ func (r PutNodeResponse) ContentType() string {
 	return ""
 }
 
+// ReleaseAttachmentResponse409Headers the declared response headers of an HTTP 409 response for ReleaseAttachment
+type ReleaseAttachmentResponse409Headers struct {
+	RetryAfter *int
+}
+
 // ReleaseAttachmentResponse429Headers the declared response headers of an HTTP 429 response for ReleaseAttachment
 type ReleaseAttachmentResponse429Headers struct {
 	RetryAfter *int
@@ -7297,6 +7324,8 @@ type ReleaseAttachmentResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ReleaseAttachmentResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReleaseAttachmentResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -7476,6 +7505,11 @@ func (r GetAttachmentResponse) ContentType() string {
 	return ""
 }
 
+// ConfirmAttachmentResponse409Headers the declared response headers of an HTTP 409 response for ConfirmAttachment
+type ConfirmAttachmentResponse409Headers struct {
+	RetryAfter *int
+}
+
 // ConfirmAttachmentResponse429Headers the declared response headers of an HTTP 429 response for ConfirmAttachment
 type ConfirmAttachmentResponse429Headers struct {
 	RetryAfter *int
@@ -7507,6 +7541,8 @@ type ConfirmAttachmentResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ConfirmAttachmentResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ConfirmAttachmentResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -7587,6 +7623,11 @@ func (r ConfirmAttachmentResponse) ContentType() string {
 	return ""
 }
 
+// ReleaseBlockResponse409Headers the declared response headers of an HTTP 409 response for ReleaseBlock
+type ReleaseBlockResponse409Headers struct {
+	RetryAfter *int
+}
+
 // ReleaseBlockResponse429Headers the declared response headers of an HTTP 429 response for ReleaseBlock
 type ReleaseBlockResponse429Headers struct {
 	RetryAfter *int
@@ -7616,6 +7657,8 @@ type ReleaseBlockResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ReleaseBlockResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReleaseBlockResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -7795,6 +7838,11 @@ func (r ListBlocksResponse) ContentType() string {
 	return ""
 }
 
+// CarveBlockResponse409Headers the declared response headers of an HTTP 409 response for CarveBlock
+type CarveBlockResponse409Headers struct {
+	RetryAfter *int
+}
+
 // CarveBlockResponse429Headers the declared response headers of an HTTP 429 response for CarveBlock
 type CarveBlockResponse429Headers struct {
 	RetryAfter *int
@@ -7830,6 +7878,8 @@ type CarveBlockResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CarveBlockResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CarveBlockResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -7920,6 +7970,11 @@ func (r CarveBlockResponse) ContentType() string {
 	return ""
 }
 
+// AllocateLeaseResponse409Headers the declared response headers of an HTTP 409 response for AllocateLease
+type AllocateLeaseResponse409Headers struct {
+	RetryAfter *int
+}
+
 // AllocateLeaseResponse429Headers the declared response headers of an HTTP 429 response for AllocateLease
 type AllocateLeaseResponse429Headers struct {
 	RetryAfter *int
@@ -7957,6 +8012,8 @@ type AllocateLeaseResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *AllocateLeaseResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *AllocateLeaseResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -8482,6 +8539,11 @@ func (r ListPoolsResponse) ContentType() string {
 	return ""
 }
 
+// CreatePoolResponse409Headers the declared response headers of an HTTP 409 response for CreatePool
+type CreatePoolResponse409Headers struct {
+	RetryAfter *int
+}
+
 // CreatePoolResponse429Headers the declared response headers of an HTTP 429 response for CreatePool
 type CreatePoolResponse429Headers struct {
 	RetryAfter *int
@@ -8519,6 +8581,8 @@ type CreatePoolResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CreatePoolResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreatePoolResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -8614,6 +8678,11 @@ func (r CreatePoolResponse) ContentType() string {
 	return ""
 }
 
+// DeletePoolResponse409Headers the declared response headers of an HTTP 409 response for DeletePool
+type DeletePoolResponse409Headers struct {
+	RetryAfter *int
+}
+
 // DeletePoolResponse429Headers the declared response headers of an HTTP 429 response for DeletePool
 type DeletePoolResponse429Headers struct {
 	RetryAfter *int
@@ -8645,6 +8714,8 @@ type DeletePoolResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *DeletePoolResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeletePoolResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -8829,6 +8900,11 @@ func (r GetPoolResponse) ContentType() string {
 	return ""
 }
 
+// UpdatePoolResponse409Headers the declared response headers of an HTTP 409 response for UpdatePool
+type UpdatePoolResponse409Headers struct {
+	RetryAfter *int
+}
+
 // UpdatePoolResponse429Headers the declared response headers of an HTTP 429 response for UpdatePool
 type UpdatePoolResponse429Headers struct {
 	RetryAfter *int
@@ -8864,6 +8940,8 @@ type UpdatePoolResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *UpdatePoolResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *UpdatePoolResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -9363,6 +9441,11 @@ func (r CreateSpaceResponse) ContentType() string {
 	return ""
 }
 
+// DeleteSpaceResponse409Headers the declared response headers of an HTTP 409 response for DeleteSpace
+type DeleteSpaceResponse409Headers struct {
+	RetryAfter *int
+}
+
 // DeleteSpaceResponse429Headers the declared response headers of an HTTP 429 response for DeleteSpace
 type DeleteSpaceResponse429Headers struct {
 	RetryAfter *int
@@ -9392,6 +9475,8 @@ type DeleteSpaceResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *DeleteSpaceResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteSpaceResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -9876,6 +9961,11 @@ func (r ListTokensResponse) ContentType() string {
 	return ""
 }
 
+// CreateTokenResponse409Headers the declared response headers of an HTTP 409 response for CreateToken
+type CreateTokenResponse409Headers struct {
+	RetryAfter *int
+}
+
 // CreateTokenResponse429Headers the declared response headers of an HTTP 429 response for CreateToken
 type CreateTokenResponse429Headers struct {
 	RetryAfter *int
@@ -9909,6 +9999,8 @@ type CreateTokenResponse struct {
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CreateTokenResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreateTokenResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -10981,6 +11073,16 @@ func ParseReleaseAddressResponse(rsp *http.Response) (*ReleaseAddressResponse, e
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers ReleaseAddressResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReleaseAddressResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -11656,6 +11758,16 @@ func ParseDeleteNodeResponse(rsp *http.Response) (*DeleteNodeResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers DeleteNodeResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteNodeResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -11880,6 +11992,16 @@ func ParsePutNodeResponse(rsp *http.Response) (*PutNodeResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers PutNodeResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers PutNodeResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -11981,6 +12103,16 @@ func ParseReleaseAttachmentResponse(rsp *http.Response) (*ReleaseAttachmentRespo
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers ReleaseAttachmentResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReleaseAttachmentResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -12184,6 +12316,16 @@ func ParseConfirmAttachmentResponse(rsp *http.Response) (*ConfirmAttachmentRespo
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers ConfirmAttachmentResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers ConfirmAttachmentResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -12285,6 +12427,16 @@ func ParseReleaseBlockResponse(rsp *http.Response) (*ReleaseBlockResponse, error
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers ReleaseBlockResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReleaseBlockResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -12502,6 +12654,16 @@ func ParseCarveBlockResponse(rsp *http.Response) (*CarveBlockResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers CarveBlockResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers CarveBlockResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -12628,6 +12790,16 @@ func ParseAllocateLeaseResponse(rsp *http.Response) (*AllocateLeaseResponse, err
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers AllocateLeaseResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers AllocateLeaseResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -13160,6 +13332,16 @@ func ParseCreatePoolResponse(rsp *http.Response) (*CreatePoolResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers CreatePoolResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers CreatePoolResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -13268,6 +13450,16 @@ func ParseDeletePoolResponse(rsp *http.Response) (*DeletePoolResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers DeletePoolResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeletePoolResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -13485,6 +13677,16 @@ func ParseUpdatePoolResponse(rsp *http.Response) (*UpdatePoolResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers UpdatePoolResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers UpdatePoolResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -13971,6 +14173,16 @@ func ParseDeleteSpaceResponse(rsp *http.Response) (*DeleteSpaceResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers DeleteSpaceResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteSpaceResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -14468,6 +14680,16 @@ func ParseCreateTokenResponse(rsp *http.Response) (*CreateTokenResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers CreateTokenResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers CreateTokenResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17149,7 +17371,14 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 
 type BadRequestApplicationProblemPlusJSONResponse Problem
 
-type ConflictApplicationProblemPlusJSONResponse Problem
+type ConflictResponseHeaders struct {
+	RetryAfter *int
+}
+type ConflictApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers ConflictResponseHeaders
+}
 
 type ForbiddenApplicationProblemPlusJSONResponse Problem
 
@@ -17364,10 +17593,13 @@ type ReleaseAddress409ApplicationProblemPlusJSONResponse struct {
 func (response ReleaseAddress409ApplicationProblemPlusJSONResponse) VisitReleaseAddressResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -18331,10 +18563,13 @@ type DeleteNode409ApplicationProblemPlusJSONResponse struct {
 func (response DeleteNode409ApplicationProblemPlusJSONResponse) VisitDeleteNodeResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -18646,10 +18881,13 @@ type PutNode409ApplicationProblemPlusJSONResponse struct {
 func (response PutNode409ApplicationProblemPlusJSONResponse) VisitPutNodeResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -18832,10 +19070,13 @@ type ReleaseAttachment409ApplicationProblemPlusJSONResponse struct {
 func (response ReleaseAttachment409ApplicationProblemPlusJSONResponse) VisitReleaseAttachmentResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -19136,10 +19377,13 @@ type ConfirmAttachment409ApplicationProblemPlusJSONResponse struct {
 func (response ConfirmAttachment409ApplicationProblemPlusJSONResponse) VisitConfirmAttachmentResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -19288,10 +19532,13 @@ type ReleaseBlock409ApplicationProblemPlusJSONResponse struct {
 func (response ReleaseBlock409ApplicationProblemPlusJSONResponse) VisitReleaseBlockResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -19589,10 +19836,13 @@ type CarveBlock409ApplicationProblemPlusJSONResponse struct {
 func (response CarveBlock409ApplicationProblemPlusJSONResponse) VisitCarveBlockResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -19794,10 +20044,13 @@ type AllocateLease409ApplicationProblemPlusJSONResponse struct {
 func (response AllocateLease409ApplicationProblemPlusJSONResponse) VisitAllocateLeaseResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -20598,10 +20851,13 @@ type CreatePool409ApplicationProblemPlusJSONResponse struct {
 func (response CreatePool409ApplicationProblemPlusJSONResponse) VisitCreatePoolResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -20796,10 +21052,13 @@ type DeletePool409ApplicationProblemPlusJSONResponse struct {
 func (response DeletePool409ApplicationProblemPlusJSONResponse) VisitDeletePoolResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -21097,10 +21356,13 @@ type UpdatePool409ApplicationProblemPlusJSONResponse struct {
 func (response UpdatePool409ApplicationProblemPlusJSONResponse) VisitUpdatePoolResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -21829,10 +22091,13 @@ type DeleteSpace409ApplicationProblemPlusJSONResponse struct {
 func (response DeleteSpace409ApplicationProblemPlusJSONResponse) VisitDeleteSpaceResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
@@ -22518,10 +22783,13 @@ type CreateToken409ApplicationProblemPlusJSONResponse struct {
 func (response CreateToken409ApplicationProblemPlusJSONResponse) VisitCreateTokenResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err

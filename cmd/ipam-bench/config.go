@@ -38,6 +38,11 @@ type config struct {
 	ServerProfile   string        `json:"-"`
 	Out             string        `json:"-"`
 	CPUProfile      string        `json:"-"`
+	// The timeouts phase (timeouts.go), after the mixed runs.
+	Timeouts            bool          `json:"timeouts"`
+	ClientTimeout       time.Duration `json:"-"`
+	TimeoutsConcurrency int           `json:"timeoutsConcurrency"`
+	TimeoutsDuration    time.Duration `json:"-"`
 	// The shim phase (shim.go), after the others.
 	Shim              bool `json:"shim"`
 	ShimCalls         int  `json:"shimCalls"`
@@ -54,12 +59,16 @@ func (c config) MarshalJSON() ([]byte, error) {
 		FillDuration string `json:"fillDuration"`
 		Cooldown     string `json:"cooldown"`
 		LeaseExpiry  string `json:"leaseExpiry"`
-	}{plain(c), c.Duration.String(), c.FillDuration.String(), c.Cooldown.String(), c.LeaseExpiry.String()})
+		// The timeouts phase.
+		ClientTimeout    string `json:"clientTimeout"`
+		TimeoutsDuration string `json:"timeoutsDuration"`
+	}{plain(c), c.Duration.String(), c.FillDuration.String(), c.Cooldown.String(), c.LeaseExpiry.String(),
+		c.ClientTimeout.String(), c.TimeoutsDuration.String()})
 }
 
 // maxConcurrency is the most clients any phase runs.
 func (c config) maxConcurrency() int {
-	return slices.Max(append(slices.Clone(c.Concurrency), c.HotConcurrency, c.FillConcurrency, 1))
+	return slices.Max(append(slices.Clone(c.Concurrency), c.HotConcurrency, c.FillConcurrency, c.TimeoutsConcurrency, 1))
 }
 
 // Validate reports every invalid flag at once.
@@ -124,6 +133,13 @@ func (c config) Validate() error {
 	}
 	if c.ServerProfile != "" && c.Duration >= serverWriteTimeout {
 		errs = append(errs, fmt.Errorf("-server-cpuprofile needs -duration under %v, the server's write timeout, which bounds a profile", serverWriteTimeout))
+	}
+	if c.Timeouts {
+		positive("timeouts-concurrency", c.TimeoutsConcurrency)
+		wholeSeconds("timeouts-duration", c.TimeoutsDuration)
+		if c.ClientTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("-client-timeout must be positive, not %v", c.ClientTimeout))
+		}
 	}
 	if c.Shim {
 		positive("shim-calls", c.ShimCalls)
@@ -211,6 +227,10 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.ServerProfile, "server-cpuprofile", "", "start the server with --pprof and write its CPU profile over the first mixed run at 32 clients (else the first) to this file")
 	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the benchmark process (the clients) to this file")
+	fs.BoolVar(&c.Timeouts, "timeouts", true, "after the mixed runs, the mix without and then with -client-timeout per attempt (clients retry a timed-out call for the same attachment, on a new connection), and the ratio of the goodputs")
+	fs.DurationVar(&c.ClientTimeout, "client-timeout", 300*time.Millisecond, "the timeouts phase's client timeout per attempt")
+	fs.IntVar(&c.TimeoutsConcurrency, "timeouts-concurrency", 256, "clients of the timeouts phase (on the -nodes nodes)")
+	fs.DurationVar(&c.TimeoutsDuration, "timeouts-duration", 10*time.Second, "length of each of the timeouts phase's two runs, whole seconds")
 	fs.BoolVar(&c.Shim, "shim", true, "at the end, time the CNI plugin cmd/cni-shim end to end (one process per ADD and DEL, mutual TLS)")
 	fs.IntVar(&c.ShimCalls, "shim-calls", 200, "sequential ADD+DEL pairs of the shim phase")
 	fs.IntVar(&c.ShimParallel, "shim-parallel", 16, "parallel workers of the shim phase")

@@ -23,7 +23,10 @@ func TestParseConfigDefaults(t *testing.T) {
 	if !slices.Equal(runs, []int{1, 3, 1}) {
 		t.Fatalf("default runs per level %v; want 1,3,1", runs)
 	}
-	if c.maxConcurrency() != 64 {
+	if !c.Timeouts || c.ClientTimeout != 300*time.Millisecond || c.TimeoutsConcurrency != 256 || c.TimeoutsDuration != 10*time.Second {
+		t.Fatalf("timeouts phase defaults %+v", c)
+	}
+	if c.maxConcurrency() != 256 {
 		t.Fatalf("maxConcurrency %d", c.maxConcurrency())
 	}
 }
@@ -54,6 +57,14 @@ func TestParseConfig(t *testing.T) {
 		{name: "every error at once", args: strings.Fields("-nodes 0 -mask 31 -replicas 0 -hot-concurrency -1 -concurrency-list 0 -server-cpuprofile p.out -duration 30s"),
 			wantErr: []string{"-nodes must be positive", "-mask must be within 8..30", "-replicas must be positive",
 				"-hot-concurrency must not be negative", "-concurrency-list entries must be positive", "-server-cpuprofile needs -duration under 30s"}},
+		{name: "timeouts phase", args: strings.Fields("-client-timeout 100ms -timeouts-concurrency 16 -timeouts-duration 3s"),
+			check: func(c config) bool {
+				return c.ClientTimeout == 100*time.Millisecond && c.TimeoutsConcurrency == 16 && c.TimeoutsDuration == 3*time.Second
+			}},
+		{name: "timeouts phase off", args: strings.Fields("-timeouts=false -timeouts-duration 1500ms"),
+			check: func(c config) bool { return !c.Timeouts }},
+		{name: "timeouts phase errors", args: strings.Fields("-client-timeout 0s -timeouts-concurrency 0 -timeouts-duration 1500ms"),
+			wantErr: []string{"-client-timeout must be positive", "-timeouts-concurrency must be positive", "-timeouts-duration must be whole seconds"}},
 		{name: "stray argument", args: []string{"extra"}, wantErr: []string{"unexpected arguments"}},
 	}
 	for _, tt := range tests {

@@ -14,6 +14,11 @@
 //     ceiling for a comparable workload (db-ceiling.sh, pgbench, same
 //     clients and seconds) on the same PostgreSQL, and the ratio of the
 //     service's operations/s to it;
+//   - timeouts (-timeouts): the mix by -timeouts-concurrency clients
+//     without a client timeout, then with -client-timeout per attempt
+//     (clients send a timed-out call again for the same attachment, on a
+//     new connection, and a 503 or 429 again after its Retry-After), and
+//     the ratio of the two goodputs (timeouts.go);
 //   - hot-node: the same mix with -hot-concurrency clients all on one node,
 //     so blocks are carved while allocations go on; ceiling and ratio too;
 //   - fill: the mix at -fill-concurrency clients for -fill-duration with
@@ -99,18 +104,19 @@ func main() {
 
 // report is the -out file.
 type report struct {
-	NumCPU     int           `json:"numCPU"`
-	GOMAXPROCS int           `json:"gomaxprocs"`
-	Postgres   string        `json:"postgres"`
-	Private    bool          `json:"privatePostgres"`
-	Params     config        `json:"params"`
-	Setup      setupResult   `json:"setup"`
-	Mixed      []levelResult `json:"mixed"`
-	HotNode    *levelResult  `json:"hotNode,omitempty"`
-	Fill       *fillReport   `json:"fill,omitempty"`
-	CeilingRan bool          `json:"ceilingRan"`
-	Shim       *shimReport   `json:"shim,omitempty"`
-	GC         gcCounts      `json:"gc"`
+	NumCPU     int             `json:"numCPU"`
+	GOMAXPROCS int             `json:"gomaxprocs"`
+	Postgres   string          `json:"postgres"`
+	Private    bool            `json:"privatePostgres"`
+	Params     config          `json:"params"`
+	Setup      setupResult     `json:"setup"`
+	Mixed      []levelResult   `json:"mixed"`
+	Timeouts   *timeoutsReport `json:"timeouts,omitempty"`
+	HotNode    *levelResult    `json:"hotNode,omitempty"`
+	Fill       *fillReport     `json:"fill,omitempty"`
+	CeilingRan bool            `json:"ceilingRan"`
+	Shim       *shimReport     `json:"shim,omitempty"`
+	GC         gcCounts        `json:"gc"`
 	// ServerPeakMiB is the largest VmHWM of a server process over its
 	// whole life, read before it is stopped.
 	ServerPeakMiB float64         `json:"serverPeakMiB"`
@@ -310,6 +316,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			return err
 		}
 		rep.Mixed = append(rep.Mixed, lv)
+	}
+	// Client timeouts.
+	if cfg.Timeouts {
+		if rep.Timeouts, err = b.timeoutsPhase(ctx); err != nil {
+			return err
+		}
 	}
 	// Hot node.
 	if cfg.HotConcurrency > 0 {
@@ -584,6 +596,9 @@ func printRun(out io.Writer, r runResult) {
 	fmt.Fprintf(out, "%s clients=%d run=%d ops/s=%.1f alloc/s=%.1f release/s=%.1f alloc_ms p50=%.2f p90=%.2f p99=%.2f max=%.2f release_ms p50=%.2f p99=%.2f errors=%d duplicates=%d rss_peak_mib=%.1f tls_handshakes=%d\n",
 		r.Phase, r.Concurrency, r.Run, r.OpsPerSec, r.AllocPerSec, r.ReleasePerSec, r.Alloc.P50, r.Alloc.P90, r.Alloc.P99, r.Alloc.Max,
 		r.Release.P50, r.Release.P99, r.Errors, r.Duplicates, r.RSSPeakMiB, r.Handshakes)
+	if r.TimedOut > 0 || r.Refused > 0 {
+		fmt.Fprintf(out, "  attempts sent again: %d timed out, %d refused (503 or 429)\n", r.TimedOut, r.Refused)
+	}
 	for _, cause := range slices.Sorted(maps.Keys(r.ErrorsByCause)) {
 		fmt.Fprintf(out, "  errors %q=%d\n", cause, r.ErrorsByCause[cause])
 	}
@@ -618,6 +633,10 @@ func printSummary(out io.Writer, rep report) {
 	for _, lv := range rep.Mixed {
 		row("mixed", lv.Concurrency, len(lv.Runs), lv.Median)
 	}
+	if t := rep.Timeouts; t != nil {
+		row("timeouts=none", t.Concurrency, 1, medianOf([]runResult{t.Without}))
+		row("timeouts="+t.Timeout, t.Concurrency, 1, medianOf([]runResult{t.With}))
+	}
 	if rep.HotNode != nil {
 		row("hot-node", rep.HotNode.Concurrency, len(rep.HotNode.Runs), rep.HotNode.Median)
 	}
@@ -627,6 +646,9 @@ func printSummary(out io.Writer, rep report) {
 		}
 	}
 	tw.Flush()
+	if t := rep.Timeouts; t != nil {
+		fmt.Fprintf(out, "client timeouts: goodput with %s / without = %.3f (target >= %.2f)\n", t.Timeout, t.Ratio, t.Target)
+	}
 	if rep.Fill != nil && len(rep.Fill.Points) > 1 {
 		fmt.Fprintf(out, "fill curve: alloc p50 at %d leases / at %d = %.2f\n", rep.Fill.Points[len(rep.Fill.Points)-1].Leases, rep.Fill.Points[0].Leases, rep.Fill.P50Ratio)
 	}

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,16 +77,69 @@ type worker struct {
 	closed  []hold // released since the ledger last collected
 	rng     *rand.Rand
 
+	// retry makes the worker behave as a CNI plugin under overload: a
+	// call that timed out (after timeout, when set) is sent again for the
+	// same attachment, and one answered 503 or 429 is sent again after its
+	// Retry-After (the timeouts phase, timeouts.go). Without it, every
+	// failure counts as an error.
+	retry   bool
+	timeout time.Duration
+
 	// One run's measurements.
 	allocs, releases []time.Duration
 	errs             map[string]int64 // by cause: op, status and problem type
 	samples          []string
+	timedOut         int64 // attempts that timed out and were sent again
+	refused          int64 // attempts answered 503 or 429 and sent again
 }
 
 // reset forgets the previous run's measurements.
 func (w *worker) reset() {
 	w.allocs, w.releases = w.allocs[:0], w.releases[:0]
 	w.errs, w.samples = map[string]int64{}, nil
+	w.timedOut, w.refused = 0, 0
+}
+
+// maxAttempts bounds the attempts of one call with retry.
+const maxAttempts = 100
+
+// send makes one call through attempt, which sends it with the context it
+// is given. With retry, an attempt that timed out is sent again at once
+// (a new connection: the timed-out one was closed), and one answered 503
+// or 429 after its Retry-After; the answer of the last attempt is
+// returned. The request is the same each time: an allocation of the same
+// attachment (idempotent: a retry answers the leases an earlier attempt
+// made, 200) or the same release.
+func (w *worker) send(ctx context.Context, attempt func(context.Context) (*http.Response, error)) (*http.Response, error) {
+	for n := 1; ; n++ {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if w.timeout > 0 {
+			actx, cancel = context.WithTimeout(ctx, w.timeout)
+		}
+		res, err := attempt(actx)
+		cancel()
+		if !w.retry || n == maxAttempts || ctx.Err() != nil {
+			return res, err
+		}
+		switch {
+		case err != nil && errors.Is(err, context.DeadlineExceeded):
+			w.timedOut++
+		case err == nil && (res.StatusCode == http.StatusServiceUnavailable || res.StatusCode == http.StatusTooManyRequests):
+			w.refused++
+			time.Sleep(retryAfter(res.Header))
+		default:
+			return res, err
+		}
+	}
+}
+
+// retryAfter is a Retry-After header of seconds, 1 s when it is missing
+// or not a number of seconds.
+func retryAfter(h http.Header) time.Duration {
+	if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	return time.Second
 }
 
 // allocate leases an address on node to a new attachment. expire asks for a
@@ -98,7 +153,15 @@ func (w *worker) allocate(ctx context.Context, node string, expire bool) error {
 		Expire:      &expire,
 	}
 	start := time.Now()
-	resp, err := w.clients[node].AllocateLeaseWithResponse(ctx, node, &ipamv1.AllocateLeaseParams{Space: w.space}, body)
+	var resp *ipamv1.AllocateLeaseResponse
+	_, err := w.send(ctx, func(ctx context.Context) (*http.Response, error) {
+		var err error
+		resp, err = w.clients[node].AllocateLeaseWithResponse(ctx, node, &ipamv1.AllocateLeaseParams{Space: w.space}, body)
+		if err != nil {
+			return nil, err
+		}
+		return resp.HTTPResponse, nil
+	})
 	d := time.Since(start)
 	got := w.ledger.now()
 	if err != nil {
@@ -108,10 +171,16 @@ func (w *worker) allocate(ctx context.Context, node string, expire bool) error {
 		return err
 	}
 	a := attachment{node: node, containerID: cid, from: got}
-	if resp.JSON201 == nil || len(resp.JSON201.Addresses) != 1 {
+	answer := resp.JSON201
+	if answer == nil && w.retry {
+		// An earlier attempt leased it and timed out before its answer:
+		// the retry answers those leases.
+		answer = resp.JSON200
+	}
+	if answer == nil || len(answer.Addresses) != 1 {
 		return &callErr{cause: opAllocate + " answer", detail: fmt.Sprintf("status %d, want 201 with one address: %s", resp.StatusCode(), resp.Body)}
 	}
-	p, err := netip.ParsePrefix(resp.JSON201.Addresses[0].Address)
+	p, err := netip.ParsePrefix(answer.Addresses[0].Address)
 	if err != nil {
 		return &callErr{cause: opAllocate + " answer", detail: err.Error()}
 	}
@@ -130,8 +199,16 @@ func (w *worker) release(ctx context.Context, i int) error {
 	w.held[i] = w.held[len(w.held)-1]
 	w.held = w.held[:len(w.held)-1]
 	start := time.Now()
-	resp, err := w.clients[a.node].ReleaseAttachmentWithResponse(ctx, a.node, a.containerID, benchInterface,
-		&ipamv1.ReleaseAttachmentParams{Space: w.space})
+	var resp *ipamv1.ReleaseAttachmentResponse
+	_, err := w.send(ctx, func(ctx context.Context) (*http.Response, error) {
+		var err error
+		resp, err = w.clients[a.node].ReleaseAttachmentWithResponse(ctx, a.node, a.containerID, benchInterface,
+			&ipamv1.ReleaseAttachmentParams{Space: w.space})
+		if err != nil {
+			return nil, err
+		}
+		return resp.HTTPResponse, nil
+	})
 	d := time.Since(start)
 	if err != nil {
 		return transportError(opRelease, err)
@@ -273,6 +350,8 @@ func (f *fleet) open(ws []*worker) []attachment {
 // warm makes one call per worker and node it drives, all workers at once,
 // so the connections (and their TLS handshakes) exist before a measured
 // run: GET /v1/nodes/NODE/blocks, a read the node's certificate may make.
+// A call refused by the server's admission control (503) is sent again
+// after its Retry-After, on the same connection.
 func warm(ctx context.Context, ws []*worker) error {
 	var (
 		wg       sync.WaitGroup
@@ -282,7 +361,15 @@ func warm(ctx context.Context, ws []*worker) error {
 	for _, w := range ws {
 		wg.Go(func() {
 			for _, n := range w.nodes {
-				resp, err := w.clients[n].ListBlocksWithResponse(ctx, n, &ipamv1.ListBlocksParams{Space: w.space})
+				var resp *ipamv1.ListBlocksResponse
+				var err error
+				for range maxAttempts {
+					resp, err = w.clients[n].ListBlocksWithResponse(ctx, n, &ipamv1.ListBlocksParams{Space: w.space})
+					if err != nil || resp.StatusCode() != http.StatusServiceUnavailable {
+						break
+					}
+					time.Sleep(retryAfter(resp.HTTPResponse.Header))
+				}
 				if err == nil {
 					err = statusError("warm-up GET blocks of "+n, resp.StatusCode(), resp.Body)
 				}
@@ -386,6 +473,15 @@ type runResult struct {
 	// Handshakes counts the TLS connections opened during the run (0 when
 	// every request reused a warm connection).
 	Handshakes int64 `json:"tlsHandshakes"`
+	// TimedOut and Refused count the attempts sent again after a client
+	// timeout, or after a 503 or 429 (the timeouts phase only).
+	TimedOut int64 `json:"timedOut,omitempty"`
+	Refused  int64 `json:"refused,omitempty"`
+	// DBSessions counts the PostgreSQL sessions opened during the run,
+	// DBSessionsAbandoned those the server dropped (the timeouts phase
+	// only).
+	DBSessions          int64 `json:"dbSessions,omitempty"`
+	DBSessionsAbandoned int64 `json:"dbSessionsAbandoned,omitempty"`
 	// Duplicates is the number of overlapping holds of one address in the
 	// clients' bookkeeping so far (must be 0).
 	Duplicates int `json:"duplicates"`
@@ -433,6 +529,8 @@ func measure(ctx context.Context, workers []*worker, d time.Duration) runResult 
 			}
 		}
 		r.Held += len(w.held)
+		r.TimedOut += w.timedOut
+		r.Refused += w.refused
 	}
 	r.Allocs, r.Releases = int64(len(allocs)), int64(len(releases))
 	r.ErrorRate = errorRate(r.Allocs+r.Releases, r.Errors)

@@ -57,6 +57,30 @@ type config struct {
 	HistoryRetention   time.Duration
 	// Pprof serves the Go profiler at /debug/pprof/ to admins.
 	Pprof bool
+	// Admission control (api.Admission): 0 in-flight means as many as
+	// database connections, 0 queue four times the in-flight limit.
+	MaxInFlight    int
+	AdmissionQueue int
+	AdmissionWait  time.Duration
+}
+
+// admission is the API's admission control: MaxInFlight (default: the
+// database connections) requests at once, AdmissionQueue (default four
+// times as many) waiting for at most AdmissionWait.
+func (c config) admission() api.Admission {
+	conns := c.MaxConns
+	if conns == 0 {
+		conns = int(store.DefaultMaxConns())
+	}
+	a := api.DefaultAdmission(conns)
+	if c.MaxInFlight > 0 {
+		a = api.DefaultAdmission(c.MaxInFlight)
+	}
+	if c.AdmissionQueue > 0 {
+		a.Queue = c.AdmissionQueue
+	}
+	a.Wait = c.AdmissionWait
+	return a
 }
 
 // metricsPrefixRE is what a Prometheus metric name may start with.
@@ -112,6 +136,15 @@ func (c config) Validate() error {
 	if c.MetricsPrefix != "" && !metricsPrefixRE.MatchString(c.MetricsPrefix) {
 		errs = append(errs, fmt.Errorf("metrics-prefix %q is not a Prometheus metric name prefix ([a-zA-Z_][a-zA-Z0-9_]*)", c.MetricsPrefix))
 	}
+	if c.MaxInFlight < 0 {
+		errs = append(errs, errors.New("max-in-flight must not be negative"))
+	}
+	if c.AdmissionQueue < 0 {
+		errs = append(errs, errors.New("admission-queue must not be negative"))
+	}
+	if c.AdmissionWait <= 0 {
+		errs = append(errs, errors.New("admission-wait must be positive"))
+	}
 	if c.HistoryRetention < 0 {
 		errs = append(errs, errors.New("history-retention must not be negative"))
 	}
@@ -162,6 +195,9 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")
 	fs.DurationVar(&c.ReconcileMinAge, "reconcile-min-age", store.DefaultReconcileMinAge, "a reconcile (CNI GC) never releases a lease younger than this, whatever its list says")
 	fs.DurationVar(&c.StickyRetention, "sticky-retention", alloc.DefaultStickyRetention, "how long a released address stays bound to its workload identity when the request names no retention")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", 0, "API requests served at once per replica; more wait in line (see admission-queue); 0 = as many as database connections (max-conns)")
+	fs.IntVar(&c.AdmissionQueue, "admission-queue", 0, "requests that may wait for a slot; more are answered 503 with Retry-After at once; 0 = 4 x max-in-flight")
+	fs.DurationVar(&c.AdmissionWait, "admission-wait", api.DefaultAdmission(1).Wait, "the longest a request waits for a slot before it is answered 503 with Retry-After")
 	c.authFlags(fs)
 
 	// Environment first, so explicit flags override it.

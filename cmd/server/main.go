@@ -188,7 +188,7 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), CiliumMeter: metrics.CiliumMeter(), TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable,
 		PodMetadata: pods, RateLimits: cfg.RateLimits,
 		AnonymousRole: anonymousRole(cfg), AnonymousLoopbackOnly: true, Liveness: dbAlive,
-		Pprof: cfg.Pprof,
+		Pprof: cfg.Pprof, Admission: cfg.admission(),
 	})
 	srv := &http.Server{
 		Handler:           withMetrics(handler, metrics.Handler()),

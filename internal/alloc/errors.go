@@ -3,6 +3,7 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Kind classifies an Error; each kind maps to one HTTP problem type in the
@@ -61,6 +62,11 @@ type Error struct {
 	// Nodes names the nodes that keep a KindInUse object in use (at most a
 	// few; Detail says how many more).
 	Nodes []string
+	// RetryAfter, when positive, is how long until the refusal may end:
+	// for KindPoolExhausted, until the first of the node's released
+	// addresses ends its cooldown (Detail says how many there are).
+	// The API sends it as Retry-After.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

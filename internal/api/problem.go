@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
@@ -34,7 +36,18 @@ const (
 	kindUnsupportedMediaType alloc.Kind = "unsupported-media-type"
 	kindUnavailable          alloc.Kind = "unavailable"
 	kindInternal             alloc.Kind = "internal"
+	// kindRequestTimeout: the request body did not arrive within the
+	// server's read timeout (a slow or stalled client).
+	kindRequestTimeout alloc.Kind = "request-timeout"
+	// kindClientClosed: the client went away (timed out, canceled)
+	// before the answer; nobody reads it, but the request metric counts
+	// it under this status (nginx's 499), not as a server error.
+	kindClientClosed alloc.Kind = "client-closed-request"
 )
+
+// statusClientClosedRequest is nginx's status for a request whose client
+// closed the connection before the answer.
+const statusClientClosedRequest = 499
 
 // problemClass is the status and title of one problem type.
 type problemClass struct {
@@ -64,6 +77,8 @@ var problemClasses = map[alloc.Kind]problemClass{
 	kindUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
 	kindUnavailable:          {http.StatusServiceUnavailable, "Unavailable"},
 	kindInternal:             {http.StatusInternalServerError, "Internal error"},
+	kindRequestTimeout:       {http.StatusRequestTimeout, "Request timeout"},
+	kindClientClosed:         {statusClientClosedRequest, "Client closed request"},
 
 	// Fencing and sticky addresses (issue 5).
 	alloc.KindStaleGeneration:   {http.StatusConflict, "Stale lease generation"},
@@ -142,8 +157,11 @@ func problemOf(err error) (p ipamv1.Problem, ok bool) {
 }
 
 // write answers err as a problem. Errors the client cannot see are logged
-// with their text; 503s are logged too, since they mean the database is
-// down.
+// with their text (they are bugs); an unreachable database is logged as a
+// warning. A request whose client went away is answered 499 (nobody reads
+// it; the request metric counts it so) and logged at debug level only, and
+// a body cut by the server's read timeout is a 408 on a connection that
+// then closes: neither is the server's fault.
 func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *alloc.Error
 	if ps.isUnavailable != nil && !errors.As(err, &ae) && r.Context().Err() == nil && ps.isUnavailable(err) {
@@ -155,22 +173,50 @@ func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 		err = &full
 	}
 	p, ok := problemOf(err)
+	var ue *unavailableError
+	if (!ok || errors.As(err, &ue)) && ps.clientGone(r, err) {
+		ps.log.LogAttrs(r.Context(), slog.LevelDebug, "api: client closed request",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+		p, _ = problemOf(&alloc.Error{Kind: kindClientClosed, Detail: "the client closed the request before its answer"})
+		writeProblem(w, p)
+		return
+	}
+	if ok && errors.As(err, &ae) && ae.RetryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfter(ae.RetryAfter))
+	}
 	switch {
-	case !ok && errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-		// The client went away; nobody reads the answer.
-		ps.log.LogAttrs(r.Context(), slog.LevelDebug, "api: request canceled",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path))
 	case !ok:
 		ps.log.LogAttrs(r.Context(), slog.LevelError, "api: internal error",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 	case errors.As(err, new(sqlStateError)) && !errors.As(err, new(*alloc.Error)):
 		ps.log.LogAttrs(r.Context(), slog.LevelWarn, "api: the database refused a value the edge let through",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
-	case p.Status == http.StatusServiceUnavailable:
+	case errors.As(err, &ue):
 		ps.log.LogAttrs(r.Context(), slog.LevelWarn, "api: unavailable",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+	case p.Status == http.StatusRequestTimeout:
+		// The connection's read deadline has passed: answer within a
+		// deadline of our own, and close it (the rest of the body may
+		// still come).
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(requestTimeoutWrite))
+		w.Header().Set("Connection", "close")
 	}
 	writeProblem(w, p)
+}
+
+// requestTimeoutWrite bounds the writing of a 408.
+const requestTimeoutWrite = 5 * time.Second
+
+// clientGone reports whether err, which the client must not see (or an
+// unavailable database), comes from the client going away: its request's context has ended and err is
+// that context's error, or the database connection it cut (the store's
+// driver closes a connection whose statement's context ends).
+func (ps problems) clientGone(r *http.Request, err error) bool {
+	if r.Context().Err() == nil {
+		return false
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		(ps.isUnavailable != nil && ps.isUnavailable(err))
 }
 
 // writeProblem sends p with its status and the problem media type.
@@ -182,11 +228,17 @@ func writeProblem(w http.ResponseWriter, p ipamv1.Problem) {
 	h := w.Header()
 	h.Set("Content-Type", problemContentType)
 	h.Set("X-Content-Type-Options", "nosniff")
-	if p.Status == http.StatusServiceUnavailable {
+	if p.Status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", "1")
 	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(body)
+}
+
+// retryAfter is d as a Retry-After value: whole seconds, rounded up, at
+// least 1.
+func retryAfter(d time.Duration) string {
+	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
 }
 
 // requestError answers a request body that could not be decoded; the
@@ -197,14 +249,16 @@ func (ps problems) requestError(w http.ResponseWriter, r *http.Request, err erro
 
 // bodyError classifies a JSON decoding error of the request body: a value
 // of the wrong type names its JSON path, malformed or missing JSON names
-// "body", a body over the limit is payload-too-large. Anything else (a
-// broken connection, a bug) stays internal.
+// "body", a body over the limit is payload-too-large, a body cut by the
+// server's read timeout is request-timeout, a connection that failed under
+// it is client-closed-request. Anything else (a bug) stays internal.
 func bodyError(err error) error {
 	var (
 		tooLarge *http.MaxBytesError
 		typeErr  *json.UnmarshalTypeError
 		syntax   *json.SyntaxError
 		timeErr  *time.ParseError
+		netErr   net.Error
 	)
 	switch {
 	case errors.As(err, &tooLarge):
@@ -218,6 +272,13 @@ func bodyError(err error) error {
 		return alloc.Invalid(field, "must be %s, not a JSON %s", jsonTypeName(typeErr.Type), typeErr.Value)
 	case errors.As(err, &syntax):
 		return alloc.Invalid("body", "malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return &alloc.Error{Kind: kindRequestTimeout, Field: "body",
+			Detail: "the request body did not arrive within the server's read timeout"}
+	case errors.As(err, &netErr):
+		// The connection failed under the body (reset, closed): the
+		// client is gone, the database is not at fault.
+		return &alloc.Error{Kind: kindClientClosed, Detail: "the connection failed while the client sent the body"}
 	case errors.As(err, &timeErr):
 		// A date-time field's own decoder says not which field it is.
 		return alloc.Invalid("body", "a date-time is not RFC 3339: %q", timeErr.Value)

@@ -91,6 +91,11 @@ type Options struct {
 	// The zero value limits nobody; cmd/server passes its flags, which
 	// default to DefaultRateLimits.
 	RateLimits RateLimits
+	// Admission bounds the requests served at once (503 with
+	// Retry-After beyond it). The zero value admits everything;
+	// cmd/server passes its flags, which default to DefaultAdmission of
+	// its connection pool.
+	Admission Admission
 	// PodMetadata, when set, looks up the labels and annotations of a
 	// lease request's Pod and namespace that the request does not carry
 	// (the server's Kubernetes informers), for pool selection.
@@ -122,6 +127,9 @@ func (o Options) Validate() error {
 		}
 	}
 	if err := o.RateLimits.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("api: %w", err))
+	}
+	if err := o.Admission.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("api: %w", err))
 	}
 	return errors.Join(errs...)
@@ -160,6 +168,10 @@ func NewHandler(store Store, o Options) http.Handler {
 		}
 	}
 	ps := problems{log: o.Logger, isUnavailable: o.IsUnavailable}
+	admit, err := newAdmitter(o.Admission, ps, o.Meter)
+	if err != nil {
+		panic(err)
+	}
 
 	r := chi.NewRouter()
 	r.Use(func(next http.Handler) http.Handler {
@@ -193,9 +205,9 @@ func NewHandler(store Store, o Options) http.Handler {
 	h := ipamv1.HandlerWithOptions(strict, ipamv1.ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: ps.paramError,
-		// The last runs first: a body must be UTF-8, then JSON, before it
-		// is decoded strictly.
-		Middlewares: []ipamv1.MiddlewareFunc{strictJSON(ps), requireUTF8(ps), requireJSON(ps)},
+		// The last runs first, after routing: admission, then a body must
+		// be UTF-8, then JSON, before it is decoded strictly.
+		Middlewares: []ipamv1.MiddlewareFunc{strictJSON(ps), requireUTF8(ps), requireJSON(ps), admit.middleware},
 	})
 	if o.TracerProvider == nil {
 		return h

@@ -666,15 +666,25 @@ func TestAddressReuseAfterCooldown(t *testing.T) {
 	if a.Addresses[0].Address != "10.9.0.2/30" {
 		t.Fatalf("first address %s", a.Addresses[0].Address)
 	}
+	// Full, and nothing cooling: no Retry-After.
+	res := e.do("POST", "/v1/nodes/n1/leases", lease("c2", "eth0", "p2"))
+	if p := res.problem(t); res.status != 409 || strings.Contains(deref(p.Detail, ""), "cooling") || res.header.Get("Retry-After") != "" {
+		t.Fatalf("full: %d %s, Retry-After %q", res.status, res.body, res.header.Get("Retry-After"))
+	}
 	e.mustDo(204, "DELETE", "/v1/nodes/n1/attachments/c1/eth0", nil, nil)
 
-	// Cooling: the pool is exhausted for now.
-	res := e.do("POST", "/v1/nodes/n1/leases", lease("c2", "eth0", "p2"))
+	// Cooling: the pool is exhausted for now, and says until when.
+	e.clock.Advance(10500 * time.Millisecond)
+	res = e.do("POST", "/v1/nodes/n1/leases", lease("c2", "eth0", "p2"))
 	if p := res.problem(t); res.status != 409 || p.Type != "urn:ipam:problem:pool-exhausted" ||
-		deref(p.Pool, "") != "default" || deref(p.Family, "") != ipamv1.Ipv4 {
+		deref(p.Pool, "") != "default" || deref(p.Family, "") != ipamv1.Ipv4 ||
+		!strings.HasSuffix(deref(p.Detail, ""), "; 1 address cooling, the first free in 20 s") {
 		t.Fatalf("during cooldown: %d %s", res.status, res.body)
 	}
-	e.clock.Advance(testCooldown)
+	if got := res.header.Get("Retry-After"); got != "20" {
+		t.Errorf("Retry-After %q during cooldown, want 20 (seconds, rounded up)", got)
+	}
+	e.clock.Advance(testCooldown - 10500*time.Millisecond)
 	e.mustDo(201, "POST", "/v1/nodes/n1/leases", lease("c2", "eth0", "p2"), &a)
 	if a.Addresses[0].Address != "10.9.0.2/30" || a.Owner.Name != "p2" {
 		t.Errorf("after cooldown %s", dump(a))

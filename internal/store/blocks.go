@@ -29,18 +29,46 @@ const (
 	// carveUnlessFreeRoom answers (and locks) the node's oldest block
 	// with room that no other transaction holds, if any: a busy node
 	// gets one block more rather than queueing all its allocations on
-	// one block.
+	// one block, but only while the pool keeps a free block for another
+	// node (see carveFair).
 	carveUnlessFreeRoom
+	// carveFair carves unless the node has a block with room (by the
+	// committed counts: held by another transaction, or carved or freed
+	// after the caller's snapshot) and the block carved would be the
+	// pool's last free one; then it answers errNodeHasRoom. A block more
+	// for a busy node spreads its allocations; the pool's last block is
+	// kept for a node that has none, and the busy node waits for its own.
+	carveFair
 )
+
+// errNodeHasRoom is carve's answer when it keeps the pool's last free block
+// from a node that still has a block with room (see carveFair): the
+// allocation waits for that block, in a new transaction when it holds the
+// carve lock.
+var errNodeHasRoom = errors.New("the pool's last free block is kept: the node has a block with room")
+
+// carveParent is a pool CIDR as carve reads it, under its lock.
+type carveParent struct {
+	id     int64
+	cidr   netip.Prefix
+	mask   int16
+	hint   int64
+	starts []netip.Addr
+	ends   []netip.Addr
+}
 
 // carve takes the first free aligned block of the pool's mask for the node,
 // trying the pool's CIDRs in their listed order and skipping their reserved
 // ranges. It locks the pool's CIDR rows of the family, which serializes
 // carving within one pool (rare: once per node and pool) and nothing else.
-// Unless recheck is carveAlways, it first looks again for a block with room
-// (see carveRecheck), which a concurrent transaction may have carved for
-// the same node, or freed, while this one waited for the lock; it then
-// answers that block. ok is false when the pool is full.
+// With carveUnlessRoom or carveUnlessFreeRoom, it first looks again for a
+// block with room (see carveRecheck), which a concurrent transaction may
+// have carved for the same node, or freed, while this one waited for the
+// lock; it then answers that block. ok is false when the pool is full.
+// With carveUnlessFreeRoom or carveFair, it answers errNodeHasRoom instead
+// of taking the pool's last free block for a node that has a block with
+// room: exhaustion is fair, every node gets a block before one gets a
+// second it does not need yet.
 //
 // A disabled pool carves nothing, and a cluster-pool pool carves a node's
 // one block per family only: both answer a KindPoolExhausted error saying
@@ -54,27 +82,19 @@ const (
 // one probe while the CIDR fills up in order, and the cost never grows with
 // the number of blocks already carved.
 func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocPool, f alloc.Family, now time.Time, recheck carveRecheck) (b blockRow, ok bool, err error) {
-	type parent struct {
-		id     int64
-		cidr   netip.Prefix
-		mask   int16
-		hint   int64
-		starts []netip.Addr
-		ends   []netip.Addr
-	}
 	rows, err := tx.Query(ctx, `SELECT id, cidr, mask_size, carve_hint, reserved_start, reserved_end FROM pool_cidrs
 		WHERE pool_id = $1 AND family = $2 ORDER BY position FOR NO KEY UPDATE`, p.id, int16(f))
 	if err != nil {
 		return blockRow{}, false, err
 	}
-	parents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (parent, error) {
-		var pc parent
+	parents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (carveParent, error) {
+		var pc carveParent
 		return pc, r.Scan(&pc.id, &pc.cidr, &pc.mask, &pc.hint, &pc.starts, &pc.ends)
 	})
 	if err != nil {
 		return blockRow{}, false, err
 	}
-	if recheck != carveAlways {
+	if recheck == carveUnlessRoom || recheck == carveUnlessFreeRoom {
 		// Another transaction may have carved for this node while this
 		// one waited for the lock, or freed room meanwhile: carve only
 		// when the node still has no block with room (that nobody
@@ -88,6 +108,15 @@ func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocP
 		err := tx.QueryRow(ctx, sql, nodeID, p.id, int16(f)).Scan(&b.id, &b.cidr)
 		if err == nil || !errors.Is(err, pgx.ErrNoRows) {
 			return b, err == nil, err
+		}
+	}
+	// hasRoom: the block carved would be one more for a node that has a
+	// block with room (held by others, or not in the caller's snapshot).
+	// It reads the committed counts and waits for no row.
+	var hasRoom bool
+	if recheck == carveUnlessFreeRoom || recheck == carveFair {
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+blocksWithRoomSQL+`)`, nodeID, p.id, int16(f)).Scan(&hasRoom); err != nil {
+			return blockRow{}, false, err
 		}
 	}
 	if p.mode == alloc.ModeClusterPool {
@@ -105,27 +134,36 @@ func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocP
 			Detail: fmt.Sprintf("pool %q is disabled: it carves no new %s block", p.name, f)}
 	}
 	if err := checkBlockLimit(ctx, tx, nodeID, p, f, 1); err != nil {
+		if hasRoom {
+			// At its limit, the node waits for its own block with room
+			// rather than failing.
+			return blockRow{}, false, errNodeHasRoom
+		}
 		return blockRow{}, false, err
 	}
-	for _, pc := range parents {
-		mask := int(pc.mask)
-		n := alloc.BlockCount(pc.cidr, mask)
-		if pc.hint >= n || coversAll(pc.cidr, pc.starts, pc.ends) {
-			continue // full, or retired by a reserved range
+	for k, pc := range parents {
+		i, found, err := firstFreeBlock(ctx, tx, space, f, pc, pc.hint)
+		if err != nil {
+			return blockRow{}, false, err
 		}
-		var i int64
-		err := tx.QueryRow(ctx, firstFreeBlockSQL, space, pc.cidr.Addr(), pc.hint, n-1,
-			alloc.BlockSize(f, mask), mask, pc.starts, pc.ends).Scan(&i)
-		if errors.Is(err, pgx.ErrNoRows) {
-			if len(pc.starts) == 0 {
+		if !found {
+			if len(pc.starts) == 0 && pc.hint < alloc.BlockCount(pc.cidr, int(pc.mask)) {
+				n := alloc.BlockCount(pc.cidr, int(pc.mask))
 				if _, err := tx.Exec(ctx, `UPDATE pool_cidrs SET carve_hint = $2 WHERE id = $1`, pc.id, n); err != nil {
 					return blockRow{}, false, err
 				}
 			}
 			continue
-		} else if err != nil {
-			return blockRow{}, false, err
 		}
+		if hasRoom {
+			spare, err := anyFreeBlock(ctx, tx, space, f, parents[k:], i+1)
+			if err != nil {
+				return blockRow{}, false, err
+			} else if !spare {
+				return blockRow{}, false, errNodeHasRoom
+			}
+		}
+		mask := int(pc.mask)
 		b, err := insertBlock(ctx, tx, space, nodeID, p, f, pc.id, pc.cidr, alloc.BlockAt(pc.cidr, mask, i), now, blockCarved)
 		if err != nil {
 			return blockRow{}, false, err
@@ -134,6 +172,9 @@ func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocP
 		// ranges, "taken or reserved": changing them resets the cursor.)
 		_, err = tx.Exec(ctx, `UPDATE pool_cidrs SET carve_hint = $2 WHERE id = $1`, pc.id, i+1)
 		return b, err == nil, err
+	}
+	if hasRoom {
+		return blockRow{}, false, errNodeHasRoom
 	}
 	return blockRow{}, false, nil
 }
@@ -153,6 +194,37 @@ func checkBlockLimit(ctx context.Context, q querier, nodeID int64, p allocPool, 
 				held, f, p.name, limit)}
 	}
 	return nil
+}
+
+// firstFreeBlock finds the first free block of pc numbered from from on
+// (firstFreeBlockSQL); found is false when there is none.
+func firstFreeBlock(ctx context.Context, tx querier, space string, f alloc.Family, pc carveParent, from int64) (i int64, found bool, err error) {
+	mask := int(pc.mask)
+	n := alloc.BlockCount(pc.cidr, mask)
+	if from >= n || coversAll(pc.cidr, pc.starts, pc.ends) {
+		return 0, false, nil // full, or retired by a reserved range
+	}
+	err = tx.QueryRow(ctx, firstFreeBlockSQL, space, pc.cidr.Addr(), from, n-1,
+		alloc.BlockSize(f, mask), mask, pc.starts, pc.ends).Scan(&i)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	return i, err == nil, err
+}
+
+// anyFreeBlock reports whether parents hold a free block, numbered from
+// from on in the first of them and anywhere in the others.
+func anyFreeBlock(ctx context.Context, tx querier, space string, f alloc.Family, parents []carveParent, from int64) (bool, error) {
+	for k, pc := range parents {
+		if k > 0 {
+			from = pc.hint
+		}
+		_, found, err := firstFreeBlock(ctx, tx, space, f, pc, from)
+		if found || err != nil {
+			return found, err
+		}
+	}
+	return false, nil
 }
 
 // nodeBlocksOf lists the node's blocks of one family of a pool.

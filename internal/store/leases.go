@@ -271,6 +271,10 @@ func allocationOf(node string, a alloc.Attachment, leases []alloc.Lease, created
 // that read annotations and selectors are not evaluated again (Cilium
 // evaluates them once, at allocation). A request with FromReserve takes
 // over a reserve attachment's leases instead (see handOver).
+//
+// A KindPoolExhausted error says how many of the node's released addresses
+// of that pool and family are still cooling, and when the first one ends
+// its cooldown (RetryAfter): the refusal is then temporary.
 func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Allocation, error) {
 	if err := r.Validate(); err != nil {
 		return alloc.Allocation{}, err
@@ -278,6 +282,14 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 	if r.FromReserve != nil {
 		return s.handOver(ctx, r)
 	}
+	out, err := s.allocate(ctx, r)
+	if e := (*alloc.Error)(nil); errors.As(err, &e) && e.Kind == alloc.KindPoolExhausted && e.Pool != "" {
+		s.explainCooling(ctx, r, e)
+	}
+	return out, err
+}
+
+func (s *Store) allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Allocation, error) {
 	out, err := s.allocateOnce(ctx, r, false)
 	var nb *needBlock
 	if !errors.As(err, &nb) {
@@ -288,6 +300,55 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 	}
 	return s.allocateOnce(ctx, r, true)
 }
+
+// explainCooling adds to e, the exhaustion of e.Pool and e.Family for r's
+// node, the released addresses of the node's blocks that will become free:
+// those cooling, and those bound to a sticky identity, which become free
+// when their retention ends unless their workload comes back first. The
+// first to become free sets e.RetryAfter (a cooling one, if any). It
+// leaves e as it is when the read fails: the refusal stands either way.
+func (s *Store) explainCooling(ctx context.Context, r alloc.LeaseRequest, e *alloc.Error) {
+	now := s.now()
+	var cooling, bound int64
+	var firstCooled, firstUnbound *time.Time
+	err := s.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE l.sticky_identity IS NULL),
+			min(l.cooldown_until) FILTER (WHERE l.sticky_identity IS NULL),
+			count(*) FILTER (WHERE l.sticky_identity IS NOT NULL),
+			min(l.cooldown_until) FILTER (WHERE l.sticky_identity IS NOT NULL)
+		FROM nodes n
+		JOIN blocks b ON b.node_id = n.id
+		JOIN pools p ON p.id = b.pool_id
+		JOIN leases l ON l.block_id = b.id
+		WHERE n.space = $1 AND n.name = $2 AND p.space = $1 AND p.name = $3 AND b.family = $4
+		  AND l.state = 'released' AND l.cooldown_until > $5`,
+		r.Space, r.Node, e.Pool, int16(e.Family), now).Scan(&cooling, &firstCooled, &bound, &firstUnbound)
+	if err != nil {
+		return
+	}
+	if cooling > 0 {
+		d := firstCooled.Sub(now)
+		e.Detail += fmt.Sprintf("; %d %s cooling, the first free in %d s", cooling, addresses(cooling), ceilSeconds(d))
+		e.RetryAfter = d
+	}
+	if bound > 0 {
+		d := firstUnbound.Sub(now)
+		e.Detail += fmt.Sprintf("; %d %s bound to sticky identities, the first free in %d s unless its workload comes back",
+			bound, addresses(bound), ceilSeconds(d))
+		if e.RetryAfter == 0 {
+			e.RetryAfter = d
+		}
+	}
+}
+
+func addresses(n int64) string {
+	if n == 1 {
+		return "address"
+	}
+	return "addresses"
+}
+
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
 // allocateOnce is one transaction of Allocate, retried as inTx retries.
 // Without carveInTx, it answers a *needBlock error when a family has no
@@ -313,9 +374,14 @@ func (s *Store) allocateOnce(ctx context.Context, r alloc.LeaseRequest, carveInT
 			// Not a collision: at once, on the slow path.
 			out, err = try(false)
 		}
-		if err == nil || !retryable(err) {
+		if err == nil || !(retryable(err) || errors.Is(err, errNodeHasRoom)) {
 			return out, err
 		}
+	}
+	if w := (*waitForRoom)(nil); errors.As(err, &w) {
+		// Concurrent allocations of the node took the room it had at
+		// every attempt, and the pool carves no more for it.
+		return out, alloc.Exhausted(w.pool, w.family)
 	}
 	return out, err
 }
@@ -504,15 +570,34 @@ func (s *Store) leaseNew(ctx context.Context, tx querier, nodeID int64, p allocP
 	// for a block row (an allocation holding one may wait for this lock):
 	// carve without looking for one with room (leaseWaitingSQL just did),
 	// and lease from the new block, this transaction's alone until it
-	// commits.
-	b, ok, err := carve(ctx, tx, r.Space, nodeID, p, f, now, carveAlways)
-	if err != nil {
+	// commits. The node may have a block with room all the same, carved
+	// or freed after this statement's snapshot: when carving it one more
+	// would take the pool's last block (or the pool is full), carve
+	// answers errNodeHasRoom, and allocateOnce tries again in a new
+	// transaction, which waits for that block.
+	b, ok, err := carve(ctx, tx, r.Space, nodeID, p, f, now, carveFair)
+	if errors.Is(err, errNodeHasRoom) {
+		return lease, &waitForRoom{pool: p.name, family: f}
+	} else if err != nil {
 		return lease, err
 	} else if !ok {
 		return lease, alloc.Exhausted(p.name, f)
 	}
 	return lease, s.leaseFromHeld(ctx, tx, &lease, args, b.id)
 }
+
+// waitForRoom is leaseNew's errNodeHasRoom: allocateOnce tries again, and
+// answers the pool's exhaustion when its attempts run out.
+type waitForRoom struct {
+	pool   string
+	family alloc.Family
+}
+
+func (e *waitForRoom) Error() string {
+	return fmt.Sprintf("pool %q, %s: %v", e.pool, e.family, errNodeHasRoom)
+}
+
+func (e *waitForRoom) Unwrap() error { return errNodeHasRoom }
 
 // leaseFromHeld leases l from block, which tx holds (leaseFreshSQL with
 // args). The block has room by its count: an answer without an address
@@ -565,8 +650,9 @@ func (e *needBlock) add(nb *needBlock) *needBlock {
 
 // carveFor carves a block of each pool and family nb names for its node,
 // all in one transaction, except where the node has a block with room again
-// by then. It registers the node when the store auto-registers: the
-// allocation that registered it rolled back.
+// by then, or has one that others hold while the pool has one free block
+// left (see carveFair). It registers the node when the store
+// auto-registers: the allocation that registered it rolled back.
 func (s *Store) carveFor(ctx context.Context, space string, nb *needBlock) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		now := s.now()
@@ -576,6 +662,11 @@ func (s *Store) carveFor(ctx context.Context, space string, nb *needBlock) error
 		}
 		for n := nb; n != nil; n = n.more {
 			_, ok, err := carve(ctx, tx, space, nodeID, n.pool, n.family, now, carveUnlessFreeRoom)
+			if errors.Is(err, errNodeHasRoom) {
+				// The pool's last free block is kept for another
+				// node: the next attempt waits for the node's own.
+				continue
+			}
 			if err == nil && !ok {
 				err = alloc.Exhausted(n.pool.name, n.family)
 			}

@@ -1,0 +1,246 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// Admission bounds the API requests a replica serves at once. Past
+// authentication and routing, an operation takes one of InFlight slots
+// for as long as its handler runs (the database work, whose connections
+// are as many); when none is free it waits, in line with at most Queue
+// others, for at most Wait. A request beyond the line, or whose wait runs
+// out, is answered 503 "unavailable" with Retry-After at once, on a
+// connection that stays open, instead of piling onto the database until
+// its client times out (which closes the connection, so the retry pays a
+// new TLS handshake). /healthz and /readyz are not admitted through it,
+// nor the profiler; /metrics is served beside the API.
+//
+// Whatever the limits, a request whose client has gone by the time it is
+// admitted is dropped without touching the database (499, see
+// problems.write), and one admitted goes on for a while after its client
+// left (see finishing). The zero value (InFlight 0) limits nothing else.
+type Admission struct {
+	InFlight int
+	Queue    int
+	Wait     time.Duration
+}
+
+// DefaultAdmission is the admission of a replica whose database pool has
+// conns connections: as many requests in flight, four times as many in
+// line, and a wait of at most a second. With a connection each, admitted
+// requests never queue for one inside the store, where a request cannot
+// tell how long it will wait; a second is well below the CNI plugin's
+// default timeout (10 s), and far above an allocation's p99 at the
+// pool's capacity (about 100 ms with 32 clients on two cores).
+func DefaultAdmission(conns int) Admission {
+	return Admission{InFlight: conns, Queue: 4 * conns, Wait: time.Second}
+}
+
+// Validate reports invalid limits.
+func (a Admission) Validate() error {
+	var errs []error
+	if a.InFlight < 0 {
+		errs = append(errs, fmt.Errorf("admission: in-flight limit %d is negative", a.InFlight))
+	}
+	if a.Queue < 0 {
+		errs = append(errs, fmt.Errorf("admission: queue %d is negative", a.Queue))
+	}
+	if a.InFlight > 0 && a.Wait <= 0 {
+		errs = append(errs, fmt.Errorf("admission: the longest wait must be positive, not %v", a.Wait))
+	}
+	return errors.Join(errs...)
+}
+
+// admissionRetryAfter is the Retry-After of a request refused admission:
+// by then the requests ahead of it have been served or refused.
+const admissionRetryAfter = time.Second
+
+// admitter enforces an Admission.
+type admitter struct {
+	limits  Admission
+	slots   chan struct{} // one token per request in flight
+	waiting atomic.Int64  // requests in line for a slot
+	ps      problems
+	// rejected counts refusals by reason (queue full, wait over).
+	rejected  metric.Int64Counter
+	queueFull []metric.AddOption
+	waitOver  []metric.AddOption
+}
+
+// newAdmitter enforces limits; with limits.InFlight 0 it admits every
+// request (and still drops those whose client has gone).
+func newAdmitter(limits Admission, ps problems, meter metric.Meter) (*admitter, error) {
+	rejected, err := meter.Int64Counter("ipam.http.server.admission.rejections",
+		metric.WithUnit("{request}"),
+		metric.WithDescription("API requests answered 503 by admission control: reason queue-full (the line of waiting requests was full) or wait (no slot came free in time)."))
+	if err != nil {
+		return nil, fmt.Errorf("api: metrics: %w", err)
+	}
+	a := &admitter{limits: limits, ps: ps, rejected: rejected,
+		queueFull: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "queue-full")))},
+		waitOver:  []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "wait")))}}
+	if limits.InFlight == 0 {
+		return a, nil
+	}
+	a.slots = make(chan struct{}, limits.InFlight)
+	ctx := context.Background()
+	a.rejected.Add(ctx, 0, a.queueFull...)
+	a.rejected.Add(ctx, 0, a.waitOver...)
+	_, err = meter.Int64ObservableGauge("ipam.http.server.admission.in_flight",
+		metric.WithUnit("{request}"),
+		metric.WithDescription("API requests admitted and not yet answered (at most --max-in-flight)."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(int64(len(a.slots)))
+			return nil
+		}))
+	if err == nil {
+		_, err = meter.Int64ObservableGauge("ipam.http.server.admission.waiting",
+			metric.WithUnit("{request}"),
+			metric.WithDescription("API requests waiting for admission (at most --admission-queue)."),
+			metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+				o.Observe(a.waiting.Load())
+				return nil
+			}))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("api: metrics: %w", err)
+	}
+	return a, nil
+}
+
+// unadmitted are the operations that never wait for admission: probes,
+// which must answer while the replica is saturated.
+var unadmitted = map[string]bool{"/healthz": true, "/readyz": true}
+
+// middleware admits each request (see Admission); it runs after routing.
+func (a *admitter) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if unadmitted[r.URL.Path] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if err := readAhead(r); err != nil {
+			// Cut short, too slow or broken: answered as the handler
+			// would have, without waiting for a slot.
+			a.ps.write(w, r, bodyError(err))
+			return
+		}
+		ctx := r.Context()
+		if err := a.admit(ctx); err != nil {
+			a.ps.write(w, r, err)
+			return
+		}
+		defer a.done()
+		// The handler/store boundary: a client gone while its request
+		// waited never starts a transaction.
+		if err := ctx.Err(); err != nil {
+			a.ps.write(w, r, err)
+			return
+		}
+		hctx, release := finishing(ctx)
+		defer release()
+		next.ServeHTTP(w, r.WithContext(hctx))
+	})
+}
+
+// readAheadLimit bounds the bodies readAhead reads.
+const readAheadLimit = 64 << 10
+
+// readAhead reads r's body, when it is small and of known length, before
+// the request waits for admission. net/http notices a client closing its
+// connection only once the body has been read; read, a request whose
+// client gives up while it waits leaves the line at once (its context
+// ends). The handler reads the same bytes. Its error is the read's, which
+// the handler's decoding would have met.
+func readAhead(r *http.Request) error {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength <= 0 || r.ContentLength > readAheadLimit {
+		return nil
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return nil
+}
+
+// done gives back the slot of an admitted request.
+func (a *admitter) done() {
+	if a.slots != nil {
+		<-a.slots
+	}
+}
+
+// inFlightGrace is how long a request's handler may go on after its client
+// went away.
+const inFlightGrace = 5 * time.Second
+
+// finishing answers the context of an admitted request's handler: ctx
+// (with its values: trace, identity), except that the client's going away
+// ends it only inFlightGrace later. Work the handler started then runs to
+// its end (an allocation is a few milliseconds), and the lease it made is
+// there for the client's retry, which the same attachment makes
+// idempotent. Cut at once, the statement in flight would take its
+// database connection with it (the driver closes a connection whose
+// statement's context ends), and the pool would open a new one, a
+// backend process and its prepared statements, for each client that timed
+// out. release ends the context when the handler is done.
+func finishing(ctx context.Context) (context.Context, context.CancelFunc) {
+	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	var grace atomic.Pointer[time.Timer]
+	stop := context.AfterFunc(ctx, func() {
+		grace.Store(time.AfterFunc(inFlightGrace, func() { cancel(context.Cause(ctx)) }))
+	})
+	return hctx, func() {
+		stop()
+		if t := grace.Load(); t != nil {
+			t.Stop()
+		}
+		cancel(context.Canceled)
+	}
+}
+
+// admit takes a slot, waiting for one when the line has room. Its error
+// is the problem to answer: 503 when refused, ctx's error when the client
+// went away while waiting.
+func (a *admitter) admit(ctx context.Context) error {
+	if err := ctx.Err(); err != nil || a.slots == nil {
+		return err
+	}
+	select {
+	case a.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	if a.waiting.Add(1) > int64(a.limits.Queue) {
+		a.waiting.Add(-1)
+		a.rejected.Add(ctx, 1, a.queueFull...)
+		return &alloc.Error{Kind: kindUnavailable, RetryAfter: admissionRetryAfter,
+			Detail: fmt.Sprintf("overloaded: %d requests in flight and %d waiting; retry later", a.limits.InFlight, a.limits.Queue)}
+	}
+	defer a.waiting.Add(-1)
+	t := time.NewTimer(a.limits.Wait)
+	defer t.Stop()
+	select {
+	case a.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		a.rejected.Add(ctx, 1, a.waitOver...)
+		return &alloc.Error{Kind: kindUnavailable, RetryAfter: admissionRetryAfter,
+			Detail: fmt.Sprintf("overloaded: no request slot came free within %v; retry later", a.limits.Wait)}
+	}
+}
