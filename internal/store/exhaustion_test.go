@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
@@ -138,16 +136,7 @@ func TestBusyNodeKeepsThePoolsLastBlock(t *testing.T) {
 			f.allocate(req("a", "a0"))
 
 			// Another allocation of node a holds its block.
-			other, err := pgx.Connect(f.ctx, f.conn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer other.Close(f.ctx)
-			tx, err := other.Begin(f.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(f.ctx)
+			tx := f.otherTx(t)
 			if _, err := tx.Exec(f.ctx, `SELECT id FROM blocks FOR NO KEY UPDATE`); err != nil {
 				t.Fatal(err)
 			}

@@ -126,16 +126,7 @@ func TestLeaseWhenTheSnapshotMissesTheFreeAddress(t *testing.T) {
 
 	// Another holder of the block: it leases the last address (moving the
 	// cursor past it, to the start) and purges the cooled row.
-	other, err := pgx.Connect(f.ctx, f.conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(f.ctx)
-	tx, err := other.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(f.ctx)
+	tx := f.otherTx(t)
 	for _, sql := range []string{
 		`SELECT id FROM blocks FOR NO KEY UPDATE`,
 		`INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
@@ -51,6 +52,23 @@ type fixture struct {
 	clock *clock
 	opts  Options
 	s     *Store
+}
+
+// otherTx begins a transaction on a connection of its own, as another
+// server's would be; it is rolled back and closed when the test ends.
+func (f *fixture) otherTx(t *testing.T) pgx.Tx {
+	t.Helper()
+	other, err := pgx.Connect(f.ctx, f.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close(f.ctx) })
+	tx, err := other.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(f.ctx) })
+	return tx
 }
 
 func newFixture(t *testing.T, tweak func(*Options)) *fixture {
