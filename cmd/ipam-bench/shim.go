@@ -143,39 +143,49 @@ func shimLine(plugin string, r shimResult) string {
 // shimNetconf is the network configuration on the plugin's stdin; prev,
 // when set, is ADD's result passed to DEL as prevResult, as runtimes do.
 func shimNetconf(server, certDir, space string, prev json.RawMessage) ([]byte, error) {
-	m := map[string]any{
-		"cniVersion": shimCNIVersion,
-		"name":       "bench",
-		"type":       "bridge",
-		"ipam": map[string]any{
-			"type":     "ipam-shim",
-			"server":   server,
-			"caFile":   filepath.Join(certDir, "ca.crt"),
-			"certFile": filepath.Join(certDir, "node.crt"),
-			"keyFile":  filepath.Join(certDir, "node.key"),
-			"node":     shimNode,
-			"space":    space,
-			"timeout":  shimCallLimit.String(),
-		},
+	return netconf("bench", shimIPAM(server, certDir, space), prev)
+}
+
+// shimIPAM is the shim's ipam section: the node's certificate in certDir,
+// its reserve file there too (not under /var/lib/cni, which would outlive
+// the run and carry another run's slots into this one).
+func shimIPAM(server, certDir, space string) map[string]any {
+	return map[string]any{
+		"type":     "ipam-shim",
+		"server":   server,
+		"caFile":   filepath.Join(certDir, "ca.crt"),
+		"certFile": filepath.Join(certDir, "node.crt"),
+		"keyFile":  filepath.Join(certDir, "node.key"),
+		"node":     shimNode,
+		"space":    space,
+		"timeout":  shimCallLimit.String(),
+		"dataDir":  filepath.Join(certDir, "shim-reserve"),
 	}
-	if len(prev) > 0 {
-		m["prevResult"] = prev
-	}
-	return json.Marshal(m)
 }
 
 // hostLocalNetconf is the network configuration of the reference
 // host-local plugin, leasing from a /16 with its files in dataDir.
 func hostLocalNetconf(dataDir string, prev json.RawMessage) ([]byte, error) {
+	return netconf("bench-host-local", hostLocalIPAM(dataDir), prev)
+}
+
+// hostLocalIPAM is host-local's ipam section.
+func hostLocalIPAM(dataDir string) map[string]any {
+	return map[string]any{
+		"type":    "host-local",
+		"ranges":  [][]map[string]string{{{"subnet": "10.250.0.0/16"}}},
+		"dataDir": dataDir,
+	}
+}
+
+// netconf is the configuration of network name, of type bridge with the
+// ipam section ipam, as an IPAM plugin gets it from bridge.
+func netconf(name string, ipam map[string]any, prev json.RawMessage) ([]byte, error) {
 	m := map[string]any{
 		"cniVersion": shimCNIVersion,
-		"name":       "bench-host-local",
+		"name":       name,
 		"type":       "bridge",
-		"ipam": map[string]any{
-			"type":    "host-local",
-			"ranges":  [][]map[string]string{{{"subnet": "10.250.0.0/16"}}},
-			"dataDir": dataDir,
-		},
+		"ipam":       ipam,
 	}
 	if len(prev) > 0 {
 		m["prevResult"] = prev
