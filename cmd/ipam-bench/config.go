@@ -48,6 +48,7 @@ type config struct {
 	ShimCalls         int  `json:"shimCalls"`
 	ShimParallel      int  `json:"shimParallel"`
 	ShimParallelCalls int  `json:"shimParallelCalls"`
+	ShimBridgeCalls   int  `json:"shimBridgeCalls"`
 }
 
 // MarshalJSON writes the durations as Go duration strings ("20s").
@@ -145,6 +146,9 @@ func (c config) Validate() error {
 		positive("shim-calls", c.ShimCalls)
 		positive("shim-parallel", c.ShimParallel)
 		positive("shim-parallel-calls", c.ShimParallelCalls)
+		if c.ShimBridgeCalls < 0 {
+			errs = append(errs, fmt.Errorf("-shim-bridge-calls must not be negative (0 skips the bridge mode), not %d", c.ShimBridgeCalls))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -235,6 +239,7 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.ShimCalls, "shim-calls", 200, "sequential ADD+DEL pairs of the shim phase")
 	fs.IntVar(&c.ShimParallel, "shim-parallel", 16, "parallel workers of the shim phase")
 	fs.IntVar(&c.ShimParallelCalls, "shim-parallel-calls", 50, "ADD+DEL pairs per parallel worker of the shim phase")
+	fs.IntVar(&c.ShimBridgeCalls, "shim-bridge-calls", 100, "ADD+DEL pairs of each IPAM plugin under the bridge plugin, a veth into a Pod namespace each, as a runtime calls them (needs root and ip; else skipped); 0 skips")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

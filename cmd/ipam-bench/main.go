@@ -26,7 +26,8 @@
 //     tables (fill.go: 110 per node on nodes of their own, in an address
 //     space of its own), and the ratio of allocation p50 at the last point to the first;
 //   - shim (-shim): the CNI plugin cmd/cni-shim timed end to end, one
-//     process per ADD and DEL (shim.go).
+//     process per ADD and DEL (shim.go), also under the bridge plugin in
+//     network namespaces of its own (bridge.go).
 //
 // Each run prints operations/s, allocation p50/p90/p99/max, errors, the
 // duplicate addresses seen so far and the server's peak RSS during the run
@@ -243,10 +244,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	rep.Setup.ServerBuildSec = time.Since(began).Seconds()
 	probe := b.pki.adminClient()
-	b.servers, err = startServers(ctx, cfg.Replicas, serverOptions{
+	serverOpts := serverOptions{
 		bin: bin, databaseURL: db.url, certDir: tmp, cooldown: cfg.Cooldown, leaseExpiry: cfg.LeaseExpiry,
 		maxConns: cfg.MaxConns, pprof: cfg.ServerProfile != "", extra: cfg.ServerArgs,
-	}, probe)
+	}
+	b.servers, err = startServers(ctx, cfg.Replicas, serverOpts, probe)
 	if err != nil {
 		return err
 	}
@@ -349,13 +351,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 
 	if cfg.Shim {
-		if rep.Shim, err = runShim(ctx, cfg, b.pki, urls[0], b.admin, out); err != nil {
+		if rep.Shim, err = runShim(ctx, cfg, b.pki, urls[0], serverOpts, b.admin, out); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("shim: %w", err)
 		}
-		for _, r := range []shimResult{rep.Shim.Sequential, rep.Shim.Parallel, rep.Shim.HostLocal.Sequential, rep.Shim.HostLocal.Parallel} {
+		for _, r := range rep.Shim.results() {
 			if r.ErrorRate > maxErrorRate {
 				b.failed = append(b.failed, fmt.Sprintf("shim %s: %.3f%% of calls failed", r.Mode, 100*r.ErrorRate))
 			}
@@ -652,6 +654,7 @@ func printSummary(out io.Writer, rep report) {
 	if rep.Fill != nil && len(rep.Fill.Points) > 1 {
 		fmt.Fprintf(out, "fill curve: alloc p50 at %d leases / at %d = %.2f\n", rep.Fill.Points[len(rep.Fill.Points)-1].Leases, rep.Fill.Points[0].Leases, rep.Fill.P50Ratio)
 	}
+	printShimSummary(out, rep.Shim)
 	d := rep.Duplicates
 	fmt.Fprintf(out, "duplicates: %d (bookkeeping) + %d (database); server peak RSS %.1f MiB\n", d.Ledger, d.Database.Duplicates, rep.ServerPeakMiB)
 }

@@ -102,6 +102,9 @@ type serverOptions struct {
 	maxConns    int      // 0: the server's default
 	pprof       bool     // --pprof: the profiler at /debug/pprof/, for admins
 	extra       []string // -server-args
+	// start starts the process; nil is cmd.Start (the shim's bridge mode
+	// starts its server in the node's network namespace).
+	start func(cmd *exec.Cmd) error
 }
 
 // args are the command line of one server listening on listen.
@@ -222,7 +225,11 @@ func spawnServer(o serverOptions, listen string) (*serverProc, error) {
 	}
 	s := &serverProc{cmd: cmd, url: "https://" + listen, stderr: &tailWriter{max: 64 << 10}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = s.stderr, s.stderr
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if o.start != nil {
+		start = func() error { return o.start(cmd) }
+	}
+	if err := start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", o.bin, err)
 	}
 	go func() {

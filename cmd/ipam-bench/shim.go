@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -27,13 +28,14 @@ import (
 const (
 	shimPackage    = "github.com/ipam-dev/ipam/cmd/cni-shim"
 	hostLocalPkg   = "github.com/containernetworking/plugins/plugins/ipam/host-local@v1.10.0"
+	bridgePkg      = "github.com/containernetworking/plugins/plugins/main/bridge@v1.10.0"
 	shimCNIVersion = "1.1.0"
 	shimNode       = "shim-bench-node"
 	shimMask       = 24
 	shimCallLimit  = 60 * time.Second
 )
 
-// shimResult is one mode of the shim phase: sequential or parallel.
+// shimResult is one mode of the shim phase: sequential, parallel or bridge.
 type shimResult struct {
 	Mode         string   `json:"mode"`
 	Workers      int      `json:"workers"`
@@ -61,18 +63,40 @@ type shimReport struct {
 	// HostLocal is the reference plugin in the same harness; the ratios
 	// are the shim's pair latency over host-local's.
 	HostLocal struct {
-		Sequential shimResult `json:"sequential"`
-		Parallel   shimResult `json:"parallel"`
+		Sequential shimResult  `json:"sequential"`
+		Parallel   shimResult  `json:"parallel"`
+		Bridge     *shimResult `json:"bridge,omitempty"`
 	} `json:"hostLocal"`
-	Ratios []shimRatio `json:"ratios"`
+	// Bridge is the runtime's view: the reference bridge plugin calling
+	// the IPAM plugin, a veth into a Pod namespace per pair (bridge.go);
+	// nil when skipped, for the reason BridgeSkipped.
+	Bridge        *shimResult `json:"bridge,omitempty"`
+	BridgeSkipped string      `json:"bridgeSkipped,omitempty"`
+	Ratios        []shimRatio `json:"ratios"`
 }
 
-// shimRatio is the shim's pair latency over host-local's in one mode.
+// results are every mode's results, the shim's and host-local's.
+func (r *shimReport) results() []shimResult {
+	all := []shimResult{r.Sequential, r.Parallel, r.HostLocal.Sequential, r.HostLocal.Parallel}
+	for _, b := range []*shimResult{r.Bridge, r.HostLocal.Bridge} {
+		if b != nil {
+			all = append(all, *b)
+		}
+	}
+	return all
+}
+
+// shimRatio is the shim's pair latency over host-local's in one mode,
+// with the figures it divides.
 type shimRatio struct {
-	Mode  string  `json:"mode"`
-	P50   float64 `json:"pairP50"`
-	P99   float64 `json:"pairP99"`
-	Limit float64 `json:"limit"`
+	Mode           string  `json:"mode"`
+	P50            float64 `json:"pairP50"`
+	P99            float64 `json:"pairP99"`
+	Limit          float64 `json:"limit"`
+	ShimP50ms      float64 `json:"shimPairP50ms"`
+	ShimP99ms      float64 `json:"shimPairP99ms"`
+	HostLocalP50ms float64 `json:"hostLocalPairP50ms"`
+	HostLocalP99ms float64 `json:"hostLocalPairP99ms"`
 }
 
 // shimRatioLimit is the target: the shim's pair at most 1.3 times host-local's.
@@ -80,7 +104,8 @@ const shimRatioLimit = 1.3
 
 // ratioOf compares the shim's and host-local's pairs of one mode.
 func ratioOf(shim, hostLocal shimResult) shimRatio {
-	r := shimRatio{Mode: shim.Mode, Limit: shimRatioLimit}
+	r := shimRatio{Mode: shim.Mode, Limit: shimRatioLimit,
+		ShimP50ms: shim.PairP50ms, ShimP99ms: shim.PairP99ms, HostLocalP50ms: hostLocal.PairP50ms, HostLocalP99ms: hostLocal.PairP99ms}
 	if hostLocal.PairP50ms > 0 {
 		r.P50 = shim.PairP50ms / hostLocal.PairP50ms
 	}
@@ -90,16 +115,39 @@ func ratioOf(shim, hostLocal shimResult) shimRatio {
 	return r
 }
 
-// line is the printed line of r.
-func (r shimRatio) line() string {
-	verdict := "ok"
+// verdict judges r's p50 ratio against the target.
+func (r shimRatio) verdict() string {
 	switch {
 	case r.P50 == 0:
-		verdict = "no figures"
+		return "no figures"
 	case r.P50 > r.Limit:
-		verdict = "over"
+		return "over"
 	}
-	return fmt.Sprintf("shim/host-local %s pair_p50_ratio=%.2f pair_p99_ratio=%.2f target<=%.1f %s", r.Mode, r.P50, r.P99, r.Limit, verdict)
+	return "ok"
+}
+
+// line is the printed line of r.
+func (r shimRatio) line() string {
+	return fmt.Sprintf("shim/host-local %s pair_p50_ratio=%.2f pair_p99_ratio=%.2f target<=%.1f %s", r.Mode, r.P50, r.P99, r.Limit, r.verdict())
+}
+
+// summaryLine is r's line in the summary: both pairs and the ratios.
+func (r shimRatio) summaryLine() string {
+	return fmt.Sprintf("shim %-11s pair ms p50/p99: host-local %.2f/%.2f shim %.2f/%.2f ratio %.2f/%.2f (target p50<=%.1f) %s",
+		r.Mode, r.HostLocalP50ms, r.HostLocalP99ms, r.ShimP50ms, r.ShimP99ms, r.P50, r.P99, r.Limit, r.verdict())
+}
+
+// printShimSummary prints the shim phase's lines of the summary.
+func printShimSummary(out io.Writer, r *shimReport) {
+	if r == nil {
+		return
+	}
+	for _, ratio := range r.Ratios {
+		fmt.Fprintln(out, ratio.summaryLine())
+	}
+	if r.BridgeSkipped != "" {
+		fmt.Fprintf(out, "shim bridge: skipped: %s\n", r.BridgeSkipped)
+	}
 }
 
 // shimTimes are the latencies and failures one mode collected.
@@ -143,39 +191,49 @@ func shimLine(plugin string, r shimResult) string {
 // shimNetconf is the network configuration on the plugin's stdin; prev,
 // when set, is ADD's result passed to DEL as prevResult, as runtimes do.
 func shimNetconf(server, certDir, space string, prev json.RawMessage) ([]byte, error) {
-	m := map[string]any{
-		"cniVersion": shimCNIVersion,
-		"name":       "bench",
-		"type":       "bridge",
-		"ipam": map[string]any{
-			"type":     "ipam-shim",
-			"server":   server,
-			"caFile":   filepath.Join(certDir, "ca.crt"),
-			"certFile": filepath.Join(certDir, "node.crt"),
-			"keyFile":  filepath.Join(certDir, "node.key"),
-			"node":     shimNode,
-			"space":    space,
-			"timeout":  shimCallLimit.String(),
-		},
+	return netconf("bench", shimIPAM(server, certDir, space), prev)
+}
+
+// shimIPAM is the shim's ipam section: the node's certificate in certDir,
+// its reserve file there too (not under /var/lib/cni, which would outlive
+// the run and carry another run's slots into this one).
+func shimIPAM(server, certDir, space string) map[string]any {
+	return map[string]any{
+		"type":     "ipam-shim",
+		"server":   server,
+		"caFile":   filepath.Join(certDir, "ca.crt"),
+		"certFile": filepath.Join(certDir, "node.crt"),
+		"keyFile":  filepath.Join(certDir, "node.key"),
+		"node":     shimNode,
+		"space":    space,
+		"timeout":  shimCallLimit.String(),
+		"dataDir":  filepath.Join(certDir, "shim-reserve"),
 	}
-	if len(prev) > 0 {
-		m["prevResult"] = prev
-	}
-	return json.Marshal(m)
 }
 
 // hostLocalNetconf is the network configuration of the reference
 // host-local plugin, leasing from a /16 with its files in dataDir.
 func hostLocalNetconf(dataDir string, prev json.RawMessage) ([]byte, error) {
+	return netconf("bench-host-local", hostLocalIPAM(dataDir), prev)
+}
+
+// hostLocalIPAM is host-local's ipam section.
+func hostLocalIPAM(dataDir string) map[string]any {
+	return map[string]any{
+		"type":    "host-local",
+		"ranges":  [][]map[string]string{{{"subnet": "10.250.0.0/16"}}},
+		"dataDir": dataDir,
+	}
+}
+
+// netconf is the configuration of network name, of type bridge with the
+// ipam section ipam, as an IPAM plugin gets it from bridge.
+func netconf(name string, ipam map[string]any, prev json.RawMessage) ([]byte, error) {
 	m := map[string]any{
 		"cniVersion": shimCNIVersion,
-		"name":       "bench-host-local",
+		"name":       name,
 		"type":       "bridge",
-		"ipam": map[string]any{
-			"type":    "host-local",
-			"ranges":  [][]map[string]string{{{"subnet": "10.250.0.0/16"}}},
-			"dataDir": dataDir,
-		},
+		"ipam":       ipam,
 	}
 	if len(prev) > 0 {
 		m["prevResult"] = prev
@@ -191,21 +249,23 @@ var releaseBuild = []string{"-trimpath", "-ldflags=-s -w"}
 // releaseEnv is the environment of a release build: CGO_ENABLED=0.
 func releaseEnv() []string { return append(os.Environ(), "CGO_ENABLED=0") }
 
-// buildHostLocal installs the reference host-local plugin from the Go
-// module proxy (as cmd/cni-shim/e2e installs bridge) into dir.
-func buildHostLocal(ctx context.Context, dir string) (string, error) {
+// installPlugin installs a reference plugin (host-local, bridge) from
+// the Go module proxy (as cmd/cni-shim/e2e installs bridge) into dir, as a
+// release is built, and answers its path.
+func installPlugin(ctx context.Context, dir, module string) (string, error) {
 	tool, err := goTool()
 	if err != nil {
 		return "", fmt.Errorf("go tool: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, tool, append(append([]string{"install"}, releaseBuild...), hostLocalPkg)...)
+	cmd := exec.CommandContext(ctx, tool, append(append([]string{"install"}, releaseBuild...), module)...)
 	cmd.Env = append(releaseEnv(), "GOBIN="+dir, "GOFLAGS=-mod=mod")
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go install %s: %w: %s", hostLocalPkg, err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("go install %s: %w: %s", module, err, strings.TrimSpace(stderr.String()))
 	}
-	return filepath.Join(dir, "host-local"), nil
+	pkg, _, _ := strings.Cut(module, "@")
+	return filepath.Join(dir, path.Base(pkg)), nil
 }
 
 // goTool answers the go command: GOROOT/bin/go of this program's
@@ -242,6 +302,8 @@ func buildShim(ctx context.Context, dir string) (string, error) {
 // shimBench is the state of the shim phase for one plugin.
 type shimBench struct {
 	bin string
+	// start starts a call's process; nil is cmd.Start.
+	start func(cmd *exec.Cmd) error
 	// netconf is the configuration of a call; prev is ADD's result for DEL.
 	netconf func(prev json.RawMessage) ([]byte, error)
 }
@@ -252,7 +314,7 @@ func (b *shimBench) call(ctx context.Context, verb, cid string, stdin []byte) ([
 	cmd.Env = []string{
 		"CNI_COMMAND=" + verb,
 		"CNI_CONTAINERID=" + cid,
-		"CNI_NETNS=/var/run/netns/" + cid, // the IPAM plugin never enters it
+		"CNI_NETNS=" + filepath.Join(netnsDir, cid), // an IPAM plugin never enters it; bridge enters the bridge mode's Pod namespace, named cid
 		"CNI_IFNAME=" + benchInterface,
 		"CNI_PATH=" + filepath.Dir(b.bin),
 		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=" + cid,
@@ -262,7 +324,15 @@ func (b *shimBench) call(ctx context.Context, verb, cid string, stdin []byte) ([
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
-	err := cmd.Run()
+	var err error
+	if b.start != nil {
+		err = b.start(cmd)
+	} else {
+		err = cmd.Start()
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
 	d := time.Since(start)
 	if err != nil {
 		return nil, d, fmt.Errorf("%s %s: %w: %s %s", verb, cid, err,
@@ -335,8 +405,9 @@ func (b *shimBench) mode(ctx context.Context, name string, workers, calls int) s
 }
 
 // runShim runs the shim phase against the running server: build, the
-// node's certificate, a space of its own, sequential then parallel.
-func runShim(ctx context.Context, cfg config, p *benchPKI, server string, admin *ipamv1.ClientWithResponses, out io.Writer) (*shimReport, error) {
+// node's certificate, a space of its own, sequential then parallel, then
+// under bridge in namespaces of its own, with a server of options so.
+func runShim(ctx context.Context, cfg config, p *benchPKI, server string, so serverOptions, admin *ipamv1.ClientWithResponses, out io.Writer) (*shimReport, error) {
 	rep := &shimReport{CNIVersion: shimCNIVersion, Space: fmt.Sprintf("shim-bench-%d", time.Now().Unix())}
 	certDir, err := os.MkdirTemp("", "ipam-bench-shim-")
 	if err != nil {
@@ -348,7 +419,7 @@ func runShim(ctx context.Context, cfg config, p *benchPKI, server string, admin 
 	if err != nil {
 		return nil, err
 	}
-	hlBin, err := buildHostLocal(ctx, certDir)
+	hlBin, err := installPlugin(ctx, certDir, hostLocalPkg)
 	if err != nil {
 		return nil, err
 	}
@@ -396,6 +467,13 @@ func runShim(ctx context.Context, cfg config, p *benchPKI, server string, admin 
 		r := ratioOf(*m.shim, *m.hl)
 		rep.Ratios = append(rep.Ratios, r)
 		fmt.Fprintln(out, r.line())
+	}
+	if rep.BridgeSkipped = bridgeSkip(cfg.ShimBridgeCalls, os.Geteuid(), exec.LookPath, so.databaseURL); rep.BridgeSkipped != "" {
+		fmt.Fprintf(out, "shim bridge: skipped: %s\n", rep.BridgeSkipped)
+		return rep, nil
+	}
+	if err := runBridge(ctx, cfg.ShimBridgeCalls, p, so, certDir, rep, out); err != nil {
+		return nil, err
 	}
 	return rep, nil
 }

@@ -54,7 +54,7 @@ func TestShimNetconf(t *testing.T) {
 	}
 	if m.CNIVersion != "1.1.0" || m.IPAM["type"] != "ipam-shim" || m.IPAM["server"] != "https://127.0.0.1:1" ||
 		m.IPAM["caFile"] != "/certs/ca.crt" || m.IPAM["certFile"] != "/certs/node.crt" || m.IPAM["keyFile"] != "/certs/node.key" ||
-		m.IPAM["node"] != shimNode || m.IPAM["space"] != "s1" || m.Prev["cniVersion"] != "1.1.0" {
+		m.IPAM["node"] != shimNode || m.IPAM["space"] != "s1" || m.IPAM["dataDir"] != "/certs/shim-reserve" || m.Prev["cniVersion"] != "1.1.0" {
 		t.Fatalf("netconf %s", b)
 	}
 	b, err = shimNetconf("https://x", "/c", "s", nil)
@@ -65,7 +65,7 @@ func TestShimNetconf(t *testing.T) {
 
 func TestShimRatio(t *testing.T) {
 	r := ratioOf(shimResult{Mode: "sequential", PairP50ms: 39, PairP99ms: 90}, shimResult{PairP50ms: 30, PairP99ms: 60})
-	if r.P50 != 1.3 || r.P99 != 1.5 || r.Limit != shimRatioLimit {
+	if r.P50 != 1.3 || r.P99 != 1.5 || r.Limit != shimRatioLimit || r.ShimP50ms != 39 || r.ShimP99ms != 90 || r.HostLocalP50ms != 30 || r.HostLocalP99ms != 60 {
 		t.Fatalf("ratio %+v", r)
 	}
 	if line := r.line(); line != "shim/host-local sequential pair_p50_ratio=1.30 pair_p99_ratio=1.50 target<=1.3 ok" {
