@@ -1,11 +1,9 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -206,8 +204,8 @@ func NewHandler(store Store, o Options) http.Handler {
 		BaseRouter:       r,
 		ErrorHandlerFunc: ps.paramError,
 		// The last runs first, after routing: admission, then a body must
-		// be UTF-8, then JSON, before it is decoded strictly.
-		Middlewares: []ipamv1.MiddlewareFunc{strictJSON(ps), requireUTF8(ps), requireJSON(ps), admit.middleware},
+		// be JSON, then UTF-8 and strictly decodable.
+		Middlewares: []ipamv1.MiddlewareFunc{checkBody(ps), requireJSON(ps), admit.middleware},
 	})
 	if o.TracerProvider == nil {
 		return h
@@ -374,33 +372,6 @@ func requireJSON(ps problems) ipamv1.MiddlewareFunc {
 					return
 				}
 			}
-			next.ServeHTTP(w, r)
-		})
-	}
-}
-
-// requireUTF8 refuses (400 on "body") a request body that is not UTF-8,
-// as JSON text must be (RFC 8259): the decoder would replace each invalid
-// byte of a string with U+FFFD, and the service would store a value the
-// client never sent. The body, already bounded by the edge, is read once
-// and handed on.
-func requireUTF8(ps problems) ipamv1.MiddlewareFunc {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-				next.ServeHTTP(w, r)
-				return
-			}
-			b, err := io.ReadAll(r.Body)
-			if err != nil {
-				ps.write(w, r, bodyError(err))
-				return
-			}
-			if !utf8.Valid(b) {
-				ps.write(w, r, alloc.Invalid("body", "is not valid UTF-8 (byte %d)", invalidUTF8At(b)))
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(b))
 			next.ServeHTTP(w, r)
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	k8sjson "sigs.k8s.io/json"
@@ -51,21 +52,18 @@ var bodyTypes = func() map[string]reflect.Type {
 	return m
 }()
 
-// strictJSON refuses a JSON body with an unknown, duplicate or
-// differently cased property, or a null, before the generated handler
-// decodes it. It runs after routing and after requireJSON, so the body is
-// JSON for a known operation; a body that is not even valid JSON is left to
-// the generated decoder, whose errors bodyError already names.
-func strictJSON(ps problems) ipamv1.MiddlewareFunc {
+// checkBody reads a request body once and refuses it before any handler
+// decodes it when it is not UTF-8 (PostgreSQL text cannot hold it, and
+// encoding/json would turn it into U+FFFD silently), or, for an operation
+// with a JSON body, when it has an unknown, duplicate or differently cased
+// property, or a null. It runs after routing and after requireJSON, so
+// the body is JSON for a known operation; a body that is not even valid
+// JSON is left to the generated decoder, whose errors bodyError already
+// names. The handler reads the same bytes.
+func checkBody(ps problems) ipamv1.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method != http.MethodPost && r.Method != http.MethodPut || r.Body == nil || r.Body == http.NoBody {
-				next.ServeHTTP(w, r)
-				return
-			}
-			id := operationsByRoute[r.Method+" "+chi.RouteContext(r.Context()).RoutePattern()]
-			t, ok := bodyTypes[id]
-			if !ok {
+			if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -74,9 +72,18 @@ func strictJSON(ps problems) ipamv1.MiddlewareFunc {
 				ps.write(w, r, bodyError(err))
 				return
 			}
-			if err := checkStrictJSON(data, t); err != nil {
-				ps.write(w, r, err)
+			if !utf8.Valid(data) {
+				ps.write(w, r, alloc.Invalid("body", "is not valid UTF-8 (byte %d)", invalidUTF8At(data)))
 				return
+			}
+			if r.Method == http.MethodPost || r.Method == http.MethodPut {
+				id := operationsByRoute[r.Method+" "+chi.RouteContext(r.Context()).RoutePattern()]
+				if t, ok := bodyTypes[id]; ok {
+					if err := checkStrictJSON(data, t); err != nil {
+						ps.write(w, r, err)
+						return
+					}
+				}
 			}
 			r.Body = io.NopCloser(bytes.NewReader(data))
 			next.ServeHTTP(w, r)

@@ -172,7 +172,7 @@ func TestSpecHasNoNullable(t *testing.T) {
 				return
 			}
 			if s.Nullable {
-				t.Errorf("%s is nullable; strictJSON refuses every null", path)
+				t.Errorf("%s is nullable; checkBody refuses every null", path)
 			}
 			for p, ps := range s.Properties {
 				walk(path+"."+p, ps.Value)
