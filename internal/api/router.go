@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -375,19 +374,6 @@ func requireJSON(ps problems) ipamv1.MiddlewareFunc {
 			next.ServeHTTP(w, r)
 		})
 	}
-}
-
-// invalidUTF8At answers the offset of the first byte of b that is not
-// valid UTF-8, or -1.
-func invalidUTF8At(b []byte) int {
-	for i := 0; i < len(b); {
-		r, n := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && n == 1 {
-			return i
-		}
-		i += n
-	}
-	return -1
 }
 
 // isJSON reports whether a Content-Type is application/json with any

@@ -91,6 +91,19 @@ func checkBody(ps problems) ipamv1.MiddlewareFunc {
 	}
 }
 
+// invalidUTF8At answers the offset of the first byte of b that is not
+// valid UTF-8, or -1.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
+
 // checkStrictJSON answers the first null, unknown or duplicate property of
 // data, decoded as a t, as an invalid-input error naming its JSON path; nil
 // when there is none or when data is not valid JSON of t's shape (the
