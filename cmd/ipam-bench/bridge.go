@@ -198,9 +198,10 @@ func (r *bridgeRun) run(ctx context.Context, calls int, plugins []*bridgePlugin)
 }
 
 // runBridge runs the bridge mode into rep: calls pairs of host-local and
-// of the shim under bridge. When the machine cannot make the node
+// of the shim under bridge, the shim as node shimBridgeNode with the
+// certificate in nodeCertDir. When the machine cannot make the node
 // namespace it skips the mode, the reason in rep.BridgeSkipped.
-func runBridge(ctx context.Context, calls int, p *benchPKI, o serverOptions, certDir string, rep *shimReport, out io.Writer) error {
+func runBridge(ctx context.Context, calls int, p *benchPKI, o serverOptions, certDir, nodeCertDir string, rep *shimReport, out io.Writer) error {
 	began := time.Now()
 	brBin, err := installPlugin(ctx, certDir, bridgePkg)
 	if err != nil {
@@ -224,7 +225,8 @@ func runBridge(ctx context.Context, calls int, p *benchPKI, o serverOptions, cer
 		brBin, built, r.node.name, r.server.url, calls)
 
 	start := func(cmd *exec.Cmd) error { return r.node.do(cmd.Start) }
-	shimIPAMBridge := shimIPAM(r.server.url, certDir, rep.Space)
+	shimIPAMBridge := shimIPAM(r.server.url, nodeCertDir, rep.Space)
+	shimIPAMBridge["node"] = shimBridgeNode
 	shimIPAMBridge["dataDir"] = filepath.Join(certDir, "shim-reserve-bridge") // a reserve per network
 	hl := &bridgePlugin{name: "hl", bench: &shimBench{bin: brBin, start: start, netconf: func(prev json.RawMessage) ([]byte, error) {
 		return bridgeNetconf("bench-bridge-host-local", "ipb"+r.suffix+"hl", hostLocalIPAM(filepath.Join(certDir, "host-local-bridge")), prev)

@@ -31,6 +31,11 @@ const (
 	bridgePkg      = "github.com/containernetworking/plugins/plugins/main/bridge@v1.10.0"
 	shimCNIVersion = "1.1.0"
 	shimNode       = "shim-bench-node"
+	// shimBridgeNode is the node of the bridge mode: a node of its own, so
+	// that its one block (the bridge's gateway address) is not crowded
+	// out by the other modes' cooling addresses. bridge with isGateway
+	// takes one gateway per bridge; a second block would answer another.
+	shimBridgeNode = "shim-bench-bridge-node"
 	shimMask       = 24
 	shimCallLimit  = 60 * time.Second
 )
@@ -427,11 +432,18 @@ func runShim(ctx context.Context, cfg config, p *benchPKI, server string, so ser
 	if err := p.writeNode(rep.Space, shimNode, certDir); err != nil {
 		return nil, fmt.Errorf("shim certificates: %w", err)
 	}
-	if err := setupPool(ctx, admin, &rep.Space, shimMask, []string{shimNode}); err != nil {
+	bridgeCertDir := filepath.Join(certDir, "bridge-node")
+	if err := os.Mkdir(bridgeCertDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := p.writeNode(rep.Space, shimBridgeNode, bridgeCertDir); err != nil {
+		return nil, fmt.Errorf("shim certificates: %w", err)
+	}
+	if err := setupPool(ctx, admin, &rep.Space, shimMask, []string{shimNode, shimBridgeNode}); err != nil {
 		return nil, fmt.Errorf("shim setup: %w", err)
 	}
 	defer func() {
-		if err := teardown(context.WithoutCancel(ctx), admin, rep.Space, []string{shimNode}, []string{"default"}); err != nil {
+		if err := teardown(context.WithoutCancel(ctx), admin, rep.Space, []string{shimNode, shimBridgeNode}, []string{"default"}); err != nil {
 			fmt.Fprintln(os.Stderr, "ipam-bench: shim teardown:", err)
 		}
 	}()
@@ -472,7 +484,7 @@ func runShim(ctx context.Context, cfg config, p *benchPKI, server string, so ser
 		fmt.Fprintf(out, "shim bridge: skipped: %s\n", rep.BridgeSkipped)
 		return rep, nil
 	}
-	if err := runBridge(ctx, cfg.ShimBridgeCalls, p, so, certDir, rep, out); err != nil {
+	if err := runBridge(ctx, cfg.ShimBridgeCalls, p, so, certDir, bridgeCertDir, rep, out); err != nil {
 		return nil, err
 	}
 	return rep, nil
