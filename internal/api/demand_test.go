@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -393,6 +394,24 @@ func TestNodeUsageCanLease(t *testing.T) {
 	}
 	if _, got := e.canLeaseOf("n2", "pool=fixed"); !got["fixed/ipv4"] {
 		t.Fatal("another node's first cluster-pool block does not count")
+	}
+
+	// A node at the pool's per-node block limit, while the pool has free
+	// blocks: a lease would be refused node-block-limit.
+	e.mustDo(201, "POST", "/v1/pools", map[string]any{"name": "capped",
+		"spec": map[string]any{"ipv4": map[string]any{"cidrs": []string{"10.44.0.0/24"}, "maskSize": 29}, "maxBlocksPerNode": 1}}, nil)
+	for i := range 4 {
+		e.lease("n1", "capped", fmt.Sprint("c", i))
+	}
+	if r := e.do("POST", "/v1/nodes/n1/leases", leaseWith("pool", "capped", "containerID", "c4")); r.status != 409 ||
+		!strings.Contains(string(r.body), "node-block-limit") {
+		t.Fatalf("a fifth lease of a node at its block limit: %d %s", r.status, r.body)
+	}
+	if _, got := e.canLeaseOf("n1", "pool=capped"); got["capped/ipv4"] {
+		t.Fatal("a node at its block limit counts as leasable")
+	}
+	if _, got := e.canLeaseOf("n2", "pool=capped"); !got["capped/ipv4"] {
+		t.Fatal("another node of the capped pool does not count")
 	}
 
 	// Bad names, unknown pools and unknown spaces are refused.

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"slices"
 	"time"
 
@@ -199,43 +198,22 @@ func (s *Store) canLease(ctx context.Context, tx pgx.Tx, space string, nodeID in
 			return cooled, err
 		}
 	}
-	if p.disabled || (p.mode == alloc.ModeClusterPool && u.Blocks > 0) {
+	if p.disabled || (p.mode == alloc.ModeClusterPool && u.Blocks > 0) || u.Blocks >= p.blockLimit(f) {
 		return false, nil // carve refuses: see carve
 	}
-	rows, err := tx.Query(ctx, `SELECT cidr, mask_size, carve_hint, reserved_start, reserved_end FROM pool_cidrs
+	rows, err := tx.Query(ctx, `SELECT id, cidr, mask_size, carve_hint, reserved_start, reserved_end FROM pool_cidrs
 		WHERE pool_id = $1 AND family = $2 ORDER BY position`, p.id, int16(f))
 	if err != nil {
 		return false, err
 	}
-	type parent struct {
-		cidr         netip.Prefix
-		mask         int16
-		hint         int64
-		starts, ends []netip.Addr
-	}
-	parents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (parent, error) {
-		var pc parent
-		return pc, r.Scan(&pc.cidr, &pc.mask, &pc.hint, &pc.starts, &pc.ends)
+	parents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (carveParent, error) {
+		var pc carveParent
+		return pc, r.Scan(&pc.id, &pc.cidr, &pc.mask, &pc.hint, &pc.starts, &pc.ends)
 	})
-	if err != nil {
+	if err != nil || len(parents) == 0 {
 		return false, err
 	}
-	for _, pc := range parents {
-		mask := int(pc.mask)
-		n := alloc.BlockCount(pc.cidr, mask)
-		if pc.hint >= n || coversAll(pc.cidr, pc.starts, pc.ends) {
-			continue
-		}
-		var i int64
-		err := tx.QueryRow(ctx, firstFreeBlockSQL, space, pc.cidr.Addr(), pc.hint, n-1,
-			alloc.BlockSize(f, mask), mask, pc.starts, pc.ends).Scan(&i)
-		if err == nil {
-			return true, nil
-		} else if !errors.Is(err, pgx.ErrNoRows) {
-			return false, err
-		}
-	}
-	return false, nil
+	return anyFreeBlock(ctx, tx, space, f, parents, parents[0].hint)
 }
 
 // Rebalanced is what one Rebalance pass did.
