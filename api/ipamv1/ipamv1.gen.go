@@ -805,8 +805,10 @@ type NodePoolUsage struct {
 	Mode PoolMode `json:"mode"`
 
 	// Needed Multi-pool: neededIPCeil(leased + released, preAllocate), the
-	// capacity the node should have. Cluster-pool: leased + released
-	// (its one block never grows).
+	// capacity the node should have, at most the capacity of the
+	// pool's maxBlocksPerNode blocks (as Cilium clamps to
+	// max-allocate). Cluster-pool: leased + released (its one block
+	// never grows).
 	Needed int64  `json:"needed"`
 	Pool   string `json:"pool"`
 

@@ -30,13 +30,24 @@ type NodePoolDemand struct {
 	Cooling  int64 // released addresses still in cooldown: not available either
 	Capacity int64 // leasable addresses in the node's blocks
 	PreAlloc int64
+	// MaxCapacity is the capacity of the most blocks the pool lets one
+	// node hold (NodeCapacityLimit); 0 means no limit.
+	MaxCapacity int64
 }
 
 // Demand is the addresses the node uses and cannot hand out again now.
 func (d NodePoolDemand) Demand() int64 { return d.InUse + d.Pending + d.Cooling }
 
-// Needed is the capacity the node should have: NeededIPCeil of its demand.
-func (d NodePoolDemand) Needed() int64 { return NeededIPCeil(d.Demand(), d.PreAlloc) }
+// Needed is the capacity the node should have: NeededIPCeil of its demand,
+// at most MaxCapacity, as Cilium clamps the needed addresses to
+// max-allocate: a node at its limit is not short of what it may not have.
+func (d NodePoolDemand) Needed() int64 {
+	n := NeededIPCeil(d.Demand(), d.PreAlloc)
+	if d.MaxCapacity > 0 {
+		n = min(n, d.MaxCapacity)
+	}
+	return n
+}
 
 // Deficit is how many addresses of capacity the node lacks (0 when none).
 func (d NodePoolDemand) Deficit() int64 { return max(d.Needed()-d.Capacity, 0) }

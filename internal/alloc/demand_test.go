@@ -79,6 +79,10 @@ func TestNodePoolDemand(t *testing.T) {
 		{"deficit an exact multiple", NodePoolDemand{InUse: 33}, 33, 33, 33, []int64{3, 2, 1}},
 		{"deficit of exactly two blocks of 29", NodePoolDemand{InUse: 58}, 58, 58, 58, []int64{6, 2, 1}},
 		{"deficit of exactly one block of 61", NodePoolDemand{InUse: 50, Capacity: 3, PreAlloc: 8}, 50, 64, 61, []int64{6, 3, 1}},
+		// The per-node limit clamps the need, as max-allocate does Cilium's.
+		{"need clamped to the limit", NodePoolDemand{InUse: 50, Capacity: 29, PreAlloc: 8, MaxCapacity: 58}, 50, 58, 29, []int64{3, 1, 1}},
+		{"at the limit: no deficit", NodePoolDemand{InUse: 58, Capacity: 58, PreAlloc: 8, MaxCapacity: 58}, 58, 58, 0, []int64{0, 0, 0}},
+		{"limit above the need", NodePoolDemand{InUse: 15, Capacity: 11, PreAlloc: 8, MaxCapacity: 1000}, 15, 24, 13, []int64{2, 1, 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

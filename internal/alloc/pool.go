@@ -58,6 +58,17 @@ func BlockLimit(maxBlocks *int, f Family, mask int, allowFirst, allowLast bool, 
 	return max((DefaultNodeBlockAddresses+c-1)/c, 1)
 }
 
+// NodeCapacityLimit is the leasable addresses of the most blocks of family
+// f one node may hold (BlockLimit blocks of the pool's layout).
+func NodeCapacityLimit(maxBlocks *int, f Family, mask int, allowFirst, allowLast bool, nl NodeLocal) int64 {
+	base := netip.IPv4Unspecified()
+	if f == IPv6 {
+		base = netip.IPv6Unspecified()
+	}
+	c := BlockLayout(netip.PrefixFrom(base, mask), allowFirst, allowLast, nl).Capacity
+	return BlockLimit(maxBlocks, f, mask, allowFirst, allowLast, nl) * max(c, 0)
+}
+
 // BlockLimit is the pool's per-node block limit of family f (see the
 // function BlockLimit); 0 when the pool lacks f.
 func (s PoolSpec) BlockLimit(f Family) int64 {

@@ -28,7 +28,9 @@ type nodeUsageRow struct {
 // node's first Pod.
 const nodePoolUsageSQL = `WITH mp AS (
 		SELECT p.id, p.space, p.name, p.mode, f.family,
-		       CASE WHEN p.mode = 'multi-pool' THEN coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) ELSE 0 END AS pre
+		       CASE WHEN p.mode = 'multi-pool' THEN coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) ELSE 0 END AS pre,
+		       CASE f.family WHEN 4 THEN p.ipv4_mask_size ELSE p.ipv6_mask_size END AS mask, p.max_blocks_per_node,
+		       p.allow_first_ip, p.allow_last_ip, p.reserve_router, p.reserve_health, p.reserve_ingress
 		FROM pools p CROSS JOIN (VALUES (4::smallint), (6::smallint)) f (family)
 		WHERE ($1::text IS NULL OR p.space = $1) AND ($4::text IS NULL OR p.name = $4)
 		  AND CASE f.family WHEN 4 THEN p.ipv4_mask_size IS NOT NULL ELSE p.ipv6_mask_size IS NOT NULL END
@@ -37,7 +39,8 @@ const nodePoolUsageSQL = `WITH mp AS (
 		FROM blocks b JOIN mp ON mp.id = b.pool_id AND mp.family = b.family
 		GROUP BY b.node_id, b.pool_id, b.family
 	)
-	SELECT mp.space, n.name, mp.name, mp.mode, mp.family, mp.pre, coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0)
+	SELECT mp.space, n.name, mp.name, mp.mode, mp.family, mp.pre, coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0),
+	       mp.mask, mp.max_blocks_per_node, mp.allow_first_ip, mp.allow_last_ip, mp.reserve_router, mp.reserve_health, mp.reserve_ingress
 	FROM mp JOIN nodes n ON n.space = mp.space AND ($5::text IS NULL OR n.name = $5)
 	LEFT JOIN used u ON u.node_id = n.id AND u.pool_id = mp.id AND u.family = mp.family
 	WHERE u.node_id IS NOT NULL OR mp.pre > 0
@@ -53,9 +56,14 @@ func (s *Store) nodePoolUsage(ctx context.Context, q querier, space, pool, node 
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodeUsageRow, error) {
 		var u nodeUsageRow
-		var fam int16
-		err := r.Scan(&u.Space, &u.Node, &u.Pool, &u.Mode, &fam, &u.PreAlloc, &u.Blocks, &u.Capacity, &u.InUse)
+		var fam, mask int16
+		var maxBlocks *int
+		var first, last bool
+		var nl alloc.NodeLocal
+		err := r.Scan(&u.Space, &u.Node, &u.Pool, &u.Mode, &fam, &u.PreAlloc, &u.Blocks, &u.Capacity, &u.InUse,
+			&mask, &maxBlocks, &first, &last, &nl.Router, &nl.Health, &nl.Ingress)
 		u.Family = alloc.Family(fam)
+		u.MaxCapacity = alloc.NodeCapacityLimit(maxBlocks, u.Family, int(mask), first, last, nl)
 		return u, err
 	})
 }
@@ -115,6 +123,7 @@ func (s *Store) NodeUsage(ctx context.Context, space, node string, only alloc.Us
 						continue
 					}
 					u := alloc.NodePoolUsage{Node: node, Pool: name, Mode: p.mode, Family: f}
+					u.MaxCapacity = p.capacityLimit(f)
 					for _, r := range rows {
 						if r.Family == f {
 							u = r.NodePoolUsage

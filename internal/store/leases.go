@@ -43,6 +43,19 @@ func (p allocPool) blockLimit(f alloc.Family) int64 {
 	return alloc.BlockLimit(p.maxBlocks, f, int(*m), p.allowFirst, p.allowLast, p.nodeLocal)
 }
 
+// capacityLimit is the capacity of the most blocks of f one node may hold
+// of the pool.
+func (p allocPool) capacityLimit(f alloc.Family) int64 {
+	m := p.masks[0]
+	if f == alloc.IPv6 {
+		m = p.masks[1]
+	}
+	if m == nil {
+		return 0
+	}
+	return alloc.NodeCapacityLimit(p.maxBlocks, f, int(*m), p.allowFirst, p.allowLast, p.nodeLocal)
+}
+
 func (p allocPool) has(f alloc.Family) bool {
 	if f == alloc.IPv4 {
 		return p.masks[0] != nil

@@ -126,8 +126,10 @@ func TestNodeBlockLimitUnderConcurrency(t *testing.T) {
 	}
 }
 
-// The background pre-allocation carves up to the limit and no further,
-// without failing its pass; the node pool stays in deficit.
+// The background pre-allocation carves up to the limit and no further:
+// the node's need is clamped to the capacity of the blocks it may hold, as
+// Cilium clamps its needed addresses to max-allocate, so a node at its
+// limit is not in deficit (nor counted so by the usage view and metrics).
 func TestRebalanceRespectsNodeBlockLimit(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
@@ -136,17 +138,25 @@ func TestRebalanceRespectsNodeBlockLimit(t *testing.T) {
 	if _, _, err := f.s.PutNode(f.ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
+	for i, want := range []Rebalanced{{Carved: 2}, {}} {
 		r, err := f.s.Rebalance(f.ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.InDeficit != 1 {
-			t.Errorf("pass %+v: want the node pool in deficit", r)
+		if r != want {
+			t.Errorf("pass %d: %+v, want %+v", i, r, want)
 		}
 	}
 	if b := f.count(`SELECT count(*) FROM blocks`); b != 2 {
 		t.Fatalf("%d blocks pre-allocated, want the limit 2", b)
+	}
+	u, err := f.s.NodeUsage(f.ctx, alloc.DefaultSpace, "a", alloc.UsageFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A /28 of this pool (no node-local addresses) leases 14.
+	if len(u.Items) != 1 || u.Items[0].Needed() != 28 || u.Items[0].Deficit() != 0 || u.Items[0].Capacity != 28 {
+		t.Fatalf("usage %+v, want need 28 (two blocks of 14, not preAllocate 100) and no deficit", u.Items)
 	}
 }
 
