@@ -31,12 +31,17 @@ type allocPool struct {
 	maxBlocks      *int                     // maxBlocksPerNode; nil: the default
 }
 
+// mask is the block mask of family f, nil when the pool lacks f.
+func (p allocPool) mask(f alloc.Family) *int16 {
+	if f == alloc.IPv6 {
+		return p.masks[1]
+	}
+	return p.masks[0]
+}
+
 // blockLimit is the most blocks of f one node may hold of the pool.
 func (p allocPool) blockLimit(f alloc.Family) int64 {
-	m := p.masks[0]
-	if f == alloc.IPv6 {
-		m = p.masks[1]
-	}
+	m := p.mask(f)
 	if m == nil {
 		return 0
 	}
@@ -46,22 +51,14 @@ func (p allocPool) blockLimit(f alloc.Family) int64 {
 // capacityLimit is the capacity of the most blocks of f one node may hold
 // of the pool.
 func (p allocPool) capacityLimit(f alloc.Family) int64 {
-	m := p.masks[0]
-	if f == alloc.IPv6 {
-		m = p.masks[1]
-	}
+	m := p.mask(f)
 	if m == nil {
 		return 0
 	}
 	return alloc.NodeCapacityLimit(p.maxBlocks, f, int(*m), p.allowFirst, p.allowLast, p.nodeLocal)
 }
 
-func (p allocPool) has(f alloc.Family) bool {
-	if f == alloc.IPv4 {
-		return p.masks[0] != nil
-	}
-	return p.masks[1] != nil
-}
+func (p allocPool) has(f alloc.Family) bool { return p.mask(f) != nil }
 
 func (p allocPool) families() []alloc.Family {
 	var fs []alloc.Family
