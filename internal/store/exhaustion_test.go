@@ -141,15 +141,7 @@ func TestBusyNodeKeepsThePoolsLastBlock(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			type result struct {
-				a   alloc.Allocation
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				a, err := f.s.Allocate(f.ctx, req("a", "a1"))
-				done <- result{a, err}
-			}()
+			done := f.allocateAsync(req("a", "a1"))
 			if tc.wantBlocks == 2 {
 				r := <-done
 				if r.err != nil {

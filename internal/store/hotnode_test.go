@@ -145,15 +145,7 @@ func TestLeaseWhenTheSnapshotMissesTheFreeAddress(t *testing.T) {
 		}
 	}
 
-	type result struct {
-		a   alloc.Allocation
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		a, err := f.s.Allocate(f.ctx, req("n", "late"))
-		done <- result{a, err}
-	}()
+	done := f.allocateAsync(req("n", "late"))
 	// Commit once the allocation waits for the block.
 	deadline := time.Now().Add(10 * time.Second)
 	for f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY UPDATE%'`) == 0 {

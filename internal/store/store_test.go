@@ -54,6 +54,23 @@ type fixture struct {
 	s     *Store
 }
 
+// allocResult is the outcome of an allocation run in the background.
+type allocResult struct {
+	a   alloc.Allocation
+	err error
+}
+
+// allocateAsync runs Allocate(r) in a goroutine; its result arrives on the
+// channel, so a test can check that it waits for a lock another holds.
+func (f *fixture) allocateAsync(r alloc.LeaseRequest) <-chan allocResult {
+	done := make(chan allocResult, 1)
+	go func() {
+		a, err := f.s.Allocate(f.ctx, r)
+		done <- allocResult{a, err}
+	}()
+	return done
+}
+
 // otherTx begins a transaction on a connection of its own, as another
 // server's would be; it is rolled back and closed when the test ends.
 func (f *fixture) otherTx(t *testing.T) pgx.Tx {
