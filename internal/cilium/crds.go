@@ -1,0 +1,41 @@
+package cilium
+
+import (
+	"fmt"
+	"io/fs"
+
+	crdsv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/client/crds/v2"
+	crdsv2alpha1 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/client/crds/v2alpha1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// crdFiles are the CustomResourceDefinitions the operator reads and writes,
+// as Cilium's module embeds them: CiliumNode (every mode) and
+// CiliumPodIPPool (multi-pool pools, v2alpha1 in Cilium 1.20).
+var crdFiles = []struct {
+	fs   fs.FS
+	name string
+}{
+	{crdsv2.EmbedFS, "ciliumnodes.yaml"},
+	{crdsv2alpha1.EmbedFS, "ciliumpodippools.yaml"},
+}
+
+// CRDs returns Cilium's own definitions of the resources the operator
+// uses, read from the Cilium Go module the service is built with, so a
+// test cluster validates every write against Cilium's schema.
+func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(crdFiles))
+	for _, f := range crdFiles {
+		b, err := fs.ReadFile(f.fs, f.name)
+		if err != nil {
+			return nil, fmt.Errorf("cilium CRD %s: %w", f.name, err)
+		}
+		crd := new(apiextensionsv1.CustomResourceDefinition)
+		if err := yaml.UnmarshalStrict(b, crd); err != nil {
+			return nil, fmt.Errorf("cilium CRD %s: %w", f.name, err)
+		}
+		out = append(out, crd)
+	}
+	return out, nil
+}
