@@ -11,15 +11,17 @@
 //	c.InstallCiliumCRDs(t)
 //	cs := cilium.NewForConfigOrDie(c.Config())
 //
-// or, to pay the start (a few seconds) once per test binary, a package
-// shares one:
+// or, to pay the start (about 3 s) once per test binary, the tests of a
+// package share one:
 //
-//	func TestMain(m *testing.M) { kubetest.Main(m) }
-//	...
-//	c := kubetest.Shared(t)
+//	c := kubetest.Shared(t) // started at the first call
 //
 // Tests on a shared cluster must not depend on each other's objects (use
-// names of their own) and must not stop or restart its API server.
+// names of their own) and must not stop or restart its API server. A
+// package whose TestMain is free calls kubetest.Main(m), which stops the
+// shared cluster and removes its files at the end; without it (a package
+// whose TestMain is pgtest.Main), the servers die with the test binary
+// (the kernel kills them) and the next cluster's start removes the files.
 //
 // Without the binaries, tests skip with a message naming `make tools`,
 // except under CI ($CI set), where they fail.
@@ -130,7 +132,8 @@ func start(binDir string, opts ...Option) (c *Cluster, err error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	dir, err := os.MkdirTemp("", "kubetest-")
+	removeStale()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("kubetest-%d-", os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("kubetest: %w", err)
 	}
@@ -169,6 +172,20 @@ func (c *Cluster) close() error {
 		errs = append(errs, fmt.Errorf("kubetest: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// removeStale removes what clusters of test binaries that are gone left
+// behind (one killed at its timeout, or one that shared a cluster without
+// Main; their servers died with them): the directories kubetest-PID-* of
+// processes that no longer exist.
+func removeStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "kubetest-*-*"))
+	for _, dir := range dirs {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), "kubetest-"), "-")
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && errors.Is(syscall.Kill(n, 0), syscall.ESRCH) {
+			_ = os.RemoveAll(dir)
+		}
+	}
 }
 
 func (c *Cluster) startEtcd() error {

@@ -2,7 +2,9 @@ package kubetest
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -28,7 +30,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		exitWithoutCleanup() // for TestDeadBinaryLeavesNothing
+	}
+	Main(m)
+}
 
 // TestVersionIsToolsModules keeps KubernetesVersion (the cache directory's
 // name) equal to what tools/kube builds.
@@ -477,4 +484,128 @@ func sameSet(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// helperEnv makes the test binary, run by TestDeadBinaryLeavesNothing,
+// start a cluster and exit without cleaning up, running no test.
+const helperEnv = "KUBETEST_EXIT_WITHOUT_CLEANUP"
+
+func exitWithoutCleanup() {
+	binDir, err := BinDir()
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(2)
+	}
+	c, err := start(binDir)
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(2)
+	}
+	fmt.Printf("cluster %s %d %d\n", c.dir, c.etcd.cmd.Process.Pid, c.apiserver.cmd.Process.Pid)
+	os.Exit(0) // as a test binary killed at its timeout: no cleanup runs
+}
+
+// TestDeadBinaryLeavesNothing: when a test binary dies without stopping
+// its cluster, the kernel kills the servers, and the next start removes
+// their files.
+func TestDeadBinaryLeavesNothing(t *testing.T) {
+	requireBinDir(t)
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	var dir string
+	var pids [2]int
+	i := strings.Index(string(out), "cluster ")
+	if i < 0 {
+		t.Fatalf("helper printed no cluster:\n%s", out)
+	}
+	if _, err := fmt.Sscanf(string(out[i:]), "cluster %s %d %d", &dir, &pids[0], &pids[1]); err != nil {
+		t.Fatalf("helper output %q: %v", out, err)
+	}
+	for _, pid := range pids {
+		deadline := time.Now().Add(30 * time.Second)
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("server pid %d still runs after its test binary died", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the dead binary's cluster dir %s: %v; want it left behind until the next start", dir, err)
+	}
+	removeStale()
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still exists after removeStale: %v", dir, err)
+	}
+}
+
+// alive reports whether process pid exists and is no zombie (a container's
+// init may never reap the servers the kernel killed).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// TestServersOutliveForkingThread: the servers run until the cluster
+// stops, even when the goroutine that started them was locked to its OS
+// thread and ended, which ends the thread (the kernel sends Pdeathsig when
+// the forking thread exits).
+func TestServersOutliveForkingThread(t *testing.T) {
+	binDir := requireBinDir(t)
+	var c *Cluster
+	var err error
+	tid := make(chan int)
+	startOnOwnThread := func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		c, err = start(binDir)
+		tid <- syscall.Gettid()
+	}
+	go func() {
+		// The main thread never ends (a goroutine that ends locked to it
+		// wedges it instead): hold it, if this is it, so that the starting
+		// goroutine runs on another thread.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			startOnOwnThread()
+		}()
+		<-done
+	}()
+	thread := fmt.Sprintf("/proc/self/task/%d", <-tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(thread); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %s did not end", thread)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The kernel signals at the thread's exit; a request after it answers
+	// only if the servers survived it.
+	cs := kubernetes.NewForConfigOrDie(c.Config())
+	if _, err := cs.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after the starting thread ended: %v", err)
+	}
+	for _, p := range []*proc{c.etcd, c.apiserver} {
+		if !p.running() {
+			t.Errorf("%s died with the thread that started it: %v", p.name, p.exitError())
+		}
+	}
 }

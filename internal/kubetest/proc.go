@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -39,7 +41,7 @@ func startProc(name, path, logPath string, args ...string) (*proc, error) {
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		return nil, fmt.Errorf("kubetest: starting %s: %w", name, err)
 	}
 	p := &proc{name: name, cmd: cmd, exited: make(chan struct{}), logPath: logPath, logStart: fi.Size()}
@@ -48,6 +50,33 @@ func startProc(name, path, logPath string, args ...string) (*proc, error) {
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// spawner starts processes from one OS thread that lives as long as the
+// test binary: the kernel sends Pdeathsig when the thread that forked a
+// child exits, not the process, and a goroutine's thread may exit (one
+// that ends while locked to its thread takes the thread with it).
+var spawner = sync.OnceValue(func() chan<- spawnRequest {
+	requests := make(chan spawnRequest)
+	go func() {
+		runtime.LockOSThread() // and never unlocked: the thread stays
+		for r := range requests {
+			r.done <- r.cmd.Start()
+		}
+	}()
+	return requests
+})
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan<- error
+}
+
+// spawn starts cmd on the spawner's thread.
+func spawn(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	spawner() <- spawnRequest{cmd, done}
+	return <-done
 }
 
 // running reports whether the process has not exited yet.

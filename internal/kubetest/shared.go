@@ -8,27 +8,26 @@ import (
 	"time"
 )
 
-// shared is the cluster of the test binary that called Main.
+// shared is the cluster the tests of this test binary share.
 var shared struct {
 	sync.Mutex
-	main    bool // Main is running
-	opts    []Option
+	opts    []Option // given to Main
 	cluster *Cluster
 	err     error // the start failed; every Shared fails with it
 }
 
-// Main runs the tests of a package whose tests share one cluster (Shared),
-// then stops that cluster, if one was started, and exits with m.Run's
-// code. The cluster starts at the first Shared call, so a package whose
-// tests all skip starts none.
+// Main runs the tests of a package, then stops the cluster they shared
+// (Shared), if one was started, removes its files, and exits with m.Run's
+// code. opts apply to the shared cluster. Main is optional (see the
+// package documentation).
 func Main(m *testing.M, opts ...Option) {
 	shared.Lock()
-	shared.main, shared.opts = true, opts
+	shared.opts = opts
 	shared.Unlock()
 	code := m.Run()
 	shared.Lock()
 	c := shared.cluster
-	shared.cluster, shared.main = nil, false
+	shared.cluster = nil
 	shared.Unlock()
 	if c != nil {
 		if err := c.close(); err != nil {
@@ -41,18 +40,16 @@ func Main(m *testing.M, opts ...Option) {
 	os.Exit(code)
 }
 
-// Shared returns the test binary's shared cluster, starting it at the
-// first call; the package's TestMain must call Main. It skips or fails t
-// as Start does when the binaries are missing. When t fails, its log gets
-// the tail of the servers' output.
+// Shared returns the cluster the test binary's tests share, starting it
+// at the first call, so a package whose tests all skip starts none. It
+// skips or fails t as Start does when the binaries are missing; when the
+// start failed once, every later call fails too. When t fails, its log
+// gets the tail of the servers' output.
 func Shared(t testing.TB) *Cluster {
 	t.Helper()
 	binDir := requireBinDir(t)
 	shared.Lock()
 	defer shared.Unlock()
-	if !shared.main {
-		t.Fatal("kubetest.Shared: the package's TestMain must call kubetest.Main(m)")
-	}
 	if shared.cluster == nil && shared.err == nil {
 		shared.cluster, shared.err = start(binDir, shared.opts...)
 		if shared.err == nil {
