@@ -19,11 +19,16 @@ postgres:
 # The README tour test runs curl and the CNI end-to-end test ip (iproute2);
 # install them like PostgreSQL when missing. The alert rules test runs
 # promtool, unpacked into .tools/bin from Debian's package when missing.
+# The Kubernetes controller tests run a real kube-apiserver and etcd, built
+# from tools/kube into ~/.cache/ipam-tools (scripts/ensure-kube.sh): a cold
+# build takes 15-40 minutes on two cores, and is cached across runs and
+# checkouts.
 tools:
 	@{ command -v curl >/dev/null && command -v ip >/dev/null; } || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl ca-certificates iproute2 >&2; } || \
 		{ echo "curl or ip is missing: sudo apt-get install -y curl iproute2"; exit 1; }
 	@scripts/ensure-promtool.sh >/dev/null
+	@scripts/ensure-kube.sh >/dev/null
 
 build:
 	$(GO) build -o $(BIN)/ipam-server ./cmd/server

@@ -1,0 +1,76 @@
+package kubetest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// KubernetesVersion is the version of kube-apiserver the tests run: the
+// k8s.io/kubernetes that tools/kube requires (a test keeps them equal).
+const KubernetesVersion = "v1.37.2"
+
+// BinDirEnv names the environment variable that points the tests at a
+// directory holding kube-apiserver and etcd, instead of the cache that
+// scripts/ensure-kube.sh (make tools) builds them into.
+const BinDirEnv = "IPAM_KUBE_BIN_DIR"
+
+// binaries are the programs a cluster runs.
+var binaries = []string{"etcd", "kube-apiserver"}
+
+// errNoBinaries marks a directory without the binaries.
+var errNoBinaries = errors.New("no kube-apiserver and etcd")
+
+// CacheDir is where scripts/ensure-kube.sh builds the binaries:
+// ${IPAM_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipam-tools}/kube-<version>.
+func CacheDir() string {
+	base := os.Getenv("IPAM_TOOLS_DIR")
+	if base == "" {
+		cache := os.Getenv("XDG_CACHE_HOME")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache")
+		}
+		base = filepath.Join(cache, "ipam-tools")
+	}
+	return filepath.Join(base, "kube-"+KubernetesVersion)
+}
+
+// BinDir returns the directory holding kube-apiserver and etcd: $IPAM_KUBE_BIN_DIR
+// when set (and then only it), else CacheDir. The error wraps errNoBinaries
+// when a binary is missing there.
+func BinDir() (string, error) {
+	dir, from := os.Getenv(BinDirEnv), "$"+BinDirEnv
+	if dir == "" {
+		dir, from = CacheDir(), "the cache of make tools"
+	}
+	for _, name := range binaries {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			return "", fmt.Errorf("%w in %s (%s): %v", errNoBinaries, dir, from, err)
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return "", fmt.Errorf("%w in %s (%s): %s is not an executable file", errNoBinaries, dir, from, name)
+		}
+	}
+	return dir, nil
+}
+
+// requireBinDir returns BinDir, or ends the test when the binaries are
+// missing: skipped on a developer's machine, failed under CI ($CI set),
+// which must never skip these tests.
+func requireBinDir(t testing.TB) string {
+	t.Helper()
+	dir, err := BinDir()
+	if err == nil {
+		return dir
+	}
+	msg := fmt.Sprintf("kubetest: %v; `make tools` builds them (scripts/ensure-kube.sh; a cold build takes 15-40 minutes, then it is cached)", err)
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg + "; CI must run the Kubernetes tests, never skip them")
+	}
+	t.Skip(msg)
+	return ""
+}

@@ -1,0 +1,84 @@
+package kubetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/ipam-dev/ipam/internal/cilium"
+)
+
+// crdTimeout bounds the wait for a CRD to be served.
+const crdTimeout = time.Minute
+
+// InstallCiliumCRDs creates Cilium's CiliumNode and CiliumPodIPPool
+// CustomResourceDefinitions (cilium.CRDs, from Cilium's Go module) and
+// waits until the API server serves them. CRDs already there (a shared
+// cluster) are left as they are.
+func (c *Cluster) InstallCiliumCRDs(t testing.TB) {
+	t.Helper()
+	crds, err := cilium.CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.InstallCRDs(t, crds...)
+}
+
+// InstallCRDs creates each CRD unless one of its name exists, and waits
+// until every one is Established (served).
+func (c *Cluster) InstallCRDs(t testing.TB, crds ...*apiextensionsv1.CustomResourceDefinition) {
+	t.Helper()
+	cs, err := apiextensions.NewForConfig(c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := cs.ApiextensionsV1().CustomResourceDefinitions()
+	ctx, cancel := context.WithTimeout(t.Context(), crdTimeout)
+	defer cancel()
+	for _, crd := range crds {
+		if _, err := api.Create(ctx, crd.DeepCopy(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("kubetest: creating CRD %s: %v", crd.Name, err)
+		}
+	}
+	for _, crd := range crds {
+		var last *apiextensionsv1.CustomResourceDefinition
+		err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			got, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			last = got
+			return condition(got, apiextensionsv1.Established) && condition(got, apiextensionsv1.NamesAccepted), nil
+		})
+		if err != nil {
+			t.Fatalf("kubetest: CRD %s not established: %v; conditions %s", crd.Name, err, conditions(last))
+		}
+	}
+}
+
+func condition(crd *apiextensionsv1.CustomResourceDefinition, typ apiextensionsv1.CustomResourceDefinitionConditionType) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == typ {
+			return c.Status == apiextensionsv1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func conditions(crd *apiextensionsv1.CustomResourceDefinition) string {
+	if crd == nil {
+		return "unknown"
+	}
+	s := ""
+	for _, c := range crd.Status.Conditions {
+		s += fmt.Sprintf("[%s=%s %s: %s]", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return s
+}
