@@ -12,23 +12,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/ipam-dev/ipam/internal/cilium"
+	"github.com/ipam-dev/ipam/internal/cilium/crds"
 )
 
 // crdTimeout bounds the wait for a CRD to be served.
 const crdTimeout = time.Minute
 
 // InstallCiliumCRDs creates Cilium's CiliumNode and CiliumPodIPPool
-// CustomResourceDefinitions (cilium.CRDs, from Cilium's Go module) and
+// CustomResourceDefinitions (crds.CRDs, from Cilium's Go module) and
 // waits until the API server serves them. CRDs already there (a shared
 // cluster) are left as they are.
 func (c *Cluster) InstallCiliumCRDs(t testing.TB) {
 	t.Helper()
-	crds, err := cilium.CRDs()
+	defs, err := crds.CRDs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.InstallCRDs(t, crds...)
+	c.InstallCRDs(t, defs...)
 }
 
 // InstallCRDs creates each CRD unless one of its name exists, and waits

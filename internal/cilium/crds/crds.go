@@ -1,4 +1,7 @@
-package cilium
+// Package crds holds Cilium's CustomResourceDefinitions, from its Go module,
+// apart from the operator so that the test harness can install them
+// without importing the operator.
+package crds
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package cilium
+package crds
 
 import "testing"
 
