@@ -51,7 +51,7 @@ type Event struct {
 	Block      netip.Prefix
 	Pool, Node string
 	// State is the lease's state after the event: pending, active,
-	// cooling, or free.
+	// reserved (held by a node for Cilium, crd mode), cooling, or free.
 	State      string
 	Owner      Owner
 	Attachment Attachment
