@@ -867,9 +867,19 @@ type Pool struct {
 	CreatedAt time.Time `json:"createdAt"`
 
 	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
-	Labels    Labels     `json:"labels"`
-	Name      string     `json:"name"`
-	Space     string     `json:"space"`
+	Labels Labels `json:"labels"`
+	Name   string `json:"name"`
+	Space  string `json:"space"`
+
+	// Spec `nodeSelector` serves Cilium's crd mode: the nodes whose labels it
+	// matches get their single addresses (CiliumNode spec.ipam.pool) from
+	// this pool. Exactly one pool may match a node for a family; a node
+	// no pool matches gets them from the default pool, and a node two
+	// pools match gets none (a pool-match problem, which the operator
+	// writes into the CiliumNode's status). A node whose pool changes
+	// keeps the addresses it holds; new ones come from the new pool. It
+	// plays no part in choosing a Pod's pool (podSelector,
+	// namespaceSelector).
 	Spec      PoolSpec   `json:"spec"`
 	Status    PoolStatus `json:"status"`
 	UpdatedAt time.Time  `json:"updatedAt"`
@@ -945,11 +955,29 @@ type PoolRequest struct {
 	Labels *Labels `json:"labels,omitempty"`
 
 	// Name A DNS label.
-	Name string   `json:"name"`
+	Name string `json:"name"`
+
+	// Spec `nodeSelector` serves Cilium's crd mode: the nodes whose labels it
+	// matches get their single addresses (CiliumNode spec.ipam.pool) from
+	// this pool. Exactly one pool may match a node for a family; a node
+	// no pool matches gets them from the default pool, and a node two
+	// pools match gets none (a pool-match problem, which the operator
+	// writes into the CiliumNode's status). A node whose pool changes
+	// keeps the addresses it holds; new ones come from the new pool. It
+	// plays no part in choosing a Pod's pool (podSelector,
+	// namespaceSelector).
 	Spec PoolSpec `json:"spec"`
 }
 
-// PoolSpec defines model for PoolSpec.
+// PoolSpec `nodeSelector` serves Cilium's crd mode: the nodes whose labels it
+// matches get their single addresses (CiliumNode spec.ipam.pool) from
+// this pool. Exactly one pool may match a node for a family; a node
+// no pool matches gets them from the default pool, and a node two
+// pools match gets none (a pool-match problem, which the operator
+// writes into the CiliumNode's status). A node whose pool changes
+// keeps the addresses it holds; new ones come from the new pool. It
+// plays no part in choosing a Pod's pool (podSelector,
+// namespaceSelector).
 type PoolSpec struct {
 	// AllowFirstIP Lease the first (network) address of each block.
 	AllowFirstIP *bool `json:"allowFirstIP,omitempty"`
@@ -993,6 +1021,9 @@ type PoolSpec struct {
 	// Ingress is enabled.
 	NodeLocal *NodeLocalAddresses `json:"nodeLocal,omitempty"`
 
+	// NodeSelector A Kubernetes label selector; an empty one matches everything.
+	NodeSelector *LabelSelector `json:"nodeSelector,omitempty"`
+
 	// PodSelector A Kubernetes label selector; an empty one matches everything.
 	PodSelector *LabelSelector `json:"podSelector,omitempty"`
 
@@ -1017,7 +1048,17 @@ type PoolUpdate struct {
 	Labels *Labels `json:"labels,omitempty"`
 
 	// Name The pool's name, as in the path (a pool cannot be renamed); optional, so that the body of a create can be sent again.
-	Name *string  `json:"name,omitempty"`
+	Name *string `json:"name,omitempty"`
+
+	// Spec `nodeSelector` serves Cilium's crd mode: the nodes whose labels it
+	// matches get their single addresses (CiliumNode spec.ipam.pool) from
+	// this pool. Exactly one pool may match a node for a family; a node
+	// no pool matches gets them from the default pool, and a node two
+	// pools match gets none (a pool-match problem, which the operator
+	// writes into the CiliumNode's status). A node whose pool changes
+	// keeps the addresses it holds; new ones come from the new pool. It
+	// plays no part in choosing a Pod's pool (podSelector,
+	// namespaceSelector).
 	Spec PoolSpec `json:"spec"`
 }
 

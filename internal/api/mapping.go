@@ -283,6 +283,9 @@ func poolSpecFromAPI(s ipamv1.PoolSpec) (alloc.PoolSpec, error) {
 	if spec.NamespaceSelector, err = selectorFromAPI("spec.namespaceSelector", s.NamespaceSelector); err != nil {
 		return alloc.PoolSpec{}, err
 	}
+	if spec.NodeSelector, err = selectorFromAPI("spec.nodeSelector", s.NodeSelector); err != nil {
+		return alloc.PoolSpec{}, err
+	}
 	spec.NodeLocal = alloc.DefaultNodeLocal
 	if nl := s.NodeLocal; nl != nil {
 		spec.NodeLocal = alloc.NodeLocal{
@@ -393,6 +396,7 @@ func poolSpecToAPI(s alloc.PoolSpec) ipamv1.PoolSpec {
 		PreAllocate:         s.PreAllocate,
 		PodSelector:         selectorToAPI(s.PodSelector),
 		NamespaceSelector:   selectorToAPI(s.NamespaceSelector),
+		NodeSelector:        selectorToAPI(s.NodeSelector),
 		Disabled:            &s.Disabled,
 		SkipMasquerade:      &s.SkipMasquerade,
 		MaxBlocksPerNode:    s.MaxBlocksPerNode,
