@@ -771,7 +771,6 @@ func leaseToAPI(l alloc.Lease) ipamv1.Lease {
 		Network:        optString(l.Attachment.Network),
 		ContainerID:    l.Attachment.ContainerID,
 		Interface:      l.Attachment.Interface,
-		Owner:          ownerToAPI(l.Owner),
 		State:          ipamv1.LeaseState(l.State),
 		CreatedAt:      l.CreatedAt.UTC(),
 		ExpiresAt:      optTime(l.ExpiresAt),
@@ -784,6 +783,10 @@ func leaseToAPI(l alloc.Lease) ipamv1.Lease {
 	}
 	if l.SelectedBy != "" {
 		out.SelectedBy = ptr(ipamv1.LeaseSelectedBy(l.SelectedBy))
+	}
+	// A node's reserved address (crd mode) has no owner.
+	if l.Owner != (alloc.Owner{}) {
+		out.Owner = ptr(ownerToAPI(l.Owner))
 	}
 	return out
 }

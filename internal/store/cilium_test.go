@@ -610,3 +610,67 @@ func TestMigrationDownWithNodeAddresses(t *testing.T) {
 		t.Fatalf("n1 holds %+v", got)
 	}
 }
+
+// The store's other calls cannot change a node's addresses for Cilium:
+// their attachment cannot be named, a release by address is refused, and
+// so is the node's deletion unless forced.
+func TestOtherCallsLeaveNodeAddressesAlone(t *testing.T) {
+	t.Parallel()
+	f := crdFixture(t, 24)
+	h := f.reserve("n1", nil, 2)
+	if _, err := f.s.SyncNodeUse(f.ctx, alloc.DefaultSpace, "n1", map[netip.Addr]alloc.Owner{h[0].Addr: {Namespace: "a", Name: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	held := f.held("n1")
+	crdAtt := alloc.Attachment{Network: alloc.CiliumPoolNetwork, ContainerID: h[1].Addr.String(), Interface: alloc.CiliumPoolInterface}
+	for name, err := range map[string]error{
+		"release attachment": func() error { _, err := f.s.ReleaseAttachment(f.ctx, alloc.DefaultSpace, "n1", crdAtt); return err }(),
+		"release attachment at": func() error {
+			_, err := f.s.ReleaseAttachmentAt(f.ctx, alloc.DefaultSpace, "n1", crdAtt, h[1].Generation)
+			return err
+		}(),
+		"confirm": func() error { _, err := f.s.Confirm(f.ctx, alloc.DefaultSpace, "n1", crdAtt); return err }(),
+		"confirm at": func() error {
+			_, err := f.s.ConfirmAt(f.ctx, alloc.DefaultSpace, "n1", crdAtt, h[1].Generation)
+			return err
+		}(),
+		"reconcile": func() error {
+			_, err := f.s.Reconcile(f.ctx, alloc.DefaultSpace, "n1", alloc.CiliumPoolNetwork, nil)
+			return err
+		}(),
+	} {
+		if e := wantKind(t, err, alloc.KindInvalid); e.Field != "network" {
+			t.Errorf("%s: field %q", name, e.Field)
+		}
+	}
+	for _, x := range held {
+		if _, err := f.s.ReleaseAddress(f.ctx, alloc.DefaultSpace, x.Addr); !alloc.IsKind(err, alloc.KindInUse) {
+			t.Errorf("release %s (%s): %v", x.Addr, x.State, err)
+		}
+		if _, err := f.s.ReleaseAddressAt(f.ctx, alloc.DefaultSpace, x.Addr, x.Generation); !alloc.IsKind(err, alloc.KindInUse) {
+			t.Errorf("release %s at its generation: %v", x.Addr, err)
+		}
+	}
+	// A reconcile of the unnamed network and a lease of the node leave
+	// them be.
+	if rel, err := f.s.Reconcile(f.ctx, alloc.DefaultSpace, "n1", "", nil); err != nil || len(rel) != 0 {
+		t.Fatalf("reconcile: %v, %v", rel, err)
+	}
+	if a := f.allocate(req("n1", "c1")); slices.Contains(addrsOf(held), a.Leases[0].Addr) {
+		t.Fatalf("leased %s, which n1 holds for Cilium", a.Leases[0].Addr)
+	}
+	if after := f.held("n1"); !slices.Equal(after, held) {
+		t.Fatalf("n1's addresses changed:\n%+v\n%+v", held, after)
+	}
+	e := wantKind(t, f.s.DeleteNode(f.ctx, alloc.DefaultSpace, "n1", false), alloc.KindInUse)
+	if !strings.Contains(e.Detail, "2 addresses for Cilium's agent (crd mode) and 1 other leases") {
+		t.Fatalf("detail %q", e.Detail)
+	}
+	if err := f.s.DeleteNode(f.ctx, alloc.DefaultSpace, "n1", true); err != nil {
+		t.Fatal(err)
+	}
+	if ev := f.events(h[1].Addr); ev[len(ev)-1] != "release free  node-deleted" {
+		t.Fatalf("history of %s: %v", h[1].Addr, ev)
+	}
+	f.checkClean()
+}
