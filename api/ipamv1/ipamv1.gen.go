@@ -537,7 +537,7 @@ type FamilyCapacity struct {
 	// means fragmentation.
 	LargestFreeBlock *string `json:"largestFreeBlock,omitempty"`
 
-	// Leased Pending and active leases.
+	// Leased Pending, active and reserved leases (reserved: held by a node for Cilium's agent, crd mode).
 	Leased int64 `json:"leased"`
 
 	// NodesAtCapacity Nodes whose blocks of the pool have no free address.
@@ -837,7 +837,7 @@ type NodePoolUsage struct {
 	Deficit int64  `json:"deficit"`
 	Family  Family `json:"family"`
 
-	// Leased Pending and active leases.
+	// Leased Pending, active and reserved leases (reserved: held by a node for Cilium's agent, crd mode).
 	Leased int64 `json:"leased"`
 
 	// Mode multi-pool (default): blocks are carved as a node's demand grows
@@ -975,7 +975,7 @@ type PoolFamilyStatus struct {
 	// Free addressesTotal - leased - cooling.
 	Free int64 `json:"free"`
 
-	// Leased Pending and active leases.
+	// Leased Pending, active and reserved leases (reserved: held by a node for Cilium's agent, crd mode).
 	Leased int64 `json:"leased"`
 }
 

@@ -269,7 +269,7 @@ type PoolFamilyStatus struct {
 	BlocksPossible int64
 	BlocksCarved   int64
 	AddressesTotal int64 // leasable addresses in carved blocks
-	Leased         int64 // pending + active
+	Leased         int64 // pending + active + reserved (crd mode)
 	Cooling        int64
 }
 
