@@ -89,8 +89,9 @@ func (s *Store) CiliumNodes(ctx context.Context, space string) ([]string, error)
 // ReserveNodeAddresses gives the node up to n more single addresses of
 // family f, reserved (held by the node, used by no Pod), and answers them
 // by address. In one transaction it registers the node, or updates its
-// labels to nodeLabels (the Kubernetes Node's: they replace what it had)
-// and marks it as served in crd mode; selects its pool from those labels
+// labels to nodeLabels (the Kubernetes Node's: they replace what it had;
+// Kubernetes' label rules apply, not the API's bound on their number) and
+// marks it as served in crd mode; selects its pool from those labels
 // (alloc.SelectNodePool; defaultPool, or the store's default pool when
 // empty, is the fallback); and takes the addresses as an allocation does:
 // fresh ones of the node's blocks of that pool with room (oldest block
@@ -119,7 +120,7 @@ func (s *Store) ReserveNodeAddresses(ctx context.Context, space, node string, no
 	for _, err := range []error{
 		alloc.ValidateLabelName("space", space),
 		alloc.ValidateNodeName("node", node),
-		alloc.ValidateLabels("labels", nodeLabels),
+		alloc.ValidateKubernetesLabels("labels", nodeLabels),
 		alloc.ValidateLabelName("defaultPool", defaultPool),
 	} {
 		if err != nil {

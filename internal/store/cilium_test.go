@@ -674,3 +674,25 @@ func TestOtherCallsLeaveNodeAddressesAlone(t *testing.T) {
 	}
 	f.checkClean()
 }
+
+// A Node's labels follow Kubernetes' rules, however many there are
+// (node-feature-discovery gives hundreds); a bad one changes nothing.
+func TestReserveTakesKubernetesNodeLabels(t *testing.T) {
+	t.Parallel()
+	f := crdFixture(t, 24)
+	many := map[string]string{}
+	for i := range 300 {
+		many[fmt.Sprintf("feature.node.kubernetes.io/cpu-cpuid.f%d", i)] = "true"
+	}
+	f.reserve("n1", many, 1)
+	if n, err := f.s.GetNode(f.ctx, alloc.DefaultSpace, "n1"); err != nil || len(n.Labels) != 300 {
+		t.Fatalf("node has %d labels, %v", len(n.Labels), err)
+	}
+	_, err := f.s.ReserveNodeAddresses(f.ctx, alloc.DefaultSpace, "n2", map[string]string{"bad key!": "x"}, "", alloc.IPv4, 1)
+	if e := wantKind(t, err, alloc.KindInvalid); e.Field != "labels[bad key!]" {
+		t.Fatalf("field %q", e.Field)
+	}
+	if _, err := f.s.GetNode(f.ctx, alloc.DefaultSpace, "n2"); !alloc.IsKind(err, alloc.KindNotFound) {
+		t.Fatalf("a refused reservation registered n2: %v", err)
+	}
+}
