@@ -696,3 +696,30 @@ func TestReserveTakesKubernetesNodeLabels(t *testing.T) {
 		t.Fatalf("a refused reservation registered n2: %v", err)
 	}
 }
+
+// The usage report counts a crd-mode node's pool and its Pods' use in
+// Cilium's terms; its reserved addresses are used (not free) in the
+// blocks' terms.
+func TestUsageReportCountsNodeAddresses(t *testing.T) {
+	t.Parallel()
+	f := crdFixture(t, 24)
+	h := f.reserve("n1", nil, 4)
+	if _, err := f.s.SyncNodeUse(f.ctx, alloc.DefaultSpace, "n1", map[netip.Addr]alloc.Owner{h[0].Addr: {Namespace: "a", Name: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.allocate(req("n2", "c1"))
+	r, err := f.s.UsageReport(f.ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]NodeTotals{}
+	for _, n := range r.Nodes {
+		got[n.Node] = n
+	}
+	if n1 := got["n1"]; n1.CiliumPool != 4 || n1.CiliumUsed != 1 || n1.Used != 4 || n1.Available != 252 {
+		t.Fatalf("n1 %+v", n1)
+	}
+	if n2 := got["n2"]; n2.CiliumPool != 0 || n2.CiliumUsed != 0 || n2.Used != 1 {
+		t.Fatalf("n2 %+v", n2)
+	}
+}
