@@ -105,7 +105,8 @@ func (s *Store) CiliumNodes(ctx context.Context, space string) ([]string, error)
 // KindNodeBlockLimit *alloc.Error. A pool that lacks f answers nothing and
 // no error (the node registered all the same). Selection errors
 // (KindPoolMatch for a node two pools select, KindNotFound for a missing
-// default pool) change nothing. n <= 0 is a no-op.
+// default pool) change nothing. n <= 0 is a no-op. Whatever the error,
+// the addresses answered with it are the node's (committed).
 //
 // Addresses the node already holds stay where they are: when its labels
 // select another pool, only the new ones come from it.
@@ -137,7 +138,7 @@ func (s *Store) ReserveNodeAddresses(ctx context.Context, space, node string, no
 	var short error
 	for attempt := 0; attempt < maxTxAttempts; attempt++ {
 		if attempt > 0 && !retryWait(ctx, attempt) {
-			break
+			return added, ctx.Err()
 		}
 		var got []alloc.HeldAddress
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
