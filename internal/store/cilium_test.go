@@ -723,3 +723,34 @@ func TestUsageReportCountsNodeAddresses(t *testing.T) {
 		t.Fatalf("n2 %+v", n2)
 	}
 }
+
+// Expiry, purge and rebalance leave a node's addresses alone, reserved
+// ones whose cooldown ended long ago included.
+func TestMaintenanceLeavesNodeAddresses(t *testing.T) {
+	t.Parallel()
+	f := crdFixture(t, 24)
+	h := f.reserve("n1", nil, 3)
+	pod := map[netip.Addr]alloc.Owner{h[0].Addr: {Namespace: "a", Name: "b"}, h[1].Addr: {Namespace: "a", Name: "c"}}
+	if _, err := f.s.SyncNodeUse(f.ctx, alloc.DefaultSpace, "n1", pod); err != nil {
+		t.Fatal(err)
+	}
+	delete(pod, h[1].Addr)
+	if _, err := f.s.SyncNodeUse(f.ctx, alloc.DefaultSpace, "n1", pod); err != nil {
+		t.Fatal(err)
+	}
+	before := f.held("n1")
+	f.clock.Advance(f.opts.LeaseExpiry + f.opts.Cooldown + f.opts.BlockReleaseHoldOff)
+	if n, err := f.s.ExpirePending(f.ctx); err != nil || n != 0 {
+		t.Fatalf("expired %d, %v", n, err)
+	}
+	if n, err := f.s.PurgeCooled(f.ctx); err != nil || n != 0 {
+		t.Fatalf("purged %d, %v", n, err)
+	}
+	if r, err := f.s.Rebalance(f.ctx); err != nil || r.Released != 0 || r.Carved != 0 {
+		t.Fatalf("rebalance %+v, %v", r, err)
+	}
+	if after := f.held("n1"); !slices.Equal(after, before) {
+		t.Fatalf("maintenance changed n1's addresses:\n%+v\n%+v", before, after)
+	}
+	f.checkClean()
+}
