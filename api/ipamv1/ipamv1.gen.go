@@ -66,10 +66,11 @@ func (e AddressEventKind) Valid() bool {
 
 // Defines values for AddressEventState.
 const (
-	EventStateActive  AddressEventState = "active"
-	EventStateCooling AddressEventState = "cooling"
-	EventStateFree    AddressEventState = "free"
-	EventStatePending AddressEventState = "pending"
+	EventStateActive   AddressEventState = "active"
+	EventStateCooling  AddressEventState = "cooling"
+	EventStateFree     AddressEventState = "free"
+	EventStatePending  AddressEventState = "pending"
+	EventStateReserved AddressEventState = "reserved"
 )
 
 // Valid indicates whether the value is a known member of the AddressEventState enum.
@@ -82,6 +83,8 @@ func (e AddressEventState) Valid() bool {
 	case EventStateFree:
 		return true
 	case EventStatePending:
+		return true
+	case EventStateReserved:
 		return true
 	default:
 		return false
@@ -200,6 +203,7 @@ func (e LabelSelectorRequirementOperator) Valid() bool {
 const (
 	LeaseSelectedByDefault             LeaseSelectedBy = "default"
 	LeaseSelectedByNamespaceAnnotation LeaseSelectedBy = "namespace-annotation"
+	LeaseSelectedByNodeSelector        LeaseSelectedBy = "node-selector"
 	LeaseSelectedByPodAnnotation       LeaseSelectedBy = "pod-annotation"
 	LeaseSelectedByRequest             LeaseSelectedBy = "request"
 	LeaseSelectedBySelector            LeaseSelectedBy = "selector"
@@ -211,6 +215,8 @@ func (e LeaseSelectedBy) Valid() bool {
 	case LeaseSelectedByDefault:
 		return true
 	case LeaseSelectedByNamespaceAnnotation:
+		return true
+	case LeaseSelectedByNodeSelector:
 		return true
 	case LeaseSelectedByPodAnnotation:
 		return true
@@ -252,9 +258,10 @@ func (e LeaseAddressSelectedBy) Valid() bool {
 
 // Defines values for LeaseState.
 const (
-	Active  LeaseState = "active"
-	Cooling LeaseState = "cooling"
-	Pending LeaseState = "pending"
+	Active   LeaseState = "active"
+	Cooling  LeaseState = "cooling"
+	Pending  LeaseState = "pending"
+	Reserved LeaseState = "reserved"
 )
 
 // Valid indicates whether the value is a known member of the LeaseState enum.
@@ -265,6 +272,8 @@ func (e LeaseState) Valid() bool {
 	case Cooling:
 		return true
 	case Pending:
+		return true
+	case Reserved:
 		return true
 	default:
 		return false
@@ -398,10 +407,21 @@ type Allocation struct {
 	Interface  string `json:"interface"`
 
 	// Network The CNI network; absent for the unnamed network.
-	Network *string    `json:"network,omitempty"`
-	Node    string     `json:"node"`
-	Owner   Owner      `json:"owner"`
-	State   LeaseState `json:"state"`
+	Network *string `json:"network,omitempty"`
+	Node    string  `json:"node"`
+	Owner   Owner   `json:"owner"`
+
+	// State pending: leased, released at its expiry unless confirmed; active:
+	// confirmed, or leased without expiry; cooling: released, not leased
+	// again before its cooldown ends; reserved: held by a node for
+	// Cilium's agent (crd mode: in the node's CiliumNode
+	// spec.ipam.pool) and used by no Pod; a reserved lease has no
+	// owner. Such an address is active,
+	// with the Pod as owner, while the agent reports a Pod using it
+	// (status.ipam.used); its attachment is the network cilium:crd, the
+	// address as container ID and the interface pool, which no CNI
+	// plugin or API call can name or release.
+	State LeaseState `json:"state"`
 }
 
 // Annotations Kubernetes annotations; keys are qualified names, and keys and values take at most 256 KiB in all.
@@ -517,7 +537,7 @@ type FamilyCapacity struct {
 	// means fragmentation.
 	LargestFreeBlock *string `json:"largestFreeBlock,omitempty"`
 
-	// Leased Pending and active leases.
+	// Leased Pending, active and reserved leases (reserved: held by a node for Cilium's agent, crd mode).
 	Leased int64 `json:"leased"`
 
 	// NodesAtCapacity Nodes whose blocks of the pool have no free address.
@@ -600,28 +620,41 @@ type Lease struct {
 	ConfirmedAt   *time.Time `json:"confirmedAt,omitempty"`
 	ContainerID   string     `json:"containerID"`
 	CooldownUntil *time.Time `json:"cooldownUntil,omitempty"`
-	CreatedAt     time.Time  `json:"createdAt"`
-	ExpiresAt     *time.Time `json:"expiresAt,omitempty"`
-	Family        Family     `json:"family"`
-	Gateway       *string    `json:"gateway,omitempty"`
-	Generation    int64      `json:"generation"`
-	Interface     string     `json:"interface"`
+
+	// CreatedAt When the address was leased (for state reserved: when the node got it, or when the last Pod stopped using it).
+	CreatedAt  time.Time  `json:"createdAt"`
+	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
+	Family     Family     `json:"family"`
+	Gateway    *string    `json:"gateway,omitempty"`
+	Generation int64      `json:"generation"`
+	Interface  string     `json:"interface"`
 
 	// Network The CNI network; absent for the unnamed network.
 	Network    *string    `json:"network,omitempty"`
 	Node       string     `json:"node"`
-	Owner      Owner      `json:"owner"`
+	Owner      *Owner     `json:"owner,omitempty"`
 	Pool       string     `json:"pool"`
 	ReleasedAt *time.Time `json:"releasedAt,omitempty"`
 
-	// SelectedBy The rule that chose the pool.
+	// SelectedBy The rule that chose the pool (node-selector and default for a node's addresses in crd mode).
 	SelectedBy     *LeaseSelectedBy `json:"selectedBy,omitempty"`
 	SkipMasquerade *bool            `json:"skipMasquerade,omitempty"`
-	State          LeaseState       `json:"state"`
-	Sticky         *StickyStatus    `json:"sticky,omitempty"`
+
+	// State pending: leased, released at its expiry unless confirmed; active:
+	// confirmed, or leased without expiry; cooling: released, not leased
+	// again before its cooldown ends; reserved: held by a node for
+	// Cilium's agent (crd mode: in the node's CiliumNode
+	// spec.ipam.pool) and used by no Pod; a reserved lease has no
+	// owner. Such an address is active,
+	// with the Pod as owner, while the agent reports a Pod using it
+	// (status.ipam.used); its attachment is the network cilium:crd, the
+	// address as container ID and the interface pool, which no CNI
+	// plugin or API call can name or release.
+	State  LeaseState    `json:"state"`
+	Sticky *StickyStatus `json:"sticky,omitempty"`
 }
 
-// LeaseSelectedBy The rule that chose the pool.
+// LeaseSelectedBy The rule that chose the pool (node-selector and default for a node's addresses in crd mode).
 type LeaseSelectedBy string
 
 // LeaseAddress defines model for LeaseAddress.
@@ -719,7 +752,16 @@ type LeaseRequest struct {
 	Sticky *StickyRequest `json:"sticky,omitempty"`
 }
 
-// LeaseState defines model for LeaseState.
+// LeaseState pending: leased, released at its expiry unless confirmed; active:
+// confirmed, or leased without expiry; cooling: released, not leased
+// again before its cooldown ends; reserved: held by a node for
+// Cilium's agent (crd mode: in the node's CiliumNode
+// spec.ipam.pool) and used by no Pod; a reserved lease has no
+// owner. Such an address is active,
+// with the Pod as owner, while the agent reports a Pod using it
+// (status.ipam.used); its attachment is the network cilium:crd, the
+// address as container ID and the interface pool, which no CNI
+// plugin or API call can name or release.
 type LeaseState string
 
 // Node defines model for Node.
@@ -795,7 +837,7 @@ type NodePoolUsage struct {
 	Deficit int64  `json:"deficit"`
 	Family  Family `json:"family"`
 
-	// Leased Pending and active leases.
+	// Leased Pending, active and reserved leases (reserved: held by a node for Cilium's agent, crd mode).
 	Leased int64 `json:"leased"`
 
 	// Mode multi-pool (default): blocks are carved as a node's demand grows
@@ -867,9 +909,19 @@ type Pool struct {
 	CreatedAt time.Time `json:"createdAt"`
 
 	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
-	Labels    Labels     `json:"labels"`
-	Name      string     `json:"name"`
-	Space     string     `json:"space"`
+	Labels Labels `json:"labels"`
+	Name   string `json:"name"`
+	Space  string `json:"space"`
+
+	// Spec `nodeSelector` serves Cilium's crd mode: the nodes whose labels it
+	// matches get their single addresses (CiliumNode spec.ipam.pool) from
+	// this pool. Exactly one pool may match a node for a family; a node
+	// no pool matches gets them from the default pool, and a node two
+	// pools match gets none (a pool-match problem, which the operator
+	// writes into the CiliumNode's status). A node whose pool changes
+	// keeps the addresses it holds; new ones come from the new pool. It
+	// plays no part in choosing a Pod's pool (podSelector,
+	// namespaceSelector).
 	Spec      PoolSpec   `json:"spec"`
 	Status    PoolStatus `json:"status"`
 	UpdatedAt time.Time  `json:"updatedAt"`
@@ -923,7 +975,7 @@ type PoolFamilyStatus struct {
 	// Free addressesTotal - leased - cooling.
 	Free int64 `json:"free"`
 
-	// Leased Pending and active leases.
+	// Leased Pending, active and reserved leases (reserved: held by a node for Cilium's agent, crd mode).
 	Leased int64 `json:"leased"`
 }
 
@@ -945,11 +997,29 @@ type PoolRequest struct {
 	Labels *Labels `json:"labels,omitempty"`
 
 	// Name A DNS label.
-	Name string   `json:"name"`
+	Name string `json:"name"`
+
+	// Spec `nodeSelector` serves Cilium's crd mode: the nodes whose labels it
+	// matches get their single addresses (CiliumNode spec.ipam.pool) from
+	// this pool. Exactly one pool may match a node for a family; a node
+	// no pool matches gets them from the default pool, and a node two
+	// pools match gets none (a pool-match problem, which the operator
+	// writes into the CiliumNode's status). A node whose pool changes
+	// keeps the addresses it holds; new ones come from the new pool. It
+	// plays no part in choosing a Pod's pool (podSelector,
+	// namespaceSelector).
 	Spec PoolSpec `json:"spec"`
 }
 
-// PoolSpec defines model for PoolSpec.
+// PoolSpec `nodeSelector` serves Cilium's crd mode: the nodes whose labels it
+// matches get their single addresses (CiliumNode spec.ipam.pool) from
+// this pool. Exactly one pool may match a node for a family; a node
+// no pool matches gets them from the default pool, and a node two
+// pools match gets none (a pool-match problem, which the operator
+// writes into the CiliumNode's status). A node whose pool changes
+// keeps the addresses it holds; new ones come from the new pool. It
+// plays no part in choosing a Pod's pool (podSelector,
+// namespaceSelector).
 type PoolSpec struct {
 	// AllowFirstIP Lease the first (network) address of each block.
 	AllowFirstIP *bool `json:"allowFirstIP,omitempty"`
@@ -993,6 +1063,9 @@ type PoolSpec struct {
 	// Ingress is enabled.
 	NodeLocal *NodeLocalAddresses `json:"nodeLocal,omitempty"`
 
+	// NodeSelector A Kubernetes label selector; an empty one matches everything.
+	NodeSelector *LabelSelector `json:"nodeSelector,omitempty"`
+
 	// PodSelector A Kubernetes label selector; an empty one matches everything.
 	PodSelector *LabelSelector `json:"podSelector,omitempty"`
 
@@ -1017,7 +1090,17 @@ type PoolUpdate struct {
 	Labels *Labels `json:"labels,omitempty"`
 
 	// Name The pool's name, as in the path (a pool cannot be renamed); optional, so that the body of a create can be sent again.
-	Name *string  `json:"name,omitempty"`
+	Name *string `json:"name,omitempty"`
+
+	// Spec `nodeSelector` serves Cilium's crd mode: the nodes whose labels it
+	// matches get their single addresses (CiliumNode spec.ipam.pool) from
+	// this pool. Exactly one pool may match a node for a family; a node
+	// no pool matches gets them from the default pool, and a node two
+	// pools match gets none (a pool-match problem, which the operator
+	// writes into the CiliumNode's status). A node whose pool changes
+	// keeps the addresses it holds; new ones come from the new pool. It
+	// plays no part in choosing a Pod's pool (podSelector,
+	// namespaceSelector).
 	Spec PoolSpec `json:"spec"`
 }
 

@@ -75,7 +75,7 @@ func observeUsage(cilium, meter metric.Meter, reports *usageReports) error {
 		return g
 	}
 	available := gauge(cilium, "ipam_available_ips", "", "Addresses a node holds: the leasable addresses of its blocks (Cilium operator: ipam_available_ips).")
-	used := gauge(cilium, "ipam_used_ips", "", "Addresses of a node's blocks that are not free: leased, pending, or released and cooling (Cilium operator: ipam_used_ips).")
+	used := gauge(cilium, "ipam_used_ips", "", "Addresses of a node's blocks that are not free: leased, pending, reserved for Cilium's agent (crd mode), or released and cooling (Cilium operator: ipam_used_ips).")
 	needed := gauge(cilium, "ipam_needed_ips", "", "Addresses a node lacks to meet its pools' need, neededIPCeil(demand, preAllocate) (Cilium operator: ipam_needed_ips).")
 	nodes := gauge(cilium, "ipam_nodes", "", "Nodes by category: total, in-deficit (below their need), at-capacity (no free address in some pool family they hold blocks of).")
 

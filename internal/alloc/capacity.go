@@ -14,7 +14,7 @@ type FamilyCapacity struct {
 	// carved: BlocksPossible x the leasable addresses of one block.
 	AddressesPossible int64
 	AddressesInBlocks int64 // leasable addresses in carved blocks
-	Leased            int64 // pending + active
+	Leased            int64 // pending + active + reserved (crd mode)
 	Cooling           int64 // released, cooldown not over
 	NodesWithBlocks   int64
 	// NodesAtCapacity hold blocks of the pool with no free address left.

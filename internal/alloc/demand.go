@@ -85,8 +85,9 @@ type NodePoolUsage struct {
 	Mode       PoolMode
 	Family     Family
 	Blocks     int64
-	// Leased counts pending and active leases; the demand (InUse) is every
-	// lease row of the blocks, released rows not yet purged included.
+	// Leased counts pending, active and reserved (crd mode) leases; the
+	// demand (InUse) is every lease row of the blocks, released rows not
+	// yet purged included.
 	Leased int64
 	NodePoolDemand
 	// CanLease says a lease of the node from the pool family would find an

@@ -51,7 +51,7 @@ type Event struct {
 	Block      netip.Prefix
 	Pool, Node string
 	// State is the lease's state after the event: pending, active,
-	// cooling, or free.
+	// reserved (held by a node for Cilium, crd mode), cooling, or free.
 	State      string
 	Owner      Owner
 	Attachment Attachment
@@ -119,6 +119,10 @@ func ParseOwner(field, s string) (namespace, name string, err error) {
 
 // Holding is one holder's interval of an address: from its lease to the
 // event that ended it (zero To: held still, or the end is not recorded).
+// A node holding a single address for Cilium's agent (crd mode) with no Pod
+// using it is a holding too, without owner: from the address's lease to
+// the node (or the release by the Pod that last used it) to the next Pod's
+// lease or the address's release.
 type Holding struct {
 	Space      string
 	Address    netip.Addr

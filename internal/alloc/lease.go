@@ -36,10 +36,11 @@ const (
 	StateCooling LeaseState = "cooling"
 )
 
-// ParseLeaseState accepts the three states by name.
+// ParseLeaseState accepts the states by name: pending, active, cooling and
+// reserved (StateReserved, nodepool.go).
 func ParseLeaseState(s string) (LeaseState, error) {
 	switch st := LeaseState(s); st {
-	case StatePending, StateActive, StateCooling:
+	case StatePending, StateActive, StateCooling, StateReserved:
 		return st, nil
 	}
 	return "", fmt.Errorf("unknown lease state %q", s)

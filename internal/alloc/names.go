@@ -47,6 +47,14 @@ func ValidateLabels(field string, labels map[string]string) error {
 	if len(labels) > MaxLabels {
 		return Invalid(field, "has %d labels; at most %d are allowed", len(labels), MaxLabels)
 	}
+	return ValidateKubernetesLabels(field, labels)
+}
+
+// ValidateKubernetesLabels checks keys and values with Kubernetes' label
+// rules, however many there are: for labels read from a Kubernetes object
+// (a Node's, which node-feature-discovery alone can give hundreds), whose
+// size the API server bounds.
+func ValidateKubernetesLabels(field string, labels map[string]string) error {
 	for k, v := range labels {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			return Invalid(fmt.Sprintf("%s[%s]", field, k), "invalid label key: %s", strings.Join(errs, "; "))

@@ -194,6 +194,10 @@ type PoolSpec struct {
 	PreAllocate *int
 	// Selectors of the selector rule of Select; nil when unset.
 	PodSelector, NamespaceSelector *metav1.LabelSelector
+	// NodeSelector chooses the pool for the single addresses of the nodes
+	// whose labels it matches (Cilium crd mode, SelectNodePool); nil when
+	// unset. It plays no part in Select.
+	NodeSelector *metav1.LabelSelector
 	// Disabled pools carve no new block; leases of existing blocks go on.
 	Disabled bool
 	// SkipMasquerade is returned with each lease, for the datapath to keep
@@ -265,7 +269,7 @@ type PoolFamilyStatus struct {
 	BlocksPossible int64
 	BlocksCarved   int64
 	AddressesTotal int64 // leasable addresses in carved blocks
-	Leased         int64 // pending + active
+	Leased         int64 // pending + active + reserved (crd mode)
 	Cooling        int64
 }
 
@@ -303,6 +307,9 @@ func (s PoolSpec) Validate() error {
 		return err
 	}
 	if _, err := LabelSelector("spec.namespaceSelector", s.NamespaceSelector); err != nil {
+		return err
+	}
+	if _, err := LabelSelector("spec.nodeSelector", s.NodeSelector); err != nil {
 		return err
 	}
 	for _, f := range Families {

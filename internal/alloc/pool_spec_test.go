@@ -78,6 +78,9 @@ func TestPoolSpecValidateModePreAllocateSelectors(t *testing.T) {
 		{"podSelector operator Foo", func(s *PoolSpec) { s.PodSelector = badOp }, KindInvalid, "spec.podSelector"},
 		{"podSelector invalid key", func(s *PoolSpec) { s.PodSelector = badKey }, KindInvalid, "spec.podSelector"},
 		{"namespaceSelector operator Foo", func(s *PoolSpec) { s.NamespaceSelector = badOp }, KindInvalid, "spec.namespaceSelector"},
+		{"good nodeSelector", func(s *PoolSpec) { s.NodeSelector = goodSel }, "", ""},
+		{"nodeSelector operator Foo", func(s *PoolSpec) { s.NodeSelector = badOp }, KindInvalid, "spec.nodeSelector"},
+		{"nodeSelector invalid key", func(s *PoolSpec) { s.NodeSelector = badKey }, KindInvalid, "spec.nodeSelector"},
 		{"namespaceSelector invalid key", func(s *PoolSpec) { s.NamespaceSelector = badKey }, KindInvalid, "spec.namespaceSelector"},
 		{"namespaceSelector bad, podSelector good", func(s *PoolSpec) { s.PodSelector, s.NamespaceSelector = goodSel, badKey }, KindInvalid, "spec.namespaceSelector"},
 	}

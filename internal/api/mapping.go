@@ -283,6 +283,9 @@ func poolSpecFromAPI(s ipamv1.PoolSpec) (alloc.PoolSpec, error) {
 	if spec.NamespaceSelector, err = selectorFromAPI("spec.namespaceSelector", s.NamespaceSelector); err != nil {
 		return alloc.PoolSpec{}, err
 	}
+	if spec.NodeSelector, err = selectorFromAPI("spec.nodeSelector", s.NodeSelector); err != nil {
+		return alloc.PoolSpec{}, err
+	}
 	spec.NodeLocal = alloc.DefaultNodeLocal
 	if nl := s.NodeLocal; nl != nil {
 		spec.NodeLocal = alloc.NodeLocal{
@@ -393,6 +396,7 @@ func poolSpecToAPI(s alloc.PoolSpec) ipamv1.PoolSpec {
 		PreAllocate:         s.PreAllocate,
 		PodSelector:         selectorToAPI(s.PodSelector),
 		NamespaceSelector:   selectorToAPI(s.NamespaceSelector),
+		NodeSelector:        selectorToAPI(s.NodeSelector),
 		Disabled:            &s.Disabled,
 		SkipMasquerade:      &s.SkipMasquerade,
 		MaxBlocksPerNode:    s.MaxBlocksPerNode,
@@ -767,7 +771,6 @@ func leaseToAPI(l alloc.Lease) ipamv1.Lease {
 		Network:        optString(l.Attachment.Network),
 		ContainerID:    l.Attachment.ContainerID,
 		Interface:      l.Attachment.Interface,
-		Owner:          ownerToAPI(l.Owner),
 		State:          ipamv1.LeaseState(l.State),
 		CreatedAt:      l.CreatedAt.UTC(),
 		ExpiresAt:      optTime(l.ExpiresAt),
@@ -780,6 +783,10 @@ func leaseToAPI(l alloc.Lease) ipamv1.Lease {
 	}
 	if l.SelectedBy != "" {
 		out.SelectedBy = ptr(ipamv1.LeaseSelectedBy(l.SelectedBy))
+	}
+	// A node's reserved address (crd mode) has no owner.
+	if l.Owner != (alloc.Owner{}) {
+		out.Owner = ptr(ownerToAPI(l.Owner))
 	}
 	return out
 }

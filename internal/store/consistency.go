@@ -129,17 +129,26 @@ var consistencyChecks = []consistencyCheck{
 			FROM blocks b LEFT JOIN pools p ON p.id = b.pool_id AND p.space = b.space WHERE p.id IS NULL
 		) x ORDER BY x.space, x.ord, x.key LIMIT $1`},
 	// Only what one statement writes together is compared: times written by
-	// different replicas (created_at and released_at) may be skewed.
+	// different replicas (created_at and released_at) may be skewed. A
+	// node's address for Cilium (crd mode, network cilium:crd) is reserved
+	// (no owner; a cooldown after a Pod's use), active or released, on the
+	// attachment (address, "pool"); no other lease is ever reserved.
 	{"lease states", `SELECT 'lease-state', space, format('lease %s is %s but %s', host(addr), state, problem),
 			ARRAY[format('lease %s', host(addr))]
 		FROM (SELECT l.*, CASE
-			WHEN state NOT IN ('pending', 'active', 'released') THEN 'that is no state'
+			WHEN state NOT IN ('pending', 'active', 'reserved', 'released') THEN 'that is no state'
 			WHEN state = 'pending' AND expires_at IS NULL THEN 'has no expiry'
 			WHEN state <> 'pending' AND expires_at IS NOT NULL THEN format('expires at %s', expires_at)
 			WHEN state = 'released' AND (released_at IS NULL OR cooldown_until IS NULL) THEN 'has no release time or cooldown'
-			WHEN state <> 'released' AND (released_at IS NOT NULL OR cooldown_until IS NOT NULL) THEN 'has a release time or cooldown'
+			WHEN state <> 'released' AND released_at IS NOT NULL THEN 'has a release time'
+			WHEN state IN ('pending', 'active') AND cooldown_until IS NOT NULL THEN 'has a cooldown'
 			WHEN state = 'released' AND cooldown_until < released_at THEN format('cools down until %s, before its release at %s', cooldown_until, released_at)
 			WHEN state = 'pending' AND confirmed_at IS NOT NULL THEN 'was confirmed'
+			WHEN state = 'reserved' AND network <> '` + alloc.CiliumPoolNetwork + `' THEN format('is not a node''s address for Cilium (network %L)', network)
+			WHEN state = 'reserved' AND (owner_namespace <> '' OR owner_name <> '') THEN format('has an owner, %s/%s', owner_namespace, owner_name)
+			WHEN network = '` + alloc.CiliumPoolNetwork + `' AND state = 'pending' THEN 'is a node''s address for Cilium, which is never pending'
+			WHEN network = '` + alloc.CiliumPoolNetwork + `' AND (container_id <> host(addr) OR interface <> '` + alloc.CiliumPoolInterface + `')
+			     THEN format('is a node''s address for Cilium on attachment %s/%s, not %s/` + alloc.CiliumPoolInterface + `', container_id, interface, host(addr))
 			END AS problem FROM leases l) x
 		WHERE problem IS NOT NULL ORDER BY space, addr LIMIT $1`},
 }

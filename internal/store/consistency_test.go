@@ -198,6 +198,25 @@ func TestConsistencyFindsPlantedCorruption(t *testing.T) {
 				UPDATE leases SET state = 'released', released_at = created_at WHERE container_id = 'n1-c2'`,
 			kind: alloc.FindingLeaseState, n: 1, detail: "lease 10.0.0.5 is released but has no release time or cooldown",
 		},
+		{
+			name: "reserved lease of no node's Cilium pool",
+			sql: `ALTER TABLE leases DROP CONSTRAINT leases_reserved_on_node;
+				UPDATE leases SET state = 'reserved' WHERE container_id = 'n1-c2'`,
+			kind: alloc.FindingLeaseState, n: 1, detail: `lease 10.0.0.5 is reserved but is not a node's address for Cilium (network '')`,
+		},
+		{
+			name: "node address for Cilium on another attachment",
+			sql: `ALTER TABLE leases DROP CONSTRAINT leases_node_address;
+				UPDATE leases SET network = 'cilium:crd' WHERE container_id = 'n1-c2'`,
+			kind: alloc.FindingLeaseState, n: 1,
+			detail: "lease 10.0.0.5 is active but is a node's address for Cilium on attachment n1-c2/eth0, not 10.0.0.5/pool",
+		},
+		{
+			name: "reserved node address with an owner",
+			sql: `UPDATE leases SET state = 'reserved', network = 'cilium:crd', container_id = host(addr), interface = 'pool'
+				WHERE container_id = 'n1-c2'`,
+			kind: alloc.FindingLeaseState, n: 1, detail: "lease 10.0.0.5 is reserved but has an owner, default/pod-n1-c2",
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -25,7 +25,10 @@ type nodeUsageRow struct {
 // positive ($2 names the default pool, which pre-allocates $3 unless set)
 // also list every node of the space that holds no block of them yet:
 // Cilium's agent asks for the pre-allocation of such pools before the
-// node's first Pod.
+// node's first Pod. A node served in Cilium's crd mode (nodes.cilium_crd)
+// pre-allocates nothing in blocks: its CiliumNode's watermarks size it in
+// addresses (cilium.go), so its blocks hold what it holds and go back once
+// empty.
 const nodePoolUsageSQL = `WITH mp AS (
 		SELECT p.id, p.space, p.name, p.mode, f.family,
 		       CASE WHEN p.mode = 'multi-pool' THEN coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) ELSE 0 END AS pre,
@@ -39,11 +42,12 @@ const nodePoolUsageSQL = `WITH mp AS (
 		FROM blocks b JOIN mp ON mp.id = b.pool_id AND mp.family = b.family
 		GROUP BY b.node_id, b.pool_id, b.family
 	)
-	SELECT mp.space, n.name, mp.name, mp.mode, mp.family, mp.pre, coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0),
+	SELECT mp.space, n.name, mp.name, mp.mode, mp.family, CASE WHEN n.cilium_crd THEN 0 ELSE mp.pre END,
+	       coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0),
 	       mp.mask, mp.max_blocks_per_node, mp.allow_first_ip, mp.allow_last_ip, mp.reserve_router, mp.reserve_health, mp.reserve_ingress
 	FROM mp JOIN nodes n ON n.space = mp.space AND ($5::text IS NULL OR n.name = $5)
 	LEFT JOIN used u ON u.node_id = n.id AND u.pool_id = mp.id AND u.family = mp.family
-	WHERE u.node_id IS NOT NULL OR mp.pre > 0
+	WHERE u.node_id IS NOT NULL OR (mp.pre > 0 AND NOT n.cilium_crd)
 	ORDER BY mp.space, n.name, mp.name, mp.family`
 
 // nodePoolUsage lists the use of the pools by every node that holds blocks

@@ -33,9 +33,13 @@ func (s *Store) ReleaseAddressAt(ctx context.Context, space string, addr netip.A
 		return nil, err
 	}
 	for range fenceAttempts {
-		released, err := s.released(ctx, reasonReleaseAddress, `l.space = $3 AND l.addr = $4 AND l.generation = $5`, space, addr, gen)
+		released, err := s.released(ctx, reasonReleaseAddress, `l.space = $3 AND l.addr = $4 AND l.generation = $5 AND l.network <> $6`,
+			space, addr, gen, alloc.CiliumPoolNetwork)
 		if err != nil || len(released) > 0 {
 			return released, err
+		}
+		if err := s.refuseNodeAddress(ctx, space, addr); err != nil {
+			return nil, err
 		}
 		var have int64
 		var state string
@@ -58,6 +62,9 @@ func (s *Store) ReleaseAddressAt(ctx context.Context, space string, addr netip.A
 // generation gen. Nothing held is success with nothing released.
 func (s *Store) ReleaseAttachmentAt(ctx context.Context, space, node string, a alloc.Attachment, gen int64) ([]alloc.Lease, error) {
 	if err := alloc.ValidateGeneration("generation", gen); err != nil {
+		return nil, err
+	}
+	if err := alloc.ValidateNetworkName("network", a.Network); err != nil {
 		return nil, err
 	}
 	for range fenceAttempts {
@@ -83,6 +90,9 @@ func (s *Store) ReleaseAttachmentAt(ctx context.Context, space, node string, a a
 // an attachment holding nothing is not found.
 func (s *Store) ConfirmAt(ctx context.Context, space, node string, a alloc.Attachment, gen int64) (alloc.Allocation, error) {
 	if err := alloc.ValidateGeneration("generation", gen); err != nil {
+		return alloc.Allocation{}, err
+	}
+	if err := alloc.ValidateNetworkName("network", a.Network); err != nil {
 		return alloc.Allocation{}, err
 	}
 	for range fenceAttempts {

@@ -40,6 +40,13 @@ const (
 	reasonBlockReleased     = "block-released"
 	reasonRebalance         = "rebalance"
 	reasonRegistration      = "node-registration"
+	// Cilium's crd mode (cilium.go): an address appeared in (or left) a
+	// node's status.ipam.used, went back to its pool at the end of the
+	// release handshake, or with its node (CiliumNode or Node deleted).
+	reasonCiliumUsed     = "cilium-used"
+	reasonCiliumUnused   = "cilium-unused"
+	reasonCiliumReleased = "cilium-released"
+	reasonCiliumNodeGone = "cilium-node-deleted"
 )
 
 // txOptions makes the BEGIN of a read-write transaction under ctx also set
@@ -247,13 +254,16 @@ func (s *Store) HolderAt(ctx context.Context, space string, addr netip.Addr, at 
 	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		last, err := scanEvent(tx.QueryRow(ctx, `SELECT `+eventColumns+` FROM address_events
 			WHERE space = $1 AND address = $2 AND at <= $3 ORDER BY at DESC, id DESC LIMIT 1`, space, addr, at))
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && last.Kind.Ends()) {
+		// A Pod's release that leaves the address with its node (crd
+		// mode) starts the node's holding.
+		toNode := err == nil && last.Kind == alloc.EventRelease && last.State == string(alloc.StateReserved)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && last.Kind.Ends() && !toNode) {
 			return s.notFoundIn(ctx, tx, space, "at", "holder of address "+addr.String()+" at", at.UTC().Format(time.RFC3339Nano))
 		} else if err != nil {
 			return err
 		}
 		lease := last
-		if last.Kind != alloc.EventLease {
+		if last.Kind != alloc.EventLease && !toNode {
 			lease, err = scanEvent(tx.QueryRow(ctx, `SELECT `+eventColumns+` FROM address_events
 				WHERE space = $1 AND address = $2 AND (at, id) <= ($3, $4) AND kind = 'lease'
 				ORDER BY at DESC, id DESC LIMIT 1`, space, addr, last.At, last.ID))
@@ -270,14 +280,23 @@ func (s *Store) HolderAt(ctx context.Context, space string, addr netip.Addr, at 
 		if err != nil {
 			return err
 		}
+		// The node's own holding (state reserved) ends when a Pod leases
+		// the address; it has no owner.
+		byNode := lease.State == string(alloc.StateReserved)
 		h = alloc.Holding{Space: space, Address: addr, Node: lease.Node, Pool: lease.Pool, Owner: lease.Owner,
 			Attachment: lease.Attachment, From: lease.At}
+		if byNode {
+			h.Owner = alloc.Owner{}
+		}
 		for i, e := range events {
 			if i > 0 && e.Kind == alloc.EventLease {
-				break // a later holding (its end was not recorded)
+				if byNode {
+					h.To = e.At
+				}
+				break // a later holding (for another than the node, its end was not recorded)
 			}
 			h.Events = append(h.Events, e)
-			if e.Kind.Ends() {
+			if i > 0 && e.Kind.Ends() {
 				h.To = e.At
 				break
 			}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,6 +32,17 @@ func TestFasterHistoryTriggersRecordTheSame(t *testing.T) {
 		if o != c {
 			t.Errorf("event %d:\n 00005: %s\n 00006: %s", i, o, c)
 		}
+	}
+}
+
+// Migration 00011 taught the lease history triggers Cilium's crd mode; for
+// every other change they record what 00008's (as of 00010) recorded.
+func TestCrdHistoryTriggersKeepOtherEvents(t *testing.T) {
+	t.Parallel()
+	old := historyOfWorkload(t, 10)
+	current := historyOfWorkload(t, 11)
+	if len(old) != 43 || !slices.Equal(old, current) {
+		t.Fatalf("00010's triggers recorded\n%s\n00011's\n%s", strings.Join(old, "\n"), strings.Join(current, "\n"))
 	}
 }
 

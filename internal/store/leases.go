@@ -856,6 +856,9 @@ func (s *Store) GetAttachment(ctx context.Context, space, node string, a alloc.A
 // as Cilium stops the timer when the endpoint is created. Confirming active
 // leases again is a no-op.
 func (s *Store) Confirm(ctx context.Context, space, node string, a alloc.Attachment) (alloc.Allocation, error) {
+	if err := alloc.ValidateNetworkName("network", a.Network); err != nil {
+		return alloc.Allocation{}, err
+	}
 	nodeID, err := s.nodeID(ctx, s.db, space, node)
 	if err != nil {
 		return alloc.Allocation{}, err
@@ -896,15 +899,55 @@ func (s *Store) released(ctx context.Context, reason, where string, args ...any)
 }
 
 // ReleaseAttachment releases the attachment's addresses; nothing held is not
-// an error.
+// an error. The network must be a CNI network name (KindInvalid
+// otherwise): the addresses a node holds for Cilium's agent have no
+// attachment a caller can name.
 func (s *Store) ReleaseAttachment(ctx context.Context, space, node string, a alloc.Attachment) ([]alloc.Lease, error) {
+	if err := alloc.ValidateNetworkName("network", a.Network); err != nil {
+		return nil, err
+	}
 	return s.released(ctx, reasonReleaseAttachment, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
 		AND l.network = $7 AND l.container_id = $5 AND l.interface = $6`, space, node, a.ContainerID, a.Interface, a.Network)
 }
 
-// ReleaseAddress releases the lease holding addr; nothing held is not an error.
+// ReleaseAddress releases the lease holding addr; nothing held is not an
+// error. An address a node holds for Cilium's agent (crd mode) is refused
+// (see refuseNodeAddress).
 func (s *Store) ReleaseAddress(ctx context.Context, space string, addr netip.Addr) ([]alloc.Lease, error) {
-	return s.released(ctx, reasonReleaseAddress, `l.space = $3 AND l.addr = $4`, space, addr)
+	released, err := s.released(ctx, reasonReleaseAddress, `l.space = $3 AND l.addr = $4 AND l.network <> $5`,
+		space, addr, alloc.CiliumPoolNetwork)
+	if err != nil || len(released) > 0 {
+		return released, err
+	}
+	return nil, s.refuseNodeAddress(ctx, space, addr)
+}
+
+// refuseNodeAddress answers a KindInUse error when a node holds addr for
+// Cilium's agent (crd mode), reserved or used by a Pod, and nil otherwise.
+// Such an address is in the node's CiliumNode (spec.ipam.pool), where the
+// agent may hand it to a Pod at any time: released here, it could be
+// leased to another while the agent still uses it. It leaves the node only
+// through the Cilium operator (its release handshake, or the CiliumNode's
+// deletion), or with the node (DeleteNode with force).
+func (s *Store) refuseNodeAddress(ctx context.Context, space string, addr netip.Addr) error {
+	var node, state, ns, name string
+	err := s.db.QueryRow(ctx, `SELECT n.name, l.state, l.owner_namespace, l.owner_name FROM leases l JOIN nodes n ON n.id = l.node_id
+		WHERE l.space = $1 AND l.addr = $2 AND l.network = $3 AND l.state <> 'released'`, space, addr, alloc.CiliumPoolNetwork).
+		Scan(&node, &state, &ns, &name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	how := "the Cilium operator's release handshake, or with the node's CiliumNode"
+	e := &alloc.Error{Kind: alloc.KindInUse, Field: "address",
+		Detail:         fmt.Sprintf("address %s is in a node's Cilium pool (crd mode); it leaves the node only through %s", addr, how),
+		OperatorDetail: fmt.Sprintf("address %s is in the Cilium pool of node %s (crd mode)", addr, node)}
+	if state == string(alloc.StateActive) {
+		e.OperatorDetail += fmt.Sprintf(", used by %s/%s", ns, name)
+	}
+	e.OperatorDetail += "; it leaves the node only through " + how
+	return e
 }
 
 // Reconcile releases every pending or active lease of the node's

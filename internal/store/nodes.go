@@ -277,11 +277,14 @@ func (s *Store) ListNodes(ctx context.Context, space string, page alloc.Page) ([
 	return pageOf(ctx, s, sc, items, page.Limit, func(n alloc.Node) string { return n.Name })
 }
 
-// DeleteNode removes a node. With pending or active leases, or released
-// addresses still bound to a workload identity, it is refused unless force,
-// which deletes the node's leases (cooling ones included) and
+// DeleteNode removes a node. With pending or active leases, addresses it
+// holds for Cilium's agent (crd mode, reserved or used by Pods), or
+// released addresses still bound to a workload identity, it is refused
+// unless force, which deletes the node's leases (cooling ones included) and
 // blocks in the same transaction: the node is gone, so its addresses go back
-// to the pool with it.
+// to the pool with it. (A node whose CiliumNode still exists must not be
+// deleted so: its agent may still use the addresses. Deleting the
+// CiliumNode makes the operator give them back with their cooldown.)
 func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) error {
 	return s.inTxWhy(ctx, reasonNodeDeleted, func(tx pgx.Tx) error {
 		id, err := s.nodeID(ctx, tx, space, name)
@@ -301,15 +304,23 @@ func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) 
 		if err := lockCarveRowsOf(ctx, tx, `node_id = $1`, id); err != nil {
 			return err
 		}
-		var active, bound int64
+		var active, bound, crd int64
 		err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM leases l WHERE l.node_id = n.id AND l.state <> 'released'),
 				(SELECT count(*) FROM leases l WHERE l.node_id = n.id AND l.state = 'released'
-				   AND l.sticky_identity IS NOT NULL AND l.cooldown_until > $2)
-			FROM nodes n WHERE n.id = $1 FOR UPDATE`, id, s.now()).Scan(&active, &bound)
+				   AND l.sticky_identity IS NOT NULL AND l.cooldown_until > $2),
+				(SELECT count(*) FROM leases l WHERE l.node_id = n.id AND l.network = $3 AND l.state <> 'released')
+			FROM nodes n WHERE n.id = $1 FOR UPDATE`, id, s.now(), alloc.CiliumPoolNetwork).Scan(&active, &bound, &crd)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return alloc.NotFound("node", "node", name) // deleted meanwhile
 		} else if err != nil {
 			return err
+		}
+		if crd > 0 && !force {
+			// The addresses are in the node's CiliumNode: its agent may
+			// be handing them to Pods.
+			return &alloc.Error{Kind: alloc.KindInUse, Field: "node", Detail: fmt.Sprintf(
+				"node %q holds %d addresses for Cilium's agent (crd mode) and %d other leases; delete its CiliumNode (the operator gives the addresses back after the cooldown) or delete with force=true",
+				name, crd, active-crd)}
 		}
 		if active > 0 && !force {
 			return &alloc.Error{Kind: alloc.KindInUse, Field: "node", Detail: fmt.Sprintf("node %q holds %d leases; release them or delete with force=true", name, active)}

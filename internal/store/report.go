@@ -22,6 +22,11 @@ type NodeTotals struct {
 	// AtCapacity: in some pool family the node holds blocks of, none has a
 	// free address.
 	AtCapacity bool
+	// For a node served in Cilium's crd mode, in Cilium's terms:
+	// CiliumPool is how many addresses its CiliumNode's pool holds
+	// (reserved and used), CiliumUsed how many of them Pods use. Both
+	// count within Used.
+	CiliumPool, CiliumUsed int64
 }
 
 // PoolFamilyReport is the capacity report of one family of one pool.
@@ -77,6 +82,24 @@ func (s *Store) UsageReport(ctx context.Context, window time.Duration) (UsageRep
 			n.Needed += u.Deficit()
 			n.InDeficit = n.InDeficit || u.Deficit() > 0
 			n.AtCapacity = n.AtCapacity || u.AtCapacity()
+		}
+		// The nodes served in crd mode are few next to the leases: one
+		// probe of leases_attachment each.
+		rows, err = tx.Query(ctx, `SELECT n.space, n.name, count(*), count(*) FILTER (WHERE l.state = 'active')
+			FROM nodes n JOIN leases l ON l.node_id = n.id AND l.network = $1 AND l.state <> 'released'
+			WHERE n.cilium_crd GROUP BY n.space, n.name`, alloc.CiliumPoolNetwork)
+		if err != nil {
+			return err
+		}
+		var k key
+		var held, used int64
+		if _, err := pgx.ForEachRow(rows, []any{&k.space, &k.node, &held, &used}, func() error {
+			if i, ok := index[k]; ok {
+				out.Nodes[i].CiliumPool, out.Nodes[i].CiliumUsed = held, used
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
 		rows, err = tx.Query(ctx, `SELECT `+poolColumns+` FROM pools p ORDER BY p.space, p.name`)
 		if err != nil {
