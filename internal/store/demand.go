@@ -245,6 +245,9 @@ type Rebalanced struct {
 // need. One replica rebalances at a time (a session advisory lock the others
 // skip); each node pool is its own transaction.
 //
+// It leaves the space of Cilium's multi-pool agents (AgentPoolsSpace)
+// alone: they size their blocks themselves (SyncAgentPools).
+//
 // Allocation never waits for it: a node with no room carves on the lease
 // path. Rebalance is what makes the pre-allocation ready before the Pods
 // arrive, and what gives blocks back when they leave.
@@ -275,6 +278,8 @@ func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 		case u.Mode != alloc.ModeMultiPool:
 			// A cluster-pool block is the node's for good: never topped
 			// up, never returned.
+		case u.Space == s.opts.AgentPoolsSpace:
+			// Cilium's agents size these blocks (SyncAgentPools).
 		case u.Deficit() > 0:
 			n, err := s.topUp(ctx, u)
 			out.Carved += n

@@ -48,6 +48,14 @@ type Options struct {
 	// completely free (and above the node's need) before it goes back to
 	// the pool, so a node whose Pods churn does not flap blocks.
 	BlockReleaseHoldOff time.Duration
+	// AgentPoolsSpace names the space whose nodes' multi-pool blocks
+	// Cilium's agents size themselves: the service plays Cilium's
+	// multi-pool operator there (internal/cilium, SyncAgentPools), and
+	// the agents ask for blocks and give them back through their
+	// CiliumNodes. Rebalance neither pre-allocates nor returns blocks in
+	// it: it would count no lease in them and take them from under the
+	// agents' Pods. Empty: none.
+	AgentPoolsSpace string
 	// ReconcileMinAge: a reconcile never releases a lease younger than
 	// this, whatever its valid list says (the list was taken before the
 	// call; a lease made meanwhile is not in it).
