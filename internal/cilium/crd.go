@@ -1,0 +1,352 @@
+package cilium
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	ipamtypes "github.com/cilium/cilium/pkg/ipam/types"
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// The states of Cilium's excess-address release handshake
+// (status.ipam.release-ips), as pkg/ipam/option names them.
+const (
+	releaseMarked       ipamtypes.IPReleaseStatus = "marked-for-release" // operator: this one may go
+	releaseReady        ipamtypes.IPReleaseStatus = "ready-for-release"  // agent: not in use, won't hand it out
+	releaseDoNotRelease ipamtypes.IPReleaseStatus = "do-not-release"     // agent: in use, keep it
+	releaseReleased     ipamtypes.IPReleaseStatus = "released"           // operator: gone from the pool
+)
+
+// unservedRetry is how soon a node the pool could not serve is looked at
+// again.
+const unservedRetry = 5 * time.Second
+
+// ErrAllocatorFull is the operator-status error of a node the pool cannot
+// serve, in Cilium's words.
+const ErrAllocatorFull = "allocator full"
+
+// nodeStates is the operator's memory of each node between rounds: since
+// when each excess address has been excess. It is lost with the
+// leadership, which only restarts the release delays, as in Cilium.
+type nodeStates struct {
+	mu    sync.Mutex
+	nodes map[string]map[netip.Addr]time.Time
+}
+
+func newNodeStates() *nodeStates { return &nodeStates{nodes: map[string]map[netip.Addr]time.Time{}} }
+
+// excessSince keeps exactly the addresses of excess (setting now for new
+// ones) and answers their first-seen times.
+func (s *nodeStates) excessSince(node string, excess []netip.Addr, now time.Time) map[netip.Addr]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.nodes[node]
+	cur := make(map[netip.Addr]time.Time, len(excess))
+	for _, a := range excess {
+		if t, ok := old[a]; ok {
+			cur[a] = t
+		} else {
+			cur[a] = now
+		}
+	}
+	if len(cur) == 0 {
+		delete(s.nodes, node)
+	} else {
+		s.nodes[node] = cur
+	}
+	return maps.Clone(cur)
+}
+
+func (s *nodeStates) restart(node string, a netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.nodes[node], a)
+}
+
+func (s *nodeStates) forget(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.nodes, node)
+}
+
+// crdReconciler plays Cilium's operator for ipam.mode=crd: the node's
+// spec.ipam.pool (and ipv6-pool) holds exactly the addresses the store
+// holds for it, sized by Cilium's watermark formulas, and excess ones
+// leave only through the release handshake.
+type crdReconciler struct{ o *Operator }
+
+// crdFamily is one family's view of a CiliumNode.
+type crdFamily struct {
+	f       alloc.Family
+	pool    ipamtypes.AllocationMap
+	used    ipamtypes.AllocationMap
+	release map[string]ipamtypes.IPReleaseStatus
+}
+
+func crdFamilies(cn *ciliumv2.CiliumNode) []crdFamily {
+	return []crdFamily{
+		{alloc.IPv4, cn.Spec.IPAM.Pool, cn.Status.IPAM.Used, cn.Status.IPAM.ReleaseIPs},
+		{alloc.IPv6, cn.Spec.IPAM.IPv6Pool, cn.Status.IPAM.IPv6Used, cn.Status.IPAM.ReleaseIPv6s},
+	}
+}
+
+func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2.CiliumNode) (time.Duration, error) {
+	o := r.o
+	if cn == nil || !cn.DeletionTimestamp.IsZero() {
+		n, err := o.store.ReleaseAllNodeAddresses(ctx, o.cfg.Space, name)
+		if err != nil {
+			return 0, err
+		}
+		o.stateOf().forget(name)
+		o.needs.Delete(name)
+		if n > 0 {
+			o.log.Info("CiliumNode deleted: its addresses cool down and go back to their pools", "node", name, "addresses", n)
+		}
+		return 0, nil
+	}
+	if ignored(cn) {
+		return 0, nil
+	}
+	now := o.cfg.Now()
+	w := watermarks(cn)
+
+	// 1. What Pods use, as the agent last reported it.
+	used := map[netip.Addr]alloc.Owner{}
+	fams := crdFamilies(cn)
+	for _, fam := range fams {
+		for ip, a := range fam.used {
+			addr, err := netip.ParseAddr(ip)
+			if err != nil || alloc.FamilyOf(addr) != fam.f {
+				o.log.Warn("CiliumNode reports a used address that is none", "node", name, "address", ip)
+				continue
+			}
+			used[addr] = alloc.CiliumOwner(a.Owner)
+		}
+	}
+	change, err := o.store.SyncNodeUse(ctx, o.cfg.Space, name, used)
+	if err != nil {
+		return 0, fmt.Errorf("recording the node's used addresses: %w", err)
+	}
+	if len(change.Unknown) > 0 {
+		o.log.Warn("the agent uses addresses the node does not hold", "node", name, "addresses", change.Unknown)
+	}
+	held, err := o.store.NodeAddresses(ctx, o.cfg.Space, name)
+	if err != nil {
+		return 0, err
+	}
+
+	desired := cn.DeepCopy()
+	var opErrs []string
+	var requeue time.Duration
+	var need int64
+	for i, fam := range fams {
+		st := r.family(ctx, name, cn, fam, w, held, now, &opErrs)
+		if st.err != nil {
+			return 0, st.err
+		}
+		need += int64(st.needed)
+		if st.requeue > 0 && (requeue == 0 || st.requeue < requeue) {
+			requeue = st.requeue
+		}
+		if i == 0 {
+			desired.Spec.IPAM.Pool, desired.Status.IPAM.ReleaseIPs = st.pool, st.release
+		} else {
+			desired.Spec.IPAM.IPv6Pool, desired.Status.IPAM.ReleaseIPv6s = st.pool, st.release
+		}
+	}
+	o.needs.Store(name, need)
+	desired.Status.IPAM.OperatorStatus.Error = strings.Join(opErrs, "; ")
+	if len(opErrs) > 0 && (requeue == 0 || requeue > unservedRetry) {
+		// Addresses come back as other nodes release theirs and their
+		// blocks return: look again soon rather than at the next resync.
+		requeue = unservedRetry
+	}
+	return requeue, o.write(ctx, cn, desired)
+}
+
+// familyResult is what one family's round decided.
+type familyResult struct {
+	pool    ipamtypes.AllocationMap
+	release map[string]ipamtypes.IPReleaseStatus
+	requeue time.Duration
+	// needed is what the node still lacks after the round (0 when the
+	// pool could serve it).
+	needed int
+	err    error
+}
+
+// family runs one round for one family: grow the pool to the watermark,
+// find the excess, and move the release handshake one step.
+func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.CiliumNode, fam crdFamily, w alloc.Watermarks,
+	all []alloc.HeldAddress, now time.Time, opErrs *[]string) familyResult {
+	o := r.o
+	held := map[netip.Addr]alloc.HeldAddress{}
+	for _, a := range all {
+		if a.Family == fam.f {
+			held[a.Addr] = a
+		}
+	}
+	usedN := len(fam.used)
+
+	// Grow. IPv6 is asked for only of a pool that has it: the store
+	// answers nothing (and no error) for a family the pool lacks.
+	needed := w.Needed(len(held), usedN)
+	if needed > 0 {
+		n := w.ToAllocate(len(held), usedN, 0)
+		added, err := o.store.ReserveNodeAddresses(ctx, o.cfg.Space, name, o.nodeLabels(name, cn), o.cfg.DefaultPool, fam.f, n)
+		for _, a := range added {
+			held[a.Addr] = a
+		}
+		var ae *alloc.Error
+		switch {
+		case errors.As(err, &ae) && (ae.Kind == alloc.KindPoolExhausted || ae.Kind == alloc.KindNodeBlockLimit):
+			if w.Needed(len(held), usedN) > 0 {
+				msg := ae.Detail
+				if !strings.Contains(msg, ErrAllocatorFull) {
+					msg = ErrAllocatorFull + ": " + msg
+				}
+				*opErrs = append(*opErrs, msg)
+			}
+		case err != nil:
+			return familyResult{err: fmt.Errorf("reserving %s addresses: %w", fam.f, err)}
+		}
+		needed = w.Needed(len(held), usedN)
+		if len(added) == 0 && err == nil {
+			// The node's pool has no such family: nothing is lacking.
+			needed = 0
+		}
+	}
+
+	// Excess: reserved, unused, not cooling addresses beyond the
+	// watermark, the ones already in a handshake first.
+	var excess []netip.Addr
+	if needed == 0 {
+		if n := w.Excess(len(held), usedN); n > 0 {
+			var cands []alloc.HeldAddress
+			for _, a := range held {
+				if a.Releasable(now) && !inMap(fam.used, a.Addr) {
+					cands = append(cands, a)
+				}
+			}
+			slices.SortFunc(cands, func(x, y alloc.HeldAddress) int {
+				_, hx := fam.release[x.Addr.String()]
+				_, hy := fam.release[y.Addr.String()]
+				if hx != hy {
+					if hx {
+						return -1
+					}
+					return 1
+				}
+				return x.Addr.Compare(y.Addr)
+			})
+			for _, a := range cands[:min(n, len(cands))] {
+				excess = append(excess, a.Addr)
+			}
+		}
+	}
+	since := o.stateOf().excessSince(name+"/"+fam.f.String(), excess, now)
+
+	// The handshake, one step.
+	release := map[string]ipamtypes.IPReleaseStatus{}
+	var toRelease []netip.Addr
+	for ip, st := range fam.release {
+		addr, err := netip.ParseAddr(ip)
+		if err != nil {
+			continue // not ours to keep: a malformed entry goes
+		}
+		_, isHeld := held[addr]
+		_, isExcess := since[addr]
+		switch st {
+		case releaseReleased:
+			// The agent drops it once the address left the pool; an
+			// address back in the pool ends it.
+			if !isHeld {
+				release[ip] = st
+			}
+		case releaseDoNotRelease:
+			o.stateOf().restart(name+"/"+fam.f.String(), addr)
+		case releaseReady:
+			switch {
+			case !isHeld && !inMap(fam.used, addr):
+				release[ip] = releaseReleased // released in an earlier round
+			case isExcess && !inMap(fam.used, addr):
+				toRelease = append(toRelease, addr)
+			}
+			// otherwise needed again: aborted by leaving it out
+		case releaseMarked:
+			if isExcess {
+				release[ip] = st
+			}
+		}
+	}
+	var requeue time.Duration
+	for _, a := range excess {
+		if _, busy := fam.release[a.String()]; busy {
+			continue
+		}
+		if wait := since[a].Add(o.cfg.ExcessIPReleaseDelay).Sub(now); wait > 0 {
+			if requeue == 0 || wait < requeue {
+				requeue = wait
+			}
+			continue
+		}
+		release[a.String()] = releaseMarked
+	}
+	if len(toRelease) > 0 {
+		slices.SortFunc(toRelease, netip.Addr.Compare)
+		if _, err := o.store.ReleaseNodeAddresses(ctx, o.cfg.Space, name, toRelease); err != nil {
+			// Nothing was released; abort these handshakes (an address
+			// taken into use since is the likely cause) and let the next
+			// round start over.
+			o.log.Warn("releasing excess addresses", "node", name, "addresses", toRelease, "err", err)
+		} else {
+			for _, a := range toRelease {
+				delete(held, a)
+				release[a.String()] = releaseReleased
+			}
+			o.log.Info("released excess addresses", "node", name, "addresses", toRelease)
+		}
+	}
+
+	// The pool is what the store holds. An address the agent uses stays
+	// even when the store does not know it (written by someone before
+	// this operator): removing it would pull it from under a Pod.
+	pool := make(ipamtypes.AllocationMap, len(held))
+	for addr, a := range held {
+		pool[addr.String()] = ipamtypes.AllocationIP{Resource: a.Pool + "/" + a.Block.String()}
+	}
+	for ip, a := range fam.pool {
+		if _, ok := pool[ip]; !ok && inMapString(fam.used, ip) {
+			pool[ip] = a
+		}
+	}
+	if len(pool) == 0 {
+		pool = nil
+	}
+	if len(release) == 0 {
+		release = nil
+	}
+	return familyResult{pool: pool, release: release, requeue: requeue, needed: needed}
+}
+
+// watermarks are the node's sizing knobs from its spec.
+func watermarks(cn *ciliumv2.CiliumNode) alloc.Watermarks {
+	s := cn.Spec.IPAM
+	return alloc.Watermarks{PreAllocate: s.PreAllocate, MinAllocate: s.MinAllocate, MaxAllocate: s.MaxAllocate, MaxAboveWatermark: s.MaxAboveWatermark}
+}
+
+func inMap(m ipamtypes.AllocationMap, a netip.Addr) bool { return inMapString(m, a.String()) }
+
+func inMapString(m ipamtypes.AllocationMap, ip string) bool {
+	_, ok := m[ip]
+	return ok
+}

@@ -1,0 +1,264 @@
+package cilium
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ipamtypes "github.com/cilium/cilium/pkg/ipam/types"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// A pool too small for every node: the node it cannot serve says
+// "allocator full" in operator-status, and the error clears once an
+// address is free for it again.
+func TestCRDExhaustionSetsAndClearsOperatorStatus(t *testing.T) {
+	// One /28 block: 16 addresses minus network, broadcast, router and
+	// health (the pool's defaults) leave too few for two nodes of 8.
+	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(28, "10.30.0.0/28")})
+	e.operator("op-1", nil)
+	a := newAgent(t, e.client, "full-a", 0)
+	if err := a.create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: 8}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "node a served", func() (bool, string) {
+		n := len(e.get("full-a").Spec.IPAM.Pool)
+		return n == 8, fmt.Sprintf("%d addresses", n)
+	})
+	b := newAgent(t, e.client, "full-b", 0)
+	if err := b.create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: 8}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "allocator full on node b", func() (bool, string) {
+		msg := e.get("full-b").Status.IPAM.OperatorStatus.Error
+		return strings.Contains(msg, ErrAllocatorFull), fmt.Sprintf("operator-status.error %q", msg)
+	})
+	if got := e.get("full-a").Status.IPAM.OperatorStatus.Error; got != "" {
+		t.Errorf("node a, fully served, has operator-status.error %q", got)
+	}
+	// Node a goes away: its addresses cool down and node b gets them.
+	if err := e.client.CiliumV2().CiliumNodes().Delete(e.ctx, "full-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(30*time.Second, "node b served and its error cleared", func() (bool, string) {
+		cn := e.get("full-b")
+		return len(cn.Spec.IPAM.Pool) >= 8 && cn.Status.IPAM.OperatorStatus.Error == "",
+			fmt.Sprintf("%d addresses, error %q", len(cn.Spec.IPAM.Pool), cn.Status.IPAM.OperatorStatus.Error)
+	})
+}
+
+// Excess addresses leave the pool only through the handshake, after the
+// delay; an address the agent answers do-not-release for stays, and a
+// used address never leaves.
+func TestCRDExcessReleaseHandshake(t *testing.T) {
+	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(26, "10.40.0.0/16")})
+	const delay = 2 * time.Second
+	e.operator("op-1", func(c *Config) { c.ExcessIPReleaseDelay = delay; c.Resync = time.Second })
+	ag := newAgent(t, e.client, "excess", 0)
+	if err := ag.create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: 4}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "pre-allocation", func() (bool, string) {
+		n := len(e.get("excess").Spec.IPAM.Pool)
+		return n == 4, fmt.Sprintf("%d addresses", n)
+	})
+	// Use 6: the pool grows to 10.
+	ag.observe(e.get("excess"))
+	var used []string
+	for range 4 {
+		ip, _ := ag.podStart()
+		used = append(used, ip)
+	}
+	ag.sync(e.ctx, true)
+	e.eventually(10*time.Second, "growth", func() (bool, string) {
+		ag.observe(e.get("excess"))
+		n := len(e.get("excess").Spec.IPAM.Pool)
+		return n == 8, fmt.Sprintf("%d addresses", n)
+	})
+	for range 2 {
+		ip, ok := ag.podStart()
+		if !ok {
+			t.Fatal("no free address")
+		}
+		used = append(used, ip)
+	}
+	ag.sync(e.ctx, true)
+	e.eventually(10*time.Second, "growth to 10", func() (bool, string) {
+		n := len(e.get("excess").Spec.IPAM.Pool)
+		return n == 10, fmt.Sprintf("%d addresses", n)
+	})
+	// The Pods end but one: 9 reserved, 1 used; excess = 10-1-4 = 5.
+	// The agent keeps one of the excess addresses for itself: it answers
+	// do-not-release for it (as if a Pod had just taken it).
+	ag.observe(e.get("excess"))
+	for _, ip := range used[1:] {
+		ag.podStop(ip)
+	}
+	ag.sync(e.ctx, true)
+	marked := time.Now()
+	var keep string
+	e.eventually(10*time.Second+delay, "addresses marked for release", func() (bool, string) {
+		cn := e.get("excess")
+		n := 0
+		for ip, st := range cn.Status.IPAM.ReleaseIPs {
+			if st == releaseMarked {
+				n++
+				if keep == "" {
+					keep = ip
+				}
+			}
+		}
+		return n > 0, fmt.Sprintf("release-ips %v", cn.Status.IPAM.ReleaseIPs)
+	})
+	if since := time.Since(marked); since < delay/2 {
+		t.Errorf("marked %v after the addresses became excess; the delay is %v", since, delay)
+	}
+	// The agent takes keep into use and answers: do-not-release for it,
+	// ready for the others.
+	ag.mu.Lock()
+	ag.used[keep] = "default/late-pod"
+	ag.dirty = true
+	ag.mu.Unlock()
+	if _, err := ag.sync(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(20*time.Second, "excess released", func() (bool, string) {
+		ag.observe(e.get("excess"))
+		ag.sync(e.ctx, true)
+		cn := e.get("excess")
+		return len(cn.Spec.IPAM.Pool) == 6 && len(cn.Status.IPAM.ReleaseIPs) == 0,
+			fmt.Sprintf("%d addresses, release-ips %v", len(cn.Spec.IPAM.Pool), cn.Status.IPAM.ReleaseIPs)
+	})
+	cn := e.get("excess")
+	if _, ok := cn.Spec.IPAM.Pool[keep]; !ok {
+		t.Errorf("%s, answered do-not-release and in use, left the pool", keep)
+	}
+	if _, ok := cn.Spec.IPAM.Pool[used[0]]; !ok {
+		t.Errorf("%s, in use all along, left the pool", used[0])
+	}
+	if lost := ag.lostAddresses(); len(lost) > 0 {
+		t.Errorf("used addresses left the pool: %v", lost)
+	}
+	if got, want := specPool(cn), e.heldByStore("excess"); !slices.Equal(got, want) {
+		t.Errorf("spec.ipam.pool %v; store holds %v", got, want)
+	}
+}
+
+// A CiliumNode deleted while Pods use its addresses gives every address
+// back to the pool (after the cooldown), and the history says so.
+func TestCRDDeletedNodeReleasesItsAddresses(t *testing.T) {
+	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(26, "10.50.0.0/16")})
+	e.operator("op-1", nil)
+	ag := newAgent(t, e.client, "doomed", 0)
+	if err := ag.create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: 4}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "pre-allocation", func() (bool, string) {
+		n := len(e.get("doomed").Spec.IPAM.Pool)
+		return n == 4, fmt.Sprintf("%d addresses", n)
+	})
+	ag.observe(e.get("doomed"))
+	ip, _ := ag.podStart()
+	ag.sync(e.ctx, true)
+	e.eventually(10*time.Second, "use recorded", func() (bool, string) {
+		l, err := e.st.GetAddress(e.ctx, alloc.DefaultSpace, netip.MustParseAddr(ip))
+		return err == nil && l.State == alloc.StateActive && l.Owner.Namespace == "default",
+			fmt.Sprintf("%+v %v", l, err)
+	})
+	if err := e.client.CiliumV2().CiliumNodes().Delete(e.ctx, "doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "addresses released", func() (bool, string) {
+		held := e.heldByStore("doomed")
+		return len(held) == 0, fmt.Sprintf("still held: %v", held)
+	})
+	l, err := e.st.GetAddress(e.ctx, alloc.DefaultSpace, netip.MustParseAddr(ip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.State != alloc.StateCooling {
+		t.Errorf("%s is %s after its node's deletion; want cooling", ip, l.State)
+	}
+}
+
+// Fifty nodes churn Pods for a while under one operator: no address is in
+// two nodes' pools, no used address ever leaves a pool, and at the end
+// the store and every CiliumNode agree and the consistency check is
+// clean.
+func TestCRDChurnManyNodes(t *testing.T) {
+	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(27, "10.60.0.0/16")})
+	e.operator("op-1", func(c *Config) { c.ExcessIPReleaseDelay = 3 * time.Second; c.Resync = 5 * time.Second })
+	const nodes = 50
+	const churnFor = 60 * time.Second
+	agents := make([]*agent, nodes)
+	for i := range agents {
+		agents[i] = newAgent(t, e.client, fmt.Sprintf("churn-%02d", i), 15*time.Second)
+		if err := agents[i].create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: 4, MaxAboveWatermark: 2}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, churnFor)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, a := range agents {
+		wg.Go(func() { _ = a.churn(ctx, 3+i%5, uint64(i)) })
+	}
+	overlapCheck := func() {
+		seen := map[string]string{}
+		list, err := e.client.CiliumV2().CiliumNodes().List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for _, cn := range list.Items {
+			for ip := range cn.Spec.IPAM.Pool {
+				if other, dup := seen[ip]; dup {
+					t.Errorf("%s is in the pools of %s and %s", ip, other, cn.Name)
+				}
+				seen[ip] = cn.Name
+			}
+		}
+	}
+	for ctx.Err() == nil {
+		overlapCheck()
+		time.Sleep(time.Second)
+	}
+	wg.Wait()
+	// Final status writes, then the operator settles.
+	for _, a := range agents {
+		if _, err := a.sync(e.ctx, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	overlapCheck()
+	for _, a := range agents {
+		if lost := a.lostAddresses(); len(lost) > 0 {
+			t.Errorf("node %s: used addresses left its pool: %v", a.name, lost)
+		}
+		e.eventually(30*time.Second, "node "+a.name+" agrees with the store", func() (bool, string) {
+			cn := e.get(a.name)
+			got, want := specPool(cn), e.heldByStore(a.name)
+			return slices.Equal(got, want), fmt.Sprintf("spec %v, store %v", got, want)
+		})
+		for _, ip := range a.usedAddresses() {
+			l, err := e.st.GetAddress(e.ctx, alloc.DefaultSpace, netip.MustParseAddr(ip))
+			if err != nil || l.State != alloc.StateActive || l.Node != a.name {
+				t.Errorf("node %s uses %s; the store has %+v (%v)", a.name, ip, l, err)
+			}
+		}
+	}
+	report, err := e.st.CheckConsistency(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Findings) > 0 {
+		t.Errorf("consistency check: %+v", report.Findings)
+	}
+}

@@ -1,0 +1,505 @@
+package cilium
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	ciliumclient "github.com/cilium/cilium/pkg/k8s/client/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/workqueue"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Mode is the Cilium IPAM mode whose operator role the service plays.
+type Mode string
+
+const (
+	// ModeCRD: single addresses in spec.ipam.pool / ipv6-pool (Cilium's
+	// ipam.mode=crd with an external allocator).
+	ModeCRD Mode = "crd"
+	// ModeMultiPool: CIDRs per requested pool in spec.ipam.pools.allocated.
+	ModeMultiPool Mode = "multi-pool"
+	// ModeClusterPool: one CIDR per family in spec.ipam.podCIDRs.
+	ModeClusterPool Mode = "cluster-pool"
+)
+
+// Modes lists the modes the operator can play.
+var Modes = []Mode{ModeCRD, ModeMultiPool, ModeClusterPool}
+
+// ParseMode checks a mode named on the command line.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range Modes {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("unknown Cilium IPAM mode %q: want crd, multi-pool or cluster-pool", s)
+}
+
+// AnnotationIgnore is the annotation with which Cilium's operator leaves a
+// CiliumNode to someone else; this operator honours it too.
+const AnnotationIgnore = "ipam.cilium.io/ignore"
+
+// Defaults of Cilium's operator that this one keeps.
+const (
+	DefaultExcessIPReleaseDelay = 180 * time.Second
+	DefaultResync               = time.Minute
+	DefaultWorkers              = 50
+	// Leader election: a candidate takes a killed leader's lease once it
+	// has seen no renewal for LeaseDuration. Candidates look every
+	// RetryPeriod stretched by client-go's jitter (up to 2.2 x), and the
+	// last renewal may be that old when it is seen, so takeover comes
+	// within 8 + 2 x 2.2 = 12.4 s (measured 15.6 s with 10/7/2 s, over
+	// the 15 s asked for).
+	DefaultLeaseDuration = 8 * time.Second
+	DefaultRenewDeadline = 5 * time.Second
+	DefaultRetryPeriod   = time.Second
+)
+
+// Config is how the operator runs.
+type Config struct {
+	Mode Mode
+	// Space is the address space the cluster's addresses live in.
+	Space string
+	// DefaultPool serves nodes no pool's node selector picks.
+	DefaultPool string
+	// Kube reaches the API server. Its QPS and Burst bound every request
+	// the operator makes.
+	Kube *rest.Config
+	// LeaseNamespace and LeaseName name the coordination.k8s.io Lease of
+	// the leader election; Identity is this replica's name in it (the
+	// host name when empty).
+	LeaseNamespace, LeaseName, Identity       string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// ExcessIPReleaseDelay is how long an address stays excess before it
+	// is marked for release (crd mode).
+	ExcessIPReleaseDelay time.Duration
+	// Resync re-examines every node this often (excess timers, drift).
+	Resync time.Duration
+	// Workers reconcile nodes in parallel; one node is never reconciled
+	// by two workers at once.
+	Workers int
+	Logger  *slog.Logger
+	// Meter receives the operator's metrics; nil records none.
+	Meter metric.Meter
+	// Now is the clock (tests); nil means time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() error {
+	if c.Kube == nil {
+		return errors.New("cilium operator: no Kubernetes configuration")
+	}
+	if _, err := ParseMode(string(c.Mode)); err != nil {
+		return err
+	}
+	if c.Space == "" {
+		c.Space = "default"
+	}
+	if c.LeaseName == "" {
+		c.LeaseName = "ipam-cilium-operator"
+	}
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = "kube-system"
+	}
+	if c.Identity == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("cilium operator identity: %w", err)
+		}
+		c.Identity = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = DefaultLeaseDuration
+	}
+	if c.RenewDeadline == 0 {
+		c.RenewDeadline = DefaultRenewDeadline
+	}
+	if c.RetryPeriod == 0 {
+		c.RetryPeriod = DefaultRetryPeriod
+	}
+	if c.ExcessIPReleaseDelay == 0 {
+		c.ExcessIPReleaseDelay = DefaultExcessIPReleaseDelay
+	}
+	if c.Resync == 0 {
+		c.Resync = DefaultResync
+	}
+	if c.Workers <= 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// reconciler is one mode's part: it brings the CiliumNode called name in
+// line with the store, cn being the cached object (nil once deleted). It
+// answers how soon the node needs another look (0: at the next resync).
+type reconciler interface {
+	reconcile(ctx context.Context, name string, cn *ciliumv2.CiliumNode) (time.Duration, error)
+}
+
+// Operator is the leader-elected controller of CiliumNodes.
+type Operator struct {
+	cfg    Config
+	log    *slog.Logger
+	cilium ciliumclient.Interface
+	kube   kubernetes.Interface
+	store  Store
+	m      *metrics
+	// needs is each crd-mode node's need after its last round (node
+	// name -> int64), for the per-node ipam_needed_ips metric.
+	needs sync.Map
+
+	// Set while leading (nil otherwise), guarded by mu.
+	mu    sync.Mutex
+	nodes cache.Indexer // CiliumNodes
+	kNode cache.Indexer // Kubernetes Nodes (labels for pool selection)
+	state *nodeStates
+}
+
+// New builds an operator; Run starts it.
+func New(cfg Config, st Store) (*Operator, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Meter)
+	if err != nil {
+		return nil, err
+	}
+	rc := m.countRequests(cfg.Kube)
+	cc, err := ciliumclient.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("cilium client: %w", err)
+	}
+	kc, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	log := cfg.Logger.With("component", "cilium-operator", "mode", string(cfg.Mode))
+	return &Operator{cfg: cfg, log: log, cilium: cc, kube: kc, store: st, m: m}, nil
+}
+
+// Run campaigns for leadership until ctx ends, and while leading runs the
+// controller. Losing the lease stops the controller (its writes stop with
+// it) and campaigns again.
+func (o *Operator) Run(ctx context.Context) error {
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.cfg.LeaseNamespace, o.cfg.LeaseName,
+		o.kube.CoreV1(), o.kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: o.cfg.Identity})
+	if err != nil {
+		return fmt.Errorf("leader election lock: %w", err)
+	}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   o.cfg.LeaseDuration,
+			RenewDeadline:   o.cfg.RenewDeadline,
+			RetryPeriod:     o.cfg.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            o.cfg.LeaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					o.m.leading.Store(true)
+					defer o.m.leading.Store(false)
+					o.log.Info("leading: reconciling CiliumNodes", "identity", o.cfg.Identity)
+					if err := o.lead(ctx); err != nil && ctx.Err() == nil {
+						o.log.Error("controller stopped", "err", err)
+					}
+				},
+				OnStoppedLeading: func() { o.log.Info("not leading", "identity", o.cfg.Identity) },
+				OnNewLeader: func(id string) {
+					if id != o.cfg.Identity {
+						o.log.Info("following", "leader", id)
+					}
+				},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		le.Run(ctx)
+	}
+	return nil
+}
+
+// lead runs the controller until ctx ends (leadership lost or shutdown).
+func (o *Operator) lead(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "ciliumnodes"})
+	defer queue.ShutDown()
+
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			queue.Add(key)
+		}
+	}
+	cnInformer := cache.NewSharedIndexInformer(
+		cache.NewListWatchFromClient(o.cilium.CiliumV2().RESTClient(), "ciliumnodes", metav1.NamespaceAll, fields.Everything()),
+		&ciliumv2.CiliumNode{}, o.cfg.Resync, cache.Indexers{})
+	if _, err := cnInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	}); err != nil {
+		return err
+	}
+	nodeInformer := cache.NewSharedIndexInformer(
+		cache.NewListWatchFromClient(o.kube.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll, fields.Everything()),
+		&corev1.Node{}, 0, cache.Indexers{})
+	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// A node's labels pick its pool: a change is a reason to look.
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		// Cilium's operator deletes the CiliumNode of a deleted Node;
+		// its deletion then releases the node's addresses.
+		DeleteFunc: func(obj any) { o.nodeDeleted(ctx, obj) },
+	}); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	o.nodes, o.kNode = cnInformer.GetIndexer(), nodeInformer.GetIndexer()
+	o.state = newNodeStates()
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		o.nodes, o.kNode, o.state = nil, nil, nil
+		o.mu.Unlock()
+	}()
+
+	go cnInformer.Run(ctx.Done())
+	go nodeInformer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), cnInformer.HasSynced, nodeInformer.HasSynced) {
+		return ctx.Err()
+	}
+	rec, err := o.reconcilerFor(o.cfg.Mode)
+	if err != nil {
+		return err
+	}
+	// Nodes the store serves whose CiliumNode is gone (deleted while no
+	// replica led) are reconciled as deleted.
+	listStoreNodes := func(ctx context.Context) ([]string, error) { return o.store.CiliumNodes(ctx, o.cfg.Space) }
+	if l, ok := rec.(storeNodeLister); ok {
+		listStoreNodes = l.storeNodes
+	}
+	if orphans, err := listStoreNodes(ctx); err != nil {
+		o.log.Warn("listing the store's Cilium nodes", "err", err)
+	} else {
+		for _, name := range orphans {
+			queue.Add(name)
+		}
+	}
+	var wg sync.WaitGroup
+	for range o.cfg.Workers {
+		wg.Go(func() {
+			for o.processNext(ctx, queue, rec) {
+			}
+		})
+	}
+	if b, ok := rec.(backgroundRunner); ok {
+		wg.Go(func() {
+			b.run(ctx, func() {
+				for _, key := range cnInformer.GetIndexer().ListKeys() {
+					queue.Add(key)
+				}
+			})
+		})
+	}
+	<-ctx.Done()
+	queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// storeNodeLister is a reconciler that names the store's nodes its mode
+// serves (the crd mode's are the store's CiliumNodes).
+type storeNodeLister interface {
+	storeNodes(ctx context.Context) ([]string, error)
+}
+
+// backgroundRunner is a reconciler with work of its own while leading; it
+// returns when ctx ends. requeueAll queues every CiliumNode.
+type backgroundRunner interface {
+	run(ctx context.Context, requeueAll func())
+}
+
+func (o *Operator) reconcilerFor(m Mode) (reconciler, error) {
+	switch m {
+	case ModeCRD:
+		return &crdReconciler{o: o}, nil
+	case ModeClusterPool:
+		return &clusterPoolReconciler{o: o}, nil
+	case ModeMultiPool:
+		return &multiPoolReconciler{o: o}, nil
+	}
+	return nil, fmt.Errorf("cilium operator: mode %s is not implemented yet", m)
+}
+
+// processNext reconciles one queued node; false once the queue shuts down.
+func (o *Operator) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], rec reconciler) bool {
+	name, quit := q.Get()
+	if quit {
+		return false
+	}
+	defer q.Done(name)
+	cn, err := o.cachedCiliumNode(name)
+	// A conflict means the agent wrote in between: the round starts over
+	// at once from a fresh read (the cache may lag the write it lost to).
+	for attempt := 0; err == nil; attempt++ {
+		var after time.Duration
+		after, err = rec.reconcile(ctx, name, cn)
+		if err == nil {
+			o.m.round(ctx, "ok")
+			q.Forget(name)
+			if after > 0 {
+				q.AddAfter(name, after)
+			}
+			return true
+		}
+		if !apierrors.IsConflict(err) || attempt == maxConflictRetries {
+			break
+		}
+		o.m.round(ctx, "conflict")
+		cn, err = o.cilium.CiliumV2().CiliumNodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			cn, err = nil, nil
+		}
+	}
+	if ctx.Err() != nil {
+		return true
+	}
+	o.m.round(ctx, "error")
+	o.log.Warn("reconciling CiliumNode", "node", name, "err", err)
+	q.AddRateLimited(name)
+	return true
+}
+
+// maxConflictRetries bounds the fresh-read retries of one round.
+const maxConflictRetries = 4
+
+// cachedCiliumNode is the informer's copy of the named CiliumNode, nil
+// when it does not exist. Callers must not modify it.
+func (o *Operator) cachedCiliumNode(name string) (*ciliumv2.CiliumNode, error) {
+	o.mu.Lock()
+	idx := o.nodes
+	o.mu.Unlock()
+	if idx == nil {
+		return nil, errors.New("not leading")
+	}
+	obj, ok, err := idx.GetByKey(name)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return obj.(*ciliumv2.CiliumNode), nil
+}
+
+// nodeLabels are the labels of the Kubernetes Node of that name, or, when
+// there is none, those of the CiliumNode (the agent copies them there).
+func (o *Operator) nodeLabels(name string, cn *ciliumv2.CiliumNode) map[string]string {
+	o.mu.Lock()
+	idx := o.kNode
+	o.mu.Unlock()
+	if idx != nil {
+		if obj, ok, _ := idx.GetByKey(name); ok {
+			return obj.(*corev1.Node).Labels
+		}
+	}
+	if cn != nil {
+		return cn.Labels
+	}
+	return nil
+}
+
+// nodeDeleted deletes the CiliumNode of a deleted Kubernetes Node, as
+// Cilium's operator does; the CiliumNode's deletion releases its
+// addresses.
+func (o *Operator) nodeDeleted(ctx context.Context, obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	err = o.cilium.CiliumV2().CiliumNodes().Delete(ctx, key, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		o.log.Warn("deleting the CiliumNode of a deleted Node", "node", key, "err", err)
+	}
+}
+
+// ignored says whether another party manages the node's IPAM.
+func ignored(cn *ciliumv2.CiliumNode) bool {
+	return cn != nil && cn.Annotations[AnnotationIgnore] == "true"
+}
+
+// NeededIPs is the addresses the node lacked after its last crd-mode round
+// (Cilium's calculateNeededIPs over both families), as Cilium's operator
+// reports it in ipam_needed_ips; ok is false when this replica has not
+// reconciled the node since it took the lead.
+func (o *Operator) NeededIPs(space, node string) (n int64, ok bool) {
+	if space != o.cfg.Space {
+		return 0, false
+	}
+	v, ok := o.needs.Load(node)
+	if !ok {
+		return 0, false
+	}
+	return v.(int64), true
+}
+
+// stateOf is the memory of the current leadership.
+func (o *Operator) stateOf() *nodeStates {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.state == nil {
+		return newNodeStates() // not leading: a throwaway
+	}
+	return o.state
+}
+
+// write makes the CiliumNode cur into desired: its spec first (new
+// addresses must be in the pool before anything refers to them), then its
+// status, each with the resourceVersion read, so a write over a change
+// the operator has not seen fails with a conflict and the node is
+// reconciled again from a fresh read. It compares with Cilium's generated
+// DeepEqual: apimachinery's semantic equality panics on the netip values
+// of podCIDRs and pools.allocated.
+func (o *Operator) write(ctx context.Context, cur, desired *ciliumv2.CiliumNode) error {
+	nodes := o.cilium.CiliumV2().CiliumNodes()
+	if !cur.Spec.DeepEqual(&desired.Spec) {
+		status := desired.Status
+		updated, err := nodes.Update(ctx, desired, metav1.UpdateOptions{FieldManager: fieldManager})
+		if err != nil {
+			return fmt.Errorf("updating CiliumNode %s: %w", cur.Name, err)
+		}
+		cur, desired = updated, updated.DeepCopy()
+		desired.Status = status
+	}
+	if !cur.Status.DeepEqual(&desired.Status) {
+		if _, err := nodes.UpdateStatus(ctx, desired, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			return fmt.Errorf("updating CiliumNode %s status: %w", cur.Name, err)
+		}
+	}
+	return nil
+}
+
+// fieldManager names this operator in the objects' managed fields.
+const fieldManager = "ipam-cilium-operator"

@@ -1,0 +1,67 @@
+package cilium
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// Store is what the operator needs of the system of record. Every write
+// to a CiliumNode follows one of these calls' commits.
+type Store interface {
+	BlockStore
+	// NodeAddresses lists the single addresses the node holds (crd mode),
+	// reserved or used by a Pod.
+	NodeAddresses(ctx context.Context, space, node string) ([]alloc.HeldAddress, error)
+	// ReserveNodeAddresses gives the node up to n more addresses of a
+	// family from the pool its labels select (else defaultPool). When the
+	// pool runs out it commits what it could and answers a pool-exhausted
+	// error with them.
+	ReserveNodeAddresses(ctx context.Context, space, node string, labels map[string]string, defaultPool string,
+		f alloc.Family, n int) ([]alloc.HeldAddress, error)
+	// SyncNodeUse records which of the node's addresses Pods use, and by
+	// whom (the agent's status.ipam.used).
+	SyncNodeUse(ctx context.Context, space, node string, used map[netip.Addr]alloc.Owner) (alloc.NodeUseChange, error)
+	// ReleaseNodeAddresses gives reserved addresses back to their pool,
+	// all or none, and answers those it released (addresses the node no
+	// longer holds are skipped).
+	ReleaseNodeAddresses(ctx context.Context, space, node string, addrs []netip.Addr) ([]netip.Addr, error)
+	// ReleaseAllNodeAddresses gives back every address of a node that is
+	// gone.
+	ReleaseAllNodeAddresses(ctx context.Context, space, node string) (int, error)
+	// CiliumNodes names the nodes holding single addresses.
+	CiliumNodes(ctx context.Context, space string) ([]string, error)
+}
+
+// BlockStore is what the block modes (cluster-pool and multi-pool) need of
+// the store: nodes hold blocks, and the agent allocates inside them itself,
+// so the store has no lease of its Pods.
+type BlockStore interface {
+	// ClusterPoolBlocks gives the node one block per family of the
+	// cluster-pool pool, adopting the podCIDRs it already lists, and
+	// answers its blocks of the pool, IPv4 first; when the pool cannot
+	// give a family, with a pool-exhausted error.
+	ClusterPoolBlocks(ctx context.Context, space, node, pool string, podCIDRs []netip.Prefix) ([]netip.Prefix, error)
+	// SyncAgentPools follows the agent's spec.ipam.pools: blocks it no
+	// longer lists go back to their pools after the hold-off, listed
+	// CIDRs the node lacks are adopted, needs are covered with blocks.
+	// Unmet needs and refused CIDRs are in the answer, not errors.
+	SyncAgentPools(ctx context.Context, space, node string, r alloc.AgentPools) (alloc.AgentPoolsState, error)
+	// ReleaseReturnedBlocks gives the blocks the agent returned back to
+	// their pools once the hold-off has passed, unless listed (the
+	// agent's allocated CIDRs, read afresh) names them; it answers when
+	// the next hold-off ends.
+	ReleaseReturnedBlocks(ctx context.Context, space, node string, listed []netip.Prefix) (time.Time, error)
+	// AgentNodes names the nodes holding blocks of pools of the mode and
+	// no lease: the nodes the operator of that mode serves.
+	AgentNodes(ctx context.Context, space string, mode alloc.PoolMode) ([]string, error)
+	// DeleteNode removes a node that is gone, its blocks going back to
+	// their pools; without force it refuses a node holding leases.
+	DeleteNode(ctx context.Context, space, name string, force bool) error
+	// ListPools and CreatePool export the multi-pool pools as
+	// CiliumPodIPPools and import those the store lacks.
+	ListPools(ctx context.Context, space string, page alloc.Page) ([]alloc.Pool, string, error)
+	CreatePool(ctx context.Context, p alloc.Pool, opts ...alloc.WriteOption) (alloc.Pool, error)
+}
