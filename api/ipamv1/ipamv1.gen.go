@@ -467,6 +467,58 @@ type CarveRequest struct {
 	Pool   string `json:"pool"`
 }
 
+// CiliumFamilyState One family of a crd-mode node.
+type CiliumFamilyState struct {
+	// Pool Addresses in spec.ipam.pool (or ipv6-pool).
+	Pool int `json:"pool"`
+
+	// Releasing Release handshakes in flight (status.ipam.release-ips), by state.
+	Releasing struct {
+		DoNotRelease     int `json:"doNotRelease"`
+		MarkedForRelease int `json:"markedForRelease"`
+		ReadyForRelease  int `json:"readyForRelease"`
+		Released         int `json:"released"`
+	} `json:"releasing"`
+
+	// Used Addresses the agent reports in status.ipam.used (or ipv6-used).
+	Used int `json:"used"`
+}
+
+// CiliumNodeState The node's CiliumNode as the service's Cilium operator role sees it (--cilium-ipam-mode): present on GET /v1/nodes/{node} when that role is on and the node has a CiliumNode. Addresses and blocks are the database's; this is what Cilium's agent was given and reports.
+type CiliumNodeState struct {
+	// Ipv4 One family of a crd-mode node.
+	Ipv4 *CiliumFamilyState `json:"ipv4,omitempty"`
+
+	// Ipv6 One family of a crd-mode node.
+	Ipv6 *CiliumFamilyState `json:"ipv6,omitempty"`
+
+	// Mode The operator's Cilium IPAM mode: crd, multi-pool or cluster-pool.
+	Mode string `json:"mode"`
+
+	// OperatorError status.ipam.operator-status.error, e.g. allocator full.
+	OperatorError *string `json:"operatorError,omitempty"`
+
+	// PodCIDRs spec.ipam.podCIDRs (cluster-pool).
+	PodCIDRs *[]string `json:"podCIDRs,omitempty"`
+
+	// Pools spec.ipam.pools, per pool (multi-pool).
+	Pools *[]CiliumPoolState `json:"pools,omitempty"`
+
+	// ResourceVersion The CiliumNode's resourceVersion read.
+	ResourceVersion string `json:"resourceVersion"`
+}
+
+// CiliumPoolState defines model for CiliumPoolState.
+type CiliumPoolState struct {
+	// Allocated CIDRs in spec.ipam.pools.allocated.
+	Allocated []string `json:"allocated"`
+
+	// NeededIPv4 The agent's spec.ipam.pools.requested need.
+	NeededIPv4 *int   `json:"neededIPv4,omitempty"`
+	NeededIPv6 *int   `json:"neededIPv6,omitempty"`
+	Pool       string `json:"pool"`
+}
+
 // ConsistencyFinding defines model for ConsistencyFinding.
 type ConsistencyFinding struct {
 	Detail string                 `json:"detail"`
@@ -769,8 +821,11 @@ type Node struct {
 	Addresses []NodeAddress `json:"addresses"`
 
 	// Blocks Blocks the node owns.
-	Blocks    int       `json:"blocks"`
-	CreatedAt time.Time `json:"createdAt"`
+	Blocks int `json:"blocks"`
+
+	// Cilium The node's CiliumNode as the service's Cilium operator role sees it (--cilium-ipam-mode): present on GET /v1/nodes/{node} when that role is on and the node has a CiliumNode. Addresses and blocks are the database's; this is what Cilium's agent was given and reports.
+	Cilium    *CiliumNodeState `json:"cilium,omitempty"`
+	CreatedAt time.Time        `json:"createdAt"`
 
 	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
 	Labels Labels `json:"labels"`

@@ -231,6 +231,13 @@ func optString(s string) *string {
 	return &s
 }
 
+func optInt(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}
+
 func optAddr(a netip.Addr) *string {
 	if !a.IsValid() {
 		return nil
@@ -523,6 +530,44 @@ func nodeToAPI(n alloc.Node) ipamv1.Node {
 	}
 	for i, a := range n.Addresses {
 		out.Addresses[i] = ipamv1.NodeAddress{Type: ipamv1.NodeAddressType(a.Type), Address: a.Address.String()}
+	}
+	return out
+}
+
+func ciliumNodeToAPI(st alloc.CiliumNodeState) *ipamv1.CiliumNodeState {
+	out := &ipamv1.CiliumNodeState{Mode: st.Mode, ResourceVersion: st.ResourceVersion,
+		OperatorError: optString(st.OperatorError), Ipv4: ciliumFamilyToAPI(st.IPv4), Ipv6: ciliumFamilyToAPI(st.IPv6)}
+	if len(st.PodCIDRs) > 0 {
+		cidrs := prefixStrings(st.PodCIDRs)
+		out.PodCIDRs = &cidrs
+	}
+	if len(st.Pools) > 0 {
+		pools := make([]ipamv1.CiliumPoolState, len(st.Pools))
+		for i, p := range st.Pools {
+			pools[i] = ipamv1.CiliumPoolState{Pool: p.Pool, Allocated: prefixStrings(p.Allocated),
+				NeededIPv4: optInt(p.NeededIPv4), NeededIPv6: optInt(p.NeededIPv6)}
+		}
+		out.Pools = &pools
+	}
+	return out
+}
+
+func ciliumFamilyToAPI(f *alloc.CiliumFamilyState) *ipamv1.CiliumFamilyState {
+	if f == nil {
+		return nil
+	}
+	out := &ipamv1.CiliumFamilyState{Pool: f.Pool, Used: f.Used}
+	out.Releasing.MarkedForRelease = f.MarkedForRelease
+	out.Releasing.ReadyForRelease = f.ReadyForRelease
+	out.Releasing.DoNotRelease = f.DoNotRelease
+	out.Releasing.Released = f.Released
+	return out
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
 	}
 	return out
 }

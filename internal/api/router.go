@@ -97,6 +97,15 @@ type Options struct {
 	// lease request's Pod and namespace that the request does not carry
 	// (the server's Kubernetes informers), for pool selection.
 	PodMetadata PodMetadataSource
+	// CiliumNodes, when set, adds the node's CiliumNode state to GET
+	// /v1/nodes/{node}.
+	CiliumNodes CiliumNodeSource
+}
+
+// CiliumNodeSource answers a node's CiliumNode state (the Cilium operator
+// role, internal/cilium); ok is false when the node has none.
+type CiliumNodeSource interface {
+	CiliumNodeState(ctx context.Context, space, node string) (st alloc.CiliumNodeState, ok bool, err error)
 }
 
 // PodMetadataSource answers the metadata of a Pod and of its namespace.
@@ -195,7 +204,7 @@ func NewHandler(store Store, o Options) http.Handler {
 	})
 
 	checks := []ipamv1.StrictMiddlewareFunc{refuseBadText}
-	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata, liveness: o.Liveness}, checks, ipamv1.StrictHTTPServerOptions{
+	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata, ciliumNodes: o.CiliumNodes, log: o.Logger, liveness: o.Liveness}, checks, ipamv1.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  ps.requestError,
 		ResponseErrorHandlerFunc: ps.write,
 	})

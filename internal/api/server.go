@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"go.opentelemetry.io/otel/metric/noop"
 
@@ -24,7 +25,9 @@ type Server struct {
 	store       Store
 	metrics     *metrics          // never nil
 	podMetadata PodMetadataSource // nil: requests carry their metadata or have none
-	liveness    func() error      // nil: alive while serving HTTP
+	ciliumNodes CiliumNodeSource  // nil: the Cilium operator role is off
+	log         *slog.Logger
+	liveness    func() error // nil: alive while serving HTTP
 }
 
 var _ ipamv1.StrictServerInterface = (*Server)(nil)
@@ -272,7 +275,18 @@ func (s *Server) GetNode(ctx context.Context, req ipamv1.GetNodeRequestObject) (
 	if err != nil {
 		return nil, err
 	}
-	return ipamv1.GetNode200JSONResponse(nodeToAPI(n)), nil
+	out := nodeToAPI(n)
+	if s.ciliumNodes != nil {
+		st, ok, err := s.ciliumNodes.CiliumNodeState(ctx, space, req.Node)
+		if err != nil {
+			// The API server is the operator's business, not this
+			// request's: the node is answered without it.
+			s.log.WarnContext(ctx, "reading the node's CiliumNode", "node", req.Node, "err", err)
+		} else if ok {
+			out.Cilium = ciliumNodeToAPI(st)
+		}
+	}
+	return ipamv1.GetNode200JSONResponse(out), nil
 }
 
 // maxUsagePools bounds the pools one node-usage query names (maxItems in
