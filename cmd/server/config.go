@@ -13,6 +13,7 @@ import (
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/api"
+	"github.com/ipam-dev/ipam/internal/cilium"
 	"github.com/ipam-dev/ipam/internal/store"
 )
 
@@ -47,8 +48,15 @@ type config struct {
 	UsageMetricsRefresh time.Duration
 	Kubeconfig          string
 	KubeInCluster       bool
-	ReconcileMinAge     time.Duration
-	StickyRetention     time.Duration
+	// Cilium operator role (internal/cilium); off when CiliumIPAMMode is "".
+	CiliumIPAMMode       string
+	CiliumLeaseNamespace string
+	CiliumKubeQPS        float64
+	CiliumKubeBurst      int
+	CiliumWorkers        int
+	ExcessIPReleaseDelay time.Duration
+	ReconcileMinAge      time.Duration
+	StickyRetention      time.Duration
 	// Authentication and limits (auth.go).
 	DevNoAuth          bool
 	BootstrapTokenFile string
@@ -151,6 +159,23 @@ func (c config) Validate() error {
 	if c.Kubeconfig != "" && c.KubeInCluster {
 		errs = append(errs, errors.New("kubeconfig and kube-in-cluster exclude each other"))
 	}
+	if c.CiliumIPAMMode != "" {
+		if _, err := cilium.ParseMode(c.CiliumIPAMMode); err != nil {
+			errs = append(errs, fmt.Errorf("cilium-ipam-mode: %w", err))
+		}
+		if c.Kubeconfig == "" && !c.KubeInCluster {
+			errs = append(errs, errors.New("cilium-ipam-mode needs kubeconfig or kube-in-cluster"))
+		}
+		if c.CiliumKubeQPS <= 0 || c.CiliumKubeBurst <= 0 {
+			errs = append(errs, errors.New("cilium-kube-qps and cilium-kube-burst must be positive"))
+		}
+		if c.CiliumWorkers <= 0 {
+			errs = append(errs, errors.New("cilium-workers must be positive"))
+		}
+		if c.ExcessIPReleaseDelay <= 0 {
+			errs = append(errs, errors.New("excess-ip-release-delay must be positive"))
+		}
+	}
 	errs = append(errs, c.validateAuth()...)
 	if c.DatabaseURL == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("data-dir is needed for the embedded PostgreSQL when no database-url is set"))
@@ -185,7 +210,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.StringVar(&c.ClientCAFile, "client-ca-file", "", "require client certificates signed by this CA (mutual TLS); node certificates are then confined to their node")
 	fs.BoolVar(&c.InsecureHTTP, "insecure-http", false, "serve plain HTTP without authentication: local development only")
 	fs.StringVar(&c.DefaultPool, "default-pool", "default", "the pool of Pods no annotation, request or selector places (Cilium's ipam-default-ip-pool)")
-	fs.DurationVar(&c.BlockReleaseDelay, "block-release-delay", 3*time.Minute, "how long a multi-pool block stays completely free above a node's need before it returns to the pool")
+	fs.DurationVar(&c.BlockReleaseDelay, "block-release-delay", 3*time.Minute, "how long a multi-pool block stays completely free above a node's need before it returns to the pool; with cilium-ipam-mode=multi-pool, how long a block a Cilium agent gave back stays its node's")
 	fs.DurationVar(&c.UsageSampleEvery, "usage-sample-interval", time.Minute, "how often pool usage is sampled for the exhaustion forecast")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve the Go profiler at /debug/pprof/ on the API listener, to admins only")
 	fs.StringVar(&c.MetricsPrefix, "metrics-prefix", "", `prefix of the Cilium-named metrics (ipam_available_ips, ...), joined by "_": "cilium_operator" makes them cilium_operator_ipam_available_ips`)
@@ -193,6 +218,12 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "how long address history events are kept; 0 keeps them forever")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection from this cluster")
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")
+	fs.StringVar(&c.CiliumIPAMMode, "cilium-ipam-mode", "", "play Cilium's operator for this IPAM mode (crd, multi-pool or cluster-pool) in the cluster of kubeconfig or kube-in-cluster; empty: off")
+	fs.StringVar(&c.CiliumLeaseNamespace, "cilium-lease-namespace", "kube-system", "namespace of the Lease the replicas elect the one Cilium operator with (deploy/kubernetes sets the Pod's own)")
+	fs.Float64Var(&c.CiliumKubeQPS, "cilium-kube-qps", 20, "the Cilium operator's steady request rate to the API server (client-side limit)")
+	fs.IntVar(&c.CiliumKubeBurst, "cilium-kube-burst", 40, "the Cilium operator's request burst to the API server")
+	fs.IntVar(&c.CiliumWorkers, "cilium-workers", cilium.DefaultWorkers, "CiliumNodes the operator reconciles in parallel")
+	fs.DurationVar(&c.ExcessIPReleaseDelay, "excess-ip-release-delay", cilium.DefaultExcessIPReleaseDelay, "how long an address stays excess on a node before the operator marks it for release (Cilium's excess-ip-release-delay; crd mode)")
 	fs.DurationVar(&c.ReconcileMinAge, "reconcile-min-age", store.DefaultReconcileMinAge, "a reconcile (CNI GC) never releases a lease younger than this, whatever its list says")
 	fs.DurationVar(&c.StickyRetention, "sticky-retention", alloc.DefaultStickyRetention, "how long a released address stays bound to its workload identity when the request names no retention")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", 0, "API requests served at once per replica; more wait in line (see admission-queue); 0 = as many as database connections (max-conns)")

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/api"
+	"github.com/ipam-dev/ipam/internal/cilium"
 	"github.com/ipam-dev/ipam/internal/kube"
 )
 
@@ -42,4 +45,45 @@ func startKube(ctx context.Context, cfg config, log *slog.Logger) (api.PodMetada
 		}
 	}()
 	return podMetadata{inf: inf}, nil
+}
+
+// startCiliumOperator runs the Cilium operator role when the configuration
+// names a mode, until ctx ends; done is closed when it has stopped (its
+// leader lease given up). Off, it answers no operator and a closed channel.
+func startCiliumOperator(ctx context.Context, cfg config, st cilium.Store, meter metric.Meter, log *slog.Logger) (op *cilium.Operator, done <-chan struct{}, err error) {
+	stopped := make(chan struct{})
+	if cfg.CiliumIPAMMode == "" {
+		close(stopped)
+		return nil, stopped, nil
+	}
+	rc, err := kube.RESTConfig(cfg.Kubeconfig, float32(cfg.CiliumKubeQPS), cfg.CiliumKubeBurst)
+	if err != nil {
+		return nil, nil, err
+	}
+	op, err = cilium.New(cilium.Config{
+		Mode: cilium.Mode(cfg.CiliumIPAMMode), Space: "default", DefaultPool: cfg.DefaultPool, Kube: rc,
+		LeaseNamespace: cfg.CiliumLeaseNamespace, ExcessIPReleaseDelay: cfg.ExcessIPReleaseDelay,
+		Workers: cfg.CiliumWorkers, Logger: log, Meter: meter,
+	}, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	go func() {
+		defer close(stopped)
+		if err := op.Run(ctx); err != nil {
+			log.Error("cilium operator", "err", err)
+		}
+	}()
+	return op, stopped, nil
+}
+
+// agentPoolsSpace is the space whose multi-pool blocks Cilium's agents size
+// themselves (store.Options.AgentPoolsSpace): the operator's, when it plays
+// the multi-pool role; none otherwise. Every replica has the same flags,
+// so the one running the maintenance pass knows it too.
+func agentPoolsSpace(cfg config) string {
+	if cilium.Mode(cfg.CiliumIPAMMode) == cilium.ModeMultiPool {
+		return alloc.DefaultSpace
+	}
+	return ""
 }

@@ -141,6 +141,7 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 		MaxConns:            int32(cfg.MaxConns),
 		DefaultPool:         cfg.DefaultPool,
 		BlockReleaseHoldOff: cfg.BlockReleaseDelay,
+		AgentPoolsSpace:     agentPoolsSpace(cfg),
 		ReconcileMinAge:     cfg.ReconcileMinAge,
 		StickyRetention:     cfg.StickyRetention,
 		HistoryRetention:    cfg.HistoryRetention,
@@ -169,11 +170,6 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 	if err != nil {
 		return err
 	}
-	if err := observeUsage(metrics.CiliumMeter(), metrics.Meter(), &usageReports{
-		read: st.UsageReport, refresh: cfg.UsageMetricsRefresh, timeout: 10 * time.Second, log: log, now: time.Now,
-	}); err != nil {
-		return err
-	}
 
 	if !cfg.InsecureHTTP && cfg.TLSCertFile == "" {
 		if cfg, err = withDevelopmentPKI(cfg, log); err != nil {
@@ -184,9 +180,26 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 	if err != nil {
 		return err
 	}
+	operatorCtx, stopOperator := context.WithCancel(ctx)
+	defer stopOperator()
+	operator, operatorDone, err := startCiliumOperator(operatorCtx, cfg, st, metrics.Meter(), log)
+	if err != nil {
+		return err
+	}
+	// Stopping gives the leader lease up, so another replica takes over
+	// at once instead of after the lease expires.
+	defer func() { stopOperator(); <-operatorDone }()
+	reports := &usageReports{read: st.UsageReport, refresh: cfg.UsageMetricsRefresh, timeout: 10 * time.Second, log: log, now: time.Now}
+	var ciliumNodes api.CiliumNodeSource
+	if operator != nil {
+		ciliumNodes, reports.crdNeeded = operator, operator.NeededIPs
+	}
+	if err := observeUsage(metrics.CiliumMeter(), metrics.Meter(), reports); err != nil {
+		return err
+	}
 	handler := api.NewHandler(st, api.Options{
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), CiliumMeter: metrics.CiliumMeter(), TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable,
-		PodMetadata: pods, RateLimits: cfg.RateLimits,
+		PodMetadata: pods, CiliumNodes: ciliumNodes, RateLimits: cfg.RateLimits,
 		AnonymousRole: anonymousRole(cfg), AnonymousLoopbackOnly: true, Liveness: dbAlive,
 		Pprof: cfg.Pprof, Admission: cfg.admission(),
 	})

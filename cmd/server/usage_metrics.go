@@ -27,6 +27,9 @@ type usageReports struct {
 	timeout time.Duration
 	log     *slog.Logger
 	now     func() time.Time
+	// crdNeeded answers a crd-mode node's need as the Cilium operator
+	// computed it in its last round (nil: the role is off).
+	crdNeeded func(space, node string) (int64, bool)
 
 	mu     sync.Mutex
 	last   store.UsageReport
@@ -101,6 +104,9 @@ func observeUsage(cilium, meter metric.Meter, reports *usageReports) error {
 		}
 		var deficit, full int64
 		for _, n := range r.Nodes {
+			if n.CiliumPool > 0 {
+				n = crdTerms(n, reports.crdNeeded)
+			}
 			attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("space", n.Space), attribute.String("target_node", n.Node)))
 			o.ObserveInt64(available, n.Available, attrs)
 			o.ObserveInt64(used, n.Used, attrs)
@@ -150,6 +156,22 @@ func observeUsage(cilium, meter metric.Meter, reports *usageReports) error {
 		return fmt.Errorf("usage metrics: %w", err)
 	}
 	return nil
+}
+
+// crdTerms restates a node served in Cilium's crd mode as Cilium's operator
+// reports such a node: available is the addresses of its CiliumNode's
+// pool, used those Pods use, needed what the operator computed from the
+// node's watermarks in its last round (known to the leading replica
+// only; 0 elsewhere), in deficit when that is above 0.
+func crdTerms(n store.NodeTotals, needed func(space, node string) (int64, bool)) store.NodeTotals {
+	n.Available, n.Used, n.Needed = n.CiliumPool, n.CiliumUsed, 0
+	if needed != nil {
+		if v, ok := needed(n.Space, n.Node); ok {
+			n.Needed = v
+		}
+	}
+	n.InDeficit = n.Needed > 0
+	return n
 }
 
 func categorySet(c string) metric.MeasurementOption {

@@ -193,3 +193,27 @@ func TestUsageReportsCache(t *testing.T) {
 		}
 	}
 }
+
+// A crd-mode node is reported in Cilium's terms: its CiliumNode's pool,
+// what Pods use of it, and the operator's need; other nodes as they are.
+func TestCRDNodesInCiliumTerms(t *testing.T) {
+	n := store.NodeTotals{Space: "default", Node: "n1", Available: 60, Used: 10, CiliumPool: 10, CiliumUsed: 3}
+	needed := func(space, node string) (int64, bool) {
+		if space == "default" && node == "n1" {
+			return 5, true
+		}
+		return 0, false
+	}
+	got := crdTerms(n, needed)
+	if got.Available != 10 || got.Used != 3 || got.Needed != 5 || !got.InDeficit {
+		t.Errorf("crdTerms with the leader's need = %+v; want available 10, used 3, needed 5, in deficit", got)
+	}
+	got = crdTerms(n, nil)
+	if got.Available != 10 || got.Used != 3 || got.Needed != 0 || got.InDeficit {
+		t.Errorf("crdTerms without the operator = %+v; want available 10, used 3, no need", got)
+	}
+	n.Node = "n2"
+	if got := crdTerms(n, needed); got.Needed != 0 || got.InDeficit {
+		t.Errorf("crdTerms of a node the operator has not reconciled = %+v", got)
+	}
+}

@@ -96,29 +96,40 @@ type resource struct {
 // New builds a metadata client from cfg and the informers over it. It
 // contacts nothing; Start does.
 func New(cfg Config) (*Informers, error) {
-	var (
-		rc  *rest.Config
-		err error
-	)
-	if cfg.Kubeconfig == "" {
-		rc, err = rest.InClusterConfig()
-	} else {
-		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	}
+	rc, err := RESTConfig(cfg.Kubeconfig, cfg.QPS, cfg.Burst)
 	if err != nil {
-		return nil, fmt.Errorf("kube: loading client config: %w", err)
-	}
-	if cfg.QPS > 0 {
-		rc.QPS = cfg.QPS
-	}
-	if cfg.Burst > 0 {
-		rc.Burst = cfg.Burst
+		return nil, err
 	}
 	c, err := metadata.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kube: building metadata client: %w", err)
 	}
 	return NewFromClient(c, cfg), nil
+}
+
+// RESTConfig loads the client configuration from a kubeconfig file, or the
+// in-cluster one when the path is empty; qps and burst above 0 replace
+// client-go's defaults (5 and 10).
+func RESTConfig(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
+	var (
+		rc  *rest.Config
+		err error
+	)
+	if kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kube: loading client config: %w", err)
+	}
+	if qps > 0 {
+		rc.QPS = qps
+	}
+	if burst > 0 {
+		rc.Burst = burst
+	}
+	return rc, nil
 }
 
 // NewFromClient builds the informers over c; only cfg.Resync and cfg.Logger

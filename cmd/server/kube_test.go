@@ -1,0 +1,64 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// In Cilium's multi-pool mode the store's maintenance leaves the
+// operator's space to the agents (store.Options.AgentPoolsSpace); in the
+// other modes, and without the operator, it rebalances every space.
+func TestAgentPoolsSpace(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--kubeconfig", "/k", "--cilium-ipam-mode", "multi-pool"}, "default"},
+		{[]string{"--kubeconfig", "/k", "--cilium-ipam-mode", "cluster-pool"}, ""},
+		{[]string{"--kubeconfig", "/k", "--cilium-ipam-mode", "crd"}, ""},
+	} {
+		cfg, err := parseConfig("serve", append(c.args, "--database-url", "postgres://x"), func(string) string { return "" })
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if got := agentPoolsSpace(cfg); got != c.want {
+			t.Errorf("%v: agent pools space %q, want %q", c.args, got, c.want)
+		}
+	}
+}
+
+// The Cilium operator flags are checked before anything starts: an
+// unknown mode, no cluster to talk to, or a limit that is no limit.
+func TestCiliumFlagsValidated(t *testing.T) {
+	env := func(k string) string {
+		if k == "IPAM_CILIUM_LEASE_NAMESPACE" {
+			return "ipam"
+		}
+		return ""
+	}
+	base := []string{"--database-url", "postgres://x"}
+	cfg, err := parseConfig("serve", append(base, "--kube-in-cluster", "--cilium-ipam-mode", "crd"), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CiliumLeaseNamespace != "ipam" || cfg.CiliumKubeQPS != 20 || cfg.CiliumKubeBurst != 40 ||
+		cfg.ExcessIPReleaseDelay.Seconds() != 180 || cfg.CiliumWorkers != 50 {
+		t.Errorf("defaults and environment: %+v", cfg)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "eni"}, "unknown Cilium IPAM mode"},
+		{[]string{"--cilium-ipam-mode", "crd"}, "needs kubeconfig or kube-in-cluster"},
+		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--cilium-kube-qps", "0"}, "must be positive"},
+		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--cilium-workers", "0"}, "cilium-workers"},
+		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--excess-ip-release-delay", "0s"}, "excess-ip-release-delay"},
+	} {
+		_, err := parseConfig("serve", append(append([]string{}, base...), c.args...), env)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v; want an error saying %q", c.args, err, c.want)
+		}
+	}
+}
