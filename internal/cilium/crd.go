@@ -35,21 +35,28 @@ const unservedRetry = 5 * time.Second
 const ErrAllocatorFull = "allocator full"
 
 // nodeStates is the operator's memory of each node between rounds: since
-// when each excess address has been excess. It is lost with the
-// leadership, which only restarts the release delays, as in Cilium.
+// when each excess address has been excess, per node and family. It is
+// lost with the leadership, which only restarts the release delays, as in
+// Cilium.
 type nodeStates struct {
 	mu    sync.Mutex
-	nodes map[string]map[netip.Addr]time.Time
+	nodes map[nodeFamily]map[netip.Addr]time.Time
 }
 
-func newNodeStates() *nodeStates { return &nodeStates{nodes: map[string]map[netip.Addr]time.Time{}} }
+type nodeFamily struct {
+	node string
+	f    alloc.Family
+}
 
-// excessSince keeps exactly the addresses of excess (setting now for new
-// ones) and answers their first-seen times.
-func (s *nodeStates) excessSince(node string, excess []netip.Addr, now time.Time) map[netip.Addr]time.Time {
+func newNodeStates() *nodeStates { return &nodeStates{nodes: map[nodeFamily]map[netip.Addr]time.Time{}} }
+
+// excessSince keeps exactly the node family's addresses of excess
+// (setting now for new ones) and answers their first-seen times.
+func (s *nodeStates) excessSince(node string, f alloc.Family, excess []netip.Addr, now time.Time) map[netip.Addr]time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old := s.nodes[node]
+	key := nodeFamily{node, f}
+	old := s.nodes[key]
 	cur := make(map[netip.Addr]time.Time, len(excess))
 	for _, a := range excess {
 		if t, ok := old[a]; ok {
@@ -59,23 +66,26 @@ func (s *nodeStates) excessSince(node string, excess []netip.Addr, now time.Time
 		}
 	}
 	if len(cur) == 0 {
-		delete(s.nodes, node)
+		delete(s.nodes, key)
 	} else {
-		s.nodes[node] = cur
+		s.nodes[key] = cur
 	}
 	return maps.Clone(cur)
 }
 
+// restart starts an address's delay over (the agent said do-not-release).
 func (s *nodeStates) restart(node string, a netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.nodes[node], a)
+	delete(s.nodes[nodeFamily{node, alloc.FamilyOf(a)}], a)
 }
 
+// forget drops a deleted node.
 func (s *nodeStates) forget(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.nodes, node)
+	delete(s.nodes, nodeFamily{node, alloc.IPv4})
+	delete(s.nodes, nodeFamily{node, alloc.IPv6})
 }
 
 // crdReconciler plays Cilium's operator for ipam.mode=crd: the node's
@@ -253,7 +263,7 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 			}
 		}
 	}
-	since := o.stateOf().excessSince(name+"/"+fam.f.String(), excess, now)
+	since := o.stateOf().excessSince(name, fam.f, excess, now)
 
 	// The handshake, one step.
 	release := map[string]ipamtypes.IPReleaseStatus{}
@@ -273,7 +283,7 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 				release[ip] = st
 			}
 		case releaseDoNotRelease:
-			o.stateOf().restart(name+"/"+fam.f.String(), addr)
+			o.stateOf().restart(name, addr)
 		case releaseReady:
 			switch {
 			case !isHeld && !inMap(fam.used, addr):
