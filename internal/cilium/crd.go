@@ -48,7 +48,9 @@ type nodeFamily struct {
 	f    alloc.Family
 }
 
-func newNodeStates() *nodeStates { return &nodeStates{nodes: map[nodeFamily]map[netip.Addr]time.Time{}} }
+func newNodeStates() *nodeStates {
+	return &nodeStates{nodes: map[nodeFamily]map[netip.Addr]time.Time{}}
+}
 
 // excessSince keeps exactly the node family's addresses of excess
 // (setting now for new ones) and answers their first-seen times.
