@@ -11,7 +11,10 @@ import (
 	"time"
 
 	ipamtypes "github.com/cilium/cilium/pkg/ipam/types"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
@@ -261,4 +264,40 @@ func TestCRDChurnManyNodes(t *testing.T) {
 	if len(report.Findings) > 0 {
 		t.Errorf("consistency check: %+v", report.Findings)
 	}
+}
+
+// A deleted Kubernetes Node takes its CiliumNode with it (as Cilium's
+// operator does), and so its addresses; its labels, while it lived, chose
+// the node's pool by the pool's nodeSelector.
+func TestCRDDeletedNodeObject(t *testing.T) {
+	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(26, "10.90.0.0/16")})
+	gpu := alloc.PoolSpec{IPv4: v4(26, "10.91.0.0/16"), NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "gpu"}}}
+	if _, err := e.st.CreatePool(e.ctx, alloc.Pool{Space: alloc.DefaultSpace, Name: "gpu", Spec: gpu}); err != nil {
+		t.Fatal(err)
+	}
+	e.operator("op-1", nil)
+	kc, err := kubernetes.NewForConfig(e.kc.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1", Labels: map[string]string{"pool": "gpu"}}}
+	if _, err := kc.CoreV1().Nodes().Create(e.ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ag := newAgent(t, e.client, "gpu-1", 0)
+	if err := ag.create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: 4}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "pre-allocation from the gpu pool", func() (bool, string) {
+		pool := specPool(e.get("gpu-1"))
+		return len(pool) == 4 && strings.HasPrefix(pool[0], "10.91."), fmt.Sprintf("%v", pool)
+	})
+	if err := kc.CoreV1().Nodes().Delete(e.ctx, "gpu-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "CiliumNode deleted and addresses released", func() (bool, string) {
+		_, err := e.client.CiliumV2().CiliumNodes().Get(e.ctx, "gpu-1", metav1.GetOptions{})
+		held := e.heldByStore("gpu-1")
+		return apierrors.IsNotFound(err) && len(held) == 0, fmt.Sprintf("get: %v; held %v", err, held)
+	})
 }
