@@ -257,13 +257,7 @@ func TestCRDChurnManyNodes(t *testing.T) {
 			}
 		}
 	}
-	report, err := e.st.CheckConsistency(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(report.Findings) > 0 {
-		t.Errorf("consistency check: %+v", report.Findings)
-	}
+	e.consistent()
 }
 
 // A deleted Kubernetes Node takes its CiliumNode with it (as Cilium's

@@ -141,6 +141,19 @@ func (e *crdEnv) eventually(within time.Duration, what string, cond func() (bool
 	}
 }
 
+// consistent runs the store's consistency check: every scenario ends
+// clean.
+func (e *crdEnv) consistent() {
+	e.t.Helper()
+	report, err := e.st.CheckConsistency(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(report.Findings) > 0 {
+		e.t.Errorf("consistency check: %+v", report.Findings)
+	}
+}
+
 // heldByStore is the node's addresses in the store, as strings.
 func (e *crdEnv) heldByStore(node string) []string {
 	e.t.Helper()

@@ -122,13 +122,7 @@ func (e *crdEnv) churnAndCheck(nodes int, d time.Duration, during func()) {
 			return slices.Equal(got, want), fmt.Sprintf("spec %v, store %v", got, want)
 		})
 	}
-	report, err := e.st.CheckConsistency(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(report.Findings) > 0 {
-		t.Errorf("consistency check: %+v", report.Findings)
-	}
+	e.consistent()
 }
 
 // The leader is killed (SIGKILL) mid-churn: the other replica takes over

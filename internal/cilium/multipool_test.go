@@ -711,13 +711,7 @@ func TestMultiPoolChurn(t *testing.T) {
 		t.Errorf("block events %v: the churn neither grew nor returned blocks", kinds)
 	}
 	t.Logf("block events over the churn: %v", kinds)
-	report, err := e.st.CheckConsistency(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(report.Findings) > 0 {
-		t.Errorf("consistency check: %+v", report.Findings)
-	}
+	e.consistent()
 }
 
 // A copy of the CiliumNode older than the operator's own write of its
