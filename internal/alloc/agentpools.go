@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -120,8 +121,10 @@ func DiffAgentBlocks(node []AgentBlock, allocated map[string][]netip.Prefix) Age
 			d.Return = append(d.Return, b)
 		}
 	}
-	for pool, cidrs := range allocated {
-		for _, c := range cidrs {
+	// Pools in name order: a CIDR listed under two pools is adopted under
+	// the first, the same one every round.
+	for _, pool := range slices.Sorted(maps.Keys(allocated)) {
+		for _, c := range allocated[pool] {
 			if c = c.Masked(); !held[c] {
 				held[c] = true // listed twice: adopt once
 				d.Adopt = append(d.Adopt, PoolCIDR{Pool: pool, CIDR: c})
