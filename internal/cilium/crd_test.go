@@ -188,8 +188,20 @@ func TestCRDNewNodeGetsItsPreAllocation(t *testing.T) {
 	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(26, "10.10.0.0/16")})
 	e.operator("op-1", nil)
 	ag := newAgent(t, e.client, "node-a", 15*time.Second)
-	// Give the operator time to lead before the clock starts.
-	e.eventually(15*time.Second, "leadership", func() (bool, string) { return e.leader() != "", "no leader" })
+	// The clock starts once the operator leads, its caches synced, and its
+	// watch delivers events: the API server holds the first events of a
+	// watch opened on a just-created resource until its watch cache is
+	// fresh (up to about 2 s here), which a long-running operator never
+	// sees. A first node takes that wait.
+	e.eventually(15*time.Second, "serving", func() (bool, string) { return e.op.Serving(), "not serving" })
+	warm := newAgent(t, e.client, "node-warm-up", 15*time.Second)
+	if err := warm.create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "warm-up node served", func() (bool, string) {
+		n := len(e.get("node-warm-up").Spec.IPAM.Pool)
+		return n == 1, fmt.Sprintf("%d addresses", n)
+	})
 	start := time.Now()
 	if err := ag.create(e.ctx, ipamtypes.IPAMSpec{}, nil); err != nil {
 		t.Fatal(err)
@@ -198,11 +210,9 @@ func TestCRDNewNodeGetsItsPreAllocation(t *testing.T) {
 		n := len(e.get("node-a").Spec.IPAM.Pool)
 		return n >= alloc.DefaultPreAllocate, fmt.Sprintf("%d addresses", n)
 	})
-	if took := time.Since(start); took > time.Second {
-		// Not a timing assertion on a noisy machine: the acceptance says 1 s,
-		// and the log shows by how much it was missed.
-		t.Logf("pre-allocation took %v (target 1 s)", took)
-	}
+	// Not a timing assertion on a noisy machine (make bench measures 200
+	// nodes at once): the log says how long it took against the 1 s asked.
+	t.Logf("pre-allocation of a new node took %v (target 1 s)", time.Since(start).Round(time.Millisecond))
 	cn := e.get("node-a")
 	if got, want := specPool(cn), e.heldByStore("node-a"); !slices.Equal(got, want) {
 		t.Fatalf("spec.ipam.pool %v; store holds %v", got, want)

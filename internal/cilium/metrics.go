@@ -36,7 +36,7 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 		return nil, err
 	}
 	_, err = m.Int64ObservableGauge("ipam_cilium_operator_leader",
-		metric.WithDescription("1 while this replica is the elected Cilium operator, else 0."),
+		metric.WithDescription("1 while this replica is the elected Cilium operator and serving (its caches synced), else 0."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			v := int64(0)
 			if out.leading.Load() {

@@ -218,7 +218,6 @@ func (o *Operator) Run(ctx context.Context) error {
 			Name:            o.cfg.LeaseName,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(ctx context.Context) {
-					o.m.leading.Store(true)
 					defer o.m.leading.Store(false)
 					o.log.Info("leading: reconciling CiliumNodes", "identity", o.cfg.Identity)
 					if err := o.lead(ctx); err != nil && ctx.Err() == nil {
@@ -297,6 +296,8 @@ func (o *Operator) lead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	o.m.leading.Store(true)
+	o.log.Info("caches synced: serving CiliumNodes")
 	// Nodes the store serves whose CiliumNode is gone (deleted while no
 	// replica led) are reconciled as deleted.
 	listStoreNodes := func(ctx context.Context) ([]string, error) { return o.store.CiliumNodes(ctx, o.cfg.Space) }
@@ -464,6 +465,10 @@ func (o *Operator) NeededIPs(space, node string) (n int64, ok bool) {
 	}
 	return v.(int64), true
 }
+
+// Serving reports whether this replica leads and has its caches synced:
+// from then on a new CiliumNode is served as soon as its event arrives.
+func (o *Operator) Serving() bool { return o.m.leading.Load() }
 
 // stateOf is the memory of the current leadership.
 func (o *Operator) stateOf() *nodeStates {
