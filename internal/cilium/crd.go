@@ -26,10 +26,6 @@ const (
 	releaseReleased     ipamtypes.IPReleaseStatus = "released"           // operator: gone from the pool
 )
 
-// unservedRetry is how soon a node the pool could not serve is looked at
-// again.
-const unservedRetry = 5 * time.Second
-
 // ErrAllocatorFull is the operator-status error of a node the pool cannot
 // serve, in Cilium's words.
 const ErrAllocatorFull = "allocator full"
@@ -177,10 +173,10 @@ func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2
 	}
 	o.needs.Store(name, need)
 	desired.Status.IPAM.OperatorStatus.Error = strings.Join(opErrs, "; ")
-	if len(opErrs) > 0 && (requeue == 0 || requeue > unservedRetry) {
+	if len(opErrs) > 0 && (requeue == 0 || requeue > retryUnserved) {
 		// Addresses come back as other nodes release theirs and their
 		// blocks return: look again soon rather than at the next resync.
-		requeue = unservedRetry
+		requeue = retryUnserved
 	}
 	return requeue, o.write(ctx, cn, desired)
 }
