@@ -166,8 +166,9 @@ func (c config) Validate() error {
 		if c.Kubeconfig == "" && !c.KubeInCluster {
 			errs = append(errs, errors.New("cilium-ipam-mode needs kubeconfig or kube-in-cluster"))
 		}
-		if c.CiliumKubeQPS <= 0 || c.CiliumKubeBurst <= 0 {
-			errs = append(errs, errors.New("cilium-kube-qps and cilium-kube-burst must be positive"))
+		if c.CiliumKubeQPS < cilium.MinKubeQPS || c.CiliumKubeBurst < cilium.MinKubeBurst {
+			errs = append(errs, fmt.Errorf("cilium-kube-qps must be at least %d and cilium-kube-burst at least %d (the leader Lease's renewals take 1/s and 2 of them)",
+				cilium.MinKubeQPS, cilium.MinKubeBurst))
 		}
 		if c.CiliumWorkers <= 0 {
 			errs = append(errs, errors.New("cilium-workers must be positive"))

@@ -52,7 +52,8 @@ func TestCiliumFlagsValidated(t *testing.T) {
 	}{
 		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "eni"}, "unknown Cilium IPAM mode"},
 		{[]string{"--cilium-ipam-mode", "crd"}, "needs kubeconfig or kube-in-cluster"},
-		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--cilium-kube-qps", "0"}, "must be positive"},
+		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--cilium-kube-qps", "1"}, "cilium-kube-qps must be at least 2"},
+		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--cilium-kube-burst", "2"}, "cilium-kube-burst at least 3"},
 		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--cilium-workers", "0"}, "cilium-workers"},
 		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--excess-ip-release-delay", "0s"}, "excess-ip-release-delay"},
 	} {

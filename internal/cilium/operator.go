@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/workqueue"
 
 	"go.opentelemetry.io/otel/metric"
@@ -164,8 +165,10 @@ type Operator struct {
 	log    *slog.Logger
 	cilium ciliumclient.Interface
 	kube   kubernetes.Interface
-	store  Store
-	m      *metrics
+	// leaseKube renews the leader Lease, on its own request budget.
+	leaseKube kubernetes.Interface
+	store     Store
+	m         *metrics
 	// needs is each crd-mode node's need after its last round (node
 	// name -> int64), for the per-node ipam_needed_ips metric.
 	needs sync.Map
@@ -186,17 +189,54 @@ func New(cfg Config, st Store) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc := m.countRequests(cfg.Kube)
-	cc, err := ciliumclient.NewForConfig(rc)
+	work, lease := splitBudget(cfg.Kube, cfg.RetryPeriod)
+	work, lease = m.countRequests(work), m.countRequests(lease)
+	cc, err := ciliumclient.NewForConfig(work)
 	if err != nil {
 		return nil, fmt.Errorf("cilium client: %w", err)
 	}
-	kc, err := kubernetes.NewForConfig(rc)
+	kc, err := kubernetes.NewForConfig(work)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	lc, err := kubernetes.NewForConfig(lease)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	log := cfg.Logger.With("component", "cilium-operator", "mode", string(cfg.Mode))
-	return &Operator{cfg: cfg, log: log, cilium: cc, kube: kc, store: st, m: m}, nil
+	return &Operator{cfg: cfg, log: log, cilium: cc, kube: kc, leaseKube: lc, store: st, m: m}, nil
+}
+
+// Lease renewals have a request budget of their own, so that node writes
+// queued behind the limit never delay a renewal past its deadline; the two
+// budgets add up to the configured QPS and burst. Each budget is one token
+// bucket shared by its clientsets (client-go gives every clientset a
+// limiter of its own otherwise, and the sum would exceed the limit).
+const (
+	leaseBurst = 2
+	// MinKubeQPS and MinKubeBurst are the least limits that leave node
+	// writes a budget beside the renewals.
+	MinKubeQPS   = 2
+	MinKubeBurst = leaseBurst + 1
+)
+
+// splitBudget divides rc's QPS and burst between the work (watches, node
+// writes) and the Lease renewals, one every retry period.
+func splitBudget(rc *rest.Config, retry time.Duration) (work, lease *rest.Config) {
+	qps, burst := rc.QPS, rc.Burst
+	if qps <= 0 {
+		qps = rest.DefaultQPS
+	}
+	if burst <= 0 {
+		burst = rest.DefaultBurst
+	}
+	leaseQPS := min(float32(time.Second)/float32(retry), qps/2)
+	work, lease = rest.CopyConfig(rc), rest.CopyConfig(rc)
+	work.QPS, work.Burst = qps-leaseQPS, max(burst-leaseBurst, 1)
+	lease.QPS, lease.Burst = leaseQPS, leaseBurst
+	work.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(work.QPS, work.Burst)
+	lease.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(lease.QPS, lease.Burst)
+	return work, lease
 }
 
 // Run campaigns for leadership until ctx ends, and while leading runs the
@@ -204,7 +244,7 @@ func New(cfg Config, st Store) (*Operator, error) {
 // it) and campaigns again.
 func (o *Operator) Run(ctx context.Context) error {
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.cfg.LeaseNamespace, o.cfg.LeaseName,
-		o.kube.CoreV1(), o.kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: o.cfg.Identity})
+		o.leaseKube.CoreV1(), o.leaseKube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: o.cfg.Identity})
 	if err != nil {
 		return fmt.Errorf("leader election lock: %w", err)
 	}
