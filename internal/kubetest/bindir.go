@@ -20,8 +20,13 @@ const BinDirEnv = "IPAM_KUBE_BIN_DIR"
 // binaries are the programs a cluster runs.
 var binaries = []string{"etcd", "kube-apiserver"}
 
-// errNoBinaries marks a directory without the binaries.
-var errNoBinaries = errors.New("no kube-apiserver and etcd")
+// ErrNoBinaries marks a directory without the binaries: BinDir's and
+// Launch's errors wrap it, so that a program can tell a machine that has
+// not run `make tools` from a cluster that failed to start.
+var ErrNoBinaries = errors.New("no kube-apiserver and etcd")
+
+// buildHint says how to get the binaries, after a missing-binaries error.
+const buildHint = "`make tools` builds them (scripts/ensure-kube.sh; a cold build takes 15-40 minutes, then it is cached)"
 
 // CacheDir is where scripts/ensure-kube.sh builds the binaries:
 // ${IPAM_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipam-tools}/kube-<version>.
@@ -39,7 +44,7 @@ func CacheDir() string {
 }
 
 // BinDir returns the directory holding kube-apiserver and etcd: $IPAM_KUBE_BIN_DIR
-// when set (and then only it), else CacheDir. The error wraps errNoBinaries
+// when set (and then only it), else CacheDir. The error wraps ErrNoBinaries
 // when a binary is missing there.
 func BinDir() (string, error) {
 	dir, from := os.Getenv(BinDirEnv), "$"+BinDirEnv
@@ -49,10 +54,10 @@ func BinDir() (string, error) {
 	for _, name := range binaries {
 		fi, err := os.Stat(filepath.Join(dir, name))
 		if err != nil {
-			return "", fmt.Errorf("%w in %s (%s): %v", errNoBinaries, dir, from, err)
+			return "", fmt.Errorf("%w in %s (%s): %v", ErrNoBinaries, dir, from, err)
 		}
 		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-			return "", fmt.Errorf("%w in %s (%s): %s is not an executable file", errNoBinaries, dir, from, name)
+			return "", fmt.Errorf("%w in %s (%s): %s is not an executable file", ErrNoBinaries, dir, from, name)
 		}
 	}
 	return dir, nil
@@ -67,7 +72,7 @@ func requireBinDir(t testing.TB) string {
 	if err == nil {
 		return dir
 	}
-	msg := fmt.Sprintf("kubetest: %v; `make tools` builds them (scripts/ensure-kube.sh; a cold build takes 15-40 minutes, then it is cached)", err)
+	msg := fmt.Sprintf("kubetest: %v; %s", err, buildHint)
 	if os.Getenv("CI") != "" {
 		t.Fatal(msg + "; CI must run the Kubernetes tests, never skip them")
 	}

@@ -24,27 +24,43 @@ const crdTimeout = time.Minute
 // cluster) are left as they are.
 func (c *Cluster) InstallCiliumCRDs(t testing.TB) {
 	t.Helper()
-	defs, err := crds.CRDs()
-	if err != nil {
+	if err := c.InstallCiliumCRDsCtx(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	c.InstallCRDs(t, defs...)
+}
+
+// InstallCiliumCRDsCtx is InstallCiliumCRDs for a program: it answers an
+// error instead of failing a test, and gives up when ctx ends.
+func (c *Cluster) InstallCiliumCRDsCtx(ctx context.Context) error {
+	defs, err := crds.CRDs()
+	if err != nil {
+		return fmt.Errorf("kubetest: Cilium's CRDs: %w", err)
+	}
+	return c.InstallCRDsCtx(ctx, defs...)
 }
 
 // InstallCRDs creates each CRD unless one of its name exists, and waits
 // until every one is Established (served).
 func (c *Cluster) InstallCRDs(t testing.TB, crds ...*apiextensionsv1.CustomResourceDefinition) {
 	t.Helper()
-	cs, err := apiextensions.NewForConfig(c.Config())
-	if err != nil {
+	if err := c.InstallCRDsCtx(t.Context(), crds...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// InstallCRDsCtx is InstallCRDs for a program: it answers an error, and
+// gives up when ctx ends or after a minute.
+func (c *Cluster) InstallCRDsCtx(ctx context.Context, crds ...*apiextensionsv1.CustomResourceDefinition) error {
+	cs, err := apiextensions.NewForConfig(c.Config())
+	if err != nil {
+		return fmt.Errorf("kubetest: %w", err)
+	}
 	api := cs.ApiextensionsV1().CustomResourceDefinitions()
-	ctx, cancel := context.WithTimeout(t.Context(), crdTimeout)
+	ctx, cancel := context.WithTimeout(ctx, crdTimeout)
 	defer cancel()
 	for _, crd := range crds {
 		if _, err := api.Create(ctx, crd.DeepCopy(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("kubetest: creating CRD %s: %v", crd.Name, err)
+			return fmt.Errorf("kubetest: creating CRD %s: %w", crd.Name, err)
 		}
 	}
 	for _, crd := range crds {
@@ -58,9 +74,10 @@ func (c *Cluster) InstallCRDs(t testing.TB, crds ...*apiextensionsv1.CustomResou
 			return condition(got, apiextensionsv1.Established) && condition(got, apiextensionsv1.NamesAccepted), nil
 		})
 		if err != nil {
-			t.Fatalf("kubetest: CRD %s not established: %v; conditions %s", crd.Name, err, conditions(last))
+			return fmt.Errorf("kubetest: CRD %s not established: %w; conditions %s", crd.Name, err, conditions(last))
 		}
 	}
+	return nil
 }
 
 func condition(crd *apiextensionsv1.CustomResourceDefinition, typ apiextensionsv1.CustomResourceDefinitionConditionType) bool {

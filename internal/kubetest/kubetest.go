@@ -25,6 +25,14 @@
 //
 // Without the binaries, tests skip with a message naming `make tools`,
 // except under CI ($CI set), where they fail.
+//
+// A program (the benchmark, cmd/ipam-bench) starts and stops a cluster
+// itself, with errors instead of a testing.TB:
+//
+//	c, err := kubetest.Launch() // errors.Is(err, kubetest.ErrNoBinaries) without them
+//	defer c.Close()
+//	err = c.InstallCiliumCRDsCtx(ctx)
+//	err = c.WriteKubeconfig(c.Config(), path)
 package kubetest
 
 import (
@@ -117,12 +125,25 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		if t.Failed() {
 			t.Log(c.Logs())
 		}
-		if err := c.close(); err != nil {
+		if err := c.Close(); err != nil {
 			t.Error(err)
 		}
 	})
 	t.Logf("kubetest: etcd and kube-apiserver %s ready at %s in %v", KubernetesVersion, c.Host(), c.StartTime.Round(time.Millisecond))
 	return c
+}
+
+// Launch starts a cluster for a program, as Start does for a test: etcd,
+// then kube-apiserver, both ready when it returns. The caller must Close
+// it; the servers also die with the calling process (Pdeathsig). Without
+// the binaries the error wraps ErrNoBinaries and says how to build them;
+// on any error nothing is left running or on disk.
+func Launch(opts ...Option) (*Cluster, error) {
+	binDir, err := BinDir()
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: %w; %s", err, buildHint)
+	}
+	return start(binDir, opts...)
 }
 
 // start starts etcd, then the API server; on error nothing is left behind.
@@ -140,7 +161,7 @@ func start(binDir string, opts ...Option) (c *Cluster, err error) {
 	c = &Cluster{dir: dir, binDir: binDir, opts: o}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, c.close())
+			err = errors.Join(err, c.Close())
 			c = nil
 		}
 	}()
@@ -157,8 +178,10 @@ func start(binDir string, opts ...Option) (c *Cluster, err error) {
 	return c, nil
 }
 
-// close kills both servers and removes the cluster's files.
-func (c *Cluster) close() error {
+// Close kills both servers (their whole process groups), waits until
+// they are gone and removes the cluster's files. A second Close only
+// removes what may be left.
+func (c *Cluster) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
@@ -405,6 +428,19 @@ func (c *Cluster) ServiceAccountConfig(t testing.TB, namespace, name string) *re
 // path, for programs that take --kubeconfig.
 func (c *Cluster) Kubeconfig(t testing.TB, cfg *rest.Config) string {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := c.WriteKubeconfig(cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// WriteKubeconfig writes cfg (Config, ConfigAs or ServiceAccountConfig of
+// this cluster) as a kubeconfig file at path (mode 0600: it holds the
+// credentials), for programs that take --kubeconfig. The file carries the
+// server, the CA, the client certificate or token and any impersonation;
+// not QPS or Burst, which a kubeconfig cannot hold.
+func (c *Cluster) WriteKubeconfig(cfg *rest.Config, path string) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["kubetest"] = &clientcmdapi.AuthInfo{
@@ -416,11 +452,10 @@ func (c *Cluster) Kubeconfig(t testing.TB, cfg *rest.Config) string {
 	}
 	kc.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "kubetest"}
 	kc.CurrentContext = "kubetest"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("kubetest: writing kubeconfig: %w", err)
 	}
-	return path
+	return nil
 }
 
 // adminHTTPClient is an HTTP client with the admin's certificate.

@@ -1,6 +1,7 @@
 package kubetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -81,7 +82,7 @@ func TestBinDir(t *testing.T) {
 		t.Setenv(BinDirEnv, fake(t, "etcd"))
 		t.Setenv("IPAM_TOOLS_DIR", t.TempDir()) // the cache is never a fallback
 		_, err := BinDir()
-		if !errors.Is(err, errNoBinaries) || !strings.Contains(err.Error(), "kube-apiserver") || !strings.Contains(err.Error(), BinDirEnv) {
+		if !errors.Is(err, ErrNoBinaries) || !strings.Contains(err.Error(), "kube-apiserver") || !strings.Contains(err.Error(), BinDirEnv) {
 			t.Fatalf("BinDir() error %v; want one naming kube-apiserver and $%s", err, BinDirEnv)
 		}
 	})
@@ -91,7 +92,7 @@ func TestBinDir(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Setenv(BinDirEnv, dir)
-		if _, err := BinDir(); !errors.Is(err, errNoBinaries) || !strings.Contains(err.Error(), "etcd is not an executable") {
+		if _, err := BinDir(); !errors.Is(err, ErrNoBinaries) || !strings.Contains(err.Error(), "etcd is not an executable") {
 			t.Fatalf("BinDir() error %v; want etcd not executable", err)
 		}
 	})
@@ -103,8 +104,8 @@ func TestBinDir(t *testing.T) {
 		if got := CacheDir(); got != want {
 			t.Fatalf("CacheDir() = %q; want %q", got, want)
 		}
-		if _, err := BinDir(); !errors.Is(err, errNoBinaries) {
-			t.Fatalf("BinDir() error %v on an empty cache; want errNoBinaries", err)
+		if _, err := BinDir(); !errors.Is(err, ErrNoBinaries) {
+			t.Fatalf("BinDir() error %v on an empty cache; want ErrNoBinaries", err)
 		}
 		if err := os.MkdirAll(want, 0o755); err != nil {
 			t.Fatal(err)
@@ -435,25 +436,74 @@ func TestRestartAPIServer(t *testing.T) {
 	}
 }
 
-// TestCloseStopsEverything: a cluster's cleanup leaves no process and no
-// file behind.
-func TestCloseStopsEverything(t *testing.T) {
-	binDir := requireBinDir(t)
-	c, err := start(binDir)
+// TestLaunchAndClose: a program's cluster (Launch, no testing.TB) serves
+// Cilium's CRDs installed with a context to a client built from a
+// kubeconfig file, and Close leaves no process and no file behind.
+func TestLaunchAndClose(t *testing.T) {
+	requireBinDir(t)
+	c, err := Launch()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pids := []int{c.etcd.cmd.Process.Pid, c.apiserver.cmd.Process.Pid}
-	if err := c.close(); err != nil {
+	closed := false
+	defer func() {
+		if !closed {
+			t.Log(c.Logs())
+			c.Close()
+		}
+	}()
+	ctx := t.Context()
+	if err := c.InstallCiliumCRDsCtx(ctx); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "sub", "kubeconfig")
+	if err := c.WriteKubeconfig(c.Config(), path); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("kubeconfig %s: %v, %v; want mode 0600 (it holds a key)", path, fi, err)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := ciliumclient.NewForConfigOrDie(rc).CiliumV2().CiliumNodes()
+	if _, err := nodes.Create(ctx, &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create a CiliumNode through the kubeconfig: %v", err)
+	}
+	// A context that has ended: an error, not a wait.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := c.InstallCiliumCRDsCtx(done); !errors.Is(err, context.Canceled) {
+		t.Errorf("InstallCiliumCRDsCtx with a cancelled context: %v; want context.Canceled", err)
+	}
+
+	closed = true
+	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	for _, pid := range pids {
 		if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("process group %d still exists after close: %v", pid, err)
+			t.Errorf("process group %d still exists after Close: %v", pid, err)
 		}
 	}
 	if _, err := os.Stat(c.dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s still exists after close: %v", c.dir, err)
+		t.Errorf("%s still exists after Close: %v", c.dir, err)
+	}
+}
+
+// TestLaunchWithoutBinaries: Launch's error says what is missing and how
+// to build it, and a program can tell it from a failed start.
+func TestLaunchWithoutBinaries(t *testing.T) {
+	t.Setenv(BinDirEnv, t.TempDir())
+	c, err := Launch()
+	if err == nil {
+		c.Close()
+		t.Fatal("Launch without binaries succeeded")
+	}
+	if !errors.Is(err, ErrNoBinaries) || !strings.Contains(err.Error(), "make tools") {
+		t.Fatalf("Launch: %v; want ErrNoBinaries naming make tools", err)
 	}
 }
 
@@ -465,7 +515,7 @@ func TestStartFailureShowsLog(t *testing.T) {
 	began := time.Now()
 	c, err := start(binDir, WithAPIServerFlags("--no-such-flag"))
 	if err == nil {
-		c.close()
+		c.Close()
 		t.Fatal("start with an unknown flag succeeded")
 	}
 	if !strings.Contains(err.Error(), "kube-apiserver exited during start") || !strings.Contains(err.Error(), "unknown flag: --no-such-flag") {
@@ -586,7 +636,7 @@ func TestServersOutliveForkingThread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
+	defer c.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(thread); errors.Is(err, os.ErrNotExist) {

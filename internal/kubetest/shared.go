@@ -30,7 +30,7 @@ func Main(m *testing.M, opts ...Option) {
 	shared.cluster = nil
 	shared.Unlock()
 	if c != nil {
-		if err := c.close(); err != nil {
+		if err := c.Close(); err != nil {
 			fmt.Fprintf(os.Stderr, "kubetest: %v\n", err)
 			if code == 0 {
 				code = 1
