@@ -49,6 +49,12 @@ type config struct {
 	ShimParallel      int  `json:"shimParallel"`
 	ShimParallelCalls int  `json:"shimParallelCalls"`
 	ShimBridgeCalls   int  `json:"shimBridgeCalls"`
+	// The cilium phase (cilium.go), last.
+	Cilium      bool          `json:"cilium"`
+	CiliumNodes int           `json:"ciliumNodes"`
+	CiliumQPS   float64       `json:"ciliumQPS"`
+	CiliumBurst int           `json:"ciliumBurst"`
+	CiliumBound time.Duration `json:"-"`
 }
 
 // MarshalJSON writes the durations as Go duration strings ("20s").
@@ -63,8 +69,9 @@ func (c config) MarshalJSON() ([]byte, error) {
 		// The timeouts phase.
 		ClientTimeout    string `json:"clientTimeout"`
 		TimeoutsDuration string `json:"timeoutsDuration"`
+		CiliumBound      string `json:"ciliumBound"`
 	}{plain(c), c.Duration.String(), c.FillDuration.String(), c.Cooldown.String(), c.LeaseExpiry.String(),
-		c.ClientTimeout.String(), c.TimeoutsDuration.String()})
+		c.ClientTimeout.String(), c.TimeoutsDuration.String(), c.CiliumBound.String()})
 }
 
 // maxConcurrency is the most clients any phase runs.
@@ -148,6 +155,19 @@ func (c config) Validate() error {
 		positive("shim-parallel-calls", c.ShimParallelCalls)
 		if c.ShimBridgeCalls < 0 {
 			errs = append(errs, fmt.Errorf("-shim-bridge-calls must not be negative (0 skips the bridge mode), not %d", c.ShimBridgeCalls))
+		}
+	}
+	if c.Cilium {
+		positive("cilium-nodes", c.CiliumNodes)
+		positive("cilium-burst", c.CiliumBurst)
+		if !(c.CiliumQPS > 0) {
+			errs = append(errs, fmt.Errorf("-cilium-qps must be positive, not %g", c.CiliumQPS))
+		}
+		if c.CiliumBound <= 0 {
+			errs = append(errs, fmt.Errorf("-cilium-bound must be positive, not %v", c.CiliumBound))
+		}
+		if c.CiliumNodes > 10_000 {
+			errs = append(errs, fmt.Errorf("-cilium-nodes %d: at most 10,000 (a /26 block each in %s)", c.CiliumNodes, ciliumPoolCIDR))
 		}
 	}
 	return errors.Join(errs...)
@@ -240,6 +260,11 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.ShimParallel, "shim-parallel", 16, "parallel workers of the shim phase")
 	fs.IntVar(&c.ShimParallelCalls, "shim-parallel-calls", 50, "ADD+DEL pairs per parallel worker of the shim phase")
 	fs.IntVar(&c.ShimBridgeCalls, "shim-bridge-calls", 100, "ADD+DEL pairs of each IPAM plugin under the bridge plugin, a veth into a Pod namespace each, as a runtime calls them (needs root and ip; else skipped); 0 skips")
+	fs.BoolVar(&c.Cilium, "cilium", true, "at the very end, the service as Cilium's operator in crd mode against a real kube-apiserver and etcd (make tools builds them; else skipped with a message): -cilium-nodes CiliumNodes created at once, the time until each holds 8 addresses, and the operator's request rate to the API server")
+	fs.IntVar(&c.CiliumNodes, "cilium-nodes", 200, "CiliumNodes the cilium phase creates at once")
+	fs.Float64Var(&c.CiliumQPS, "cilium-qps", 20, "the operator's --cilium-kube-qps, the limit its request rate is checked against")
+	fs.IntVar(&c.CiliumBurst, "cilium-burst", 40, "the operator's --cilium-kube-burst")
+	fs.DurationVar(&c.CiliumBound, "cilium-bound", 120*time.Second, "every CiliumNode must hold its 8 addresses within this of the creates, or the phase fails")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -65,6 +65,15 @@ func TestParseConfig(t *testing.T) {
 			check: func(c config) bool { return !c.Timeouts }},
 		{name: "timeouts phase errors", args: strings.Fields("-client-timeout 0s -timeouts-concurrency 0 -timeouts-duration 1500ms"),
 			wantErr: []string{"-client-timeout must be positive", "-timeouts-concurrency must be positive", "-timeouts-duration must be whole seconds"}},
+		{name: "cilium phase defaults", args: nil,
+			check: func(c config) bool {
+				return c.Cilium && c.CiliumNodes == 200 && c.CiliumQPS == 20 && c.CiliumBurst == 40 && c.CiliumBound == 2*time.Minute
+			}},
+		{name: "cilium phase off ignores its flags", args: strings.Fields("-cilium=false -cilium-nodes 0"),
+			check: func(c config) bool { return !c.Cilium }},
+		{name: "cilium phase errors", args: strings.Fields("-cilium-nodes 0 -cilium-qps 0 -cilium-burst -1 -cilium-bound 0s"),
+			wantErr: []string{"-cilium-nodes must be positive", "-cilium-qps must be positive", "-cilium-burst must be positive", "-cilium-bound must be positive"}},
+		{name: "cilium nodes beyond the pool", args: strings.Fields("-cilium-nodes 20000"), wantErr: []string{"at most 10,000"}},
 		{name: "stray argument", args: []string{"extra"}, wantErr: []string{"unexpected arguments"}},
 	}
 	for _, tt := range tests {

@@ -27,7 +27,23 @@
 //     space of its own), and the ratio of allocation p50 at the last point to the first;
 //   - shim (-shim): the CNI plugin cmd/cni-shim timed end to end, one
 //     process per ADD and DEL (shim.go), also under the bridge plugin in
-//     network namespaces of its own (bridge.go).
+//     network namespaces of its own (bridge.go);
+//   - cilium (-cilium): the service as Cilium's operator in crd mode
+//     (cilium.go): etcd and kube-apiserver (internal/kubetest, built by
+//     make tools; without them the phase is skipped with a message naming
+//     make tools) with Cilium's CRDs, one more server process with
+//     --cilium-ipam-mode crd (--cilium-kube-qps -cilium-qps,
+//     --cilium-kube-burst -cilium-burst) serving the pool cilium-bench
+//     (172.16.0.0/12, /26 blocks) of the default space, then -cilium-nodes
+//     CiliumNodes created at once: the seconds from each create call until
+//     a watch shows its spec.ipam.pool holding 8 addresses (p50, p90, p99,
+//     max; every node within -cilium-bound), the operator's requests to
+//     the API server (its counter on /metrics, sampled every second:
+//     average, sustained and largest rate over a second against the QPS, and
+//     a check that no window between two samples holds more requests than
+//     a token bucket of that QPS and burst lets through), and at the end
+//     that no address is in two nodes' pools and that every pool is what
+//     the database holds for its node.
 //
 // Each run prints operations/s, allocation p50/p90/p99/max, errors, the
 // duplicate addresses seen so far and the server's peak RSS during the run
@@ -41,7 +57,8 @@
 // a fresh address space and deletes it at the end.
 //
 // It exits 1 when a run answered more than 0.1% errors, a ceiling failed,
-// or any duplicate address or bookkeeping mismatch was found.
+// any duplicate address or bookkeeping mismatch was found, or the cilium
+// phase failed one of its checks.
 package main
 
 import (
@@ -117,6 +134,7 @@ type report struct {
 	Fill       *fillReport     `json:"fill,omitempty"`
 	CeilingRan bool            `json:"ceilingRan"`
 	Shim       *shimReport     `json:"shim,omitempty"`
+	Cilium     *ciliumReport   `json:"cilium,omitempty"`
 	GC         gcCounts        `json:"gc"`
 	// ServerPeakMiB is the largest VmHWM of a server process over its
 	// whole life, read before it is stopped.
@@ -361,6 +379,15 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			if r.ErrorRate > maxErrorRate {
 				b.failed = append(b.failed, fmt.Sprintf("shim %s: %.3f%% of calls failed", r.Mode, 100*r.ErrorRate))
 			}
+		}
+	}
+
+	if cfg.Cilium {
+		if rep.Cilium, err = runCilium(ctx, cfg, serverOpts, probe, b.admin, db.private, out, &b.failed); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("cilium: %w", err)
 		}
 	}
 
@@ -655,6 +682,7 @@ func printSummary(out io.Writer, rep report) {
 		fmt.Fprintf(out, "fill curve: alloc p50 at %d leases / at %d = %.2f\n", rep.Fill.Points[len(rep.Fill.Points)-1].Leases, rep.Fill.Points[0].Leases, rep.Fill.P50Ratio)
 	}
 	printShimSummary(out, rep.Shim)
+	printCiliumSummary(out, rep.Cilium)
 	d := rep.Duplicates
 	fmt.Fprintf(out, "duplicates: %d (bookkeeping) + %d (database); server peak RSS %.1f MiB\n", d.Ledger, d.Database.Duplicates, rep.ServerPeakMiB)
 }
