@@ -469,7 +469,7 @@ type CarveRequest struct {
 
 // CiliumFamilyState One family of a crd-mode node.
 type CiliumFamilyState struct {
-	// Pool Addresses in spec.ipam.pool (or ipv6-pool).
+	// Pool Addresses of this family in spec.ipam.pool (one map for both families, as Cilium's agent reads it).
 	Pool int `json:"pool"`
 
 	// Releasing Release handshakes in flight (status.ipam.release-ips), by state.
@@ -480,7 +480,7 @@ type CiliumFamilyState struct {
 		Released         int `json:"released"`
 	} `json:"releasing"`
 
-	// Used Addresses the agent reports in status.ipam.used (or ipv6-used).
+	// Used Addresses of this family the agent reports in status.ipam.used.
 	Used int `json:"used"`
 }
 

@@ -100,11 +100,34 @@ type crdFamily struct {
 	release map[string]ipamtypes.IPReleaseStatus
 }
 
+// crdFamilies splits the node's maps by family. Cilium's agent in crd mode
+// (v1.20.2 pkg/ipam/crd.go) keeps both families in one map each: it
+// counts IPv4 and IPv6 keys of spec.ipam.pool, reports both in
+// status.ipam.used and answers both in status.ipam.release-ips; the
+// ipv6-pool, ipv6-used and release-ipv6s fields of the type are not read
+// by it, so the operator leaves them alone.
 func crdFamilies(cn *ciliumv2.CiliumNode) []crdFamily {
 	return []crdFamily{
-		{alloc.IPv4, cn.Spec.IPAM.Pool, cn.Status.IPAM.Used, cn.Status.IPAM.ReleaseIPs},
-		{alloc.IPv6, cn.Spec.IPAM.IPv6Pool, cn.Status.IPAM.IPv6Used, cn.Status.IPAM.ReleaseIPv6s},
+		{alloc.IPv4, ofFamily(cn.Spec.IPAM.Pool, alloc.IPv4), ofFamily(cn.Status.IPAM.Used, alloc.IPv4), ofFamily(cn.Status.IPAM.ReleaseIPs, alloc.IPv4)},
+		{alloc.IPv6, ofFamily(cn.Spec.IPAM.Pool, alloc.IPv6), ofFamily(cn.Status.IPAM.Used, alloc.IPv6), ofFamily(cn.Status.IPAM.ReleaseIPs, alloc.IPv6)},
 	}
+}
+
+// ofFamily keeps the entries of m keyed by an address of family f; a key
+// that is no address goes to IPv4's share, where it is reported and
+// dropped.
+func ofFamily[M ~map[string]V, V any](m M, f alloc.Family) M {
+	out := M{}
+	for k, v := range m {
+		fk := alloc.IPv4
+		if a, err := netip.ParseAddr(k); err == nil {
+			fk = alloc.FamilyOf(a)
+		}
+		if fk == f {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2.CiliumNode) (time.Duration, error) {
@@ -156,7 +179,9 @@ func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2
 	var opErrs []string
 	var requeue time.Duration
 	var need int64
-	for i, fam := range fams {
+	var pool ipamtypes.AllocationMap
+	var release map[string]ipamtypes.IPReleaseStatus
+	for _, fam := range fams {
 		st := r.family(ctx, name, cn, fam, w, held, now, &opErrs)
 		if st.err != nil {
 			return 0, st.err
@@ -165,12 +190,9 @@ func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2
 		if st.requeue > 0 && (requeue == 0 || st.requeue < requeue) {
 			requeue = st.requeue
 		}
-		if i == 0 {
-			desired.Spec.IPAM.Pool, desired.Status.IPAM.ReleaseIPs = st.pool, st.release
-		} else {
-			desired.Spec.IPAM.IPv6Pool, desired.Status.IPAM.ReleaseIPv6s = st.pool, st.release
-		}
+		pool, release = mergeInto(pool, st.pool), mergeInto(release, st.release)
 	}
+	desired.Spec.IPAM.Pool, desired.Status.IPAM.ReleaseIPs = pool, release
 	o.needs.Store(name, need)
 	desired.Status.IPAM.OperatorStatus.Error = strings.Join(opErrs, "; ")
 	if len(opErrs) > 0 && (requeue == 0 || requeue > retryUnserved) {
@@ -344,6 +366,19 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 		release = nil
 	}
 	return familyResult{pool: pool, release: release, requeue: requeue, needed: needed}
+}
+
+// mergeInto adds src's entries to dst, making dst when needed; nil stays
+// nil while both are empty (an empty map is written as none).
+func mergeInto[M ~map[string]V, V any](dst, src M) M {
+	if len(src) == 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = M{}
+	}
+	maps.Copy(dst, src)
+	return dst
 }
 
 // watermarks are the node's sizing knobs from its spec.

@@ -295,3 +295,57 @@ func TestCRDDeletedNodeObject(t *testing.T) {
 		return apierrors.IsNotFound(err) && len(held) == 0, fmt.Sprintf("get: %v; held %v", err, held)
 	})
 }
+
+// A dual-stack pool: both families' addresses go into spec.ipam.pool, one
+// map keyed by address, which is where Cilium's agent (v1.20.2
+// pkg/ipam/crd.go) reads both; ipv6-pool stays empty.
+func TestCRDDualStackInOneMap(t *testing.T) {
+	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(26, "10.95.0.0/16"),
+		IPv6: &alloc.PoolFamily{MaskSize: 120, CIDRs: []netip.Prefix{netip.MustParsePrefix("fd00:95::/104")}}})
+	e.operator("op-1", nil)
+	ag := newAgent(t, e.client, "dual", 0)
+	if err := ag.create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "both families pre-allocated", func() (bool, string) {
+		cn := e.get("dual")
+		var v4n, v6n int
+		for ip := range cn.Spec.IPAM.Pool {
+			if netip.MustParseAddr(ip).Is4() {
+				v4n++
+			} else {
+				v6n++
+			}
+		}
+		return v4n == 3 && v6n == 3, fmt.Sprintf("%d IPv4, %d IPv6 in spec.ipam.pool", v4n, v6n)
+	})
+	cn := e.get("dual")
+	if len(cn.Spec.IPAM.IPv6Pool) != 0 {
+		t.Errorf("ipv6-pool %v; the agent does not read it", cn.Spec.IPAM.IPv6Pool)
+	}
+	if got, want := specPool(cn), e.heldByStore("dual"); !slices.Equal(got, want) {
+		t.Errorf("spec.ipam.pool %v; store holds %v", got, want)
+	}
+	// The agent uses an IPv6 address: it becomes the Pod's lease.
+	var v6 string
+	for ip := range cn.Spec.IPAM.Pool {
+		if !netip.MustParseAddr(ip).Is4() {
+			v6 = ip
+		}
+	}
+	ag.observe(cn)
+	ag.mu.Lock()
+	ag.used[v6] = "default/v6-pod"
+	ag.dirty = true
+	ag.mu.Unlock()
+	if _, err := ag.sync(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "IPv6 use recorded and the IPv6 need grown", func() (bool, string) {
+		l, err := e.st.GetAddress(e.ctx, alloc.DefaultSpace, netip.MustParseAddr(v6))
+		st, _, _ := e.op.CiliumNodeState(e.ctx, alloc.DefaultSpace, "dual")
+		ok := err == nil && l.State == alloc.StateActive && l.Owner.Name == "v6-pod" && st.IPv6 != nil && st.IPv6.Used == 1 && st.IPv6.Pool == 4
+		return ok, fmt.Sprintf("lease %+v (%v); state IPv6 %+v", l, err, st.IPv6)
+	})
+	e.consistent()
+}

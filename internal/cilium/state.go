@@ -38,8 +38,9 @@ func stateOf(m Mode, cn *ciliumv2.CiliumNode) alloc.CiliumNodeState {
 		OperatorError: cn.Status.IPAM.OperatorStatus.Error}
 	switch m {
 	case ModeCRD:
-		st.IPv4 = familyState(cn.Spec.IPAM.Pool, cn.Status.IPAM.Used, cn.Status.IPAM.ReleaseIPs)
-		st.IPv6 = familyState(cn.Spec.IPAM.IPv6Pool, cn.Status.IPAM.IPv6Used, cn.Status.IPAM.ReleaseIPv6s)
+		fams := crdFamilies(cn)
+		st.IPv4 = familyState(fams[0].pool, fams[0].used, fams[0].release)
+		st.IPv6 = familyState(fams[1].pool, fams[1].used, fams[1].release)
 	case ModeClusterPool:
 		for _, p := range cn.Spec.IPAM.PodCIDRs {
 			st.PodCIDRs = append(st.PodCIDRs, p.Prefix)
