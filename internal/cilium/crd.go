@@ -37,6 +37,8 @@ const ErrAllocatorFull = "allocator full"
 type nodeStates struct {
 	mu    sync.Mutex
 	nodes map[nodeFamily]map[netip.Addr]time.Time
+	// noFamily: when the node's pool was last found without the family.
+	noFamily map[nodeFamily]time.Time
 }
 
 type nodeFamily struct {
@@ -45,7 +47,7 @@ type nodeFamily struct {
 }
 
 func newNodeStates() *nodeStates {
-	return &nodeStates{nodes: map[nodeFamily]map[netip.Addr]time.Time{}}
+	return &nodeStates{nodes: map[nodeFamily]map[netip.Addr]time.Time{}, noFamily: map[nodeFamily]time.Time{}}
 }
 
 // excessSince keeps exactly the node family's addresses of excess
@@ -71,6 +73,22 @@ func (s *nodeStates) excessSince(node string, f alloc.Family, excess []netip.Add
 	return maps.Clone(cur)
 }
 
+// lacksFamily says whether the node's pool was found without family f
+// less than period ago.
+func (s *nodeStates) lacksFamily(node string, f alloc.Family, now time.Time, period time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.noFamily[nodeFamily{node, f}]
+	return ok && now.Sub(at) < period
+}
+
+// setLacksFamily records that the node's pool has no family f, as of now.
+func (s *nodeStates) setLacksFamily(node string, f alloc.Family, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noFamily[nodeFamily{node, f}] = now
+}
+
 // restart starts an address's delay over (the agent said do-not-release).
 func (s *nodeStates) restart(node string, a netip.Addr) {
 	s.mu.Lock()
@@ -82,8 +100,10 @@ func (s *nodeStates) restart(node string, a netip.Addr) {
 func (s *nodeStates) forget(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.nodes, nodeFamily{node, alloc.IPv4})
-	delete(s.nodes, nodeFamily{node, alloc.IPv6})
+	for _, f := range []alloc.Family{alloc.IPv4, alloc.IPv6} {
+		delete(s.nodes, nodeFamily{node, f})
+		delete(s.noFamily, nodeFamily{node, f})
+	}
 }
 
 // crdReconciler plays Cilium's operator for ipam.mode=crd: the node's
@@ -230,6 +250,13 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 	// Grow. IPv6 is asked for only of a pool that has it: the store
 	// answers nothing (and no error) for a family the pool lacks.
 	needed := w.Needed(len(held), usedN)
+	// A family the node's pool lacks is asked for again only once a
+	// resync period: every status write of the agent starts a round, and
+	// most pools have one family.
+	unserved := len(held) == 0 && o.stateOf().lacksFamily(name, fam.f, now, o.cfg.Resync)
+	if needed > 0 && unserved {
+		needed = 0
+	}
 	if needed > 0 {
 		n := w.ToAllocate(len(held), usedN, 0)
 		added, err := o.store.ReserveNodeAddresses(ctx, o.cfg.Space, name, o.nodeLabels(name, cn), o.cfg.DefaultPool, fam.f, n)
@@ -248,6 +275,9 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 			}
 		case err != nil:
 			return familyResult{err: fmt.Errorf("reserving %s addresses: %w", fam.f, err)}
+		}
+		if len(added) == 0 && err == nil && len(held) == 0 {
+			o.stateOf().setLacksFamily(name, fam.f, now)
 		}
 		needed = w.Needed(len(held), usedN)
 		if len(added) == 0 && err == nil {

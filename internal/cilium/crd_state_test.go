@@ -35,3 +35,27 @@ func TestNodeStatesKeepEachFamilysTimers(t *testing.T) {
 		t.Errorf("forget left %v", s.nodes)
 	}
 }
+
+// A family the node's pool lacks is asked for again only once a period,
+// and a deleted node's memory of it goes.
+func TestNodeStatesRememberALackingFamily(t *testing.T) {
+	s := newNodeStates()
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	if s.lacksFamily("n", alloc.IPv6, t0, time.Minute) {
+		t.Fatal("lacking before anything was recorded")
+	}
+	s.setLacksFamily("n", alloc.IPv6, t0)
+	if !s.lacksFamily("n", alloc.IPv6, t0.Add(59*time.Second), time.Minute) {
+		t.Error("not lacking within the period")
+	}
+	if s.lacksFamily("n", alloc.IPv4, t0.Add(time.Second), time.Minute) {
+		t.Error("the other family lacking too")
+	}
+	if s.lacksFamily("n", alloc.IPv6, t0.Add(time.Minute), time.Minute) {
+		t.Error("still lacking after the period: the pool is never asked again")
+	}
+	s.forget("n")
+	if len(s.noFamily) != 0 {
+		t.Errorf("forget left %v", s.noFamily)
+	}
+}
