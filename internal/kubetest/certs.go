@@ -1,19 +1,16 @@
 package kubetest
 
 import (
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/ipam-dev/ipam/internal/pki"
 )
 
 // certValidity is long enough for any test run.
@@ -32,61 +29,24 @@ type pkiFiles struct {
 // client certificate in group system:masters, and the service-account
 // signing key pair, as files in dir.
 func writePKI(dir string) (*pkiFiles, error) {
-	caKey, err := newKey()
+	ca, err := pki.NewCA("kubetest-ca", certValidity)
 	if err != nil {
 		return nil, err
 	}
-	caTmpl, err := certTemplate(pkix.Name{CommonName: "kubetest-ca"})
+	serverCert, serverKey, err := ca.IssueServer([]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+		"kubernetes.default.svc.cluster.local", "127.0.0.1", "::1", serviceIP}, certValidity)
 	if err != nil {
 		return nil, err
 	}
-	caTmpl.IsCA = true
-	caTmpl.BasicConstraintsValid = true
-	caTmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	adminCert, adminKey, err := ca.IssueKubeClient("kubetest-admin", []string{"system:masters"}, certValidity)
 	if err != nil {
 		return nil, err
 	}
-	ca, err := x509.ParseCertificate(caDER)
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-
-	issue := func(subject pkix.Name, usage x509.ExtKeyUsage, dns []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
-		key, err := newKey()
-		if err != nil {
-			return nil, nil, err
-		}
-		tmpl, err := certTemplate(subject)
-		if err != nil {
-			return nil, nil, err
-		}
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{usage}
-		tmpl.DNSNames, tmpl.IPAddresses = dns, ips
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
-		if err != nil {
-			return nil, nil, err
-		}
-		keyPEM, err = encodeKey(key)
-		return pemBlock("CERTIFICATE", der), keyPEM, err
-	}
-	serverCert, serverKey, err := issue(pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
-		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP(serviceIP)})
-	if err != nil {
-		return nil, err
-	}
-	adminCert, adminKey, err := issue(pkix.Name{CommonName: "kubetest-admin", Organization: []string{"system:masters"}},
-		x509.ExtKeyUsageClientAuth, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	saKey, err := newKey()
-	if err != nil {
-		return nil, err
-	}
-	saKeyPEM, err := encodeKey(saKey)
+	saKeyPEM, err := pki.EncodeKey(saKey)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +61,7 @@ func writePKI(dir string) (*pkiFiles, error) {
 		serverKey:    filepath.Join(dir, "apiserver.key"),
 		saKey:        filepath.Join(dir, "sa.key"),
 		saPub:        filepath.Join(dir, "sa.pub"),
-		caPEM:        pemBlock("CERTIFICATE", caDER),
+		caPEM:        pki.EncodeCert(ca.Cert),
 		adminCertPEM: adminCert,
 		adminKeyPEM:  adminKey,
 	}
@@ -117,30 +77,6 @@ func writePKI(dir string) (*pkiFiles, error) {
 		}
 	}
 	return f, nil
-}
-
-func newKey() (*ecdsa.PrivateKey, error) { return ecdsa.GenerateKey(elliptic.P256(), rand.Reader) }
-
-func certTemplate(subject pkix.Name) (*x509.Certificate, error) {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	return &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      subject,
-		NotBefore:    now.Add(-time.Hour), // a little clock skew does no harm
-		NotAfter:     now.Add(certValidity),
-	}, nil
-}
-
-func encodeKey(key crypto.Signer) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("kubetest: encoding a key: %w", err)
-	}
-	return pemBlock("PRIVATE KEY", der), nil
 }
 
 func pemBlock(typ string, der []byte) []byte {

@@ -211,6 +211,17 @@ func (ca *CA) IssueOperator(commonName, role string, validity time.Duration) (ce
 	return ca.issue(name, nil, x509.ExtKeyUsageClientAuth, validity)
 }
 
+// IssueKubeClient issues a client certificate in Kubernetes' convention,
+// user as the common name and groups as organizations, as a
+// kube-apiserver with --client-ca-file reads it (the test clusters of
+// internal/kubetest sign their admin, group system:masters, with it).
+func (ca *CA) IssueKubeClient(user string, groups []string, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	if user == "" {
+		return nil, nil, errors.New("pki: a Kubernetes client certificate needs a user")
+	}
+	return ca.issue(pkix.Name{CommonName: user, Organization: groups}, nil, x509.ExtKeyUsageClientAuth, validity)
+}
+
 func (ca *CA) issue(subject pkix.Name, hosts []string, usage x509.ExtKeyUsage, validity time.Duration) (certPEM, keyPEM []byte, err error) {
 	return ca.issueWith(subject, hosts, nil, usage, validity)
 }

@@ -216,3 +216,38 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatal("a certificate from another CA was served")
 	}
 }
+
+// A Kubernetes client certificate carries the user as its common name and
+// the groups as organizations, for client authentication only.
+func TestIssueKubeClient(t *testing.T) {
+	ca, err := NewCA("test-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _, err := ca.IssueKubeClient("admin", []string{"system:masters", "ops"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseCert(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The organizations are one SET in the certificate: their order is
+	// DER's, not the caller's.
+	if c.Subject.CommonName != "admin" || !slices.Equal(slices.Sorted(slices.Values(c.Subject.Organization)), []string{"ops", "system:masters"}) ||
+		!slices.Equal(c.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) {
+		t.Errorf("subject %v, usage %v", c.Subject, c.ExtKeyUsage)
+	}
+	if _, err := c.Verify(x509.VerifyOptions{Roots: certPool(ca), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("not signed by the CA: %v", err)
+	}
+	if _, _, err := ca.IssueKubeClient("", nil, time.Hour); err == nil {
+		t.Error("a certificate without a user was issued")
+	}
+}
+
+func certPool(ca *CA) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.Cert)
+	return p
+}
