@@ -480,30 +480,28 @@ func (c *Cluster) adminHTTPClient() (*http.Client, error) {
 // survives. Clients get connection errors until StartAPIServer.
 func (c *Cluster) StopAPIServer(t testing.TB) {
 	t.Helper()
-	c.mu.Lock()
-	p := c.apiserver
-	c.apiserver = nil
-	c.mu.Unlock()
-	if p == nil {
-		t.Fatal("kubetest: StopAPIServer: the API server is not running")
-	}
-	if err := p.stop(syscall.SIGTERM, stopGrace); err != nil {
-		t.Fatal(err)
-	}
+	c.endAPIServer(t, "StopAPIServer", syscall.SIGTERM, stopGrace)
 }
 
 // KillAPIServer kills the API server (SIGKILL, as a crash would) and
 // waits until it is gone.
 func (c *Cluster) KillAPIServer(t testing.TB) {
 	t.Helper()
+	c.endAPIServer(t, "KillAPIServer", syscall.SIGKILL, 0)
+}
+
+// endAPIServer sends the running API server sig, gives it grace to exit
+// (then kills it) and waits until it is gone.
+func (c *Cluster) endAPIServer(t testing.TB, caller string, sig syscall.Signal, grace time.Duration) {
+	t.Helper()
 	c.mu.Lock()
 	p := c.apiserver
 	c.apiserver = nil
 	c.mu.Unlock()
 	if p == nil {
-		t.Fatal("kubetest: KillAPIServer: the API server is not running")
+		t.Fatalf("kubetest: %s: the API server is not running", caller)
 	}
-	if err := p.stop(syscall.SIGKILL, 0); err != nil {
+	if err := p.stop(sig, grace); err != nil {
 		t.Fatal(err)
 	}
 }
