@@ -81,8 +81,10 @@ func TestCRDExcessReleaseHandshake(t *testing.T) {
 	}
 	ag.sync(e.ctx, true)
 	e.eventually(10*time.Second, "growth", func() (bool, string) {
-		ag.observe(e.get("excess"))
-		n := len(e.get("excess").Spec.IPAM.Pool)
+		// One read for both: the agent must see the pool that was counted.
+		cn := e.get("excess")
+		ag.observe(cn)
+		n := len(cn.Spec.IPAM.Pool)
 		return n == 8, fmt.Sprintf("%d addresses", n)
 	})
 	for range 2 {
