@@ -65,7 +65,7 @@ func (s *Store) ClusterPoolBlocks(ctx context.Context, space, node, pool string,
 	}
 	var nodeID int64
 	var fams []alloc.Family // the pool's families the node holds no block of
-	err := s.inTxWhy(ctx, reasonRegistration, func(tx pgx.Tx) error {
+	err := s.inTxWhy(ctx, reasonRegistration, func(tx querier) error {
 		now := s.now()
 		var err error
 		if nodeID, err = s.registerNode(ctx, tx, space, node, now); err != nil {
@@ -108,7 +108,7 @@ func (s *Store) ClusterPoolBlocks(ctx context.Context, space, node, pool string,
 	}
 	var short error
 	for _, f := range fams {
-		err := s.inTxWhy(ctx, reasonRegistration, func(tx pgx.Tx) error {
+		err := s.inTxWhy(ctx, reasonRegistration, func(tx querier) error {
 			p, err := s.allocPool(ctx, tx, space, pool)
 			if err != nil || !p.has(f) {
 				return err
@@ -120,7 +120,7 @@ func (s *Store) ClusterPoolBlocks(ctx context.Context, space, node, pool string,
 			if have, err := nodeBlocksOf(ctx, tx, nodeID, p.id, f); err != nil || len(have) > 0 {
 				return err
 			}
-			_, ok, err := carve(ctx, tx, space, nodeID, p, f, s.now(), carveAlways)
+			_, ok, err := carve(ctx, tx, carving{space: space, node: nodeID, pool: p, family: f, now: s.now()}, carveAlways)
 			if err == nil && !ok {
 				err = alloc.Exhausted(pool, f)
 			}
@@ -201,7 +201,7 @@ func (s *Store) SyncAgentPools(ctx context.Context, space, node string, r alloc.
 	var st alloc.AgentPoolsState
 	var nodeID int64
 	var blocks []agentBlockRow
-	err := s.inTxWhy(ctx, reasonAgentPools, func(tx pgx.Tx) error {
+	err := s.inTxWhy(ctx, reasonAgentPools, func(tx querier) error {
 		st.Errors = nil
 		now := s.now()
 		var err error
@@ -282,7 +282,7 @@ func (s *Store) SyncAgentPools(ctx context.Context, space, node string, r alloc.
 // (zero: none is left).
 func (s *Store) ReleaseReturnedBlocks(ctx context.Context, space, node string, listed []netip.Prefix) (time.Time, error) {
 	var next time.Time
-	err := s.inTxWhy(ctx, reasonBlockReleased, func(tx pgx.Tx) error {
+	err := s.inTxWhy(ctx, reasonBlockReleased, func(tx querier) error {
 		next = time.Time{}
 		nodeID, err := s.nodeID(ctx, tx, space, node)
 		if alloc.IsKind(err, alloc.KindNotFound) {
@@ -340,7 +340,7 @@ func satAdd(a, b int64) int64 {
 
 // setReturned marks the blocks of which (rows of blocks) returned at *at,
 // or held again when at is nil.
-func setReturned(ctx context.Context, tx pgx.Tx, blocks []agentBlockRow, which []alloc.AgentBlock, at *time.Time) error {
+func setReturned(ctx context.Context, tx querier, blocks []agentBlockRow, which []alloc.AgentBlock, at *time.Time) error {
 	if len(which) == 0 {
 		return nil
 	}
@@ -360,7 +360,7 @@ func setReturned(ctx context.Context, tx pgx.Tx, blocks []agentBlockRow, which [
 // block: it must be a block of the pool (inside one of its CIDRs, of its
 // mask) that no other block overlaps, and within the node's block limit.
 // A refusal is an *alloc.Error naming Pool and Family.
-func (s *Store) adoptAgentCIDR(ctx context.Context, tx pgx.Tx, space string, nodeID int64, a alloc.PoolCIDR, now time.Time) error {
+func (s *Store) adoptAgentCIDR(ctx context.Context, tx querier, space string, nodeID int64, a alloc.PoolCIDR, now time.Time) error {
 	f := alloc.FamilyOf(a.CIDR.Addr())
 	refuse := func(k alloc.Kind, format string, args ...any) error {
 		return &alloc.Error{Kind: k, Field: "cidr", Pool: a.Pool, Family: f, Detail: fmt.Sprintf(format, args...)}
@@ -422,7 +422,7 @@ func (s *Store) adoptAgentCIDR(ctx context.Context, tx pgx.Tx, space string, nod
 // answered as short (an *alloc.Error naming Pool and Family), with what it
 // could do committed.
 func (s *Store) coverAgentNeed(ctx context.Context, space string, nodeID int64, pool string, f alloc.Family, need int64) (short *alloc.Error, err error) {
-	err = s.inTxWhy(ctx, reasonAgentPools, func(tx pgx.Tx) error {
+	err = s.inTxWhy(ctx, reasonAgentPools, func(tx querier) error {
 		short = nil
 		p, err := s.allocPool(ctx, tx, space, pool)
 		var ae *alloc.Error
@@ -479,7 +479,7 @@ func (s *Store) coverAgentNeed(ctx context.Context, space string, nodeID int64, 
 		}
 		now := s.now()
 		for range carves {
-			_, ok, err := carve(ctx, tx, space, nodeID, p, f, now, carveAlways)
+			_, ok, err := carve(ctx, tx, carving{space: space, node: nodeID, pool: p, family: f, now: now}, carveAlways)
 			if errors.As(err, &ae) {
 				short = ae
 				return nil

@@ -57,6 +57,21 @@ type carveParent struct {
 	ends   []netip.Addr
 }
 
+// carving is what carve carves: a block of family of pool for node, in
+// space, at now.
+type carving struct {
+	space  string
+	node   int64
+	pool   allocPool
+	family alloc.Family
+	now    time.Time
+}
+
+// blockArgs binds blocksWithRoomSQL's parameters.
+func (c carving) blockArgs() pgx.NamedArgs {
+	return pgx.NamedArgs{"node": c.node, "pool": c.pool.id, "family": int16(c.family)}
+}
+
 // carve takes the first free aligned block of the pool's mask for the node,
 // trying the pool's CIDRs in their listed order and skipping their reserved
 // ranges. It locks the pool's CIDR rows of the family, which serializes
@@ -81,7 +96,8 @@ type carveParent struct {
 // search probes the exclusion constraint's GiST index from the cursor on:
 // one probe while the CIDR fills up in order, and the cost never grows with
 // the number of blocks already carved.
-func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocPool, f alloc.Family, now time.Time, recheck carveRecheck) (b blockRow, ok bool, err error) {
+func carve(ctx context.Context, tx querier, c carving, recheck carveRecheck) (b blockRow, ok bool, err error) {
+	space, nodeID, p, f, now := c.space, c.node, c.pool, c.family, c.now
 	rows, err := tx.Query(ctx, `SELECT id, cidr, mask_size, carve_hint, reserved_start, reserved_end FROM pool_cidrs
 		WHERE pool_id = $1 AND family = $2 ORDER BY position FOR NO KEY UPDATE`, p.id, int16(f))
 	if err != nil {
@@ -105,7 +121,7 @@ func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocP
 		if recheck == carveUnlessFreeRoom {
 			sql += ` FOR NO KEY UPDATE SKIP LOCKED`
 		}
-		err := tx.QueryRow(ctx, sql, nodeID, p.id, int16(f)).Scan(&b.id, &b.cidr)
+		err := tx.QueryRow(ctx, sql, c.blockArgs()).Scan(&b.id, &b.cidr)
 		if err == nil || !errors.Is(err, pgx.ErrNoRows) {
 			return b, err == nil, err
 		}
@@ -115,7 +131,7 @@ func carve(ctx context.Context, tx querier, space string, nodeID int64, p allocP
 	// It reads the committed counts and waits for no row.
 	var hasRoom bool
 	if recheck == carveUnlessFreeRoom || recheck == carveFair {
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+blocksWithRoomSQL+`)`, nodeID, p.id, int16(f)).Scan(&hasRoom); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+blocksWithRoomSQL+`)`, c.blockArgs()).Scan(&hasRoom); err != nil {
 			return blockRow{}, false, err
 		}
 	}
@@ -238,7 +254,7 @@ func nodeBlocksOf(ctx context.Context, q querier, nodeID, poolID int64, f alloc.
 // lockCarveRowsOf locks the pool CIDR rows whose carve cursors deleting
 // the blocks matching where (on blocks, with arg as $1) lowers, in the
 // order carving locks them.
-func lockCarveRowsOf(ctx context.Context, tx pgx.Tx, where string, arg any) error {
+func lockCarveRowsOf(ctx context.Context, tx querier, where string, arg any) error {
 	_, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE id IN (SELECT pool_cidr_id FROM blocks WHERE `+where+`)
 		ORDER BY pool_id, family, position FOR NO KEY UPDATE`, arg)
 	return err
@@ -277,7 +293,7 @@ const firstFreeBlockSQL = `SELECT s.i FROM (SELECT generate_series($3::bigint, $
 // lowerCarveHints moves the carve cursors of the CIDRs the released blocks
 // came from down to the lowest released block, keeping "every block below
 // the cursor is taken" true so the next carve takes the first free one.
-func lowerCarveHints(ctx context.Context, tx pgx.Tx, released []releasedBlock) error {
+func lowerCarveHints(ctx context.Context, tx querier, released []releasedBlock) error {
 	lowest := map[int64]int64{}
 	for _, r := range released {
 		i := alloc.BlockIndex(r.parent, r.cidr)
@@ -301,7 +317,7 @@ type releasedBlock struct {
 
 // deleteBlocks deletes blocks (the statement's RETURNING must
 // yield pool_cidr_id, parent_cidr, cidr) and lowers the carve cursors.
-func deleteBlocks(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
+func deleteBlocks(ctx context.Context, tx querier, sql string, args ...any) error {
 	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return err
@@ -386,7 +402,7 @@ func (s *Store) ListBlocks(ctx context.Context, space, node string) ([]alloc.Blo
 // CarveBlock carves a new block for a registered node from the pool.
 func (s *Store) CarveBlock(ctx context.Context, space, node, pool string, f alloc.Family) (alloc.Block, error) {
 	var cidr netip.Prefix
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx querier) error {
 		nodeID, err := s.nodeID(ctx, tx, space, node)
 		if err != nil {
 			return err
@@ -399,7 +415,7 @@ func (s *Store) CarveBlock(ctx context.Context, space, node, pool string, f allo
 			return alloc.Invalid("family", "pool %q has no %s CIDRs", pool, f)
 		}
 		// Unlike allocation, an explicit carve always adds a block.
-		b, ok, err := carve(ctx, tx, space, nodeID, p, f, s.now(), carveAlways)
+		b, ok, err := carve(ctx, tx, carving{space: space, node: nodeID, pool: p, family: f, now: s.now()}, carveAlways)
 		if err != nil {
 			return err
 		}
@@ -424,7 +440,7 @@ func (s *Store) getBlock(ctx context.Context, space string, cidr netip.Prefix) (
 // ReleaseBlock returns an empty block to its pool. A block whose addresses
 // are leased or still cooling is in use.
 func (s *Store) ReleaseBlock(ctx context.Context, space, node string, cidr netip.Prefix) error {
-	return s.inTxWhy(ctx, reasonBlockReleased, func(tx pgx.Tx) error {
+	return s.inTxWhy(ctx, reasonBlockReleased, func(tx querier) error {
 		nodeID, err := s.nodeID(ctx, tx, space, node)
 		if err != nil {
 			return err

@@ -20,7 +20,7 @@ const UsageRetention = 24 * time.Hour
 // samples older than UsageRetention. It answers how many it recorded.
 func (s *Store) SampleUsage(ctx context.Context, every time.Duration) (int64, error) {
 	var n int64
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx querier) error {
 		n = 0
 		var mine bool
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, sampleLockKey).Scan(&mine); err != nil || !mine {
@@ -83,7 +83,7 @@ func possibleAddresses(spec alloc.PoolSpec, f alloc.Family) int64 {
 // one snapshot.
 func (s *Store) PoolCapacity(ctx context.Context, space, name string, window time.Duration) (map[alloc.Family]alloc.FamilyCapacity, error) {
 	var out map[alloc.Family]alloc.FamilyCapacity
-	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
+	err := s.readSnapshot(ctx, func(tx querier) error {
 		p, err := s.getPool(ctx, tx, space, name, false)
 		if err != nil {
 			return err
@@ -100,8 +100,9 @@ func (s *Store) PoolCapacity(ctx context.Context, space, name string, window tim
 
 // readSnapshot runs fn in a read-only repeatable-read transaction: every
 // statement sees the same snapshot, and nothing waits for it.
-func (s *Store) readSnapshot(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+func (s *Store) readSnapshot(ctx context.Context, fn func(tx querier) error) error {
+	return pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error { return fn(tx) })
 }
 
 // poolCapacity is PoolCapacity of a pool already read, given the node

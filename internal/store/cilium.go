@@ -141,7 +141,7 @@ func (s *Store) ReserveNodeAddresses(ctx context.Context, space, node string, no
 			return added, ctx.Err()
 		}
 		var got []alloc.HeldAddress
-		err := s.inTx(ctx, func(tx pgx.Tx) error {
+		err := s.inTx(ctx, func(tx querier) error {
 			var err error
 			got, short, err = s.reserveTx(ctx, tx, space, node, nodeLabels, defaultPool, f, n-len(added))
 			return err
@@ -166,7 +166,7 @@ func (s *Store) ReserveNodeAddresses(ctx context.Context, space, node string, no
 // reserveTx is one transaction of ReserveNodeAddresses: it answers the
 // addresses reserved and, when fewer than n, why (short); err rolls the
 // transaction back.
-func (s *Store) reserveTx(ctx context.Context, tx pgx.Tx, space, node string, nodeLabels map[string]string, defaultPool string,
+func (s *Store) reserveTx(ctx context.Context, tx querier, space, node string, nodeLabels map[string]string, defaultPool string,
 	f alloc.Family, n int) (got []alloc.HeldAddress, short, err error) {
 	now := s.now()
 	var nodeID int64
@@ -242,7 +242,7 @@ func (s *Store) nodePool(ctx context.Context, q querier, space, node string, nod
 // reserved fewer: the pool's (or the node's block limit's) refusal, or a
 // *waitForRoom when the pool keeps its last block from a node that has room
 // in a block this transaction could not take (a new one can).
-func (s *Store) reserveFrom(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, f alloc.Family,
+func (s *Store) reserveFrom(ctx context.Context, tx querier, space string, nodeID int64, p allocPool, f alloc.Family,
 	by alloc.SelectedBy, n int, now time.Time) (got []alloc.HeldAddress, short, err error) {
 	args := func(want int, block int64) []any {
 		return []any{nodeID, p.id, int16(f), space, now, alloc.CiliumPoolNetwork, want, block, alloc.CiliumPoolInterface, string(by)}
@@ -295,7 +295,7 @@ func (s *Store) reserveFrom(ctx context.Context, tx pgx.Tx, space string, nodeID
 	// this never waits for a block row (an allocation holding one may wait
 	// for the lock): it fills the blocks it carves, which are its own.
 	for len(got) < n {
-		b, ok, err := carve(ctx, tx, space, nodeID, p, f, now, carveFair)
+		b, ok, err := carve(ctx, tx, carving{space: space, node: nodeID, pool: p, family: f, now: now}, carveFair)
 		switch {
 		case errors.Is(err, errNodeHasRoom):
 			return got, &waitForRoom{pool: p.name, family: f}, nil
@@ -320,7 +320,7 @@ func (s *Store) reserveFrom(ctx context.Context, tx pgx.Tx, space string, nodeID
 
 // reserveInBlock runs reserveOldestSQL or reserveInBlockSQL: it answers
 // the block (0 when none had room) and the addresses reserved in it.
-func (s *Store) reserveInBlock(ctx context.Context, tx pgx.Tx, sql string, args []any,
+func (s *Store) reserveInBlock(ctx context.Context, tx querier, sql string, args []any,
 	held func(netip.Prefix, netip.Addr, int64) alloc.HeldAddress) (int64, []alloc.HeldAddress, error) {
 	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
@@ -449,7 +449,7 @@ func (s *Store) SyncNodeUse(ctx context.Context, space, node string, used map[ne
 		}
 	}
 	var out alloc.NodeUseChange
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx querier) error {
 		out = alloc.NodeUseChange{}
 		now := s.now()
 		var nodeID int64
@@ -528,7 +528,7 @@ func useChanges(held []alloc.HeldAddress, used map[netip.Addr]alloc.Owner) []net
 
 // applyUse makes the changes used asks of the locked rows held, and
 // records them in out.
-func (s *Store) applyUse(ctx context.Context, tx pgx.Tx, space string, held []alloc.HeldAddress, used map[netip.Addr]alloc.Owner,
+func (s *Store) applyUse(ctx context.Context, tx querier, space string, held []alloc.HeldAddress, used map[netip.Addr]alloc.Owner,
 	now time.Time, out *alloc.NodeUseChange) error {
 	var take, free []netip.Addr
 	var ns, names, uids []string
@@ -622,7 +622,7 @@ func (s *Store) ReleaseNodeAddresses(ctx context.Context, space, node string, ad
 		}
 	}
 	var released []netip.Addr
-	err := s.inTxWhy(ctx, reasonCiliumReleased, func(tx pgx.Tx) error {
+	err := s.inTxWhy(ctx, reasonCiliumReleased, func(tx querier) error {
 		released = nil
 		now := s.now()
 		held, err := collectHeld(tx.Query(ctx, `SELECT `+heldColumns+` FROM nodes n
@@ -670,7 +670,7 @@ func (s *Store) ReleaseNodeAddresses(ctx context.Context, space, node string, ad
 // many it released; a node the store does not know holds none.
 func (s *Store) ReleaseAllNodeAddresses(ctx context.Context, space, node string) (int, error) {
 	var n int
-	err := s.inTxWhy(ctx, reasonCiliumNodeGone, func(tx pgx.Tx) error {
+	err := s.inTxWhy(ctx, reasonCiliumNodeGone, func(tx querier) error {
 		now := s.now()
 		tag, err := tx.Exec(ctx, `UPDATE leases l SET state = 'released', released_at = $3, cooldown_until = $4
 			WHERE (l.space, l.addr) IN (

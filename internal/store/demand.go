@@ -85,7 +85,7 @@ func (s *Store) nodePoolUsage(ctx context.Context, q querier, space, pool, node 
 // "node", as without a filter).
 func (s *Store) NodeUsage(ctx context.Context, space, node string, only alloc.UsageFilter) (alloc.NodeUsage, error) {
 	out := alloc.NodeUsage{DefaultPool: s.opts.DefaultPool}
-	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
+	err := s.readSnapshot(ctx, func(tx querier) error {
 		out.Items = nil
 		nodeID, err := s.nodeID(ctx, tx, space, node)
 		if err != nil {
@@ -172,7 +172,7 @@ func (s *Store) NodeUsage(ctx context.Context, space, node string, only alloc.Us
 
 // fillCanLease sets CanLease of each item of node nodeID (0: a node not
 // registered yet); pools caches the pools read so far by name.
-func (s *Store) fillCanLease(ctx context.Context, tx pgx.Tx, space string, nodeID int64, pools map[string]allocPool, items []alloc.NodePoolUsage) error {
+func (s *Store) fillCanLease(ctx context.Context, tx querier, space string, nodeID int64, pools map[string]allocPool, items []alloc.NodePoolUsage) error {
 	for i := range items {
 		u := &items[i]
 		if u.Available() > 0 {
@@ -201,7 +201,7 @@ func (s *Store) fillCanLease(ctx context.Context, tx pgx.Tx, space string, nodeI
 // one: a released address whose cooldown has ended (leaseCooledSQL reuses
 // it), or a block carve would take for the node. It reads what carve and
 // leaseCooledSQL read, without their locks.
-func (s *Store) canLease(ctx context.Context, tx pgx.Tx, space string, nodeID int64, p allocPool, u alloc.NodePoolUsage) (bool, error) {
+func (s *Store) canLease(ctx context.Context, tx querier, space string, nodeID int64, p allocPool, u alloc.NodePoolUsage) (bool, error) {
 	f := u.Family
 	if nodeID != 0 && u.Blocks > 0 {
 		var cooled bool
@@ -308,7 +308,7 @@ const rebalanceLockKey int64 = 0x697061_6d7262
 
 // nodePoolIDs resolves a usage row's node and pool; ok is false when either
 // went away.
-func (s *Store) nodePoolIDs(ctx context.Context, tx pgx.Tx, u nodeUsageRow) (nodeID int64, p allocPool, ok bool, err error) {
+func (s *Store) nodePoolIDs(ctx context.Context, tx querier, u nodeUsageRow) (nodeID int64, p allocPool, ok bool, err error) {
 	nodeID, err = s.nodeID(ctx, tx, u.Space, u.Node)
 	if err == nil {
 		p, err = s.allocPool(ctx, tx, u.Space, u.Pool)
@@ -330,7 +330,7 @@ func (s *Store) topUp(ctx context.Context, u nodeUsageRow) (int64, error) {
 	var carved int64
 	for {
 		var more bool
-		err := s.inTxWhy(ctx, reasonRebalance, func(tx pgx.Tx) error {
+		err := s.inTxWhy(ctx, reasonRebalance, func(tx querier) error {
 			more = false
 			nodeID, p, ok, err := s.nodePoolIDs(ctx, tx, u)
 			if err != nil || !ok {
@@ -348,7 +348,7 @@ func (s *Store) topUp(ctx context.Context, u nodeUsageRow) (int64, error) {
 			if d.Deficit() <= 0 {
 				return nil
 			}
-			if _, ok, err := carve(ctx, tx, u.Space, nodeID, p, u.Family, s.now(), carveAlways); err != nil {
+			if _, ok, err := carve(ctx, tx, carving{space: u.Space, node: nodeID, pool: p, family: u.Family, now: s.now()}, carveAlways); err != nil {
 				return err
 			} else if !ok {
 				return alloc.Exhausted(p.name, u.Family)
@@ -369,7 +369,7 @@ func (s *Store) topUp(ctx context.Context, u nodeUsageRow) (int64, error) {
 // empty again under the lock.
 func (s *Store) releaseAboveNeed(ctx context.Context, u nodeUsageRow, holdOff time.Duration) (int64, error) {
 	var released int64
-	err := s.inTxWhy(ctx, reasonRebalance, func(tx pgx.Tx) error {
+	err := s.inTxWhy(ctx, reasonRebalance, func(tx querier) error {
 		released = 0
 		nodeID, p, ok, err := s.nodePoolIDs(ctx, tx, u)
 		if err != nil || !ok {

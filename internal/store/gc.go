@@ -46,7 +46,7 @@ func (s *Store) PurgeCooled(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		var n int64
-		err := s.inTxWhy(ctx, reasonPurged, func(tx pgx.Tx) error {
+		err := s.inTxWhy(ctx, reasonPurged, func(tx querier) error {
 			var mine bool
 			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, purgeLockKey).Scan(&mine); err != nil || !mine {
 				n = 0

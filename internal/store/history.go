@@ -20,7 +20,7 @@ import (
 // blocks and pools, in the transaction of each change. The store only
 // tells them who asks and why, in transaction-local settings, folded into
 // statements it sends anyway:
-//   - every inTx transaction sets them in its BEGIN (txOptions);
+//   - every inTx transaction sets them with its BEGIN (pipelinedTx);
 //   - the single-statement changes (release, confirm, expiry) call
 //     ipam_history_context from their WHERE clause (historyContextSQL).
 // A change that sets neither is still recorded, with the database user as
@@ -49,28 +49,11 @@ const (
 	reasonCiliumNodeGone = "cilium-node-deleted"
 )
 
-// txOptions makes the BEGIN of a read-write transaction under ctx also set
-// the history's actor, reason and clock: pgx sends a BeginQuery without
-// parameters over the simple protocol, so both statements travel in one
-// message and the setting costs no round trip.
-func (s *Store) txOptions(ctx context.Context, reason string) pgx.TxOptions {
-	return pgx.TxOptions{BeginQuery: "BEGIN; SELECT ipam_history_context(" + sqlLiteral(historyActor(ctx)) + ", " +
-		sqlLiteral(reason) + ", " + sqlLiteral(s.now().Format(time.RFC3339Nano)) + ")"}
-}
-
 // historyActor is the actor of ctx as the history records it. PostgreSQL
 // text cannot hold NUL, which a certificate's CN might, so NULs are dropped
 // rather than failing the change.
 func historyActor(ctx context.Context) string {
 	return strings.ReplaceAll(alloc.ActorFrom(ctx), "\x00", "")
-}
-
-// sqlLiteral quotes s as an escape string constant, which reads the same
-// whatever standard_conforming_strings says.
-func sqlLiteral(s string) string {
-	s = strings.ReplaceAll(s, "\x00", "")
-	s = strings.ReplaceAll(s, `\`, `\\`)
-	return "E'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
 // historyContextSQL is a WHERE-clause term that sets the history's actor

@@ -208,7 +208,7 @@ func TestHistoryRollsBackWithTheChange(t *testing.T) {
 	if _, err := f.s.DeletePool(f.ctx, alloc.DefaultSpace, "default"); !alloc.IsKind(err, alloc.KindInUse) {
 		t.Fatalf("delete pool: %v", err)
 	}
-	err := f.s.inTx(context.Background(), func(tx pgx.Tx) error {
+	err := f.s.inTx(context.Background(), func(tx querier) error {
 		if _, err := tx.Exec(f.ctx, `DELETE FROM leases`); err != nil {
 			return err
 		}

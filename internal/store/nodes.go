@@ -57,7 +57,7 @@ func (s *Store) PutNode(ctx context.Context, n alloc.Node) (alloc.Node, bool, er
 	}
 	var created bool
 	var nodeID int64
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx querier) error {
 		now := s.now()
 		err := tx.QueryRow(ctx, `INSERT INTO nodes AS n (space, name, labels, addresses, provider_id, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $6)
@@ -103,7 +103,7 @@ func validatePodCIDRs(cidrs []netip.Prefix) error {
 // same pool and family is refused with Cilium's message; a CIDR another node
 // holds is an overlap. CIDRs the node already holds are left as they are,
 // so registering again is a no-op.
-func (s *Store) adopt(ctx context.Context, tx pgx.Tx, space string, nodeID int64, cidrs []netip.Prefix, now time.Time) error {
+func (s *Store) adopt(ctx context.Context, tx querier, space string, nodeID int64, cidrs []netip.Prefix, now time.Time) error {
 	type target struct {
 		field    string
 		cidr     netip.Prefix
@@ -227,12 +227,12 @@ func (s *Store) ensureClusterPoolBlocks(ctx context.Context, space string, nodeI
 		return err
 	}
 	for _, w := range wants {
-		err := s.inTxWhy(ctx, reasonRegistration, func(tx pgx.Tx) error {
+		err := s.inTxWhy(ctx, reasonRegistration, func(tx querier) error {
 			p, err := s.allocPool(ctx, tx, space, w.pool)
 			if err != nil {
 				return err
 			}
-			_, _, err = carve(ctx, tx, space, nodeID, p, alloc.Family(w.fam), s.now(), carveUnlessRoom)
+			_, _, err = carve(ctx, tx, carving{space: space, node: nodeID, pool: p, family: alloc.Family(w.fam), now: s.now()}, carveUnlessRoom)
 			return err
 		})
 		// A full pool, a node at its block limit, or a pool changed or
@@ -286,7 +286,7 @@ func (s *Store) ListNodes(ctx context.Context, space string, page alloc.Page) ([
 // deleted so: its agent may still use the addresses. Deleting the
 // CiliumNode makes the operator give them back with their cooldown.)
 func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) error {
-	return s.inTxWhy(ctx, reasonNodeDeleted, func(tx pgx.Tx) error {
+	return s.inTxWhy(ctx, reasonNodeDeleted, func(tx querier) error {
 		id, err := s.nodeID(ctx, tx, space, name)
 		if err != nil {
 			return err

@@ -120,9 +120,9 @@ var errDryRun = errors.New("dry run")
 
 // write runs fn in a transaction, rolled back instead of committed on a
 // dry run.
-func (s *Store) write(ctx context.Context, opts []alloc.WriteOption, fn func(tx pgx.Tx) error) error {
+func (s *Store) write(ctx context.Context, opts []alloc.WriteOption, fn func(tx querier) error) error {
 	o := alloc.ApplyWriteOptions(opts)
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx querier) error {
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -147,7 +147,7 @@ func (s *Store) CreatePool(ctx context.Context, p alloc.Pool, opts ...alloc.Writ
 	}
 	p.Spec.Mode = p.Spec.EffectiveMode()
 	var out alloc.Pool
-	err := s.write(ctx, opts, func(tx pgx.Tx) error {
+	err := s.write(ctx, opts, func(tx querier) error {
 		now := s.now()
 		var id int64
 		sp := p.Spec
@@ -237,7 +237,7 @@ func labelsOrEmpty(l map[string]string) map[string]string {
 // in have keep their row (and blocks); their position and reserved ranges
 // follow the spec, and a change of reserved ranges resets the carve cursor,
 // since blocks a range kept out may be free now.
-func insertCIDRs(ctx context.Context, tx pgx.Tx, poolID int64, space string, spec alloc.PoolSpec, have map[netip.Prefix]bool) error {
+func insertCIDRs(ctx context.Context, tx querier, poolID int64, space string, spec alloc.PoolSpec, have map[netip.Prefix]bool) error {
 	for _, f := range alloc.Families {
 		pf := spec.Family(f)
 		if pf == nil {
@@ -388,7 +388,7 @@ func (s *Store) UpdatePool(ctx context.Context, space, name string, labels map[s
 		return alloc.Pool{}, err
 	}
 	var out alloc.Pool
-	err := s.write(ctx, opts, func(tx pgx.Tx) error {
+	err := s.write(ctx, opts, func(tx querier) error {
 		prev, err := s.getPool(ctx, tx, space, name, true)
 		if err != nil {
 			return err
@@ -447,7 +447,7 @@ func (s *Store) UpdatePool(ctx context.Context, space, name string, labels map[s
 // removeCIDR deletes a pool CIDR that no block was carved from. The CIDR
 // row is locked first, as carving locks it, so no block can be carved from
 // it between the check and the delete.
-func removeCIDR(ctx context.Context, tx pgx.Tx, p poolRow, c netip.Prefix, field string) error {
+func removeCIDR(ctx context.Context, tx querier, p poolRow, c netip.Prefix, field string) error {
 	var id int64
 	if err := tx.QueryRow(ctx, `SELECT id FROM pool_cidrs WHERE pool_id = $1 AND cidr = $2 FOR UPDATE`, p.id, c).Scan(&id); err != nil {
 		return err
@@ -492,7 +492,7 @@ func nodeList(names []string, n int64) string {
 // the nodes. It answers the pool as it was.
 func (s *Store) DeletePool(ctx context.Context, space, name string, opts ...alloc.WriteOption) (alloc.Pool, error) {
 	var out alloc.Pool
-	err := s.write(ctx, opts, func(tx pgx.Tx) error {
+	err := s.write(ctx, opts, func(tx querier) error {
 		p, err := s.getPool(ctx, tx, space, name, true)
 		if err != nil {
 			return err

@@ -49,7 +49,7 @@ type UsageReport struct {
 // blocks' lease counters and the released rows only.
 func (s *Store) UsageReport(ctx context.Context, window time.Duration) (UsageReport, error) {
 	var out UsageReport
-	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
+	err := s.readSnapshot(ctx, func(tx querier) error {
 		out = UsageReport{}
 		rows, err := tx.Query(ctx, `SELECT space, name FROM nodes ORDER BY space, name`)
 		if err != nil {

@@ -38,7 +38,7 @@ func (s *Store) handOver(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 	h := r.FromReserve
 	slot := alloc.Attachment{Network: r.Attachment.Network, ContainerID: h.ContainerID, Interface: h.Interface}
 	var out alloc.Allocation
-	err := s.inTxWhy(ctx, reasonFromReserve, func(tx pgx.Tx) error {
+	err := s.inTxWhy(ctx, reasonFromReserve, func(tx querier) error {
 		nodeID, err := s.nodeID(ctx, tx, r.Space, r.Node)
 		if err != nil {
 			return err

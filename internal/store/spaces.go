@@ -63,7 +63,7 @@ func (s *Store) DeleteSpace(ctx context.Context, name string) error {
 	if name == alloc.DefaultSpace {
 		return &alloc.Error{Kind: alloc.KindInUse, Field: "space", Detail: "the default address space cannot be deleted"}
 	}
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	return s.inTx(ctx, func(tx querier) error {
 		var inUse bool
 		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pools WHERE space = $1)
 			OR EXISTS (SELECT 1 FROM nodes WHERE space = $1)

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,67 +67,10 @@ func boundAddress(ctx context.Context, tx querier, space, identity string, f all
 	return &b, nil
 }
 
-// leaseBoundSQL leases the released address $16 bound to identity $17
-// again, in place, to the request of leaseFreshSQL's parameters $1-$15,
-// with retention $18. The row keeps its block (counted in allocated) and
-// its binding.
-const leaseBoundSQL = `UPDATE leases l SET state = $5, network = $15, container_id = $6, interface = $7,
-		owner_namespace = $8, owner_name = $9, owner_uid = $10, created_at = $11, expires_at = $12, selected_by = $13,
-		generation = $14, sticky_retention = $18, confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
-	FROM blocks b
-	WHERE b.id = l.block_id AND l.space = $4 AND l.addr = $16 AND l.sticky_identity = $17 AND l.state = 'released'
-	  AND l.node_id = $1 AND l.pool_id = $2 AND l.family = $3
-	RETURNING l.addr, l.block_cidr, b.router, l.block_id`
-
 // unbindSet ends a binding: a released row then cools only for what is
 // left of its ordinary cooldown ($1), counted from its release.
 const unbindSet = `sticky_identity = NULL, sticky_retention = NULL,
 	cooldown_until = CASE WHEN state = 'released' THEN least(cooldown_until, released_at + $1::interval) ELSE cooldown_until END`
-
-// leaseSticky leases the address of family c.Family for a request with a
-// workload identity: the address bound to it when alloc.ChooseSticky says
-// so, else a fresh one (leaseNew) that the identity is bound to instead.
-func (s *Store) leaseSticky(ctx context.Context, tx querier, lk allocLookup, p allocPool, c alloc.Choice, r alloc.LeaseRequest,
-	now time.Time, carveInTx bool) (alloc.Lease, error) {
-	id := r.Sticky.Identity
-	retention := s.stickyRetention(r.Sticky)
-	bound, err := boundAddress(ctx, tx, r.Space, id, c.Family)
-	if err != nil {
-		return alloc.Lease{}, err
-	}
-	choice, err := alloc.ChooseSticky(id, bound, r.Node, p.name, c.Family, r.Sticky.Require)
-	if err != nil {
-		return alloc.Lease{}, err
-	}
-	lease, args := s.newLease(lk.nodeID, p, c, r, now, lk.generation)
-	binding := &alloc.Binding{Identity: id, Retention: retention, Decided: true, Reused: choice.Reuse, Reason: choice.Reason,
-		OperatorReason: choice.OperatorReason}
-	if choice.Reuse {
-		ok, _, err := scanLeasing(&lease, tx.QueryRow(ctx, leaseBoundSQL, append(args, bound.Addr, id, interval(retention))...))
-		if err == nil && !ok { // the row is locked by boundAddress: it cannot have changed
-			err = fmt.Errorf("identity %q: bound address %s vanished under its lock", id, bound.Addr)
-		}
-		lease.Sticky = binding
-		return lease, err
-	}
-	if bound != nil {
-		// The identity moves: its old address cools and frees as any other.
-		if _, err := tx.Exec(ctx, `UPDATE leases SET `+unbindSet+` WHERE space = $2 AND addr = $3`,
-			interval(s.opts.Cooldown), r.Space, bound.Addr); err != nil {
-			return alloc.Lease{}, err
-		}
-	}
-	lease, err = s.leaseNew(ctx, tx, lk.nodeID, p, c.Family, r, now, carveInTx, lease, args)
-	if err != nil {
-		return lease, err
-	}
-	if _, err := tx.Exec(ctx, `UPDATE leases SET sticky_identity = $3, sticky_retention = $4 WHERE space = $1 AND addr = $2`,
-		r.Space, lease.Addr, id, interval(retention)); err != nil {
-		return lease, err
-	}
-	lease.Sticky = binding
-	return lease, nil
-}
 
 // Bindings answers the addresses bound to identity: held by a lease, or
 // released and within their retention.

@@ -219,23 +219,37 @@ const maxTxAttempts = 5
 // by a concurrent writer of the same natural key (fn re-reads and then sees
 // the winner's row). Other errors are returned as they are. The address
 // history records its changes with the actor of ctx.
-func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+func (s *Store) inTx(ctx context.Context, fn func(tx querier) error) error {
 	return s.inTxWhy(ctx, "", fn)
 }
 
 // inTxWhy is inTx recording reason in the address history.
-func (s *Store) inTxWhy(ctx context.Context, reason string, fn func(tx pgx.Tx) error) error {
+func (s *Store) inTxWhy(ctx context.Context, reason string, fn func(tx querier) error) error {
 	var err error
 	for attempt := 0; attempt < maxTxAttempts; attempt++ {
 		if attempt > 0 && !retryWait(ctx, attempt) {
 			return err
 		}
-		err = pgx.BeginTxFunc(ctx, s.db, s.txOptions(ctx, reason), fn)
+		err = s.txOnce(ctx, reason, fn)
 		if err == nil || !retryable(err) {
 			return err
 		}
 	}
 	return err
+}
+
+// txOnce runs fn in one transaction (a pipelinedTx: its BEGIN and the
+// history's context travel with its first statement) and commits it.
+func (s *Store) txOnce(ctx context.Context, reason string, fn func(tx querier) error) error {
+	tx, err := s.beginPipelined(ctx, reason)
+	if err != nil {
+		return err
+	}
+	defer tx.end(ctx)
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.commit(ctx)
 }
 
 // retryWait waits before attempt (1, 2, ...) of a transaction that

@@ -57,7 +57,7 @@ func (s *Store) ReplaceToken(ctx context.Context, spec alloc.TokenSpec, hash [sh
 		return alloc.Token{}, err
 	}
 	var t alloc.Token
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx querier) error {
 		if _, err := tx.Exec(ctx, `UPDATE api_tokens SET revoked_at = $2 WHERE name = $1 AND revoked_at IS NULL`,
 			spec.Name, now); err != nil {
 			return err

@@ -1,0 +1,240 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// The statements that lease an address, and what they bind. They sit below
+// allocate.go, which decides which to run; nothing here calls back up.
+
+// leaseRow is what a lease statement writes: the lease the request asks for
+// (its address and block still unknown), on node node from pool pool, and
+// who asks, for the address history.
+type leaseRow struct {
+	node  int64
+	pool  allocPool
+	lease alloc.Lease
+	actor string
+}
+
+// args binds the row to the lease statements' named parameters:
+//
+//	@node @pool @family @space      where the address comes from
+//	@state @expires                 pending (with its expiry) or active
+//	@network @container @iface      the attachment
+//	@ns @name @uid                  the owner
+//	@now                            the lease's creation time
+//	@selectedBy @generation         why this pool, and the lease's number
+//	@actor @reason @at              the address history's context
+//
+// The map is new on every call: a statement may add its own (@block).
+func (r leaseRow) args() pgx.NamedArgs {
+	l := r.lease
+	var expires *time.Time
+	if l.State == alloc.StatePending {
+		expires = &l.ExpiresAt
+	}
+	return pgx.NamedArgs{
+		"node": r.node, "pool": r.pool.id, "family": int16(l.Family), "space": l.Space,
+		"state": string(l.State), "expires": expires,
+		"network": l.Attachment.Network, "container": l.Attachment.ContainerID, "iface": l.Attachment.Interface,
+		"ns": l.Owner.Namespace, "name": l.Owner.Name, "uid": l.Owner.UID,
+		"now": l.CreatedAt, "selectedBy": string(l.SelectedBy), "generation": l.Generation,
+		"actor": r.actor, "reason": "", "at": l.CreatedAt,
+	}
+}
+
+// leased is the answer of a lease statement: whether it leased, and else
+// the block it holds (0 when none: no block with room, or no row to reuse).
+type leased struct {
+	leased bool
+	block  int64
+}
+
+// leaseWith runs a lease statement and reads its answer (address, block
+// CIDR, gateway, block id) into l.
+func leaseWith(ctx context.Context, q querier, sql string, args pgx.NamedArgs, l *alloc.Lease) (leased, error) {
+	return scanLeased(q.QueryRow(ctx, sql, args), l)
+}
+
+func scanLeased(row pgx.Row, l *alloc.Lease) (leased, error) {
+	var addr, gw *netip.Addr
+	var out leased
+	err := row.Scan(&addr, &l.Block, &gw, &out.block)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return leased{}, nil
+	} else if err != nil || addr == nil {
+		return out, err
+	}
+	l.Addr = *addr
+	if gw != nil {
+		l.Gateway = *gw
+	}
+	out.leased = true
+	return out, nil
+}
+
+// leaseFromHeld leases l from block, which tx holds (leaseFreshSQL). The
+// block has room by its count: an answer without an address means the count
+// is wrong.
+func leaseFromHeld(ctx context.Context, tx querier, row leaseRow, block int64, l *alloc.Lease) error {
+	args := row.args()
+	args["block"] = block
+	got, err := leaseWith(ctx, tx, leaseFreshSQL, args, l)
+	if err == nil && !got.leased {
+		err = fmt.Errorf("block %d has room by its count but no free address", block)
+	}
+	return err
+}
+
+// leaseAlone runs a lease statement as a transaction of its own, in a batch
+// with concurrent ones when the store batches (see batcher).
+func (s *Store) leaseAlone(ctx context.Context, sql string, row leaseRow, l *alloc.Lease) (bool, error) {
+	var got leased
+	err := s.writeOne(ctx, sql, func(rows pgx.Rows) error {
+		var err error
+		got, err = scanLeased(rowsRow{rows}, l)
+		return err
+	}, row.args())
+	return got.leased, err
+}
+
+// leaseFreshSQL leases, in one statement, the first address of block
+// @block, which this transaction holds (carved, or locked by an earlier
+// statement), from its round-robin cursor onwards that has no lease row
+// (held or cooling) and is not node-local; it inserts the lease and
+// advances the cursor and the block's count. It answers the address (NULL
+// when every address has a row), the block's CIDR, gateway and id (see
+// scanLeased).
+//
+// The cursor makes the common case one index probe; a nearly full block
+// costs at most one probe per address of the block, never a scan of the
+// pool, and addresses are reused as late as possible (like host-local).
+const leaseFreshSQL = `WITH b AS (
+		SELECT ` + leaseBlockColumns + ` FROM blocks WHERE id = @block
+	)` + leaseFromBlockSQL
+
+// leaseSkippingSQL is leaseFreshSQL from the oldest block of node @node,
+// pool @pool and family @family whose lease rows leave room and that no
+// other transaction holds, which it locks: concurrent allocations of a busy
+// node spread over its blocks with room. No row: no such block.
+//
+// The lock serializes allocations within one block only. It is taken by the
+// statement that leases, so it is held for that statement and the commit,
+// never for a round trip through the server as well.
+//
+// Its probe for a free address reads the statement's snapshot, taken
+// before the row was locked, so it misses the leases that the block's
+// previous holders committed meanwhile. It cannot pick one of them but on a
+// nearly full block: the locked row is its newest version (READ COMMITTED
+// re-reads a row it locks), so the probe starts at the cursor those holders
+// advanced, and each of them leased the first free address from the cursor
+// of its time, all behind the cursor now. Only a probe that wraps around the
+// whole block can reach them: when the snapshot still shows rows that a
+// purge deleted meanwhile, the free addresses are those the snapshot cannot
+// see. The insert then skips the address it found taken (ON CONFLICT), and
+// the answer has no address but the locked block: leaseFreshSQL, a new
+// statement with a new snapshot, leases from it.
+const leaseSkippingSQL = `WITH b AS (` + lockOldestWithRoomSQL + ` SKIP LOCKED)` + leaseFromBlockSQL
+
+// leaseWaitingSQL is leaseSkippingSQL waiting for the oldest block with
+// room when others hold it.
+//
+// A transaction uses one of the two, never both: a row locked and then
+// found full (READ COMMITTED re-checks a row it locked) stays locked, and a
+// statement that skipped a held block and then waited for it while holding
+// such a row deadlocked with another doing the reverse (seen with 32 clients
+// on one node). Waiting in id order only, a transaction holds lower blocks
+// than the one it waits for, so the waits cannot form a cycle; skipping, it
+// never waits.
+const leaseWaitingSQL = `WITH b AS (` + lockOldestWithRoomSQL + `)` + leaseFromBlockSQL
+
+// lockOldestWithRoomSQL locks the oldest block with room of node @node, pool
+// @pool and family @family (blocksWithRoomSQL), with leaseBlockColumns. It
+// also sets the address history's context (@actor, @reason, @at) for the
+// statement it is part of, which may run as a transaction of its own.
+const lockOldestWithRoomSQL = `SELECT ` + leaseBlockColumns + ` FROM ` + blocksWithRoomSQL + `
+		AND ` + historyContextNamedSQL + `
+		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`
+
+// blocksWithRoomSQL are the blocks of node @node, pool @pool and family
+// @family whose lease rows (held or cooling) leave room.
+const blocksWithRoomSQL = `blocks WHERE node_id = @node AND pool_id = @pool AND family = @family AND allocated < capacity`
+
+// leaseBlockColumns are the columns of a block row that leaseFromBlockSQL reads.
+const leaseBlockColumns = `id, cidr, set_masklen(cidr::inet, CASE WHEN family = 4 THEN 32 ELSE 128 END) AS base,
+		first_offset, last_offset, reserved, next_offset, router`
+
+// leaseFromBlockSQL is the rest of leaseFreshSQL, leaseSkippingSQL and
+// leaseWaitingSQL after the CTE b, which names the locked block.
+const leaseFromBlockSQL = `, cand AS (
+		SELECT b.*, c.o FROM b, LATERAL (
+			SELECT s.o FROM (
+				SELECT generate_series(b.next_offset, b.last_offset) AS o
+				UNION ALL
+				SELECT generate_series(b.first_offset, b.next_offset - 1)
+			) s
+			LEFT JOIN LATERAL (
+				-- LIMIT keeps this a per-offset probe of the (space, addr)
+				-- index; as a plain NOT EXISTS the planner may anti-join
+				-- against every lease of the space.
+				SELECT 1 AS held FROM leases x WHERE x.space = @space AND x.addr = b.base + s.o LIMIT 1
+			) h ON true
+			WHERE s.o <> ALL (b.reserved) AND h.held IS NULL
+			LIMIT 1
+		) c
+	), ins AS (
+		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
+			owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by, generation, network)
+		SELECT @space, base + o, id, cidr, @node, @pool, @family, @state, @container, @iface,
+			@ns, @name, @uid, @now, @expires, @selectedBy, @generation, @network FROM cand
+		ON CONFLICT (space, addr) DO NOTHING
+		RETURNING addr
+	), upd AS (
+		UPDATE blocks SET allocated = allocated + 1,
+			next_offset = CASE WHEN cand.o + 1 > cand.last_offset THEN cand.first_offset ELSE cand.o + 1 END
+		FROM cand, ins WHERE blocks.id = cand.id
+	)
+	SELECT ins.addr, b.cidr, b.router, b.id FROM b LEFT JOIN ins ON true`
+
+// leaseCooledSQL re-leases, in place, the address of the node's blocks
+// (pool @pool, family @family) whose cooldown ended longest ago. SKIP
+// LOCKED lets concurrent requests take different rows. A binding whose
+// retention ended goes with the row's old lease.
+const leaseCooledSQL = `UPDATE leases l SET state = @state, network = @network, container_id = @container, interface = @iface,
+		owner_namespace = @ns, owner_name = @name, owner_uid = @uid, created_at = @now, expires_at = @expires,
+		selected_by = @selectedBy, generation = @generation, sticky_identity = NULL, sticky_retention = NULL,
+		confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
+	FROM blocks b
+	WHERE b.id = l.block_id AND l.space = @space AND l.addr = (
+		SELECT c.addr FROM blocks cb, LATERAL (
+			SELECT c.addr, c.cooldown_until FROM leases c
+			WHERE c.block_id = cb.id AND c.state = 'released' AND c.cooldown_until <= @now
+			ORDER BY c.cooldown_until LIMIT 1 FOR UPDATE SKIP LOCKED
+		) c
+		WHERE cb.node_id = @node AND cb.pool_id = @pool AND cb.family = @family
+		ORDER BY c.cooldown_until LIMIT 1)
+	RETURNING l.addr, l.block_cidr, b.router, l.block_id`
+
+// leaseBoundSQL leases the released address @bound bound to identity
+// @identity again, in place, with retention @retention. The row keeps its
+// block (counted in allocated) and its binding.
+const leaseBoundSQL = `UPDATE leases l SET state = @state, network = @network, container_id = @container, interface = @iface,
+		owner_namespace = @ns, owner_name = @name, owner_uid = @uid, created_at = @now, expires_at = @expires,
+		selected_by = @selectedBy, generation = @generation, sticky_retention = @retention,
+		confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
+	FROM blocks b
+	WHERE b.id = l.block_id AND l.space = @space AND l.addr = @bound AND l.sticky_identity = @identity AND l.state = 'released'
+	  AND l.node_id = @node AND l.pool_id = @pool AND l.family = @family
+	RETURNING l.addr, l.block_cidr, b.router, l.block_id`
+
+// historyContextNamedSQL is historyContextSQL with named parameters.
+const historyContextNamedSQL = `(SELECT ipam_history_context(@actor, @reason, @at))`

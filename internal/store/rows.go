@@ -1,0 +1,43 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// readRows hands rows (or the error of the query that made them) to read,
+// then closes them and answers the first error.
+func readRows(rows pgx.Rows, err error) func(read func(pgx.Rows) error) error {
+	return func(read func(pgx.Rows) error) error {
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		if err := read(rows); err != nil {
+			return err
+		}
+		rows.Close()
+		return rows.Err()
+	}
+}
+
+// rowsRow reads the first row of rows as a pgx.Row: pgx.ErrNoRows when
+// there is none.
+type rowsRow struct{ rows pgx.Rows }
+
+func (r rowsRow) Scan(dest ...any) error {
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	return r.rows.Scan(dest...)
+}
+
+// writeOne runs one statement as a transaction of its own and hands its
+// rows to read.
+func (s *Store) writeOne(ctx context.Context, sql string, read func(pgx.Rows) error, args ...any) error {
+	return readRows(s.db.Query(ctx, sql, args...))(read)
+}
