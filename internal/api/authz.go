@@ -19,19 +19,6 @@ import (
 	"github.com/ipam-dev/ipam/internal/pki"
 )
 
-// identity is an authenticated caller.
-type identity struct {
-	role  alloc.Role
-	node  string // the node of a RoleNode identity
-	space string // the address space of a RoleNode identity
-	// actor is who the address history and the logs name: node:NAME,
-	// token:NAME, cert:CN, or anonymous.
-	actor string
-	// key is the rate-limit bucket, limit its size (zero: unlimited).
-	key   string
-	limit RateLimit
-}
-
 // authenticator is the API's gate. For every routed request it finds the
 // operation (roles.go), and unless the operation is public it:
 //  1. identifies the caller: a bearer token (checked in the database on
@@ -127,7 +114,7 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 		if !a.take(w, r, id.key, id.limit, now) {
 			return
 		}
-		r = r.WithContext(context.WithValue(alloc.WithActor(r.Context(), id.actor), callerKey{}, id))
+		r = r.WithContext(withCaller(alloc.WithActor(r.Context(), id.actor), id))
 		var node, space string
 		if id.role == alloc.RoleNode {
 			// Authorize on exactly what the handler gets. A value the
@@ -147,18 +134,6 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 		}
 		proceed(r)
 	})
-}
-
-// callerKey is the context key of the authenticated caller's identity.
-type callerKey struct{}
-
-// mayReadEveryNode reports whether the request's caller may read what
-// every node holds: any authenticated caller but a node certificate.
-// Answers carry an alloc.Error's OperatorDetail, or a binding's
-// OperatorReason, only to such callers.
-func mayReadEveryNode(ctx context.Context) bool {
-	id, ok := ctx.Value(callerKey{}).(identity)
-	return ok && id.role != "" && id.role != alloc.RoleNode
 }
 
 // boundNode is the {node} the handler of r gets: the generated chi
