@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/netip"
-	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -69,32 +68,4 @@ func (s *Server) DeleteStickyBindings(ctx context.Context, req ipamv1.DeleteStic
 		return nil, err
 	}
 	return ipamv1.DeleteStickyBindings200JSONResponse{Items: leasesToAPI(items)}, nil
-}
-
-// stickyFromAPI parses a lease request's sticky section; the identity is
-// checked by LeaseRequest.Validate.
-func stickyFromAPI(s *ipamv1.StickyRequest) (*alloc.StickyRequest, error) {
-	if s == nil {
-		return nil, nil
-	}
-	out := &alloc.StickyRequest{Identity: s.Identity, Require: deref(s.Require, false)}
-	if s.Retention != nil {
-		d, err := time.ParseDuration(*s.Retention)
-		if err != nil || d < time.Second || d > alloc.MaxStickyRetention {
-			return nil, alloc.Invalid("sticky.retention", "%q is not a duration from 1s to %s", *s.Retention, alloc.MaxStickyRetention)
-		}
-		out.Retention = d
-	}
-	return out, nil
-}
-
-func stickyToAPI(b *alloc.Binding) *ipamv1.StickyStatus {
-	if b == nil {
-		return nil
-	}
-	out := &ipamv1.StickyStatus{Identity: b.Identity, Retention: b.Retention.String(), Reason: optString(b.Reason)}
-	if b.Decided {
-		out.Reused = ptr(b.Reused)
-	}
-	return out
 }

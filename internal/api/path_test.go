@@ -2,6 +2,9 @@ package api
 
 import (
 	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -85,4 +88,50 @@ func TestAllocationPathNeverReturnsToAFile(t *testing.T) {
 		}
 		seen[f] = true
 	}
+}
+
+// maxParams bounds the parameters of every function of this package.
+const maxParams = 5
+
+// No function or method of this package (its tests aside) takes more than
+// maxParams parameters: a longer list is a struct waiting to be named.
+func TestFunctionsTakeAtMostFiveParameters(t *testing.T) {
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			var ft *ast.FuncType
+			what := "a function literal"
+			switch x := n.(type) {
+			case *ast.FuncDecl:
+				ft, what = x.Type, x.Name.Name
+			case *ast.FuncLit:
+				ft = x.Type
+			default:
+				return true
+			}
+			if c := paramCount(ft); c > maxParams {
+				t.Errorf("%s: %s takes %d parameters, more than %d", fset.Position(ft.Pos()), what, c, maxParams)
+			}
+			return true
+		})
+	}
+}
+
+func paramCount(ft *ast.FuncType) int {
+	c := 0
+	for _, p := range ft.Params.List {
+		c += max(len(p.Names), 1)
+	}
+	return c
 }

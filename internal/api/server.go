@@ -135,22 +135,12 @@ func (s *Server) CreatePool(ctx context.Context, req ipamv1.CreatePoolRequestObj
 	if err != nil {
 		return nil, err
 	}
-	if err := alloc.ValidateLabelName("name", req.Body.Name); err != nil {
-		return nil, err
-	}
-	labels, err := labelsFromAPI("labels", req.Body.Labels)
+	p, err := poolFromAPI(space, *req.Body)
 	if err != nil {
-		return nil, err
-	}
-	spec, err := poolSpecFromAPI(req.Body.Spec)
-	if err != nil {
-		return nil, err
-	}
-	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
 	dry := deref(req.Params.DryRun, false)
-	p, err := s.store.CreatePool(ctx, alloc.Pool{Space: space, Name: req.Body.Name, Labels: labels, Spec: spec}, alloc.DryRun(dry))
+	p, err = s.store.CreatePool(ctx, p, alloc.DryRun(dry))
 	if err != nil {
 		return nil, err
 	}
@@ -185,18 +175,8 @@ func (s *Server) UpdatePool(ctx context.Context, req ipamv1.UpdatePoolRequestObj
 	if err := alloc.ValidateLabelName("pool", req.Pool); err != nil {
 		return nil, err
 	}
-	if n := req.Body.Name; n != nil && *n != req.Pool {
-		return nil, alloc.Invalid("name", "must be the pool's name %q as in the path, or absent: a pool cannot be renamed", req.Pool)
-	}
-	labels, err := labelsFromAPI("labels", req.Body.Labels)
+	labels, spec, err := poolUpdateFromAPI(req.Pool, *req.Body)
 	if err != nil {
-		return nil, err
-	}
-	spec, err := poolSpecFromAPI(req.Body.Spec)
-	if err != nil {
-		return nil, err
-	}
-	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
 	p, err := s.store.UpdatePool(ctx, space, req.Pool, labels, spec, alloc.DryRun(deref(req.Params.DryRun, false)))
@@ -289,10 +269,6 @@ func (s *Server) GetNode(ctx context.Context, req ipamv1.GetNodeRequestObject) (
 	return ipamv1.GetNode200JSONResponse(out), nil
 }
 
-// maxUsagePools bounds the pools one node-usage query names (maxItems in
-// api/openapi.yaml).
-const maxUsagePools = 8
-
 func (s *Server) GetNodeUsage(ctx context.Context, req ipamv1.GetNodeUsageRequestObject) (ipamv1.GetNodeUsageResponseObject, error) {
 	space, err := parseSpace(req.Params.Space)
 	if err != nil {
@@ -301,19 +277,10 @@ func (s *Server) GetNodeUsage(ctx context.Context, req ipamv1.GetNodeUsageReques
 	if err := alloc.ValidateNodeName("node", req.Node); err != nil {
 		return nil, err
 	}
-	var only alloc.UsageFilter
-	if req.Params.Pool != nil {
-		if n := len(*req.Params.Pool); n > maxUsagePools {
-			return nil, alloc.Invalid("pool", "%d pools named, at most %d", n, maxUsagePools)
-		}
-		for i, name := range *req.Params.Pool {
-			if err := alloc.ValidateLabelName(fmt.Sprintf("pool[%d]", i), name); err != nil {
-				return nil, err
-			}
-		}
-		only.Pools = *req.Params.Pool
+	only, err := usageFilterFromAPI(req.Params)
+	if err != nil {
+		return nil, err
 	}
-	only.Default = req.Params.DefaultPool != nil && *req.Params.DefaultPool
 	u, err := s.store.NodeUsage(ctx, space, req.Node, only)
 	if err != nil {
 		return nil, err
@@ -428,11 +395,7 @@ func (s *Server) AllocateLease(ctx context.Context, req ipamv1.AllocateLeaseRequ
 		return nil, err
 	}
 	if mayReadEveryNode(ctx) {
-		for _, l := range a.Leases {
-			if l.Sticky != nil && l.Sticky.OperatorReason != "" {
-				l.Sticky.Reason = l.Sticky.OperatorReason
-			}
-		}
+		showOperatorReasons(a)
 	}
 	if a.Created {
 		return ipamv1.AllocateLease201JSONResponse(allocationToAPI(a)), nil
@@ -611,20 +574,4 @@ func (s *Server) GetSizing(_ context.Context, req ipamv1.GetSizingRequestObject)
 		return nil, err
 	}
 	return ipamv1.GetSizing200JSONResponse(sizingToAPI(sz)), nil
-}
-
-// parseAttachmentPath checks the space, node and attachment of the
-// /v1/nodes/{node}/attachments/{containerID}/{interface} routes.
-// The network comes from the query (absent: the unnamed network).
-func parseAttachmentPath(spaceParam, network *string, node, containerID, iface string) (space string, _ string, a alloc.Attachment, err error) {
-	if space, err = parseSpace(spaceParam); err != nil {
-		return "", "", alloc.Attachment{}, err
-	}
-	if err = alloc.ValidateNodeName("node", node); err != nil {
-		return "", "", alloc.Attachment{}, err
-	}
-	if a, err = parseAttachment(deref(network, ""), containerID, iface); err != nil {
-		return "", "", alloc.Attachment{}, err
-	}
-	return space, node, a, nil
 }

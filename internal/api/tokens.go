@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"crypto/sha256"
-	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -26,36 +25,16 @@ type TokenStore interface {
 
 // CreateToken makes a token and shows its secret, this once.
 func (s *Server) CreateToken(ctx context.Context, req ipamv1.CreateTokenRequestObject) (ipamv1.CreateTokenResponseObject, error) {
-	b := req.Body
-	spec := alloc.TokenSpec{Name: b.Name, Role: alloc.Role(b.Role), CreatedBy: alloc.ActorFrom(ctx)}
-	if err := alloc.ValidateLabelName("name", b.Name); err != nil {
+	spec, err := tokenSpecFromAPI(*req.Body, alloc.ActorFrom(ctx))
+	if err != nil {
 		return nil, err
-	}
-	if _, err := alloc.ParseTokenRole("role", string(b.Role)); err != nil {
-		return nil, err
-	}
-	if b.ExpiresIn != nil {
-		ttl, err := alloc.ParseTokenTTL("expiresIn", *b.ExpiresIn)
-		if err != nil {
-			return nil, err
-		}
-		spec.TTL = ttl
-	}
-	if b.ExpiresAt != nil {
-		at, err := time.Parse(time.RFC3339, *b.ExpiresAt)
-		if err != nil {
-			return nil, alloc.Invalid("expiresAt", "%.64q is not an RFC 3339 date-time such as 2030-01-02T15:04:05Z", *b.ExpiresAt)
-		}
-		spec.ExpiresAt = at
 	}
 	secret, hash := alloc.NewTokenSecret()
 	t, err := s.store.CreateToken(ctx, spec, hash)
 	if err != nil {
 		return nil, err
 	}
-	a := tokenToAPI(t)
-	return ipamv1.CreateToken201JSONResponse{Name: a.Name, Role: a.Role, State: a.State, CreatedAt: a.CreatedAt,
-		CreatedBy: a.CreatedBy, ExpiresAt: a.ExpiresAt, LastUsedAt: a.LastUsedAt, Secret: secret}, nil
+	return ipamv1.CreateToken201JSONResponse(tokenCreatedToAPI(t, secret)), nil
 }
 
 // ListTokens lists live tokens without secrets or hashes (the store has no
@@ -69,11 +48,7 @@ func (s *Server) ListTokens(ctx context.Context, req ipamv1.ListTokensRequestObj
 	if err != nil {
 		return nil, err
 	}
-	out := ipamv1.TokenList{Items: make([]ipamv1.Token, 0, len(items)), Continue: optString(next)}
-	for _, t := range items {
-		out.Items = append(out.Items, tokenToAPI(t))
-	}
-	return ipamv1.ListTokens200JSONResponse(out), nil
+	return ipamv1.ListTokens200JSONResponse(tokenListToAPI(items, next)), nil
 }
 
 // RevokeToken revokes a live token.
@@ -85,9 +60,4 @@ func (s *Server) RevokeToken(ctx context.Context, req ipamv1.RevokeTokenRequestO
 		return nil, err
 	}
 	return ipamv1.RevokeToken204Response{}, nil
-}
-
-func tokenToAPI(t alloc.Token) ipamv1.Token {
-	return ipamv1.Token{Name: t.Name, Role: ipamv1.TokenRole(t.Role), State: string(t.State),
-		CreatedAt: t.CreatedAt, CreatedBy: t.CreatedBy, ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt}
 }
