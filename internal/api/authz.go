@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"math"
@@ -18,6 +19,15 @@ import (
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pki"
 )
+
+// CredentialStore finds the API token of a bearer secret; it never sees
+// the secret, only its SHA-256.
+type CredentialStore interface {
+	// TokenBySecret answers the token of a secret's hash in any state, or
+	// KindNotFound. It reads the database on every call: a revocation
+	// holds on every replica from the next request on.
+	TokenBySecret(ctx context.Context, hash [sha256.Size]byte) (alloc.Token, error)
+}
 
 // authenticator is the API's gate. For every routed request it finds the
 // operation (roles.go), and unless the operation is public it:
@@ -39,7 +49,7 @@ import (
 // anyway.
 type authenticator struct {
 	ps           problems
-	tokens       TokenStore
+	tokens       CredentialStore
 	routes       *chi.Mux // to find the operation before the router runs it
 	anonymous    alloc.Role
 	loopbackOnly bool

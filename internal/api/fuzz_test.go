@@ -98,7 +98,7 @@ func newFuzzHandler(f *testing.F) http.Handler {
 	// Internal errors are logged at error level; the assertion on the
 	// status catches them, so the log stays quiet.
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	return NewHandler(st, Options{Logger: log, IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin})
+	return NewHandler(StoresOf(st), Options{Logger: log, IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin})
 }
 
 // checkAnswer fails t unless res is a success with a JSON (or no) body or

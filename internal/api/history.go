@@ -3,14 +3,34 @@ package api
 import (
 	"context"
 	"errors"
+	"net/netip"
+	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
+// HistoryStore reads the address history.
+type HistoryStore interface {
+	// History pages through the events of one address, owner or node of a
+	// space in [f.From, f.To), oldest first. An unknown space is
+	// KindNotFound; a subject without events is an empty list.
+	History(ctx context.Context, f alloc.HistoryFilter, page alloc.Page) (items []alloc.Event, next string, err error)
+	// HolderAt answers the holding of addr that contains instant at, or
+	// KindNotFound when nobody held it then (field "space" when the space
+	// is unknown).
+	HolderAt(ctx context.Context, space string, addr netip.Addr, at time.Time) (alloc.Holding, error)
+}
+
+// historyHandlers serve the address history: /v1/addresses/{address}/history
+// and /v1/history.
+type historyHandlers struct {
+	store HistoryStore
+}
+
 // GetAddressHistory answers the address's events in a time range, or with
 // at, the holding that contains that instant.
-func (s *Server) GetAddressHistory(ctx context.Context, req ipamv1.GetAddressHistoryRequestObject) (ipamv1.GetAddressHistoryResponseObject, error) {
+func (h *historyHandlers) GetAddressHistory(ctx context.Context, req ipamv1.GetAddressHistoryRequestObject) (ipamv1.GetAddressHistoryResponseObject, error) {
 	p := req.Params
 	space, err := parseSpace(p.Space)
 	if err != nil {
@@ -28,7 +48,7 @@ func (s *Server) GetAddressHistory(ctx context.Context, req ipamv1.GetAddressHis
 		if err != nil {
 			return nil, err
 		}
-		h, err := s.store.HolderAt(ctx, space, addr, at)
+		holding, err := h.store.HolderAt(ctx, space, addr, at)
 		if alloc.IsKind(err, alloc.KindNotFound) {
 			if e := (*alloc.Error)(nil); errors.As(err, &e) && e.Field == "space" {
 				return nil, err
@@ -37,14 +57,14 @@ func (s *Server) GetAddressHistory(ctx context.Context, req ipamv1.GetAddressHis
 		} else if err != nil {
 			return nil, err
 		}
-		holder := holdingToAPI(h)
-		return ipamv1.GetAddressHistory200JSONResponse{Items: eventsToAPI(h.Events), Holder: &holder}, nil
+		holder := holdingToAPI(holding)
+		return ipamv1.GetAddressHistory200JSONResponse{Items: eventsToAPI(holding.Events), Holder: &holder}, nil
 	}
 	f, page, err := historyQueryFromAPI(alloc.HistoryFilter{Space: space, Address: addr}, p.From, p.To, p.Limit, p.Continue)
 	if err != nil {
 		return nil, err
 	}
-	items, next, err := s.store.History(ctx, f, page)
+	items, next, err := h.store.History(ctx, f, page)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +73,7 @@ func (s *Server) GetAddressHistory(ctx context.Context, req ipamv1.GetAddressHis
 }
 
 // ListHistory answers the events of one owner or one node.
-func (s *Server) ListHistory(ctx context.Context, req ipamv1.ListHistoryRequestObject) (ipamv1.ListHistoryResponseObject, error) {
+func (h *historyHandlers) ListHistory(ctx context.Context, req ipamv1.ListHistoryRequestObject) (ipamv1.ListHistoryResponseObject, error) {
 	p := req.Params
 	f, err := historyFilterFromAPI(p)
 	if err != nil {
@@ -63,19 +83,9 @@ func (s *Server) ListHistory(ctx context.Context, req ipamv1.ListHistoryRequestO
 	if err != nil {
 		return nil, err
 	}
-	items, next, err := s.store.History(ctx, f, page)
+	items, next, err := h.store.History(ctx, f, page)
 	if err != nil {
 		return nil, err
 	}
 	return ipamv1.ListHistory200JSONResponse(eventListToAPI(items, next)), nil
-}
-
-// CheckConsistency runs the check and answers what it found; findings are
-// a 200 like a clean report (the check itself succeeded).
-func (s *Server) CheckConsistency(ctx context.Context, _ ipamv1.CheckConsistencyRequestObject) (ipamv1.CheckConsistencyResponseObject, error) {
-	r, err := s.store.CheckConsistency(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return ipamv1.CheckConsistency200JSONResponse(ConsistencyReportToAPI(r)), nil
 }

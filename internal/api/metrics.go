@@ -69,7 +69,7 @@ const (
 
 var allocationResultNames = [numAllocationResults]string{"created", "retry", "exhausted", "conflict", "pool-match", "error"}
 
-// allocationResultOf classifies the outcome of Store.Allocate (or of the
+// allocationResultOf classifies the outcome of LeaseStore.Allocate (or of the
 // validation before it).
 func allocationResultOf(a alloc.Allocation, err error) allocationResult {
 	var ae *alloc.Error

@@ -66,7 +66,7 @@ func ownFiles(frames []runtime.Frame) []string {
 // frames on the stack.
 func TestAllocationPathNeverReturnsToAFile(t *testing.T) {
 	rec := &stackStore{}
-	e := newEnv(t, func(s *store.Store) Store { rec.Store = s; return rec })
+	e := newEnv(t, func(s *store.Store) Stores { rec.Store = s; st := StoresOf(s); st.Leases = rec; return st })
 	e.mustDo(201, "POST", "/v1/pools", pool4("default", 24, "10.0.0.0/16"), nil)
 	e.mustDo(201, "POST", "/v1/nodes/n1/leases", lease("c1", "eth0", "web-0"), nil)
 	rec.mu.Lock()

@@ -137,7 +137,7 @@ func newAuthServer(t *testing.T, e *env, o Options) *authServer {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
 	o.IsUnavailable = store.IsUnavailable
-	srv := httptest.NewUnstartedServer(NewHandler(e.store, o))
+	srv := httptest.NewUnstartedServer(NewHandler(StoresOf(e.store), o))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven,
 		MinVersion: tls.VersionTLS12}
 	srv.StartTLS()

@@ -138,14 +138,12 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// NewHandler serves the API over store. Every error it answers, including
+// NewHandler serves the API over st. Every error it answers, including
 // unknown routes, wrong methods, undecodable bodies and panics, is an
-// application/problem+json problem. It panics when store is nil or o is
-// invalid (check with o.Validate first).
-func NewHandler(store Store, o Options) http.Handler {
-	if store == nil {
-		panic("api: NewHandler with a nil Store")
-	}
+// application/problem+json problem. It panics when a field of st is nil or
+// o is invalid (check with o.Validate first).
+func NewHandler(st Stores, o Options) http.Handler {
+	st.mustBeComplete("NewHandler")
 	if err := o.Validate(); err != nil {
 		panic(err)
 	}
@@ -183,7 +181,7 @@ func NewHandler(store Store, o Options) http.Handler {
 	// Before routing, parameter binding and body checks: a caller without
 	// the operation's role learns nothing about its request, and every
 	// request counts against its identity's rate.
-	auth := &authenticator{ps: ps, tokens: store, routes: r, anonymous: o.AnonymousRole, loopbackOnly: o.AnonymousLoopbackOnly,
+	auth := &authenticator{ps: ps, tokens: st.Credentials, routes: r, anonymous: o.AnonymousRole, loopbackOnly: o.AnonymousLoopbackOnly,
 		limits: o.RateLimits, buckets: newLimiters(), log: o.Logger, now: time.Now}
 	r.Use(auth.middleware)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
@@ -201,7 +199,7 @@ func NewHandler(store Store, o Options) http.Handler {
 	})
 
 	checks := []ipamv1.StrictMiddlewareFunc{refuseBadText}
-	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata, ciliumNodes: o.CiliumNodes, log: o.Logger, liveness: o.Liveness}, checks, ipamv1.StrictHTTPServerOptions{
+	strict := ipamv1.NewStrictHandlerWithOptions(newServer(st, m, o), checks, ipamv1.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  ps.requestError,
 		ResponseErrorHandlerFunc: ps.write,
 	})

@@ -13,24 +13,25 @@ type TokenStore interface {
 	// CreateToken stores a token (spec resolved against the store's
 	// clock); a live token of the same name is KindConflict on "name".
 	CreateToken(ctx context.Context, spec alloc.TokenSpec, hash [sha256.Size]byte) (alloc.Token, error)
-	// TokenBySecret answers the token of a secret's hash in any state, or
-	// KindNotFound. It reads the database on every call: a revocation
-	// holds on every replica from the next request on.
-	TokenBySecret(ctx context.Context, hash [sha256.Size]byte) (alloc.Token, error)
 	// ListTokens pages through the live (not revoked) tokens by name.
 	ListTokens(ctx context.Context, page alloc.Page) (items []alloc.Token, next string, err error)
 	// RevokeToken revokes the live token of name, or answers KindNotFound.
 	RevokeToken(ctx context.Context, name string) error
 }
 
+// tokenHandlers serve /v1/tokens.
+type tokenHandlers struct {
+	store TokenStore
+}
+
 // CreateToken makes a token and shows its secret, this once.
-func (s *Server) CreateToken(ctx context.Context, req ipamv1.CreateTokenRequestObject) (ipamv1.CreateTokenResponseObject, error) {
+func (h *tokenHandlers) CreateToken(ctx context.Context, req ipamv1.CreateTokenRequestObject) (ipamv1.CreateTokenResponseObject, error) {
 	spec, err := tokenSpecFromAPI(*req.Body, alloc.ActorFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
 	secret, hash := alloc.NewTokenSecret()
-	t, err := s.store.CreateToken(ctx, spec, hash)
+	t, err := h.store.CreateToken(ctx, spec, hash)
 	if err != nil {
 		return nil, err
 	}
@@ -39,12 +40,12 @@ func (s *Server) CreateToken(ctx context.Context, req ipamv1.CreateTokenRequestO
 
 // ListTokens lists live tokens without secrets or hashes (the store has no
 // secret, and the hash stays in it).
-func (s *Server) ListTokens(ctx context.Context, req ipamv1.ListTokensRequestObject) (ipamv1.ListTokensResponseObject, error) {
+func (h *tokenHandlers) ListTokens(ctx context.Context, req ipamv1.ListTokensRequestObject) (ipamv1.ListTokensResponseObject, error) {
 	page, err := parsePage(req.Params.Limit, req.Params.Continue)
 	if err != nil {
 		return nil, err
 	}
-	items, next, err := s.store.ListTokens(ctx, page)
+	items, next, err := h.store.ListTokens(ctx, page)
 	if err != nil {
 		return nil, err
 	}
@@ -52,11 +53,11 @@ func (s *Server) ListTokens(ctx context.Context, req ipamv1.ListTokensRequestObj
 }
 
 // RevokeToken revokes a live token.
-func (s *Server) RevokeToken(ctx context.Context, req ipamv1.RevokeTokenRequestObject) (ipamv1.RevokeTokenResponseObject, error) {
+func (h *tokenHandlers) RevokeToken(ctx context.Context, req ipamv1.RevokeTokenRequestObject) (ipamv1.RevokeTokenResponseObject, error) {
 	if err := alloc.ValidateLabelName("name", req.Name); err != nil {
 		return nil, err
 	}
-	if err := s.store.RevokeToken(ctx, req.Name); err != nil {
+	if err := h.store.RevokeToken(ctx, req.Name); err != nil {
 		return nil, err
 	}
 	return ipamv1.RevokeToken204Response{}, nil

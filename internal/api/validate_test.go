@@ -136,7 +136,7 @@ func (s *sqlStateStore) GetSpace(ctx context.Context, name string) (alloc.Space,
 // logged, since it means an edge check is missing.
 func TestUnstorableValueIsInvalidInput(t *testing.T) {
 	wrapped := &sqlStateStore{}
-	e := newEnv(t, func(s *store.Store) Store { wrapped.Store = s; return wrapped })
+	e := newEnv(t, func(s *store.Store) Stores { wrapped.Store = s; st := StoresOf(s); st.Spaces = wrapped; return st })
 	wrapped.db = e.db
 	for _, name := range []string{"nul", "jsonb", "range"} {
 		res := e.do("GET", "/v1/spaces/"+name, nil)
