@@ -18,8 +18,8 @@ import (
 
 // edge is the outermost middleware: it bounds the request body, turns a
 // panic into a logged 500 problem, records the request duration and writes
-// the access log line. It costs one small allocation per request; the clock
-// is read only when the meter or debug logging is on.
+// the access log line. It allocates only its status recorder, and reads
+// the clock only when the meter or debug logging is on.
 type edge struct {
 	next      http.Handler
 	log       *slog.Logger

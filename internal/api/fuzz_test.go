@@ -57,7 +57,7 @@ func FuzzRequestBody(f *testing.F) {
 		{5, "n1", `{"attachments":null}`},
 		{6, "n1", `{"pool":"default","family":"ipv4"}`},
 		{4, "n1", `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`},
-		// Values no column can hold (issue 12): NUL, raw invalid UTF-8,
+		// Values no column can hold: NUL, raw invalid UTF-8,
 		// integers past int4 and int64.
 		{3, "n1", `{"providerID":"a\u0000b"}`},
 		{3, "n1", "{\"providerID\":\"a\xffb\",\"labels\":{\"a\u0000\":\"x\"}}"},

@@ -13,7 +13,7 @@ import (
 	"github.com/ipam-dev/ipam/internal/store"
 )
 
-// The inputs outside testers saw answered 500 (issue 12): forged continue
+// The inputs outside testers saw answered 500: forged continue
 // tokens (decoding to NUL or invalid UTF-8), a reconcile generation past
 // int4, NUL in a stored string, NUL and invalid UTF-8 in query parameters.
 // Each is a 400 naming its field (or, for the generation, a success), and
