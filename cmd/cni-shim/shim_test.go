@@ -109,7 +109,7 @@ func newServiceWith(t *testing.T, p *pki, opts func(*store.Options)) *service {
 	}
 	t.Cleanup(st.Close)
 	// Plain HTTP (p == nil) acts as admin; over TLS the certificates decide.
-	h := api.NewHandler(st, api.Options{IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin,
+	h := api.NewHandler(api.StoresOf(st), api.Options{IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	s := &service{tls: p, dataDir: t.TempDir()}
 	inner := h

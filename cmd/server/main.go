@@ -197,7 +197,7 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 	if err := observeUsage(metrics.CiliumMeter(), metrics.Meter(), reports); err != nil {
 		return err
 	}
-	handler := api.NewHandler(st, api.Options{
+	handler := api.NewHandler(api.StoresOf(st), api.Options{
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), CiliumMeter: metrics.CiliumMeter(), TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable,
 		PodMetadata: pods, CiliumNodes: ciliumNodes, RateLimits: cfg.RateLimits,
 		AnonymousRole: anonymousRole(cfg), AnonymousLoopbackOnly: true, Liveness: dbAlive,

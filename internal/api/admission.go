@@ -43,7 +43,7 @@ type Admission struct {
 // requests never queue for one inside the store, where a request cannot
 // tell how long it will wait; a second is well below the CNI plugin's
 // default timeout (10 s), and far above an allocation's p99 at the
-// pool's capacity (about 100 ms with 32 clients on two cores).
+// pool's capacity (docs/performance.md has the figures).
 func DefaultAdmission(conns int) Admission {
 	return Admission{InFlight: conns, Queue: 4 * conns, Wait: time.Second}
 }
@@ -190,7 +190,7 @@ const inFlightGrace = 5 * time.Second
 // finishing answers the context of an admitted request's handler: ctx
 // (with its values: trace, identity), except that the client's going away
 // ends it only inFlightGrace later. Work the handler started then runs to
-// its end (an allocation is a few milliseconds), and the lease it made is
+// its end (an allocation is one short transaction), and the lease it made is
 // there for the client's retry, which the same attachment makes
 // idempotent. Cut at once, the statement in flight would take its
 // database connection with it (the driver closes a connection whose

@@ -25,7 +25,7 @@ func (e *env) withAdmission(a Admission) {
 	e.t.Helper()
 	e.srv.Close()
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e.srv = httptest.NewServer(NewHandler(e.store, Options{Logger: log, Meter: e.metrics.Meter(), IsUnavailable: store.IsUnavailable,
+	e.srv = httptest.NewServer(NewHandler(StoresOf(e.store), Options{Logger: log, Meter: e.metrics.Meter(), IsUnavailable: store.IsUnavailable,
 		AnonymousRole: alloc.RoleAdmin, Admission: a}))
 	e.t.Cleanup(e.srv.Close)
 }

@@ -32,7 +32,7 @@ func BenchmarkBearerToken(b *testing.B) {
 			}
 		}
 	})
-	srv := httptest.NewServer(NewHandler(st, Options{Logger: slog.New(slog.DiscardHandler), AnonymousRole: alloc.RoleViewer}))
+	srv := httptest.NewServer(NewHandler(StoresOf(st), Options{Logger: slog.New(slog.DiscardHandler), AnonymousRole: alloc.RoleViewer}))
 	b.Cleanup(srv.Close)
 	for _, c := range []struct{ name, token string }{{"anonymous", ""}, {"token", secret}} {
 		b.Run(c.name, func(b *testing.B) {

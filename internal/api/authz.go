@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"math"
@@ -19,17 +20,13 @@ import (
 	"github.com/ipam-dev/ipam/internal/pki"
 )
 
-// identity is an authenticated caller.
-type identity struct {
-	role  alloc.Role
-	node  string // the node of a RoleNode identity
-	space string // the address space of a RoleNode identity
-	// actor is who the address history and the logs name: node:NAME,
-	// token:NAME, cert:CN, or anonymous.
-	actor string
-	// key is the rate-limit bucket, limit its size (zero: unlimited).
-	key   string
-	limit RateLimit
+// CredentialStore finds the API token of a bearer secret; it never sees
+// the secret, only its SHA-256.
+type CredentialStore interface {
+	// TokenBySecret answers the token of a secret's hash in any state, or
+	// KindNotFound. It reads the database on every call: a revocation
+	// holds on every replica from the next request on.
+	TokenBySecret(ctx context.Context, hash [sha256.Size]byte) (alloc.Token, error)
 }
 
 // authenticator is the API's gate. For every routed request it finds the
@@ -52,7 +49,7 @@ type identity struct {
 // anyway.
 type authenticator struct {
 	ps           problems
-	tokens       TokenStore
+	tokens       CredentialStore
 	routes       *chi.Mux // to find the operation before the router runs it
 	anonymous    alloc.Role
 	loopbackOnly bool
@@ -127,7 +124,7 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 		if !a.take(w, r, id.key, id.limit, now) {
 			return
 		}
-		r = r.WithContext(context.WithValue(alloc.WithActor(r.Context(), id.actor), callerKey{}, id))
+		r = r.WithContext(withCaller(alloc.WithActor(r.Context(), id.actor), id))
 		var node, space string
 		if id.role == alloc.RoleNode {
 			// Authorize on exactly what the handler gets. A value the
@@ -147,18 +144,6 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 		}
 		proceed(r)
 	})
-}
-
-// callerKey is the context key of the authenticated caller's identity.
-type callerKey struct{}
-
-// mayReadEveryNode reports whether the request's caller may read what
-// every node holds: any authenticated caller but a node certificate.
-// Answers carry an alloc.Error's OperatorDetail, or a binding's
-// OperatorReason, only to such callers.
-func mayReadEveryNode(ctx context.Context) bool {
-	id, ok := ctx.Value(callerKey{}).(identity)
-	return ok && id.role != "" && id.role != alloc.RoleNode
 }
 
 // boundNode is the {node} the handler of r gets: the generated chi

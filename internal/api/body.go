@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -257,4 +259,30 @@ func jsonName(f reflect.StructField) string {
 		return f.Name
 	}
 	return tag
+}
+
+// requireJSON refuses (415) a POST or PUT whose body is not
+// application/json. It runs after routing, so an unknown route is a 404
+// whatever its body.
+func requireJSON(ps problems) ipamv1.MiddlewareFunc {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if (r.Method == http.MethodPost || r.Method == http.MethodPut) && r.ContentLength != 0 {
+				if ct := r.Header.Get("Content-Type"); ct != "application/json" && !isJSON(ct) {
+					w.Header().Set("Accept", "application/json")
+					ps.write(w, r, &alloc.Error{Kind: kindUnsupportedMediaType, Field: "Content-Type",
+						Detail: fmt.Sprintf("the body must be application/json, not %q", ct)})
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// isJSON reports whether a Content-Type is application/json with any
+// parameters (such as charset=utf-8), in any letter case.
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
 }

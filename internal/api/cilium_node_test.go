@@ -45,7 +45,7 @@ func TestGetNodeShowsCiliumState(t *testing.T) {
 	}}
 	get := func(src CiliumNodeSource, node string) *ipamv1.Node {
 		t.Helper()
-		srv := httptest.NewServer(NewHandler(e.store, Options{IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin, CiliumNodes: src}))
+		srv := httptest.NewServer(NewHandler(StoresOf(e.store), Options{IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin, CiliumNodes: src}))
 		defer srv.Close()
 		c, err := ipamv1.NewClientWithResponses(srv.URL)
 		if err != nil {

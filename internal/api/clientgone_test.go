@@ -57,7 +57,7 @@ func TestClientGoneIsNotInternal(t *testing.T) {
 func TestBodyCutByReadTimeout(t *testing.T) {
 	e := newEnv(t, nil)
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := &http.Server{Handler: NewHandler(e.store, Options{Logger: log, Meter: e.metrics.Meter(), IsUnavailable: store.IsUnavailable,
+	srv := &http.Server{Handler: NewHandler(StoresOf(e.store), Options{Logger: log, Meter: e.metrics.Meter(), IsUnavailable: store.IsUnavailable,
 		AnonymousRole: alloc.RoleAdmin}), ReadTimeout: 200 * time.Millisecond, WriteTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

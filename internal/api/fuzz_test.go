@@ -57,7 +57,7 @@ func FuzzRequestBody(f *testing.F) {
 		{5, "n1", `{"attachments":null}`},
 		{6, "n1", `{"pool":"default","family":"ipv4"}`},
 		{4, "n1", `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`},
-		// Values no column can hold (issue 12): NUL, raw invalid UTF-8,
+		// Values no column can hold: NUL, raw invalid UTF-8,
 		// integers past int4 and int64.
 		{3, "n1", `{"providerID":"a\u0000b"}`},
 		{3, "n1", "{\"providerID\":\"a\xffb\",\"labels\":{\"a\u0000\":\"x\"}}"},
@@ -98,7 +98,7 @@ func newFuzzHandler(f *testing.F) http.Handler {
 	// Internal errors are logged at error level; the assertion on the
 	// status catches them, so the log stays quiet.
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	return NewHandler(st, Options{Logger: log, IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin})
+	return NewHandler(StoresOf(st), Options{Logger: log, IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin})
 }
 
 // checkAnswer fails t unless res is a success with a JSON (or no) body or

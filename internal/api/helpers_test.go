@@ -67,16 +67,16 @@ const (
 	testCooldown    = 30 * time.Second
 )
 
-// newEnv starts a server over a fresh database. wrap, when not nil, wraps
-// the real store (for fault injection only; behaviour always comes from
-// PostgreSQL).
-func newEnv(t *testing.T, wrap func(*store.Store) Store) *env {
+// newEnv starts a server over a fresh database. wrap, when not nil, answers
+// the stores the server uses, around the real store (for fault injection
+// only; behaviour always comes from PostgreSQL).
+func newEnv(t *testing.T, wrap func(*store.Store) Stores) *env {
 	t.Helper()
 	return newEnvWith(t, wrap, nil)
 }
 
 // newEnvWith is newEnv with store options changed by opts (when not nil).
-func newEnvWith(t *testing.T, wrap func(*store.Store) Store, opts func(*store.Options)) *env {
+func newEnvWith(t *testing.T, wrap func(*store.Store) Stores, opts func(*store.Options)) *env {
 	t.Helper()
 	conn := pgtest.NewDatabase(t)
 	clk := &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
@@ -94,7 +94,7 @@ func newEnvWith(t *testing.T, wrap func(*store.Store) Store, opts func(*store.Op
 		t.Fatalf("store.Open: %v", err)
 	}
 	t.Cleanup(st.Close)
-	var s Store = st
+	s := StoresOf(st)
 	if wrap != nil {
 		s = wrap(st)
 	}

@@ -24,6 +24,7 @@ const (
 	maxMatchExprs      = 32
 	maxMatchValues     = 64
 	maxCIDRConfigs     = 32 // spec.ipv4.pool[]: one per CIDR, at most 32 CIDRs
+	maxUsagePools      = 8  // the pools one node-usage query names
 )
 
 // checkLen refuses a string longer than max without quoting it.

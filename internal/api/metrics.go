@@ -26,8 +26,8 @@ const unmatchedRoute = "unmatched"
 const otherMethod = "_OTHER"
 
 // durationBuckets are the bucket bounds of the request duration in seconds:
-// an allocation is one transaction, about a millisecond on a local
-// database, so the buckets start well below that.
+// an allocation is one short transaction (docs/performance.md has its
+// latencies), so the buckets start well below a millisecond.
 var durationBuckets = []float64{0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 // metrics are the API's instruments. Every attribute set is built once:
@@ -69,7 +69,7 @@ const (
 
 var allocationResultNames = [numAllocationResults]string{"created", "retry", "exhausted", "conflict", "pool-match", "error"}
 
-// allocationResultOf classifies the outcome of Store.Allocate (or of the
+// allocationResultOf classifies the outcome of LeaseStore.Allocate (or of the
 // validation before it).
 func allocationResultOf(a alloc.Allocation, err error) allocationResult {
 	var ae *alloc.Error

@@ -80,11 +80,11 @@ var problemClasses = map[alloc.Kind]problemClass{
 	kindRequestTimeout:       {http.StatusRequestTimeout, "Request timeout"},
 	kindClientClosed:         {statusClientClosedRequest, "Client closed request"},
 
-	// Fencing and sticky addresses (issue 5).
+	// Fencing and sticky addresses.
 	alloc.KindStaleGeneration:   {http.StatusConflict, "Stale lease generation"},
 	alloc.KindStickyUnavailable: {http.StatusConflict, "Sticky address unavailable"},
 
-	// Trust boundaries (issue 12).
+	// Trust boundaries.
 	alloc.KindNodeBlockLimit: {http.StatusConflict, "Node block limit reached"},
 }
 

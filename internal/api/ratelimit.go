@@ -70,10 +70,9 @@ type RateLimits struct {
 	Anonymous RateLimit
 }
 
-// DefaultRateLimits leave room for the benchmark's load (256 nodes, 64
-// clients, about 2,000 requests/s in all: 8 per node on average) many
-// times over, and for a node starting 110 Pods at once (220 requests);
-// TestDefaultRateLimitsDoNotThrottleTheBenchmark checks it.
+// DefaultRateLimits leave room for the benchmark's load many times over,
+// and for a node starting 110 Pods at once (a lease and a confirmation
+// each); TestDefaultRateLimitsDoNotThrottleTheBenchmark checks both.
 var DefaultRateLimits = RateLimits{
 	Node:      RateLimit{PerSecond: 50, Burst: 300},
 	Client:    RateLimit{PerSecond: 100, Burst: 200},

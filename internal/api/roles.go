@@ -25,7 +25,7 @@ const public alloc.Role = ""
 // given a role) or when an entry names an operation, method or path the
 // spec lacks.
 //
-// The roles: admin everything (tokens and address spaces only
+// The roles: admin everything (tokens and address spaces only
 // admins); operator pools, nodes, blocks and leases; viewer every read; a
 // node its own node's leases and blocks (what the CNI plugin and a node
 // agent use), but not deleting its node, which releases everything and is

@@ -70,7 +70,7 @@ func specOperations(t *testing.T) map[string]struct {
 
 // The role table (roles.go) and the spec name the same operations with the
 // same methods and paths; public operations are exactly those the spec
-// exempts from security; and the declared roles keep the rules:
+// exempts from security; and the declared roles keep the rules of roles.go:
 // viewers read, writes need an operator at least, tokens and spaces are
 // an admin's.
 func TestRoleTableMatchesSpec(t *testing.T) {
@@ -137,7 +137,7 @@ func newAuthServer(t *testing.T, e *env, o Options) *authServer {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
 	o.IsUnavailable = store.IsUnavailable
-	srv := httptest.NewUnstartedServer(NewHandler(e.store, o))
+	srv := httptest.NewUnstartedServer(NewHandler(StoresOf(e.store), o))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven,
 		MinVersion: tls.VersionTLS12}
 	srv.StartTLS()

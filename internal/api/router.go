@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"mime"
 	"net/http"
-	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
@@ -141,14 +138,12 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// NewHandler serves the API over store. Every error it answers, including
+// NewHandler serves the API over st. Every error it answers, including
 // unknown routes, wrong methods, undecodable bodies and panics, is an
-// application/problem+json problem. It panics when store is nil or o is
-// invalid (check with o.Validate first).
-func NewHandler(store Store, o Options) http.Handler {
-	if store == nil {
-		panic("api: NewHandler with a nil Store")
-	}
+// application/problem+json problem. It panics when a field of st is nil or
+// o is invalid (check with o.Validate first).
+func NewHandler(st Stores, o Options) http.Handler {
+	st.mustBeComplete("NewHandler")
 	if err := o.Validate(); err != nil {
 		panic(err)
 	}
@@ -186,7 +181,7 @@ func NewHandler(store Store, o Options) http.Handler {
 	// Before routing, parameter binding and body checks: a caller without
 	// the operation's role learns nothing about its request, and every
 	// request counts against its identity's rate.
-	auth := &authenticator{ps: ps, tokens: store, routes: r, anonymous: o.AnonymousRole, loopbackOnly: o.AnonymousLoopbackOnly,
+	auth := &authenticator{ps: ps, tokens: st.Credentials, routes: r, anonymous: o.AnonymousRole, loopbackOnly: o.AnonymousLoopbackOnly,
 		limits: o.RateLimits, buckets: newLimiters(), log: o.Logger, now: time.Now}
 	r.Use(auth.middleware)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
@@ -204,7 +199,7 @@ func NewHandler(store Store, o Options) http.Handler {
 	})
 
 	checks := []ipamv1.StrictMiddlewareFunc{refuseBadText}
-	strict := ipamv1.NewStrictHandlerWithOptions(&Server{store: store, metrics: m, podMetadata: o.PodMetadata, ciliumNodes: o.CiliumNodes, log: o.Logger, liveness: o.Liveness}, checks, ipamv1.StrictHTTPServerOptions{
+	strict := ipamv1.NewStrictHandlerWithOptions(newServer(st, m, o), checks, ipamv1.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  ps.requestError,
 		ResponseErrorHandlerFunc: ps.write,
 	})
@@ -234,160 +229,4 @@ func allowedMethods(routes chi.Routes, path string) []string {
 		}
 	}
 	return allow
-}
-
-// edge is the outermost middleware: it bounds the request body, turns a
-// panic into a logged 500 problem, records the request duration and writes
-// the access log line. It costs one small allocation per request; the clock
-// is read only when the meter or debug logging is on.
-type edge struct {
-	next      http.Handler
-	log       *slog.Logger
-	maxBody   int64
-	maxHeader int
-	problems  problems
-	metrics   *metrics
-}
-
-func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := &statusRecorder{ResponseWriter: w}
-	logged := e.log.Enabled(r.Context(), slog.LevelDebug)
-	measured := e.metrics.duration.Enabled(r.Context())
-	var start time.Time
-	if logged || measured {
-		start = time.Now()
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			e.log.LogAttrs(r.Context(), slog.LevelError, "api: panic serving request",
-				slog.String("method", r.Method), slog.String("path", r.URL.Path),
-				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
-			if rec.status == 0 {
-				writeProblem(rec, internalProblem())
-			}
-		}
-		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
-			route := chi.RouteContext(r.Context()).RoutePattern()
-			if route == "" {
-				route = unmatchedRoute
-			}
-			span.SetName(r.Method + " " + route)
-			span.SetAttributes(attribute.String("http.route", route))
-		}
-		if !logged && !measured {
-			return
-		}
-		d := time.Since(start)
-		if measured {
-			// After routing, chi's context holds the matched pattern; it
-			// holds none for a 404, a 405 or a body refused before routing.
-			e.metrics.observeRequest(r.Context(), r.Method, chi.RouteContext(r.Context()).RoutePattern(),
-				rec.statusOr200(), d)
-		}
-		if logged {
-			e.log.LogAttrs(r.Context(), slog.LevelDebug, "http request",
-				slog.String("method", r.Method), slog.String("path", r.URL.Path),
-				slog.Int("status", rec.statusOr200()), slog.Duration("duration", d))
-		}
-	}()
-	if n := headerBytes(r); n > e.maxHeader {
-		e.problems.write(rec, r, &alloc.Error{Kind: kindHeaderTooLarge,
-			Detail: fmt.Sprintf("the request line and headers take %d bytes; at most %d are read", n, e.maxHeader)})
-		return
-	}
-	if r.ContentLength > e.maxBody {
-		e.problems.write(rec, r, bodyError(&http.MaxBytesError{Limit: e.maxBody}))
-		return
-	}
-	// The original writer lets net/http close the connection after a body
-	// over the limit.
-	r.Body = http.MaxBytesReader(w, r.Body, e.maxBody)
-	e.next.ServeHTTP(rec, r)
-}
-
-// headerBytes is the size of r's request line and headers as they were
-// sent (HTTP/1.1 framing), as http.Server's MaxHeaderBytes counts them.
-func headerBytes(r *http.Request) int {
-	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			n += len(k) + 2 + len(v) + 2
-		}
-	}
-	return n + len(r.Host) + len("Host: \r\n")
-}
-
-func internalProblem() ipamv1.Problem {
-	p, _ := problemOf(errors.New("panic"))
-	return p
-}
-
-// statusRecorder remembers the status a handler wrote.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 && code >= 200 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection's writer.
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-func (s *statusRecorder) statusOr200() int {
-	if s.status == 0 {
-		return http.StatusOK
-	}
-	return s.status
-}
-
-// refuseBadText answers 400 to a request with a string no field can hold
-// (checkRequestText) before its handler runs.
-func refuseBadText(next ipamv1.StrictHandlerFunc, _ string) ipamv1.StrictHandlerFunc {
-	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, req any) (any, error) {
-		if err := checkRequestText(req); err != nil {
-			return nil, err
-		}
-		return next(ctx, w, r, req)
-	}
-}
-
-// requireJSON refuses (415) a POST or PUT whose body is not
-// application/json. It runs after routing, so an unknown route is a 404
-// whatever its body.
-func requireJSON(ps problems) ipamv1.MiddlewareFunc {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if (r.Method == http.MethodPost || r.Method == http.MethodPut) && r.ContentLength != 0 {
-				if ct := r.Header.Get("Content-Type"); ct != "application/json" && !isJSON(ct) {
-					w.Header().Set("Accept", "application/json")
-					ps.write(w, r, &alloc.Error{Kind: kindUnsupportedMediaType, Field: "Content-Type",
-						Detail: fmt.Sprintf("the body must be application/json, not %q", ct)})
-					return
-				}
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
-}
-
-// isJSON reports whether a Content-Type is application/json with any
-// parameters (such as charset=utf-8), in any letter case.
-func isJSON(ct string) bool {
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && mt == "application/json"
 }

@@ -582,7 +582,7 @@ func (leakStore) GetNode(context.Context, string, string) (alloc.Node, error) {
 }
 
 func TestInternalErrors(t *testing.T) {
-	e := newEnv(t, func(s *store.Store) Store { return panicStore{s} })
+	e := newEnv(t, func(s *store.Store) Stores { st := StoresOf(s); st.Nodes = panicStore{s}; return st })
 	res := e.do("GET", "/v1/nodes", nil)
 	if res.status != 500 {
 		t.Fatalf("panic: %d %s", res.status, res.body)
@@ -596,7 +596,7 @@ func TestInternalErrors(t *testing.T) {
 	// The server survives.
 	e.mustDo(200, "GET", "/healthz", nil, nil)
 
-	e = newEnv(t, func(s *store.Store) Store { return leakStore{s} })
+	e = newEnv(t, func(s *store.Store) Stores { st := StoresOf(s); st.Nodes = leakStore{s}; return st })
 	res = e.do("GET", "/v1/nodes/n1", nil)
 	if res.status != 500 || strings.Contains(string(res.body), "SECRET") {
 		t.Fatalf("internal error: %d %s", res.status, res.body)
@@ -631,7 +631,7 @@ func TestOptionsValidate(t *testing.T) {
 
 func TestSmallBodyLimit(t *testing.T) {
 	e := newEnv(t, nil)
-	e.srv = httptest.NewServer(NewHandler(e.store, Options{MaxBodyBytes: 64}))
+	e.srv = httptest.NewServer(NewHandler(StoresOf(e.store), Options{MaxBodyBytes: 64}))
 	t.Cleanup(e.srv.Close)
 	res := e.do("PUT", "/v1/nodes/n1", map[string]any{"labels": map[string]string{"k": strings.Repeat("v", 60)}})
 	if res.status != 413 {
@@ -818,7 +818,7 @@ func TestDatabaseUnreachableIsUnavailable(t *testing.T) {
 	}
 	defer st.Close()
 	logs := &syncBuffer{}
-	srv := httptest.NewServer(NewHandler(st, Options{
+	srv := httptest.NewServer(NewHandler(StoresOf(st), Options{
 		Logger:        slog.New(slog.NewJSONHandler(logs, nil)),
 		IsUnavailable: store.IsUnavailable,
 		AnonymousRole: alloc.RoleAdmin,
@@ -917,7 +917,7 @@ func TestHealthzLiveness(t *testing.T) {
 	}
 	t.Cleanup(st.Close)
 	var down atomic.Bool
-	srv := httptest.NewServer(NewHandler(st, Options{Logger: slog.New(slog.DiscardHandler), Liveness: func() error {
+	srv := httptest.NewServer(NewHandler(StoresOf(st), Options{Logger: slog.New(slog.DiscardHandler), Liveness: func() error {
 		if down.Load() {
 			return errors.New("pgembed: PostgreSQL exited and 3 restarts failed")
 		}

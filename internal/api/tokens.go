@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"crypto/sha256"
-	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -14,80 +13,52 @@ type TokenStore interface {
 	// CreateToken stores a token (spec resolved against the store's
 	// clock); a live token of the same name is KindConflict on "name".
 	CreateToken(ctx context.Context, spec alloc.TokenSpec, hash [sha256.Size]byte) (alloc.Token, error)
-	// TokenBySecret answers the token of a secret's hash in any state, or
-	// KindNotFound. It reads the database on every call: a revocation
-	// holds on every replica from the next request on.
-	TokenBySecret(ctx context.Context, hash [sha256.Size]byte) (alloc.Token, error)
 	// ListTokens pages through the live (not revoked) tokens by name.
 	ListTokens(ctx context.Context, page alloc.Page) (items []alloc.Token, next string, err error)
 	// RevokeToken revokes the live token of name, or answers KindNotFound.
 	RevokeToken(ctx context.Context, name string) error
 }
 
+// tokenHandlers serve /v1/tokens.
+type tokenHandlers struct {
+	store TokenStore
+}
+
 // CreateToken makes a token and shows its secret, this once.
-func (s *Server) CreateToken(ctx context.Context, req ipamv1.CreateTokenRequestObject) (ipamv1.CreateTokenResponseObject, error) {
-	b := req.Body
-	spec := alloc.TokenSpec{Name: b.Name, Role: alloc.Role(b.Role), CreatedBy: alloc.ActorFrom(ctx)}
-	if err := alloc.ValidateLabelName("name", b.Name); err != nil {
-		return nil, err
-	}
-	if _, err := alloc.ParseTokenRole("role", string(b.Role)); err != nil {
-		return nil, err
-	}
-	if b.ExpiresIn != nil {
-		ttl, err := alloc.ParseTokenTTL("expiresIn", *b.ExpiresIn)
-		if err != nil {
-			return nil, err
-		}
-		spec.TTL = ttl
-	}
-	if b.ExpiresAt != nil {
-		at, err := time.Parse(time.RFC3339, *b.ExpiresAt)
-		if err != nil {
-			return nil, alloc.Invalid("expiresAt", "%.64q is not an RFC 3339 date-time such as 2030-01-02T15:04:05Z", *b.ExpiresAt)
-		}
-		spec.ExpiresAt = at
-	}
-	secret, hash := alloc.NewTokenSecret()
-	t, err := s.store.CreateToken(ctx, spec, hash)
+func (h *tokenHandlers) CreateToken(ctx context.Context, req ipamv1.CreateTokenRequestObject) (ipamv1.CreateTokenResponseObject, error) {
+	spec, err := tokenSpecFromAPI(*req.Body, alloc.ActorFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
-	a := tokenToAPI(t)
-	return ipamv1.CreateToken201JSONResponse{Name: a.Name, Role: a.Role, State: a.State, CreatedAt: a.CreatedAt,
-		CreatedBy: a.CreatedBy, ExpiresAt: a.ExpiresAt, LastUsedAt: a.LastUsedAt, Secret: secret}, nil
+	secret, hash := alloc.NewTokenSecret()
+	t, err := h.store.CreateToken(ctx, spec, hash)
+	if err != nil {
+		return nil, err
+	}
+	return ipamv1.CreateToken201JSONResponse(tokenCreatedToAPI(t, secret)), nil
 }
 
 // ListTokens lists live tokens without secrets or hashes (the store has no
 // secret, and the hash stays in it).
-func (s *Server) ListTokens(ctx context.Context, req ipamv1.ListTokensRequestObject) (ipamv1.ListTokensResponseObject, error) {
+func (h *tokenHandlers) ListTokens(ctx context.Context, req ipamv1.ListTokensRequestObject) (ipamv1.ListTokensResponseObject, error) {
 	page, err := parsePage(req.Params.Limit, req.Params.Continue)
 	if err != nil {
 		return nil, err
 	}
-	items, next, err := s.store.ListTokens(ctx, page)
+	items, next, err := h.store.ListTokens(ctx, page)
 	if err != nil {
 		return nil, err
 	}
-	out := ipamv1.TokenList{Items: make([]ipamv1.Token, 0, len(items)), Continue: optString(next)}
-	for _, t := range items {
-		out.Items = append(out.Items, tokenToAPI(t))
-	}
-	return ipamv1.ListTokens200JSONResponse(out), nil
+	return ipamv1.ListTokens200JSONResponse(tokenListToAPI(items, next)), nil
 }
 
 // RevokeToken revokes a live token.
-func (s *Server) RevokeToken(ctx context.Context, req ipamv1.RevokeTokenRequestObject) (ipamv1.RevokeTokenResponseObject, error) {
+func (h *tokenHandlers) RevokeToken(ctx context.Context, req ipamv1.RevokeTokenRequestObject) (ipamv1.RevokeTokenResponseObject, error) {
 	if err := alloc.ValidateLabelName("name", req.Name); err != nil {
 		return nil, err
 	}
-	if err := s.store.RevokeToken(ctx, req.Name); err != nil {
+	if err := h.store.RevokeToken(ctx, req.Name); err != nil {
 		return nil, err
 	}
 	return ipamv1.RevokeToken204Response{}, nil
-}
-
-func tokenToAPI(t alloc.Token) ipamv1.Token {
-	return ipamv1.Token{Name: t.Name, Role: ipamv1.TokenRole(t.Role), State: string(t.State),
-		CreatedAt: t.CreatedAt, CreatedBy: t.CreatedBy, ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt}
 }

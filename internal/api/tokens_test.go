@@ -26,7 +26,7 @@ func newTokenServer(t *testing.T, e *env, o Options) (base string, logs *syncBuf
 	logs = &syncBuffer{}
 	o.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	o.IsUnavailable = store.IsUnavailable
-	srv := httptest.NewServer(NewHandler(e.store, o))
+	srv := httptest.NewServer(NewHandler(StoresOf(e.store), o))
 	t.Cleanup(srv.Close)
 	return srv.URL, logs
 }
@@ -329,7 +329,7 @@ func TestLimitersForgetIdleIdentities(t *testing.T) {
 // HTTP only: from another address, or over TLS, credentials are required.
 func TestAnonymousRoleIsLoopbackOnly(t *testing.T) {
 	e := newEnv(t, nil)
-	h := NewHandler(e.store, Options{AnonymousRole: alloc.RoleAdmin, AnonymousLoopbackOnly: true,
+	h := NewHandler(StoresOf(e.store), Options{AnonymousRole: alloc.RoleAdmin, AnonymousLoopbackOnly: true,
 		Logger: slog.New(slog.DiscardHandler)})
 	for addr, want := range map[string]int{"127.0.0.1:4000": 200, "[::1]:4000": 200, "192.0.2.7:4000": 401, "[2001:db8::1]:4000": 401} {
 		req := httptest.NewRequest("GET", "/v1/pools", nil)
@@ -351,7 +351,7 @@ func TestTokenCheckWithDatabaseDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv := httptest.NewServer(NewHandler(st, Options{Logger: slog.New(slog.DiscardHandler), IsUnavailable: store.IsUnavailable}))
+	srv := httptest.NewServer(NewHandler(StoresOf(st), Options{Logger: slog.New(slog.DiscardHandler), IsUnavailable: store.IsUnavailable}))
 	defer srv.Close()
 	secret, _ := alloc.NewTokenSecret()
 	r := caller{name: "c", client: http.DefaultClient, token: secret, base: srv.URL}.do(t, "GET", "/v1/pools", "")

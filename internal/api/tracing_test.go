@@ -37,7 +37,7 @@ func TestOneTracePerRequest(t *testing.T) {
 	t.Cleanup(st.Close)
 	logs := &syncBuffer{}
 	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	srv := httptest.NewServer(NewHandler(st, Options{Logger: log, TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable,
+	srv := httptest.NewServer(NewHandler(StoresOf(st), Options{Logger: log, TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable,
 		AnonymousRole: alloc.RoleAdmin}))
 	t.Cleanup(srv.Close)
 

@@ -13,7 +13,7 @@ import (
 	"github.com/ipam-dev/ipam/internal/store"
 )
 
-// The inputs outside testers saw answered 500 (issue 12): forged continue
+// The inputs outside testers saw answered 500: forged continue
 // tokens (decoding to NUL or invalid UTF-8), a reconcile generation past
 // int4, NUL in a stored string, NUL and invalid UTF-8 in query parameters.
 // Each is a 400 naming its field (or, for the generation, a success), and
@@ -136,7 +136,7 @@ func (s *sqlStateStore) GetSpace(ctx context.Context, name string) (alloc.Space,
 // logged, since it means an edge check is missing.
 func TestUnstorableValueIsInvalidInput(t *testing.T) {
 	wrapped := &sqlStateStore{}
-	e := newEnv(t, func(s *store.Store) Store { wrapped.Store = s; return wrapped })
+	e := newEnv(t, func(s *store.Store) Stores { wrapped.Store = s; st := StoresOf(s); st.Spaces = wrapped; return st })
 	wrapped.db = e.db
 	for _, name := range []string{"nul", "jsonb", "range"} {
 		res := e.do("GET", "/v1/spaces/"+name, nil)
