@@ -28,10 +28,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(operatorProcessEnv); spec != "" {
 		runOperatorProcess(spec)
 	}
-	pgtest.Main(m, func(ctx context.Context, conn string) error {
-		_, err := store.Migrate(ctx, conn)
-		return err
-	})
+	pgtest.Main(m, pgtest.Migrate)
 }
 
 // crdEnv is one scenario's world: a real API server with Cilium's CRDs,

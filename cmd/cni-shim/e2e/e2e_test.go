@@ -27,10 +27,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	pgtest.Main(m, func(ctx context.Context, conn string) error {
-		_, err := store.Migrate(ctx, conn)
-		return err
-	})
+	pgtest.Main(m, pgtest.Migrate)
 }
 
 // Versions of the reference tools, as the issue names them.
