@@ -471,15 +471,7 @@ func TestCheckCNIFindsProblems(t *testing.T) {
 				files[tt.file] = edit(t, files[tt.file], tt.old, tt.new)
 			}
 			_, err := checkCNI(files, fields)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
-			}
+			wantError(t, "checkCNI", err, tt.wantErr)
 		})
 	}
 	t.Run("example with a key the shim lacks", func(t *testing.T) {

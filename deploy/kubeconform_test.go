@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,7 +114,7 @@ func kubeconformSchemas(t *testing.T, defs map[string]any, objs []kubeObject) st
 		if !ok {
 			continue // kubeconform reports the missing schema
 		}
-		spec, err := inlineRefs(defs[title], defs, nil)
+		spec, err := inlineRefs(defs[title], defs)
 		if err != nil {
 			t.Fatalf("%s: %v", title, err)
 		}
@@ -172,40 +173,36 @@ func denyAdditionalProperties(v any) {
 // inlineRefs returns a copy of v with every $ref to a definition replaced
 // by (a copy of) the definition, as --stand-alone does; a property's other
 // keys beside its $ref (its description) go, as there.
-func inlineRefs(v any, defs map[string]any, stack []string) (any, error) {
-	switch v := v.(type) {
-	case map[string]any:
-		if ref, ok := v["$ref"].(string); ok {
-			name, ok := strings.CutPrefix(ref, "#/definitions/")
-			if _, known := defs[name]; !ok || !known {
-				return nil, fmt.Errorf("$ref %q names no definition", ref)
+func inlineRefs(v any, defs map[string]any) (any, error) {
+	var err error
+	var walk func(v any, stack []string) any
+	walk = func(v any, stack []string) any {
+		switch v := v.(type) {
+		case map[string]any:
+			if ref, ok := v["$ref"].(string); ok {
+				name, ok := strings.CutPrefix(ref, "#/definitions/")
+				if _, known := defs[name]; !ok || !known || slices.Contains(stack, name) {
+					err = cmp.Or(err, fmt.Errorf("$ref %q names no definition, or refers to itself through %v", ref, stack))
+					return nil
+				}
+				return walk(defs[name], append(stack[:len(stack):len(stack)], name))
 			}
-			if slices.Contains(stack, name) {
-				return nil, fmt.Errorf("$ref %q refers to itself through %v", ref, stack)
+			out := make(map[string]any, len(v))
+			for k, x := range v {
+				out[k] = walk(x, stack)
 			}
-			return inlineRefs(defs[name], defs, append(stack[:len(stack):len(stack)], name))
+			return out
+		case []any:
+			out := make([]any, len(v))
+			for i, x := range v {
+				out[i] = walk(x, stack)
+			}
+			return out
 		}
-		out := make(map[string]any, len(v))
-		for k, x := range v {
-			y, err := inlineRefs(x, defs, stack)
-			if err != nil {
-				return nil, err
-			}
-			out[k] = y
-		}
-		return out, nil
-	case []any:
-		out := make([]any, len(v))
-		for i, x := range v {
-			y, err := inlineRefs(x, defs, stack)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = y
-		}
-		return out, nil
+		return v
 	}
-	return v, nil
+	out := walk(v, nil)
+	return out, err
 }
 
 // allowNullOptional returns v with every type also allowing null, but for
@@ -319,16 +316,7 @@ func TestKubeconformFindsProblems(t *testing.T) {
 			if tt.edit.file != "" {
 				files[tt.edit.file] = edit(t, files[tt.edit.file], tt.edit.old, tt.edit.new)
 			}
-			err := kubeconform(t, defs, files)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("kubeconform: %v; want no error", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("kubeconform: %v; want an error containing %q", err, tt.wantErr)
-			}
+			wantError(t, "kubeconform", kubeconform(t, defs, files), tt.wantErr)
 		})
 	}
 }

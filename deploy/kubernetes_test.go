@@ -1454,15 +1454,7 @@ func TestCheckKubernetesFindsProblems(t *testing.T) {
 				}
 			}
 			_, err := checkKubernetes(files)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("checkKubernetes: %v; want no error", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("checkKubernetes: %v; want an error containing %q", err, tt.wantErr)
-			}
+			wantError(t, "checkKubernetes", err, tt.wantErr)
 		})
 	}
 }
