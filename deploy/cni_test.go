@@ -18,6 +18,9 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/ipam-dev/ipam/internal/pki"
 )
 
@@ -165,43 +168,6 @@ func checkShimSection(ipam map[string]any, fields []string, pkiDir string) error
 	return errors.Join(errs...)
 }
 
-type daemonSetSpec struct {
-	Selector labelSelector `yaml:"selector"`
-	Template struct {
-		Metadata objectMeta `yaml:"metadata"`
-		Spec     struct {
-			HostNetwork bool `yaml:"hostNetwork"`
-			Tolerations []struct {
-				Key      string `yaml:"key"`
-				Operator string `yaml:"operator"`
-				Effect   string `yaml:"effect"`
-			} `yaml:"tolerations"`
-			InitContainers []cniContainer `yaml:"initContainers"`
-			Containers     []cniContainer `yaml:"containers"`
-			Volumes        []struct {
-				Name     string `yaml:"name"`
-				HostPath *struct {
-					Path string `yaml:"path"`
-				} `yaml:"hostPath"`
-				ConfigMap *struct {
-					Name string `yaml:"name"`
-				} `yaml:"configMap"`
-			} `yaml:"volumes"`
-		} `yaml:"spec"`
-	} `yaml:"template"`
-}
-
-type cniContainer struct {
-	Name         string   `yaml:"name"`
-	Image        string   `yaml:"image"`
-	Command      []string `yaml:"command"`
-	Args         []string `yaml:"args"`
-	VolumeMounts []struct {
-		Name      string `yaml:"name"`
-		MountPath string `yaml:"mountPath"`
-	} `yaml:"volumeMounts"`
-}
-
 // checkCNI checks the manifests of deploy/cni (top-level files only) and
 // every conflist they install; fields are the shim's ipam keys. It returns
 // the installed conflists by file name.
@@ -232,13 +198,13 @@ func checkCNI(files map[string]string, fields []string) (map[string]string, erro
 		objs = append(objs, o...)
 	}
 	configMaps := map[string]map[string]string{}
-	var dss []kubeObject
+	var dss []*appsv1.DaemonSet
 	for _, o := range objs {
-		switch o.Kind {
-		case "ConfigMap":
-			configMaps[o.Metadata.Name] = o.Data
-		case "DaemonSet":
-			dss = append(dss, o)
+		switch obj := o.Object.(type) {
+		case *corev1.ConfigMap:
+			configMaps[o.Metadata.Name] = obj.Data
+		case *appsv1.DaemonSet:
+			dss = append(dss, obj)
 		default:
 			errs = append(errs, fmt.Errorf("%s: kind %q is not expected here", o, o.Kind))
 		}
@@ -249,24 +215,17 @@ func checkCNI(files map[string]string, fields []string) (map[string]string, erro
 	if len(dss) != 1 {
 		return nil, errors.Join(append(errs, fmt.Errorf("%d DaemonSets, want 1", len(dss)))...)
 	}
-	var ds daemonSetSpec
-	if err := dss[0].Spec.Decode(&ds); err != nil {
-		return nil, errors.Join(append(errs, fmt.Errorf("%s: %w", dss[0], err))...)
-	}
+	ds := dss[0].Spec
 	pod := ds.Template.Spec
 	if !pod.HostNetwork {
 		errs = append(errs, errors.New("DaemonSet: no hostNetwork: the Pod must start before the node has a Pod network"))
 	}
-	if !slices.ContainsFunc(pod.Tolerations, func(t struct {
-		Key      string `yaml:"key"`
-		Operator string `yaml:"operator"`
-		Effect   string `yaml:"effect"`
-	}) bool {
-		return t.Key == "" && t.Operator == "Exists" && t.Effect == ""
+	if !slices.ContainsFunc(pod.Tolerations, func(t corev1.Toleration) bool {
+		return t.Key == "" && t.Operator == corev1.TolerationOpExists && t.Effect == ""
 	}) {
 		errs = append(errs, errors.New("DaemonSet: does not tolerate every taint (a toleration with only operator: Exists)"))
 	}
-	if !ds.Selector.matches(ds.Template.Metadata.Labels) {
+	if !selects(ds.Selector, ds.Template.Labels) {
 		errs = append(errs, errors.New("DaemonSet: the selector does not select the Pod template's labels"))
 	}
 	volumes := map[string]string{}      // name -> hostPath
@@ -287,7 +246,7 @@ func checkCNI(files map[string]string, fields []string) (map[string]string, erro
 	// The install: an initContainer of the plugin image that cp's the
 	// binary into a hostPath mount of /opt/cni/bin and the conflists into
 	// one of /etc/cni/net.d.
-	var install *cniContainer
+	var install *corev1.Container
 	for i, c := range pod.InitContainers {
 		if strings.HasPrefix(c.Image, shimImage+":") || strings.HasPrefix(c.Image, shimImage+"@") {
 			install = &pod.InitContainers[i]
@@ -512,15 +471,7 @@ func TestCheckCNIFindsProblems(t *testing.T) {
 				files[tt.file] = edit(t, files[tt.file], tt.old, tt.new)
 			}
 			_, err := checkCNI(files, fields)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
-			}
+			wantError(t, "checkCNI", err, tt.wantErr)
 		})
 	}
 	t.Run("example with a key the shim lacks", func(t *testing.T) {

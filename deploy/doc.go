@@ -1,7 +1,8 @@
 // Package deploy holds no code: its tests check the repository's container
 // build (Dockerfile, .dockerignore), docker-compose.yaml and the Kubernetes
 // manifests under kubernetes/ and cni/ statically, since no container engine nor
-// cluster runs where the tests do. The RBAC of kube-access/ is applied to a
+// cluster runs where the tests do; kubeconform validates every manifest
+// against the Kubernetes JSON schemas. The RBAC of kube-access/ is applied to a
 // real kube-apiserver (internal/kubetest) and checked as the server's
 // service account.
 package deploy

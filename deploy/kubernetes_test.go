@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,18 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/scheme"
+	k8sjson "sigs.k8s.io/json"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // ---------------------------------------------------------------------------
@@ -61,50 +74,10 @@ var knownKinds = map[string]string{
 	"PodDisruptionBudget": "policy/v1",
 }
 
-// str is a YAML string. Kubernetes refuses a label, annotation or env value
-// that YAML reads as a bool or a number (prometheus.io/scrape: true), where
-// a plain Go string would take it.
-type str string
-
-func (s *str) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is a %s, not a string: quote it", n.Line, n.Value, n.ShortTag())}}
-	}
-	*s = str(n.Value)
-	return nil
-}
-
-// intOrString is a port (a number or a name) or a PDB's minAvailable (a
-// number or a percentage).
-type intOrString struct {
-	Int   int
-	Str   string
-	IsInt bool
-}
-
-func (v *intOrString) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" {
-		i, err := strconv.Atoi(n.Value)
-		*v = intOrString{Int: i, IsInt: true}
-		return err
-	}
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
-		*v = intOrString{Str: n.Value}
-		return nil
-	}
-	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is neither a number nor a string", n.Line, n.Value)}}
-}
-
-func (v intOrString) String() string {
-	if v.IsInt {
-		return strconv.Itoa(v.Int)
-	}
-	return strconv.Quote(v.Str)
-}
-
 // kustomization is the whole of what kustomization.yaml may say: a field
 // the checks do not model (images, patches, generators) would change what
-// is applied behind their back, so it is refused.
+// is applied behind their back, so it is refused. (Kustomize's own types
+// live outside k8s.io/api, in a module the project does not otherwise need.)
 type kustomization struct {
 	APIVersion string   `yaml:"apiVersion"`
 	Kind       string   `yaml:"kind"`
@@ -112,18 +85,13 @@ type kustomization struct {
 	Resources  []string `yaml:"resources"`
 }
 
-// kubeObject is one document of a manifest, with what the checks read of
-// every kind; Spec is decoded by kind.
+// kubeObject is one document of a manifest: Object is the document decoded
+// into its k8s.io/api type (*appsv1.Deployment, *corev1.Secret, ...), or,
+// for a kind client-go does not know, into a PartialObjectMetadata.
 type kubeObject struct {
-	APIVersion string     `yaml:"apiVersion"`
-	Kind       string     `yaml:"kind"`
-	Metadata   objectMeta `yaml:"metadata"`
-	Spec       yaml.Node  `yaml:"spec"`
-	// ServiceAccount
-	AutomountServiceAccountToken *bool `yaml:"automountServiceAccountToken"`
-	// Secret
-	Data       map[string]string `yaml:"data"`
-	StringData map[string]str    `yaml:"stringData"`
+	metav1.TypeMeta
+	Metadata metav1.ObjectMeta
+	Object   runtime.Object
 
 	file string
 	doc  int // from 1
@@ -133,215 +101,21 @@ func (o kubeObject) String() string {
 	return fmt.Sprintf("%s: %s %q", o.file, cmp.Or(o.Kind, "object"), o.Metadata.Name)
 }
 
-type objectMeta struct {
-	Name        string         `yaml:"name"`
-	Namespace   string         `yaml:"namespace"`
-	Labels      map[string]str `yaml:"labels"`
-	Annotations map[string]str `yaml:"annotations"`
-}
-
-type labelSelector struct {
-	MatchLabels      map[string]str `yaml:"matchLabels"`
-	MatchExpressions []struct {
-		Key      string   `yaml:"key"`
-		Operator string   `yaml:"operator"`
-		Values   []string `yaml:"values"`
-	} `yaml:"matchExpressions"`
-}
-
-func (s *labelSelector) empty() bool {
-	return s == nil || len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0
-}
-
-// matches reports whether a non-empty selector selects labels.
-func (s *labelSelector) matches(labels map[string]str) bool {
-	if s.empty() {
+// selects reports whether a non-empty selector selects labels.
+func selects(s *metav1.LabelSelector, l map[string]string) bool {
+	if s == nil || len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0 {
 		return false
 	}
-	for k, v := range s.MatchLabels {
-		if got, ok := labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	for _, e := range s.MatchExpressions {
-		v, has := labels[e.Key]
-		in := has && slices.Contains(e.Values, string(v))
-		switch e.Operator {
-		case "In":
-			if !in {
-				return false
-			}
-		case "NotIn":
-			if in {
-				return false
-			}
-		case "Exists":
-			if !has {
-				return false
-			}
-		case "DoesNotExist":
-			if has {
-				return false
-			}
-		default:
-			return false
-		}
-	}
-	return true
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	return err == nil && sel.Matches(labels.Set(l))
 }
 
-type deploymentSpec struct {
-	Replicas *int          `yaml:"replicas"`
-	Selector labelSelector `yaml:"selector"`
-	Template struct {
-		Metadata objectMeta `yaml:"metadata"`
-		Spec     podSpec    `yaml:"spec"`
-	} `yaml:"template"`
-}
-
-type podSpec struct {
-	ServiceAccountName            string          `yaml:"serviceAccountName"`
-	AutomountServiceAccountToken  *bool           `yaml:"automountServiceAccountToken"`
-	EnableServiceLinks            *bool           `yaml:"enableServiceLinks"`
-	TerminationGracePeriodSeconds *int            `yaml:"terminationGracePeriodSeconds"`
-	SecurityContext               securityContext `yaml:"securityContext"`
-	TopologySpreadConstraints     []struct {
-		TopologyKey   string         `yaml:"topologyKey"`
-		LabelSelector *labelSelector `yaml:"labelSelector"`
-	} `yaml:"topologySpreadConstraints"`
-	Affinity struct {
-		PodAntiAffinity struct {
-			Required  []affinityTerm `yaml:"requiredDuringSchedulingIgnoredDuringExecution"`
-			Preferred []struct {
-				PodAffinityTerm affinityTerm `yaml:"podAffinityTerm"`
-			} `yaml:"preferredDuringSchedulingIgnoredDuringExecution"`
-		} `yaml:"podAntiAffinity"`
-	} `yaml:"affinity"`
-	Containers []container  `yaml:"containers"`
-	Volumes    []kubeVolume `yaml:"volumes"`
-}
-
-type kubeVolume struct {
-	Name   string `yaml:"name"`
-	Secret *struct {
-		SecretName string `yaml:"secretName"`
-		Optional   *bool  `yaml:"optional"`
-		Items      []struct {
-			Key  string `yaml:"key"`
-			Path string `yaml:"path"`
-		} `yaml:"items"`
-	} `yaml:"secret"`
-}
-
-type kubeVolumeMount struct {
-	Name      string `yaml:"name"`
-	MountPath string `yaml:"mountPath"`
-	ReadOnly  bool   `yaml:"readOnly"`
-	SubPath   string `yaml:"subPath"`
-}
-
-type affinityTerm struct {
-	TopologyKey   string         `yaml:"topologyKey"`
-	LabelSelector *labelSelector `yaml:"labelSelector"`
-}
-
-// securityContext holds the fields of a pod's and a container's security
-// context that the checks read.
-type securityContext struct {
-	RunAsNonRoot             *bool  `yaml:"runAsNonRoot"`
-	RunAsUser                *int64 `yaml:"runAsUser"`
-	Privileged               *bool  `yaml:"privileged"`
-	ReadOnlyRootFilesystem   *bool  `yaml:"readOnlyRootFilesystem"`
-	AllowPrivilegeEscalation *bool  `yaml:"allowPrivilegeEscalation"`
-	Capabilities             struct {
-		Add  []string `yaml:"add"`
-		Drop []string `yaml:"drop"`
-	} `yaml:"capabilities"`
-	SeccompProfile struct {
-		Type string `yaml:"type"`
-	} `yaml:"seccompProfile"`
-}
-
-type container struct {
-	Name           string          `yaml:"name"`
-	Image          string          `yaml:"image"`
-	Command        []string        `yaml:"command"`
-	Args           []string        `yaml:"args"`
-	Env            []envVar        `yaml:"env"`
-	EnvFrom        []yaml.Node     `yaml:"envFrom"`
-	Ports          []containerPort `yaml:"ports"`
-	LivenessProbe  *probe          `yaml:"livenessProbe"`
-	ReadinessProbe *probe          `yaml:"readinessProbe"`
-	StartupProbe   *probe          `yaml:"startupProbe"`
-	Lifecycle      struct {
-		PreStop *struct {
-			Sleep *struct {
-				Seconds int `yaml:"seconds"`
-			} `yaml:"sleep"`
-			Exec *struct {
-				Command []string `yaml:"command"`
-			} `yaml:"exec"`
-		} `yaml:"preStop"`
-	} `yaml:"lifecycle"`
-	Resources struct {
-		Requests map[string]string `yaml:"requests"`
-		Limits   map[string]string `yaml:"limits"`
-	} `yaml:"resources"`
-	SecurityContext securityContext   `yaml:"securityContext"`
-	VolumeMounts    []kubeVolumeMount `yaml:"volumeMounts"`
-}
-
-type envVar struct {
-	Name      string `yaml:"name"`
-	Value     *str   `yaml:"value"`
-	ValueFrom *struct {
-		SecretKeyRef *struct {
-			Name     string `yaml:"name"`
-			Key      string `yaml:"key"`
-			Optional *bool  `yaml:"optional"`
-		} `yaml:"secretKeyRef"`
-	} `yaml:"valueFrom"`
-}
-
-type containerPort struct {
-	Name          string `yaml:"name"`
-	ContainerPort int    `yaml:"containerPort"`
-}
-
-type probe struct {
-	HTTPGet *struct {
-		Path   string      `yaml:"path"`
-		Port   intOrString `yaml:"port"`
-		Scheme string      `yaml:"scheme"`
-	} `yaml:"httpGet"`
-}
-
-type serviceSpec struct {
-	Type     string         `yaml:"type"`
-	Selector map[string]str `yaml:"selector"`
-	Ports    []struct {
-		Name       string       `yaml:"name"`
-		Port       int          `yaml:"port"`
-		TargetPort *intOrString `yaml:"targetPort"`
-	} `yaml:"ports"`
-}
-
-type pdbSpec struct {
-	MinAvailable   *intOrString  `yaml:"minAvailable"`
-	MaxUnavailable *intOrString  `yaml:"maxUnavailable"`
-	Selector       labelSelector `yaml:"selector"`
-}
-
-// decodeLenient decodes n into out; a type error (a value of the wrong
-// type) is reported but leaves the rest decoded, so that the other checks
-// still run.
-func decodeLenient(n *yaml.Node, out any) (usable bool, err error) {
-	err = n.Decode(out)
-	var te *yaml.TypeError
-	return err == nil || errors.As(err, &te), err
-}
-
-// parseManifest reads every document of a multi-document YAML file.
+// parseManifest reads every document of a multi-document YAML file into its
+// k8s.io/api type, strictly: an unknown or duplicate field is an error, as
+// for kubectl apply. Documents are split, and duplicate keys and mistyped
+// scalars found, on the YAML nodes, which know their lines; the decode goes
+// through JSON (sigs.k8s.io/yaml), as the API server's does. An object
+// whose decode stopped early is left out, with its error.
 func parseManifest(file, src string) ([]kubeObject, error) {
 	var objs []kubeObject
 	var errs []error
@@ -371,8 +145,8 @@ func parseManifest(file, src string) ([]kubeObject, error) {
 			errs = append(errs, fmt.Errorf("%s: document %d: %w", file, doc, err))
 			continue
 		}
-		o := kubeObject{file: file, doc: doc}
-		usable, err := decodeLenient(root, &o)
+		o, usable, err := decodeObject(root)
+		o.file, o.doc = file, doc
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: document %d: %w", file, doc, err))
 		}
@@ -384,6 +158,185 @@ func parseManifest(file, src string) ([]kubeObject, error) {
 		errs = append(errs, fmt.Errorf("%s holds no object", file))
 	}
 	return objs, errors.Join(errs...)
+}
+
+// decodeObject decodes one document's mapping into the type client-go's
+// scheme has for its apiVersion and kind. A type error leaves the rest
+// decoded (usable), so that the other checks still run; an error that stops
+// the decode does not.
+func decodeObject(root *yaml.Node) (o kubeObject, usable bool, err error) {
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		switch k, v := root.Content[i].Value, root.Content[i+1]; k {
+		case "apiVersion":
+			o.APIVersion = v.Value
+		case "kind":
+			o.Kind = v.Value
+		}
+	}
+	obj, err := scheme.Scheme.New(schema.FromAPIVersionAndKind(o.APIVersion, o.Kind))
+	known := err == nil
+	if !known {
+		obj = &metav1.PartialObjectMetadata{}
+	}
+	errs := checkScalars(root, reflect.TypeOf(obj), "")
+	y, err := yaml.Marshal(root)
+	if err != nil {
+		return o, false, errors.Join(append(errs, err)...)
+	}
+	j, err := sigsyaml.YAMLToJSON(y)
+	if err != nil {
+		return o, false, errors.Join(append(errs, err)...)
+	}
+	if known {
+		var strict []error
+		strict, err = k8sjson.UnmarshalStrict(j, obj)
+		errs = append(errs, strict...)
+	} else {
+		err = k8sjson.UnmarshalCaseSensitivePreserveInts(j, obj)
+	}
+	var te *json.UnmarshalTypeError
+	usable = err == nil || errors.As(err, &te)
+	errs = append(errs, err)
+	if usable {
+		o.Object = obj
+		if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
+			if meta, ok := m.GetObjectMeta().(*metav1.ObjectMeta); ok {
+				o.Metadata = *meta
+			}
+		}
+	}
+	return o, usable, errors.Join(errs...)
+}
+
+var (
+	quantityType    = reflect.TypeFor[resource.Quantity]()
+	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+)
+
+// checkScalars walks the YAML under n along t, the Go type it decodes
+// into, and reports with line numbers what the decode would hide or stop
+// at:
+//   - a scalar that YAML reads as a bool or a number where Kubernetes wants
+//     a string: the API server refuses prometheus.io/scrape: true, where a
+//     YAML-to-Go decoder converts it. It is retagged as a string, so that
+//     the decode does not report it again;
+//   - a value the field's own decoder refuses (a quantity such as 256MB),
+//     which would stop the decode. It is removed, so that the decode reads
+//     the rest.
+func checkScalars(n *yaml.Node, t reflect.Type, path string) []error {
+	errs, _ := walkScalars(n, t, path)
+	return errs
+}
+
+// walkScalars is checkScalars; drop reports that n must be removed.
+func walkScalars(n *yaml.Node, t reflect.Type, path string) (errs []error, drop bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Kind == yaml.AliasNode || n.ShortTag() == "!!null" {
+		return nil, false
+	}
+	switch {
+	case t == quantityType:
+		q, err := resource.ParseQuantity(n.Value)
+		if n.Kind != yaml.ScalarNode || err != nil {
+			return []error{fmt.Errorf("line %d: %s: %q is not a quantity (250m, 2, 256Mi)", n.Line, path, n.Value)}, true
+		}
+		if q.Sign() < 0 {
+			return []error{fmt.Errorf("line %d: %s: %q is negative", n.Line, path, n.Value)}, false
+		}
+		return nil, false
+	case reflect.PointerTo(t).Implements(unmarshalerType): // IntOrString, Time: their own decoders
+		y, err := yaml.Marshal(n)
+		if err == nil {
+			var j []byte
+			if j, err = sigsyaml.YAMLToJSON(y); err == nil {
+				err = json.Unmarshal(j, reflect.New(t).Interface())
+			}
+		}
+		if err != nil {
+			return []error{fmt.Errorf("line %d: %s: %q: %w", n.Line, path, n.Value, err)}, true
+		}
+		return nil, false
+	}
+	switch t.Kind() {
+	case reflect.String:
+		if n.Kind == yaml.ScalarNode && n.ShortTag() != "!!str" {
+			errs = append(errs, fmt.Errorf("line %d: %q is a %s, not a string: quote it", n.Line, n.Value, n.ShortTag()))
+			n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
+		}
+	case reflect.Struct, reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return nil, false
+		}
+		for i := 0; i+1 < len(n.Content); {
+			key := n.Content[i].Value
+			ft, ok := t, true
+			if t.Kind() == reflect.Map {
+				ft = t.Elem()
+			} else {
+				ft, ok = jsonField(t, key)
+			}
+			if ok {
+				e, d := walkScalars(n.Content[i+1], ft, joinPath(path, key))
+				errs = append(errs, e...)
+				if d {
+					n.Content = slices.Delete(n.Content, i, i+2)
+					continue
+				}
+			}
+			i += 2
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode || t.Elem().Kind() == reflect.Uint8 { // []byte is base64 text
+			return nil, false
+		}
+		for i := 0; i < len(n.Content); {
+			e, d := walkScalars(n.Content[i], t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			errs = append(errs, e...)
+			if d {
+				n.Content = slices.Delete(n.Content, i, i+1)
+				continue
+			}
+			i++
+		}
+	}
+	return errs, false
+}
+
+// jsonField returns the type of the field of struct t whose JSON name is
+// name, looking into inlined structs (metav1.TypeMeta, corev1.VolumeSource).
+func jsonField(t reflect.Type, name string) (reflect.Type, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == "-" || !f.IsExported() {
+			continue
+		}
+		if tag == "" && (f.Anonymous || slices.Contains(strings.Split(opts, ","), "inline")) {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				if inner, ok := jsonField(ft, name); ok {
+					return inner, true
+				}
+			}
+			continue
+		}
+		if cmp.Or(tag, f.Name) == name {
+			return f.Type, true
+		}
+	}
+	return nil, false
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
 }
 
 // duplicateKeys reports a mapping key given twice anywhere under n, which
@@ -423,7 +376,7 @@ func parseKustomization(src string) (kustomization, error) {
 // kubeSummary is what checkKubernetes learnt, for cross-checks.
 type kubeSummary struct {
 	objects   []kubeObject // those kustomization.yaml applies
-	httpsPort int          // the server container's port named https
+	httpsPort int32        // the server container's port named https
 }
 
 // checkKubernetes reports every problem with the manifests of one
@@ -474,20 +427,18 @@ func checkKubernetes(files map[string]string) (kubeSummary, error) {
 		return sum, errors.Join(errs...)
 	}
 	dep := byKind["Deployment"][0]
-	var d deploymentSpec
-	if usable, err := decodeLenient(&dep.Spec, &d); !usable {
-		return sum, errors.Join(append(errs, fmt.Errorf("%v: spec: %w", dep, err))...)
-	} else if err != nil {
-		errs = append(errs, fmt.Errorf("%v: spec: %w", dep, err))
+	d, ok := dep.Object.(*appsv1.Deployment)
+	if !ok { // another apiVersion, reported by checkObjects
+		return sum, errors.Join(errs...)
 	}
-	port, err := checkDeployment(dep, d, all)
+	port, err := checkDeployment(dep, d.Spec, all)
 	sum.httpsPort = port
 	errs = append(errs, err)
-	pod := d.Template.Spec
-	podLabels := d.Template.Metadata.Labels
-	replicas := 1
-	if d.Replicas != nil {
-		replicas = *d.Replicas
+	pod := d.Spec.Template.Spec
+	podLabels := d.Spec.Template.Labels
+	replicas := int32(1)
+	if d.Spec.Replicas != nil {
+		replicas = *d.Spec.Replicas
 	}
 	for _, svc := range byKind["Service"] {
 		errs = append(errs, checkService(svc, podLabels, pod))
@@ -585,22 +536,22 @@ func checkObjects(k kustomization, objs []kubeObject) error {
 
 // checkDeployment checks the server's Deployment and returns its container
 // port named https.
-func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, error) {
+func checkDeployment(dep kubeObject, d appsv1.DeploymentSpec, all []kubeObject) (int32, error) {
 	var errs []error
 	fail := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%v: "+format, append([]any{dep}, args...)...))
 	}
-	replicas := 1
+	replicas := int32(1)
 	if d.Replicas != nil {
 		replicas = *d.Replicas
 	}
 	if replicas < 2 {
 		fail("replicas %d; want at least 2, so that one node or rollout does not stop address allocation", replicas)
 	}
-	labels := d.Template.Metadata.Labels
-	if d.Selector.empty() {
+	labels := d.Template.Labels
+	if d.Selector == nil || len(d.Selector.MatchLabels) == 0 && len(d.Selector.MatchExpressions) == 0 {
 		fail("spec.selector is empty")
-	} else if !d.Selector.matches(labels) {
+	} else if !selects(d.Selector, labels) {
 		fail("spec.selector does not select the pod template's labels %v", labels)
 	}
 	pod := d.Template.Spec
@@ -616,7 +567,7 @@ func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, e
 		case i < 0:
 			fail("serviceAccountName %q names no ServiceAccount here", pod.ServiceAccountName)
 		case isFalse(pod.AutomountServiceAccountToken):
-		case pod.AutomountServiceAccountToken == nil && isFalse(all[i].AutomountServiceAccountToken):
+		case pod.AutomountServiceAccountToken == nil && isFalse(serviceAccountAutomount(all[i])):
 		default:
 			fail("mounts a service account token, which the server never uses: set automountServiceAccountToken: false")
 		}
@@ -654,7 +605,7 @@ func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, e
 	}
 
 	// Ports: the server listens on the one named https.
-	httpsPort := 0
+	var httpsPort int32
 	names := map[string]bool{}
 	for _, p := range c.Ports {
 		if p.Name != "" && names[p.Name] {
@@ -669,14 +620,14 @@ func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, e
 		failC("no container port named https")
 	} else if _, lp, err := splitHostPort(cmp.Or(env["IPAM_LISTEN"], defaultListen)); err != nil {
 		failC("IPAM_LISTEN: %v", err)
-	} else if lp != strconv.Itoa(httpsPort) {
+	} else if lp != strconv.Itoa(int(httpsPort)) {
 		failC("IPAM_LISTEN %q listens on port %s, but the container port named https is %d", cmp.Or(env["IPAM_LISTEN"], defaultListen), lp, httpsPort)
 	}
 
 	// Probes.
 	for _, p := range []struct {
 		field, want string
-		probe       *probe
+		probe       *corev1.Probe
 	}{
 		{"startupProbe", "/healthz", c.StartupProbe},
 		{"livenessProbe", "/healthz", c.LivenessProbe},
@@ -702,8 +653,12 @@ func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, e
 
 	// Termination: the preStop sleep, then SIGTERM and the server's drain,
 	// all within the grace period.
-	preStop := 0
-	switch ps := c.Lifecycle.PreStop; {
+	var preStop int64
+	var ps *corev1.LifecycleHandler
+	if c.Lifecycle != nil {
+		ps = c.Lifecycle.PreStop
+	}
+	switch {
 	case ps == nil:
 		failC("no preStop sleep: requests still routed to a terminating pod would fail")
 	case ps.Exec != nil:
@@ -719,7 +674,7 @@ func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, e
 			failC("IPAM_SHUTDOWN_TIMEOUT %q is not a positive duration", v)
 		}
 	}
-	grace := defaultGracePeriod
+	grace := int64(defaultGracePeriod)
 	if pod.TerminationGracePeriodSeconds != nil {
 		grace = *pod.TerminationGracePeriodSeconds
 	}
@@ -734,19 +689,22 @@ func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, e
 	// Spread across nodes.
 	spread := false
 	for i, tsc := range pod.TopologySpreadConstraints {
-		if !tsc.LabelSelector.matches(labels) {
+		if !selects(tsc.LabelSelector, labels) {
 			fail("topologySpreadConstraints[%d] (%s): labelSelector does not select the pods", i, tsc.TopologyKey)
 		} else if tsc.TopologyKey == hostnameKey {
 			spread = true
 		}
 	}
-	aa := pod.Affinity.PodAntiAffinity
-	terms := slices.Clone(aa.Required)
-	for _, p := range aa.Preferred {
-		terms = append(terms, p.PodAffinityTerm)
+	var terms []corev1.PodAffinityTerm
+	if pod.Affinity != nil && pod.Affinity.PodAntiAffinity != nil {
+		aa := pod.Affinity.PodAntiAffinity
+		terms = slices.Clone(aa.RequiredDuringSchedulingIgnoredDuringExecution)
+		for _, p := range aa.PreferredDuringSchedulingIgnoredDuringExecution {
+			terms = append(terms, p.PodAffinityTerm)
+		}
 	}
 	for i, term := range terms {
-		if !term.LabelSelector.matches(labels) {
+		if !selects(term.LabelSelector, labels) {
 			fail("podAntiAffinity term %d (%s): labelSelector does not select the pods", i, term.TopologyKey)
 		} else if term.TopologyKey == hostnameKey {
 			spread = true
@@ -757,14 +715,14 @@ func checkDeployment(dep kubeObject, d deploymentSpec, all []kubeObject) (int, e
 	}
 
 	// Prometheus scraping.
-	ann := d.Template.Metadata.Annotations
+	ann := d.Template.Annotations
 	if ann["prometheus.io/scrape"] != "true" {
 		fail(`pod annotation prometheus.io/scrape is %q; want "true"`, ann["prometheus.io/scrape"])
 	}
 	if ann["prometheus.io/path"] != "/metrics" {
 		fail(`pod annotation prometheus.io/path is %q; want "/metrics"`, ann["prometheus.io/path"])
 	}
-	if p := string(ann["prometheus.io/port"]); httpsPort != 0 && p != strconv.Itoa(httpsPort) {
+	if p := ann["prometheus.io/port"]; httpsPort != 0 && p != strconv.Itoa(int(httpsPort)) {
 		fail("pod annotation prometheus.io/port is %q; want the https port %d", p, httpsPort)
 	}
 	if ann["prometheus.io/scheme"] != "https" {
@@ -790,7 +748,7 @@ func prefixErr(prefix string, err error) error {
 // checkEnv checks the container's environment: only variables the server
 // reads, each once, and the database URL from a Secret documented here. It
 // returns the literal values.
-func checkEnv(c container, all []kubeObject) (map[string]string, error) {
+func checkEnv(c corev1.Container, all []kubeObject) (map[string]string, error) {
 	var errs []error
 	env := map[string]string{}
 	seen := map[string]bool{}
@@ -805,11 +763,11 @@ func checkEnv(c container, all []kubeObject) (map[string]string, error) {
 			errs = append(errs, fmt.Errorf("env %q is not one the server reads (%v)", e.Name, serverEnv))
 		}
 		seen[e.Name] = true
-		if e.Value != nil {
-			env[e.Name] = string(*e.Value)
+		if e.ValueFrom == nil {
+			env[e.Name] = e.Value
 		}
 	}
-	i := slices.IndexFunc(c.Env, func(e envVar) bool { return e.Name == "IPAM_DATABASE_URL" })
+	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "IPAM_DATABASE_URL" })
 	if i < 0 {
 		return env, errors.Join(append(errs, errors.New("no IPAM_DATABASE_URL: the image has no PostgreSQL"))...)
 	}
@@ -825,11 +783,8 @@ func checkEnv(c container, all []kubeObject) (map[string]string, error) {
 	if j < 0 {
 		return env, errors.Join(append(errs, fmt.Errorf("IPAM_DATABASE_URL comes from Secret %q, which no file here (%s) documents", ref.Name, "secret"+exampleSuffix))...)
 	}
-	s := all[j]
-	_, inData := s.Data[ref.Key]
-	_, inStringData := s.StringData[ref.Key]
-	if !inData && !inStringData {
-		errs = append(errs, fmt.Errorf("IPAM_DATABASE_URL comes from key %q of Secret %q, which %s does not hold", ref.Key, ref.Name, s.file))
+	if !secretHolds(all[j], ref.Key) {
+		errs = append(errs, fmt.Errorf("IPAM_DATABASE_URL comes from key %q of Secret %q, which %s does not hold", ref.Key, ref.Name, all[j].file))
 	}
 	return env, errors.Join(errs...)
 }
@@ -837,9 +792,9 @@ func checkEnv(c container, all []kubeObject) (map[string]string, error) {
 // checkTLS checks that the server speaks mutual TLS: IPAM_INSECURE_HTTP
 // unset, and each of tlsEnv a file of a read-only mount of the Secret
 // tlsSecretName, which a file here documents with that key.
-func checkTLS(c container, pod podSpec, env map[string]string, all []kubeObject) error {
+func checkTLS(c corev1.Container, pod corev1.PodSpec, env map[string]string, all []kubeObject) error {
 	var errs []error
-	if slices.ContainsFunc(c.Env, func(e envVar) bool { return e.Name == "IPAM_INSECURE_HTTP" }) {
+	if slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "IPAM_INSECURE_HTTP" }) {
 		errs = append(errs, errors.New("IPAM_INSECURE_HTTP is set: the API would be served over plain HTTP without authentication"))
 	}
 	j := slices.IndexFunc(all, func(o kubeObject) bool { return o.Kind == "Secret" && o.Metadata.Name == tlsSecretName })
@@ -856,13 +811,8 @@ func checkTLS(c container, pod podSpec, env map[string]string, all []kubeObject)
 		if err := checkSecretFile(c, pod, file, key); err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: %w", name, file, err))
 		}
-		if j >= 0 {
-			s := all[j]
-			_, inData := s.Data[key]
-			_, inStringData := s.StringData[key]
-			if !inData && !inStringData {
-				errs = append(errs, fmt.Errorf("%s reads key %q of Secret %q, which %s does not hold", name, key, tlsSecretName, s.file))
-			}
+		if j >= 0 && !secretHolds(all[j], key) {
+			errs = append(errs, fmt.Errorf("%s reads key %q of Secret %q, which %s does not hold", name, key, tlsSecretName, all[j].file))
 		}
 	}
 	return errors.Join(errs...)
@@ -870,7 +820,7 @@ func checkTLS(c container, pod podSpec, env map[string]string, all []kubeObject)
 
 // checkSecretFile checks that file is key of the Secret tlsSecretName, as
 // mounted read-only (the whole Secret, not optional) into c.
-func checkSecretFile(c container, pod podSpec, file, key string) error {
+func checkSecretFile(c corev1.Container, pod corev1.PodSpec, file, key string) error {
 	if !filepath.IsAbs(file) {
 		return errors.New("not an absolute path")
 	}
@@ -882,7 +832,7 @@ func checkSecretFile(c container, pod podSpec, file, key string) error {
 		if m.SubPath != "" {
 			return fmt.Errorf("is under the mount of volume %q at %s, which has a subPath", m.Name, m.MountPath)
 		}
-		i := slices.IndexFunc(pod.Volumes, func(v kubeVolume) bool { return v.Name == m.Name })
+		i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
 		switch {
 		case i < 0:
 			return fmt.Errorf("is under the mount %s of volume %q, which the pod does not define", m.MountPath, m.Name)
@@ -912,34 +862,31 @@ func checkSecretFile(c container, pod podSpec, file, key string) error {
 }
 
 // findPort checks that v names (or, unless byName, numbers) a port of c.
-func findPort(c container, v intOrString, byName bool) error {
+func findPort(c corev1.Container, v intstr.IntOrString, byName bool) error {
+	isInt := v.Type == intstr.Int
 	var names []string
 	for _, p := range c.Ports {
 		names = append(names, p.Name)
-		if !v.IsInt && p.Name == v.Str || v.IsInt && !byName && p.ContainerPort == v.Int {
+		if !isInt && p.Name == v.StrVal || isInt && !byName && p.ContainerPort == v.IntVal {
 			return nil
 		}
 	}
-	if v.IsInt && byName {
-		return fmt.Errorf("%d is a number; name a container port (%v) so that the two cannot drift apart", v.Int, names)
+	if isInt && byName {
+		return fmt.Errorf("%d is a number; name a container port (%v) so that the two cannot drift apart", v.IntVal, names)
 	}
-	return fmt.Errorf("%v names no port of container %q (%v)", v, c.Name, names)
+	name := strconv.Itoa(int(v.IntVal))
+	if !isInt {
+		name = strconv.Quote(v.StrVal)
+	}
+	return fmt.Errorf("%s names no port of container %q (%v)", name, c.Name, names)
 }
 
 // checkSecurity checks a container's effective security context: the
 // pod's, with the container's fields taking precedence.
-func checkSecurity(pod, c securityContext) error {
+func checkSecurity(pod *corev1.PodSecurityContext, c *corev1.SecurityContext) error {
 	var errs []error
-	runAsNonRoot, runAsUser, seccomp := c.RunAsNonRoot, c.RunAsUser, c.SeccompProfile.Type
-	if runAsNonRoot == nil {
-		runAsNonRoot = pod.RunAsNonRoot
-	}
-	if runAsUser == nil {
-		runAsUser = pod.RunAsUser
-	}
-	if seccomp == "" {
-		seccomp = pod.SeccompProfile.Type
-	}
+	pod, c = cmp.Or(pod, &corev1.PodSecurityContext{}), cmp.Or(c, &corev1.SecurityContext{})
+	runAsNonRoot, runAsUser, seccomp := cmp.Or(c.RunAsNonRoot, pod.RunAsNonRoot), cmp.Or(c.RunAsUser, pod.RunAsUser), cmp.Or(c.SeccompProfile, pod.SeccompProfile)
 	if !isTrue(runAsNonRoot) {
 		errs = append(errs, errors.New("runAsNonRoot is not true"))
 	}
@@ -949,8 +896,12 @@ func checkSecurity(pod, c securityContext) error {
 	case *runAsUser == 0:
 		errs = append(errs, errors.New("runAsUser is 0 (root)"))
 	}
-	if seccomp != "RuntimeDefault" {
-		errs = append(errs, fmt.Errorf("seccompProfile.type %q; want RuntimeDefault", seccomp))
+	if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		var typ corev1.SeccompProfileType
+		if seccomp != nil {
+			typ = seccomp.Type
+		}
+		errs = append(errs, fmt.Errorf("seccompProfile.type %q; want RuntimeDefault", typ))
 	}
 	if !isTrue(c.ReadOnlyRootFilesystem) {
 		errs = append(errs, errors.New("readOnlyRootFilesystem is not true"))
@@ -961,21 +912,26 @@ func checkSecurity(pod, c securityContext) error {
 	if isTrue(c.Privileged) {
 		errs = append(errs, errors.New("privileged"))
 	}
-	if !slices.Contains(c.Capabilities.Drop, "ALL") {
-		errs = append(errs, fmt.Errorf("capabilities.drop %v does not drop ALL", c.Capabilities.Drop))
+	caps := cmp.Or(c.Capabilities, &corev1.Capabilities{})
+	if !slices.Contains(caps.Drop, "ALL") {
+		errs = append(errs, fmt.Errorf("capabilities.drop %v does not drop ALL", caps.Drop))
 	}
-	if len(c.Capabilities.Add) > 0 {
-		errs = append(errs, fmt.Errorf("capabilities.add %v: the server needs none", c.Capabilities.Add))
+	if len(caps.Add) > 0 {
+		errs = append(errs, fmt.Errorf("capabilities.add %v: the server needs none", caps.Add))
 	}
 	return errors.Join(errs...)
 }
 
 // checkResources checks that the container requests CPU and memory, has a
-// memory limit, and requests no more than its limits.
-func checkResources(c container) error {
+// memory limit, and requests no more than its limits. (parseManifest has
+// already refused a value that is not a quantity.)
+func checkResources(c corev1.Container) error {
 	var errs []error
 	req, lim := c.Resources.Requests, c.Resources.Limits
-	for _, need := range []struct{ kind, name string }{{"requests", "cpu"}, {"requests", "memory"}, {"limits", "memory"}} {
+	for _, need := range []struct {
+		kind string
+		name corev1.ResourceName
+	}{{"requests", corev1.ResourceCPU}, {"requests", corev1.ResourceMemory}, {"limits", corev1.ResourceMemory}} {
 		m := req
 		if need.kind == "limits" {
 			m = lim
@@ -984,66 +940,30 @@ func checkResources(c container) error {
 			errs = append(errs, fmt.Errorf("resources.%s.%s is unset", need.kind, need.name))
 		}
 	}
-	for _, kind := range []string{"requests", "limits"} {
-		m := req
-		if kind == "limits" {
-			m = lim
-		}
-		for _, name := range slices.Sorted(maps.Keys(m)) {
-			if _, err := parseQuantity(m[name]); err != nil {
-				errs = append(errs, fmt.Errorf("resources.%s.%s: %w", kind, name, err))
-			}
-		}
-	}
 	for _, name := range slices.Sorted(maps.Keys(lim)) {
-		r, okR := req[name]
-		rq, errR := parseQuantity(r)
-		lq, errL := parseQuantity(lim[name])
-		if okR && errR == nil && errL == nil && rq > lq {
-			errs = append(errs, fmt.Errorf("resources.requests.%s %s is more than its limit %s", name, r, lim[name]))
+		r, l := req[name], lim[name]
+		if _, ok := req[name]; ok && r.Cmp(l) > 0 {
+			errs = append(errs, fmt.Errorf("resources.requests.%s %s is more than its limit %s", name, r.String(), l.String()))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-var quantityRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(n|u|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$`)
-
-// parseQuantity parses a Kubernetes quantity (250m, 1.5, 256Mi, 1G).
-func parseQuantity(s string) (float64, error) {
-	m := quantityRE.FindStringSubmatch(s)
-	if m == nil {
-		return 0, fmt.Errorf("%q is not a quantity (250m, 2, 256Mi)", s)
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		return 0, err
-	}
-	mult := map[string]float64{
-		"": 1, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-		"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60,
-	}[m[2]]
-	return v * mult, nil
-}
-
 // checkService checks that a Service is a ClusterIP one that selects the
 // server's pods and targets their named ports.
-func checkService(svc kubeObject, podLabels map[string]str, pod podSpec) error {
-	var s serviceSpec
-	usable, err := decodeLenient(&svc.Spec, &s)
-	if !usable {
-		return fmt.Errorf("%v: spec: %w", svc, err)
+func checkService(svc kubeObject, podLabels map[string]string, pod corev1.PodSpec) error {
+	o, ok := svc.Object.(*corev1.Service)
+	if !ok {
+		return nil // another apiVersion, reported by checkObjects
 	}
+	s := o.Spec
 	errs := []error{}
-	if err != nil {
-		errs = append(errs, fmt.Errorf("%v: spec: %w", svc, err))
-	}
-	if s.Type != "" && s.Type != "ClusterIP" {
+	if s.Type != "" && s.Type != corev1.ServiceTypeClusterIP {
 		errs = append(errs, fmt.Errorf("%v: type %s; want ClusterIP (in-cluster callers only)", svc, s.Type))
 	}
-	sel := labelSelector{MatchLabels: s.Selector}
 	if len(s.Selector) == 0 {
 		errs = append(errs, fmt.Errorf("%v has no selector", svc))
-	} else if !sel.matches(podLabels) {
+	} else if !labels.SelectorFromSet(s.Selector).Matches(labels.Set(podLabels)) {
 		errs = append(errs, fmt.Errorf("%v: selector %v does not select the Deployment's pods %v", svc, s.Selector, podLabels))
 	}
 	if len(s.Ports) == 0 {
@@ -1051,10 +971,10 @@ func checkService(svc kubeObject, podLabels map[string]str, pod podSpec) error {
 	}
 	for _, p := range s.Ports {
 		switch {
-		case p.TargetPort == nil:
+		case p.TargetPort == intstr.IntOrString{}:
 			errs = append(errs, fmt.Errorf("%v: port %d has no targetPort: name a container port", svc, p.Port))
 		case len(pod.Containers) == 1:
-			if err := findPort(pod.Containers[0], *p.TargetPort, true); err != nil {
+			if err := findPort(pod.Containers[0], p.TargetPort, true); err != nil {
 				errs = append(errs, fmt.Errorf("%v: port %d targetPort: %w", svc, p.Port, err))
 			}
 		}
@@ -1064,32 +984,50 @@ func checkService(svc kubeObject, podLabels map[string]str, pod podSpec) error {
 
 // checkPDB checks that a PodDisruptionBudget selects the server's pods and
 // lets at least one of them be evicted.
-func checkPDB(pdb kubeObject, podLabels map[string]str, replicas int) error {
-	var s pdbSpec
-	usable, err := decodeLenient(&pdb.Spec, &s)
-	if !usable {
-		return fmt.Errorf("%v: spec: %w", pdb, err)
+func checkPDB(pdb kubeObject, podLabels map[string]string, replicas int32) error {
+	o, ok := pdb.Object.(*policyv1.PodDisruptionBudget)
+	if !ok {
+		return nil // another apiVersion, reported by checkObjects
 	}
+	s := o.Spec
 	errs := []error{}
-	if err != nil {
-		errs = append(errs, fmt.Errorf("%v: spec: %w", pdb, err))
-	}
-	if s.Selector.empty() {
+	if s.Selector == nil || len(s.Selector.MatchLabels) == 0 && len(s.Selector.MatchExpressions) == 0 {
 		errs = append(errs, fmt.Errorf("%v has no selector (it would cover every pod of the namespace)", pdb))
-	} else if !s.Selector.matches(podLabels) {
+	} else if !selects(s.Selector, podLabels) {
 		errs = append(errs, fmt.Errorf("%v: selector does not select the Deployment's pods %v", pdb, podLabels))
 	}
+	minInt := s.MinAvailable != nil && s.MinAvailable.Type == intstr.Int
 	switch {
 	case s.MinAvailable == nil && s.MaxUnavailable == nil:
 		errs = append(errs, fmt.Errorf("%v has neither minAvailable nor maxUnavailable", pdb))
 	case s.MinAvailable != nil && s.MaxUnavailable != nil:
 		errs = append(errs, fmt.Errorf("%v has both minAvailable and maxUnavailable", pdb))
-	case s.MinAvailable != nil && s.MinAvailable.IsInt && s.MinAvailable.Int >= replicas:
-		errs = append(errs, fmt.Errorf("%v: minAvailable %d of %d replicas: no pod could ever be evicted, and node drains would hang", pdb, s.MinAvailable.Int, replicas))
-	case s.MinAvailable != nil && s.MinAvailable.IsInt && s.MinAvailable.Int < 1:
-		errs = append(errs, fmt.Errorf("%v: minAvailable %d protects nothing", pdb, s.MinAvailable.Int))
+	case minInt && s.MinAvailable.IntVal >= replicas:
+		errs = append(errs, fmt.Errorf("%v: minAvailable %d of %d replicas: no pod could ever be evicted, and node drains would hang", pdb, s.MinAvailable.IntVal, replicas))
+	case minInt && s.MinAvailable.IntVal < 1:
+		errs = append(errs, fmt.Errorf("%v: minAvailable %d protects nothing", pdb, s.MinAvailable.IntVal))
 	}
 	return errors.Join(errs...)
+}
+
+// serviceAccountAutomount returns a ServiceAccount's
+// automountServiceAccountToken (nil for another object).
+func serviceAccountAutomount(o kubeObject) *bool {
+	if sa, ok := o.Object.(*corev1.ServiceAccount); ok {
+		return sa.AutomountServiceAccountToken
+	}
+	return nil
+}
+
+// secretHolds reports whether a Secret has key in data or stringData.
+func secretHolds(o kubeObject, key string) bool {
+	s, ok := o.Object.(*corev1.Secret)
+	if !ok {
+		return false
+	}
+	_, inData := s.Data[key]
+	_, inStringData := s.StringData[key]
+	return inData || inStringData
 }
 
 // ---------------------------------------------------------------------------
@@ -1359,6 +1297,13 @@ func TestCheckKubernetesFindsProblems(t *testing.T) {
 		{name: "empty manifest", edits: []kubeEdit{{svc, "", "# nothing\n"}}, wantErr: "service.yaml holds no object"},
 		{name: "bool annotation", edits: []kubeEdit{{dep, `prometheus.io/scrape: "true"`, "prometheus.io/scrape: true"}}, wantErr: `"true" is a !!bool, not a string`},
 		{name: "number as env value", edits: []kubeEdit{{dep, "value: 20s", "value: 20"}}, wantErr: `"20" is a !!int, not a string`},
+		{name: "misspelt field", edits: []kubeEdit{{dep, "readOnlyRootFilesystem: true", "readOnlyRootFileSystem: true"}},
+			wantErr: `unknown field "spec.template.spec.containers[0].securityContext.readOnlyRootFileSystem"`},
+		{name: "field given twice in a flow mapping", edits: []kubeEdit{{dep, "{path: /readyz, port: https,", "{path: /readyz, path: /healthz, port: https,"}},
+			wantErr: `key "path" already given`},
+		{name: "string as replicas", edits: []kubeEdit{{dep, "replicas: 2", `replicas: "2"`}}, wantErr: "cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"},
+		{name: "bool as a port", edits: []kubeEdit{{svc, "targetPort: https", "targetPort: true"}}, wantErr: `line 12: spec.ports[0].targetPort: "true"`},
+		{name: "negative quantity", edits: []kubeEdit{{dep, "cpu: 250m", "cpu: -1"}}, wantErr: `spec.template.spec.containers[0].resources.requests.cpu: "-1" is negative`},
 
 		// The kustomization.
 		{name: "no kustomization", edits: []kubeEdit{{kus, "", ""}}, wantErr: "no kustomization.yaml"},
@@ -1509,29 +1454,7 @@ func TestCheckKubernetesFindsProblems(t *testing.T) {
 				}
 			}
 			_, err := checkKubernetes(files)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("checkKubernetes: %v; want no error", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("checkKubernetes: %v; want an error containing %q", err, tt.wantErr)
-			}
+			wantError(t, "checkKubernetes", err, tt.wantErr)
 		})
-	}
-}
-
-func TestParseQuantity(t *testing.T) {
-	good := map[string]float64{"250m": 0.25, "2": 2, "1.5": 1.5, "256Mi": 256 << 20, "1G": 1e9, ".5": 0.5}
-	for s, want := range good {
-		if got, err := parseQuantity(s); err != nil || got != want {
-			t.Errorf("parseQuantity(%q) = %v, %v; want %v", s, got, err, want)
-		}
-	}
-	for _, s := range []string{"", "256MB", "-1", "1.2.3", "Mi", "1 Gi"} {
-		if _, err := parseQuantity(s); err == nil {
-			t.Errorf("parseQuantity(%q) succeeded; want an error", s)
-		}
 	}
 }

@@ -897,6 +897,21 @@ func fakeRepo(t *testing.T) string {
 	return root
 }
 
+// wantError fails t unless err is what want says: nil when want is "",
+// else an error whose text contains want. call names the call checked.
+func wantError(t *testing.T, call string, err error, want string) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatalf("%s: %v; want no error", call, err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("%s: %v; want an error containing %q", call, err, want)
+	}
+}
+
 // edit applies old -> new replacements to src, failing the test when an old
 // text is absent, so that no case silently tests the unchanged input.
 func edit(t *testing.T, src string, replacements ...string) string {
@@ -951,15 +966,7 @@ func TestCheckComposeFindsProblems(t *testing.T) {
 				t.Fatalf("parse: %v", err)
 			}
 			err = checkCompose(c, root)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("checkCompose: %v; want no error", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("checkCompose: %v; want an error containing %q", err, tt.wantErr)
-			}
+			wantError(t, "checkCompose", err, tt.wantErr)
 		})
 	}
 }
@@ -1052,15 +1059,7 @@ func TestCheckDockerfileFindsProblems(t *testing.T) {
 				t.Fatalf("parse: %v", err)
 			}
 			_, err = checkDockerfile(instrs, root)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("checkDockerfile: %v; want no error", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("checkDockerfile: %v; want an error containing %q", err, tt.wantErr)
-			}
+			wantError(t, "checkDockerfile", err, tt.wantErr)
 		})
 	}
 }

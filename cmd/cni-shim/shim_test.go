@@ -43,10 +43,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shimBin = bin
-	pgtest.Main(m, func(ctx context.Context, conn string) error {
-		_, err := store.Migrate(ctx, conn)
-		return err
-	})
+	pgtest.Main(m, pgtest.Migrate)
 }
 
 // buildShim builds the plugin next to the test binary: under go test that

@@ -175,8 +175,8 @@ func (c config) Validate() error {
 
 // defaultRunsAt32 and defaultRunsElse are the runs per level without
 // -runs: the targets are judged at 32 clients, so that level gets a median
-// of three and the others one run each (the defaults then take about 12
-// minutes on two cores).
+// of three and the others one run each (docs/performance.md says how long
+// the defaults take).
 const (
 	defaultRunsAt32 = 3
 	defaultRunsElse = 1

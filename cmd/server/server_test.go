@@ -18,14 +18,10 @@ import (
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/pgtest"
-	"github.com/ipam-dev/ipam/internal/store"
 )
 
 func TestMain(m *testing.M) {
-	pgtest.Main(m, func(ctx context.Context, conn string) error {
-		_, err := store.Migrate(ctx, conn)
-		return err
-	})
+	pgtest.Main(m, pgtest.Migrate)
 }
 
 // startServer runs one server instance (the real run function, with flags)

@@ -22,31 +22,11 @@ import (
 	"github.com/ipam-dev/ipam/internal/pgtest"
 	"github.com/ipam-dev/ipam/internal/store"
 	"github.com/ipam-dev/ipam/internal/telemetry"
+	"github.com/ipam-dev/ipam/internal/testclock"
 )
 
 func TestMain(m *testing.M) {
-	pgtest.Main(m, func(ctx context.Context, connString string) error {
-		_, err := store.Migrate(ctx, connString)
-		return err
-	})
-}
-
-// clock is a controllable time source for the store.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+	pgtest.Main(m, pgtest.Migrate)
 }
 
 // env is one test's API server over a real store on a database of its own.
@@ -56,7 +36,7 @@ type env struct {
 	store   *store.Store
 	srv     *httptest.Server
 	client  *ipamv1.ClientWithResponses
-	clock   *clock
+	clock   *testclock.Clock
 	logs    *syncBuffer // everything the handler logged, debug level and up
 	db      *pgx.Conn   // for snapshots
 	metrics *telemetry.Metrics
@@ -79,7 +59,7 @@ func newEnv(t *testing.T, wrap func(*store.Store) Stores) *env {
 func newEnvWith(t *testing.T, wrap func(*store.Store) Stores, opts func(*store.Options)) *env {
 	t.Helper()
 	conn := pgtest.NewDatabase(t)
-	clk := &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clk := testclock.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	o := store.Options{
 		LeaseExpiry:       testLeaseExpiry,
 		Cooldown:          testCooldown,

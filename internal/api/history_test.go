@@ -148,7 +148,7 @@ func TestAddressHistoryOfAReusedAddress(t *testing.T) {
 	m := newMTLS(t, e, []string{"node-a", "node-b"}, []string{"ops"})
 	const addr = "10.0.3.7"
 	t0 := e.clock.Now()
-	at := func(d time.Duration) { e.clock.now = t0.Add(d) } // test goroutine only; no request in flight
+	at := func(d time.Duration) { e.clock.Set(t0.Add(d)) }
 	lease := func(actor, node, container, owner string) {
 		t.Helper()
 		ns, name, _ := strings.Cut(owner, "/")

@@ -28,10 +28,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(operatorProcessEnv); spec != "" {
 		runOperatorProcess(spec)
 	}
-	pgtest.Main(m, func(ctx context.Context, conn string) error {
-		_, err := store.Migrate(ctx, conn)
-		return err
-	})
+	pgtest.Main(m, pgtest.Migrate)
 }
 
 // crdEnv is one scenario's world: a real API server with Cilium's CRDs,
@@ -191,8 +188,8 @@ func TestCRDNewNodeGetsItsPreAllocation(t *testing.T) {
 	// The clock starts once the operator leads, its caches synced, and its
 	// watch delivers events: the API server holds the first events of a
 	// watch opened on a just-created resource until its watch cache is
-	// fresh (up to about 2 s here), which a long-running operator never
-	// sees. A first node takes that wait.
+	// fresh, which a long-running operator never sees. A first node takes
+	// that wait.
 	e.eventually(15*time.Second, "serving", func() (bool, string) { return e.op.Serving(), "not serving" })
 	warm := newAgent(t, e.client, "node-warm-up", 15*time.Second)
 	if err := warm.create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: 1}, nil); err != nil {

@@ -25,7 +25,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ipam-dev/ipam/internal/pgtest"
-	"github.com/ipam-dev/ipam/internal/store"
 )
 
 // serverBin is the ipam-server binary TestMain builds.
@@ -38,10 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	serverBin = bin
-	pgtest.Main(m, func(ctx context.Context, conn string) error {
-		_, err := store.Migrate(ctx, conn)
-		return err
-	})
+	pgtest.Main(m, pgtest.Migrate)
 }
 
 // buildServer builds cmd/server next to the test binary: under go test that

@@ -11,8 +11,8 @@
 //	c.InstallCiliumCRDs(t)
 //	cs := cilium.NewForConfigOrDie(c.Config())
 //
-// or, to pay the start (about 3 s) once per test binary, the tests of a
-// package share one:
+// or, to pay the start once per test binary, the tests of a package share
+// one:
 //
 //	c := kubetest.Shared(t) // started at the first call
 //

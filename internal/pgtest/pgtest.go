@@ -1,9 +1,10 @@
 // Package pgtest gives every database test its own PostgreSQL database,
 // cloned from a template database that is migrated once per test binary.
 //
-// A package with database tests calls Main from its TestMain:
+// A package with database tests calls Main from its TestMain, with Migrate
+// for the service's schema:
 //
-//	func TestMain(m *testing.M) { pgtest.Main(m, migrations.Up) }
+//	func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Migrate) }
 //
 // and each test asks for a database of its own:
 //

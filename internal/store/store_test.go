@@ -15,41 +15,24 @@ import (
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pgtest"
+	"github.com/ipam-dev/ipam/internal/testclock"
 	"github.com/ipam-dev/ipam/migrations"
 )
 
 func TestMain(m *testing.M) {
-	pgtest.Main(m, func(ctx context.Context, conn string) error {
-		_, err := Migrate(ctx, conn)
-		return err
-	})
+	pgtest.Main(m, pgtest.Migrate)
 }
 
-// clock is a controllable time source.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newClock returns the fixtures' clock, at a fixed start.
+func newClock() *testclock.Clock {
+	return testclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 }
 
 type fixture struct {
 	t     *testing.T
 	ctx   context.Context
 	conn  string
-	clock *clock
+	clock *testclock.Clock
 	opts  Options
 	s     *Store
 }

@@ -27,13 +27,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	pgtest.Main(m, func(ctx context.Context, conn string) error {
-		_, err := store.Migrate(ctx, conn)
-		return err
-	})
+	pgtest.Main(m, pgtest.Migrate)
 }
 
-// Versions of the reference tools, as the issue names them.
+// Versions of the reference CNI plugins and of cnitool, built from the Go
+// module proxy.
 const (
 	pluginsModule = "github.com/containernetworking/plugins/plugins/main/%s@v1.10.0"
 	cnitoolModule = "github.com/containernetworking/cni/cnitool@v1.3.0"
