@@ -178,7 +178,7 @@ func (s *Store) reserveTx(ctx context.Context, tx querier, space, node string, n
 		// nodes_space_name_key, which inTx retries.
 		err = tx.QueryRow(ctx, `INSERT INTO nodes (space, name, labels, cilium_crd, created_at, updated_at)
 			VALUES ($1, $2, $3, true, $4, $4) RETURNING id`, space, node, labelsOrEmpty(nodeLabels), now).Scan(&nodeID)
-		if code, constraint := pgCode(err); code == codeForeignKey && constraint == "nodes_space_fkey" {
+		if code, constraint := pgCode(err); code == codeForeignKey && constraint == constraintNodeSpace {
 			return nil, nil, alloc.NotFound("space", "address space", space)
 		}
 		stored, crd = nodeLabels, true

@@ -64,7 +64,7 @@ func (s *Store) PutNode(ctx context.Context, n alloc.Node) (alloc.Node, bool, er
 			ON CONFLICT (space, name) DO UPDATE SET labels = EXCLUDED.labels, addresses = EXCLUDED.addresses,
 				provider_id = EXCLUDED.provider_id, updated_at = EXCLUDED.updated_at
 			RETURNING id, (xmax = 0)`, n.Space, n.Name, labelsOrEmpty(n.Labels), addrs, n.ProviderID, now).Scan(&nodeID, &created)
-		if code, constraint := pgCode(err); code == codeForeignKey && constraint == "nodes_space_fkey" {
+		if code, constraint := pgCode(err); code == codeForeignKey && constraint == constraintNodeSpace {
 			return alloc.NotFound("space", "address space", n.Space)
 		} else if err != nil {
 			return err

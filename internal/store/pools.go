@@ -163,7 +163,7 @@ func (s *Store) CreatePool(ctx context.Context, p alloc.Pool, opts ...alloc.Writ
 			sp.NodeSelector).Scan(&id)
 		if code, constraint := pgCode(err); code == codeUniqueViolation {
 			return errPoolExists
-		} else if code == codeForeignKey && constraint == "pools_space_fkey" {
+		} else if code == codeForeignKey && constraint == constraintPoolSpace {
 			return alloc.NotFound("space", "address space", p.Space)
 		} else if err != nil {
 			return err

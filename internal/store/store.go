@@ -275,6 +275,31 @@ const (
 	codeDeadlock           = "40P01"
 )
 
+// Constraints whose violations the store tells apart, by the names the
+// migrations give them (TestConstraintNamesExist checks each exists).
+const (
+	// A second request for one attachment, one node name, or one workload
+	// identity's binding raced the first.
+	constraintLeaseAttachment = "leases_attachment"
+	constraintNodeName        = "nodes_space_name_key"
+	constraintStickyIdentity  = "leases_sticky_identity"
+	// Two carves of one prefix raced.
+	constraintBlockOverlap = "blocks_no_overlap"
+	// The node was deleted (forced) while a block or a lease was taken.
+	constraintBlockNode = "blocks_node_id_space_fkey"
+	constraintLeaseNode = "leases_node_id_space_fkey"
+	// The space was deleted while a pool or a node was written.
+	constraintPoolSpace = "pools_space_fkey"
+	constraintNodeSpace = "nodes_space_fkey"
+	// A token name taken by a live token, or a secret drawn twice.
+	constraintTokenLiveName = "api_tokens_live_name"
+	constraintTokenSecret   = "api_tokens_secret_sha256_key"
+)
+
+// constraintNames lists the constants above, for the test.
+var constraintNames = []string{constraintLeaseAttachment, constraintNodeName, constraintStickyIdentity, constraintBlockOverlap,
+	constraintBlockNode, constraintLeaseNode, constraintPoolSpace, constraintNodeSpace, constraintTokenLiveName, constraintTokenSecret}
+
 func pgCode(err error) (code, constraint string) {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -293,14 +318,14 @@ func retryable(err error) bool {
 		// Two requests for one attachment raced; the retry finds the winner.
 		// Two requests of one workload identity raced to bind it; the
 		// retry finds the winner's binding.
-		return constraint == "leases_attachment" || constraint == "nodes_space_name_key" || constraint == "leases_sticky_identity"
+		return constraint == constraintLeaseAttachment || constraint == constraintNodeName || constraint == constraintStickyIdentity
 	case codeExclusionViolation:
 		// Two carves of one prefix raced; the retry picks the next one.
-		return constraint == "blocks_no_overlap"
+		return constraint == constraintBlockOverlap
 	case codeForeignKey:
 		// The node was deleted (forced) while a lease was being taken;
 		// the retry registers it again or reports it missing.
-		return constraint == "blocks_node_id_space_fkey" || constraint == "leases_node_id_space_fkey"
+		return constraint == constraintBlockNode || constraint == constraintLeaseNode
 	}
 	return false
 }

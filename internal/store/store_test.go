@@ -787,3 +787,22 @@ func TestCreatePoolIsIdempotent(t *testing.T) {
 		t.Fatalf("%d pool CIDR rows", n)
 	}
 }
+
+// TestConstraintNamesExist: every constraint name the store matches in its
+// error handling names a constraint (or a unique index) of the migrated
+// schema, so a renamed constraint cannot silently turn a retried conflict
+// into a 500.
+func TestConstraintNamesExist(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	for _, name := range constraintNames {
+		var n int
+		if err := f.s.db.QueryRow(f.ctx, `SELECT (SELECT count(*) FROM pg_constraint WHERE conname = $1)
+			+ (SELECT count(*) FROM pg_indexes WHERE schemaname = 'public' AND indexname = $1)`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Errorf("constraint %q is not in the migrated schema", name)
+		}
+	}
+}

@@ -78,7 +78,7 @@ func (s *Store) ReplaceToken(ctx context.Context, spec alloc.TokenSpec, hash [sh
 // secret of another token never collides.
 func tokenTaken(err error) bool {
 	code, constraint := pgCode(err)
-	return code == codeUniqueViolation && (constraint == "api_tokens_live_name" || constraint == "api_tokens_secret_sha256_key")
+	return code == codeUniqueViolation && (constraint == constraintTokenLiveName || constraint == constraintTokenSecret)
 }
 
 func insertToken(ctx context.Context, q querier, spec alloc.TokenSpec, hash [sha256.Size]byte, now time.Time) (alloc.Token, error) {
