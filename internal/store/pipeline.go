@@ -11,15 +11,13 @@ import (
 )
 
 // pipelinedTx is a READ COMMITTED transaction on a connection of its own
-// whose BEGIN (with the history's actor, reason and clock) travels in one
-// message with its first QueryRow, and whose COMMIT may travel with its last
-// statement (commitWith). The allocation path uses it: its common case is
-// then two round trips instead of four.
+// whose BEGIN (with the history's actor, reason and clock, as bound
+// parameters) travels in one message with its first QueryRow. Every inTx
+// transaction and the allocation's general path use it.
 //
-// Round trips are what an allocation costs most besides PostgreSQL's own
-// work: each one is a write that wakes the backend and a read that waits for
-// it, on both sides of the socket (in the benchmark's server profile, the
-// writes to PostgreSQL alone were 22% of the server's CPU).
+// Round trips are what a write costs most besides PostgreSQL's own work:
+// each one is a write that wakes the backend and a read that waits for it,
+// on both sides of the socket.
 //
 // It is a querier; a statement that fails aborts the transaction, and the
 // caller must call end, which rolls back whatever did not commit.
@@ -93,20 +91,6 @@ func (t *pipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx
 	return &batchRow{br: t.sendBegin(ctx, b), skip: 2}
 }
 
-// commitWith runs sql, the transaction's last statement, and the COMMIT in
-// one round trip. The row must be scanned; the transaction has committed
-// when Scan returns nil or pgx.ErrNoRows (the statement answered nothing,
-// and the transaction committed all the same).
-func (t *pipelinedTx) commitWith(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := t.ensureBegun(ctx); err != nil {
-		return errRow{err}
-	}
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	b.Queue("COMMIT")
-	return &batchRow{br: t.conn.SendBatch(ctx, b), commit: t}
-}
-
 // commit commits the transaction.
 func (t *pipelinedTx) commit(ctx context.Context) error {
 	if err := t.ensureBegun(ctx); err != nil {
@@ -144,23 +128,16 @@ func (t *pipelinedTx) end(ctx context.Context) {
 }
 
 // batchRow is the row of one statement of a batch: it skips the results of
-// the skip statements before it, and with commit reads the COMMIT after it.
+// the skip statements before it.
 type batchRow struct {
-	br     pgx.BatchResults
-	skip   int
-	commit *pipelinedTx
+	br   pgx.BatchResults
+	skip int
 }
 
 func (r *batchRow) Scan(dest ...any) error {
 	err := execAll(r.br, r.skip)
 	if err == nil {
 		err = r.br.QueryRow().Scan(dest...)
-	}
-	if r.commit != nil && (err == nil || errors.Is(err, pgx.ErrNoRows)) {
-		tag, cerr := r.br.Exec()
-		if cerr = r.commit.committed(tag, cerr); cerr != nil {
-			err = cerr
-		}
 	}
 	if cerr := r.br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) {
 		if cerr != nil {
@@ -169,8 +146,3 @@ func (r *batchRow) Scan(dest ...any) error {
 	}
 	return err
 }
-
-// errRow is a row that failed before its statement was sent.
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
