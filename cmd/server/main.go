@@ -139,6 +139,7 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 		Cooldown:            cfg.Cooldown,
 		AutoRegisterNodes:   cfg.AutoRegisterNodes,
 		MaxConns:            int32(cfg.MaxConns),
+		BatchWriters:        cfg.BatchWriters,
 		DefaultPool:         cfg.DefaultPool,
 		BlockReleaseHoldOff: cfg.BlockReleaseDelay,
 		AgentPoolsSpace:     agentPoolsSpace(cfg),
@@ -164,6 +165,9 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 		}
 	}()
 	if _, err := observePool(metrics.Meter(), st.Stat); err != nil {
+		return err
+	}
+	if _, err := observeWriteBatches(metrics.Meter(), st.WriteBatchStats); err != nil {
 		return err
 	}
 	gcm, err := newGCMetrics(metrics.Meter())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ipam-dev/ipam/internal/store"
 	"net/http"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -91,4 +92,35 @@ func observePool(meter metric.Meter, stat func() *pgxpool.Stat) (metric.Registra
 		o.ObserveFloat64(wait, s.EmptyAcquireWaitTime().Seconds())
 		return nil
 	}, total, acquired, idle, maxConns, emptyAcquires, wait)
+}
+
+// observeWriteBatches exports the store's write batching (--batch-writers):
+// how many transactions carried two or more lease and release statements,
+// how many statements they carried, how many went alone, and how many ran
+// again alone after their batch failed.
+func observeWriteBatches(meter metric.Meter, stats func() store.WriteBatchStats) (metric.Registration, error) {
+	counter := func(name, unit, desc string) (metric.Int64ObservableCounter, error) {
+		return meter.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	}
+	var err, e error
+	var batches, batched, alone, fallbacks metric.Int64ObservableCounter
+	batches, e = counter("ipam.store.write_batches", "{transaction}", "Transactions that carried two or more concurrent lease and release statements.")
+	err = errors.Join(err, e)
+	batched, e = counter("ipam.store.batched_writes", "{statement}", "Lease and release statements that shared a transaction with others.")
+	err = errors.Join(err, e)
+	alone, e = counter("ipam.store.unbatched_writes", "{statement}", "Lease and release statements sent alone: nothing was queued with them.")
+	err = errors.Join(err, e)
+	fallbacks, e = counter("ipam.store.batch_fallbacks", "{statement}", "Statements that ran again alone because a statement of their batch, or its commit, failed.")
+	err = errors.Join(err, e)
+	if err != nil {
+		return nil, fmt.Errorf("write batch metrics: %w", err)
+	}
+	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := stats()
+		o.ObserveInt64(batches, s.Batches)
+		o.ObserveInt64(batched, s.Batched)
+		o.ObserveInt64(alone, s.Alone)
+		o.ObserveInt64(fallbacks, s.Fallbacks)
+		return nil
+	}, batches, batched, alone, fallbacks)
 }

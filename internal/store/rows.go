@@ -36,8 +36,12 @@ func (r rowsRow) Scan(dest ...any) error {
 	return r.rows.Scan(dest...)
 }
 
-// writeOne runs one statement as a transaction of its own and hands its
-// rows to read.
+// writeOne runs one statement as a transaction of its own, in a batch with
+// concurrent ones unless the store was opened without batching, and hands
+// its rows to read (which may run twice: see batchItem).
 func (s *Store) writeOne(ctx context.Context, sql string, read func(pgx.Rows) error, args ...any) error {
-	return readRows(s.db.Query(ctx, sql, args...))(read)
+	if s.batch == nil {
+		return readRows(s.db.Query(ctx, sql, args...))(read)
+	}
+	return s.batch.write(ctx, sql, read, args...)
 }

@@ -8,6 +8,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,7 +68,16 @@ type Options struct {
 	// HistoryRetention is how long address history events are kept before
 	// the maintenance loop prunes them; 0 keeps them forever.
 	HistoryRetention time.Duration
+	// BatchWriters is how many batches of concurrent single-statement
+	// writes (see batcher) may be in flight at once; 0 means
+	// DefaultBatchWriters, and a negative value runs every write as a
+	// transaction of its own.
+	BatchWriters int
 }
+
+// DefaultBatchWriters lets a replica commit a few batches at once: while
+// one waits for its WAL flush, another runs.
+const DefaultBatchWriters = 4
 
 // DefaultOptions are the defaults of Cilium (10 minute expiry) and the VPC
 // CNI (30 second cooldown).
@@ -120,16 +130,16 @@ func (o Options) Validate() error {
 
 // DefaultMaxConns is the connection pool size of a replica. Allocations
 // wait on commits (the WAL flush) more than on CPU, so more connections than
-// cores let PostgreSQL group those commits: with 32 clients on 2 cores, 32
-// connections gave 2.5x the allocations per second of 4, and 1.2x those of
-// 16; 64 gave no more (cmd/ipam-bench). Keep replicas x MaxConns under the
-// server's max_connections.
+// cores let PostgreSQL group those commits (docs/performance.md has the
+// measurements). Keep replicas x MaxConns under the server's
+// max_connections.
 func DefaultMaxConns() int32 { return int32(max(32, 8*runtime.NumCPU())) }
 
 // Store is the PostgreSQL implementation of the IPAM's state.
 type Store struct {
 	db          *pgxpool.Pool
 	opts        Options
+	batch       *batcher        // nil: no batching
 	pageSecrets pageSecretCache // the continue tokens' secret (page.go)
 }
 
@@ -178,7 +188,11 @@ func Open(ctx context.Context, connString string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	return &Store{db: db, opts: o}, nil
+	st := &Store{db: db, opts: o}
+	if o.BatchWriters >= 0 {
+		st.batch = newBatcher(db, cmp.Or(o.BatchWriters, DefaultBatchWriters))
+	}
+	return st, nil
 }
 
 func parseConfig(connString string) (*pgxpool.Config, error) {
@@ -190,7 +204,12 @@ func parseConfig(connString string) (*pgxpool.Config, error) {
 }
 
 // Close releases the connections.
-func (s *Store) Close() { s.db.Close() }
+func (s *Store) Close() {
+	if s.batch != nil {
+		s.batch.close()
+	}
+	s.db.Close()
+}
 
 // Ready answers the applied schema version, or an error when the database is
 // unreachable or behind this binary.

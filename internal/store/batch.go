@@ -1,0 +1,218 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// batcher lets concurrent single-statement writes (a lease from a block
+// with room, a release) share one transaction: one round trip and one
+// commit, whose WAL flush is what a lone allocation waits for most. Each
+// statement keeps its own parameters, its own history context (set by the
+// statement itself) and its own rows; every invariant stays in the
+// database's constraints, which check each statement as they would alone.
+//
+// A worker takes the first waiting write, then every write that queued
+// meanwhile (up to maxBatch), and sends them between a BEGIN and a COMMIT
+// in one message. While a batch is in flight the next one forms, so a lone
+// write waits for nobody and a busy replica's batches grow with its load.
+//
+// One bad statement must not fail the others: when any statement of a
+// batch fails, or the commit does, the batch rolls back and each of its
+// writes runs again alone, with its own outcome (its own error, or its own
+// rows when it only failed with the others).
+type batcher struct {
+	db      *pgxpool.Pool
+	queue   chan *batchItem
+	stop    chan struct{}
+	stopped sync.Once
+	workers sync.WaitGroup
+	// onBatch, when set, observes the size of every batch sent (tests).
+	onBatch func(size int)
+	// stats counts what the batcher did, for the metrics.
+	batches, writes, alone, fallbacks atomic.Int64
+}
+
+// WriteBatchStats counts the single-statement writes the store batched:
+// transactions of two writes or more (Batches) and the writes in them
+// (Batched), writes sent alone because nothing queued with them (Alone),
+// and writes that ran again alone after their batch failed (Fallbacks).
+type WriteBatchStats struct {
+	Batches, Batched, Alone, Fallbacks int64
+}
+
+// WriteBatchStats reports the batcher's counters; zero when the store does
+// not batch.
+func (s *Store) WriteBatchStats() WriteBatchStats {
+	if s.batch == nil {
+		return WriteBatchStats{}
+	}
+	b := s.batch
+	return WriteBatchStats{Batches: b.batches.Load(), Batched: b.writes.Load(), Alone: b.alone.Load(), Fallbacks: b.fallbacks.Load()}
+}
+
+// maxBatch bounds the writes of one transaction: its locks are held until
+// the last of them has run.
+const maxBatch = 64
+
+// batchTimeout bounds one batch's round trip: a batch runs on a context of
+// its own, since no single caller's may end it for the others.
+const batchTimeout = 30 * time.Second
+
+// batchItem is one write waiting for its batch.
+type batchItem struct {
+	ctx  context.Context
+	sql  string
+	args []any
+	// read consumes the statement's rows; it may run twice (in the batch,
+	// then alone when the batch failed), and the second run must replace
+	// what the first produced.
+	read func(pgx.Rows) error
+	done chan error
+}
+
+func newBatcher(db *pgxpool.Pool, workers int) *batcher {
+	b := &batcher{db: db, queue: make(chan *batchItem), stop: make(chan struct{})}
+	for range workers {
+		b.workers.Add(1)
+		go b.run()
+	}
+	return b
+}
+
+// close stops the workers once their batches are done; writes not yet
+// taken run alone.
+func (b *batcher) close() {
+	b.stopped.Do(func() { close(b.stop) })
+	b.workers.Wait()
+}
+
+// write runs sql with args as part of a batch and hands its rows to read.
+func (b *batcher) write(ctx context.Context, sql string, read func(pgx.Rows) error, args ...any) error {
+	it := &batchItem{ctx: ctx, sql: sql, args: args, read: read, done: make(chan error, 1)}
+	select {
+	case b.queue <- it:
+	case <-b.stop:
+		return writeAlone(ctx, b.db, it)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-it.done:
+		return err
+	case <-ctx.Done():
+		// The write may still commit: the callers of the store are
+		// idempotent (a retry answers what an earlier attempt made).
+		return ctx.Err()
+	}
+}
+
+func (b *batcher) run() {
+	defer b.workers.Done()
+	items := make([]*batchItem, 0, maxBatch)
+	for {
+		select {
+		case it := <-b.queue:
+			items = append(items[:0], it)
+		case <-b.stop:
+			return
+		}
+	more:
+		for len(items) < maxBatch {
+			select {
+			case it := <-b.queue:
+				items = append(items, it)
+			default:
+				break more
+			}
+		}
+		b.send(items)
+	}
+}
+
+// send runs items in one transaction, or each alone when that fails.
+func (b *batcher) send(items []*batchItem) {
+	live := items[:0:0]
+	for _, it := range items {
+		if err := it.ctx.Err(); err != nil {
+			it.done <- err
+			continue
+		}
+		live = append(live, it)
+	}
+	if b.onBatch != nil && len(live) > 0 {
+		b.onBatch(len(live))
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		b.alone.Add(1)
+		live[0].done <- writeAlone(live[0].ctx, b.db, live[0])
+		return
+	}
+	b.batches.Add(1)
+	b.writes.Add(int64(len(live)))
+	if err := b.together(live); err != nil {
+		b.fallbacks.Add(int64(len(live)))
+		for _, it := range live {
+			it.done <- writeAlone(it.ctx, b.db, it)
+		}
+		return
+	}
+	for _, it := range live {
+		it.done <- nil
+	}
+}
+
+// together runs items between one BEGIN and COMMIT in one round trip. An
+// error means nothing committed.
+func (b *batcher) together(items []*batchItem) error {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	conn, err := b.db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	batch := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(items)+2)}
+	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	for _, it := range items {
+		batch.Queue(it.sql, it.args...)
+	}
+	batch.Queue("COMMIT")
+	br := conn.SendBatch(ctx, batch)
+	_, err = br.Exec()
+	for _, it := range items {
+		if err != nil {
+			break
+		}
+		err = readRows(br.Query())(it.read)
+	}
+	if err == nil {
+		tag, cerr := br.Exec()
+		if err = cerr; err == nil && tag.String() != "COMMIT" {
+			err = pgx.ErrTxCommitRollback
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && !conn.Conn().IsClosed() {
+		// The connection may be left in the aborted transaction.
+		if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+			_ = conn.Conn().Close(ctx)
+		}
+	}
+	return err
+}
+
+// writeAlone runs one write as a transaction of its own.
+func writeAlone(ctx context.Context, db *pgxpool.Pool, it *batchItem) error {
+	return readRows(db.Query(ctx, it.sql, it.args...))(it.read)
+}

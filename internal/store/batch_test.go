@@ -1,0 +1,188 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// probeItem is a batch write inserting k into batch_probe and reading it
+// back; got holds what its last run read.
+func probeItem(ctx context.Context, sql string, k int) (*batchItem, *[]int) {
+	got := new([]int)
+	it := &batchItem{ctx: ctx, sql: sql, args: []any{k}, done: make(chan error, 1), read: func(rows pgx.Rows) error {
+		var err error
+		*got, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		return err
+	}}
+	return it, got
+}
+
+// TestBatchOneBadWriteKeepsTheOthers sends one batch whose middle write
+// fails (a duplicate key): the others commit exactly once, each with its own
+// rows, and the bad one answers its own error.
+func TestBatchOneBadWriteKeepsTheOthers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	if _, err := f.s.db.Exec(f.ctx, `CREATE TABLE batch_probe (k int PRIMARY KEY); INSERT INTO batch_probe VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	const ins = `INSERT INTO batch_probe VALUES ($1) RETURNING k`
+	var items []*batchItem
+	var got []*[]int
+	for _, k := range []int{1, 2, 3} {
+		it, g := probeItem(f.ctx, ins, k)
+		items, got = append(items, it), append(got, g)
+	}
+	b := &batcher{db: f.s.db}
+	b.send(items)
+	for i, it := range items {
+		err := <-it.done
+		if i == 1 {
+			if code, constraint := pgCode(err); code != codeUniqueViolation || constraint != "batch_probe_pkey" {
+				t.Fatalf("write %d: %v, want its own unique violation", i, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		if want := []int{i + 1}; fmt.Sprint(*got[i]) != fmt.Sprint(want) {
+			t.Fatalf("write %d read %v, want %v", i, *got[i], want)
+		}
+	}
+	var rows []int
+	r, err := f.s.db.Query(f.ctx, `SELECT k FROM batch_probe ORDER BY k`)
+	if err == nil {
+		rows, err = pgx.CollectRows(r, pgx.RowTo[int])
+	}
+	if err != nil || fmt.Sprint(rows) != "[1 2 3]" {
+		t.Fatalf("table holds %v (%v), want [1 2 3]", rows, err)
+	}
+}
+
+// TestBatchSharesOneCommit sends writes as one batch: they commit together,
+// in one transaction.
+func TestBatchSharesOneCommit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	if _, err := f.s.db.Exec(f.ctx, `CREATE TABLE batch_probe (k int PRIMARY KEY, tx xid8 DEFAULT pg_current_xact_id())`); err != nil {
+		t.Fatal(err)
+	}
+	var items []*batchItem
+	for k := range 5 {
+		it, _ := probeItem(f.ctx, `INSERT INTO batch_probe (k) VALUES ($1) RETURNING k`, k)
+		items = append(items, it)
+	}
+	var sizes []int
+	b := &batcher{db: f.s.db, onBatch: func(n int) { sizes = append(sizes, n) }}
+	b.send(items)
+	for _, it := range items {
+		if err := <-it.done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var txs int
+	if err := f.s.db.QueryRow(f.ctx, `SELECT count(DISTINCT tx) FROM batch_probe`).Scan(&txs); err != nil {
+		t.Fatal(err)
+	}
+	if txs != 1 || fmt.Sprint(sizes) != "[5]" {
+		t.Fatalf("5 writes in %d transactions, batches %v; want 1 and [5]", txs, sizes)
+	}
+}
+
+// TestBatchSkipsEndedCallers: a write whose caller has gone before its
+// batch is sent is not run.
+func TestBatchSkipsEndedCallers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	if _, err := f.s.db.Exec(f.ctx, `CREATE TABLE batch_probe (k int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(f.ctx)
+	cancel()
+	a, _ := probeItem(gone, `INSERT INTO batch_probe VALUES ($1) RETURNING k`, 1)
+	c, _ := probeItem(f.ctx, `INSERT INTO batch_probe VALUES ($1) RETURNING k`, 2)
+	(&batcher{db: f.s.db}).send([]*batchItem{a, c})
+	if err := <-a.done; err != context.Canceled {
+		t.Fatalf("ended caller: %v", err)
+	}
+	if err := <-c.done; err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := f.s.db.QueryRow(f.ctx, `SELECT count(*) FROM batch_probe`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d rows (%v), want the live caller's 1", n, err)
+	}
+}
+
+// TestBatchedAllocationsAndReleases runs allocations and releases of many
+// nodes at once through the store's batcher: batches form, every address
+// is held once, each allocation's history names its own actor, and the
+// blocks' counters match their rows.
+func TestBatchedAllocationsAndReleases(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(o *Options) { o.BatchWriters = 2 })
+	f.pool("default", alloc.PoolSpec{IPv4: fam(26, "10.244.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
+	var batched atomic.Int64
+	f.s.batch.onBatch = func(n int) {
+		if n > 1 {
+			batched.Add(1)
+		}
+	}
+	const nodes, perNode = 8, 12
+	var wg sync.WaitGroup
+	errs := make(chan error, nodes*perNode)
+	addrs := sync.Map{}
+	for n := range nodes {
+		for i := range perNode {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				node := fmt.Sprintf("n%d", n)
+				ctx := alloc.WithActor(f.ctx, "node:"+node)
+				r := req(node, fmt.Sprintf("c%d", i))
+				a, err := f.s.Allocate(ctx, r)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if other, dup := addrs.LoadOrStore(a.Leases[0].Addr, node); dup {
+					errs <- fmt.Errorf("%s leased twice (%s, %s)", a.Leases[0].Addr, other, node)
+				}
+				if i%2 == 0 {
+					if _, err := f.s.ReleaseAttachment(ctx, alloc.DefaultSpace, node, r.Attachment); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if batched.Load() == 0 {
+		t.Fatal("no batch held more than one write")
+	}
+	var wrongActor, offCounters int
+	if err := f.s.db.QueryRow(f.ctx, `SELECT count(*) FROM address_events WHERE kind IN ('lease', 'release') AND actor <> 'node:' || node`).
+		Scan(&wrongActor); err != nil || wrongActor != 0 {
+		t.Fatalf("%d events with another node's actor (%v)", wrongActor, err)
+	}
+	if err := f.s.db.QueryRow(f.ctx, `SELECT count(*) FROM blocks b
+		WHERE allocated <> (SELECT count(*) FROM leases l WHERE l.block_id = b.id)`).Scan(&offCounters); err != nil || offCounters != 0 {
+		t.Fatalf("%d blocks whose counter is off (%v)", offCounters, err)
+	}
+	var held int
+	if err := f.s.db.QueryRow(f.ctx, `SELECT count(*) FROM leases WHERE state <> 'released'`).Scan(&held); err != nil || held != nodes*perNode/2 {
+		t.Fatalf("%d leases held (%v), want %d", held, err, nodes*perNode/2)
+	}
+}
