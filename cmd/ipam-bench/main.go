@@ -489,6 +489,7 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 		pids = append(pids, s.pid())
 	}
 	profile := b.startServerProfile(ctx, len(ws), d)
+	batchesBefore, batchErr := b.scrapeWriteBatches(ctx)
 	hs := b.pki.handshakes.Load()
 	rss := watchRSS(pids)
 	r := measure(ctx, ws, d)
@@ -509,10 +510,17 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 			return r, err
 		}
 	}
+	if batchErr == nil {
+		if after, err := b.scrapeWriteBatches(ctx); err == nil {
+			w := after.plus(batchesBefore, -1)
+			r.WriteBatches = &w
+		}
+	}
 	r.Phase, r.Nodes, r.Run, r.RSSPeakMiB = phase, nodes, run, maxPeak(r.RSS)
 	b.fleet.ledger.collect(ws)
 	r.Duplicates = len(b.fleet.ledger.overlaps(b.fleet.open(ws)))
 	printRun(b.out, r)
+	printWriteBatches(b.out, r.WriteBatches)
 	if r.Errors > 0 {
 		// A 500 is logged by the server with its cause: show where.
 		for _, s := range b.servers {

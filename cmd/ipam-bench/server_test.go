@@ -29,3 +29,23 @@ func TestServerArgs(t *testing.T) {
 		t.Fatalf("args\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestParseWriteBatches reads the batcher's counters as the server exports
+// them, and the difference over a run.
+func TestParseWriteBatches(t *testing.T) {
+	text := `# HELP ipam_store_write_batches_total Transactions...
+# TYPE ipam_store_write_batches_total counter
+ipam_store_write_batches_total{otel_scope_name="ipam"} 10
+ipam_store_batched_writes_total{otel_scope_name="ipam"} 45
+ipam_store_unbatched_writes_total{otel_scope_name="ipam"} 7
+ipam_store_batch_fallbacks_total{otel_scope_name="ipam"} 2
+`
+	after, err := parseWriteBatches(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := after.plus(writeBatches{Batches: 5, Batched: 20, Alone: 3}, -1)
+	if want := (writeBatches{Batches: 5, Batched: 25, Alone: 4, Fallbacks: 2, MeanSize: 5}); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}

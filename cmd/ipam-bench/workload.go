@@ -451,7 +451,9 @@ func latencyOf(ds []time.Duration) latencyMS {
 // runResult is the outcome of one measured run of the service, and of the
 // ceiling run that followed it.
 type runResult struct {
-	Phase         string           `json:"phase"` // mixed, hot-node, fill
+	Phase string `json:"phase"` // mixed, hot-node, fill
+	// WriteBatches is what the servers' store batcher did during the run.
+	WriteBatches  *writeBatches    `json:"writeBatches,omitempty"`
 	Concurrency   int              `json:"concurrency"`
 	Nodes         int              `json:"nodes"`
 	Run           int              `json:"run"`
