@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -108,27 +107,22 @@ func (a *allocation) run(ctx context.Context) (alloc.Allocation, error) {
 }
 
 // attempts runs attempt until it succeeds, answers the blocks the node
-// needs, or fails on anything but a transient conflict (retryable), which it
-// retries after a short backoff.
+// needs, or fails on anything but a transient conflict.
 func (a *allocation) attempts(ctx context.Context) (alloc.Allocation, []blockNeed, error) {
 	var out alloc.Allocation
 	var needs []blockNeed
 	var err error
-	for n := 0; n < maxTxAttempts; n++ {
-		if n > 0 && !retryWait(ctx, n) {
-			return out, nil, err
-		}
+	try := newTries(ctx)
+	try.room = true
+	for try.again(err) {
 		out, needs, err = a.attempt(ctx)
-		if err == nil || !(retryable(err) || errors.Is(err, errNodeHasRoom)) {
-			return out, needs, err
-		}
 	}
 	if w := (*waitForRoom)(nil); errors.As(err, &w) {
 		// Concurrent allocations of the node took the room it had at
 		// every attempt, and the pool carves no more for it.
 		return out, nil, alloc.Exhausted(w.pool, w.family)
 	}
-	return out, nil, err
+	return out, needs, err
 }
 
 // fast serves the common case: one family, no workload identity, a
@@ -404,41 +398,53 @@ func (a *allocation) leaseSticky(ctx context.Context, tx querier, row leaseRow, 
 // carveFair). It registers the node when the store auto-registers: the
 // attempt that registered it rolled back.
 func (a *allocation) carve(ctx context.Context, needs []blockNeed) error {
+	var err error
+	for try := newTries(ctx); try.again(err); {
+		err = a.carveOnce(ctx, needs)
+	}
+	return err
+}
+
+// carveOnce is one transaction of carve.
+func (a *allocation) carveOnce(ctx context.Context, needs []blockNeed) error {
 	s, space := a.s, a.req.Space
-	return s.inTx(ctx, func(tx querier) error {
-		now := s.now()
-		nodeID, err := s.ensureNode(ctx, tx, space, a.req.Node, now)
+	tx, err := s.beginPipelined(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer tx.end(ctx)
+	now := s.now()
+	nodeID, err := s.ensureNode(ctx, tx, space, a.req.Node, now)
+	if err != nil {
+		return err
+	}
+	for _, n := range needs {
+		c := carving{space: space, node: nodeID, pool: n.pool, family: n.family, now: now}
+		_, ok, err := carve(ctx, tx, c, carveUnlessFreeRoom)
+		if errors.Is(err, errNodeHasRoom) {
+			// The pool's last free block is kept for another node:
+			// the next attempt waits for the node's own.
+			continue
+		}
+		if err == nil && !ok {
+			err = alloc.Exhausted(n.pool.name, n.family)
+		}
+		if alloc.IsKind(err, alloc.KindPoolExhausted) || alloc.IsKind(err, alloc.KindNodeBlockLimit) {
+			// The pool carves no more (for this node), but the node may
+			// have a block with room that others hold: the next attempt
+			// waits for it, and says why if there is none.
+			var room bool
+			if qerr := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+blocksWithRoomSQL+`)`, c.blockArgs()).Scan(&room); qerr != nil {
+				return qerr
+			} else if room {
+				continue
+			}
+		}
 		if err != nil {
 			return err
 		}
-		for _, n := range needs {
-			c := carving{space: space, node: nodeID, pool: n.pool, family: n.family, now: now}
-			_, ok, err := carve(ctx, tx, c, carveUnlessFreeRoom)
-			if errors.Is(err, errNodeHasRoom) {
-				// The pool's last free block is kept for another
-				// node: the next attempt waits for the node's own.
-				continue
-			}
-			if err == nil && !ok {
-				err = alloc.Exhausted(n.pool.name, n.family)
-			}
-			if alloc.IsKind(err, alloc.KindPoolExhausted) || alloc.IsKind(err, alloc.KindNodeBlockLimit) {
-				// The pool carves no more (for this node), but the node
-				// may have a block with room that others hold: the next
-				// attempt waits for it, and says why if there is none.
-				var room bool
-				if qerr := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+blocksWithRoomSQL+`)`, c.blockArgs()).Scan(&room); qerr != nil {
-					return qerr
-				} else if room {
-					continue
-				}
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
+	return tx.commit(ctx)
 }
 
 // candidate is what selection needs of a pool. A selector stored by this
@@ -453,37 +459,6 @@ func candidate(p allocPool) (alloc.Candidate, error) {
 		return c, fmt.Errorf("pool %q: %w", p.name, err)
 	}
 	return c, nil
-}
-
-// sameRequest decides whether a request for an attachment that already holds
-// leases is a retry of the request that made them: same owner, the families
-// it names (if any) held, and each held lease in the pool the request names
-// for its family (if any).
-func sameRequest(existing []alloc.Lease, r alloc.LeaseRequest) error {
-	held := make([]alloc.Family, 0, len(existing))
-	for _, l := range existing {
-		named := r.Pools[l.Family]
-		if named == "" {
-			named = r.Pool
-		}
-		switch {
-		case l.Owner != r.Owner:
-			return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "owner",
-				Detail: fmt.Sprintf("attachment %s/%s is held by %s/%s", r.Attachment.ContainerID, r.Attachment.Interface, l.Owner.Namespace, l.Owner.Name)}
-		case named != "" && l.Pool != named:
-			return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "pool",
-				Detail: fmt.Sprintf("attachment holds %s addresses of pool %q", l.Family, l.Pool)}
-		case r.Sticky != nil && (l.Sticky == nil || l.Sticky.Identity != r.Sticky.Identity):
-			return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "sticky.identity",
-				Detail: fmt.Sprintf("attachment holds %s, which is not bound to %q", l.Addr, r.Sticky.Identity)}
-		}
-		held = append(held, l.Family)
-	}
-	if len(r.Families) > 0 && !slices.Equal(held, r.Families) {
-		return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "families",
-			Detail: fmt.Sprintf("attachment holds %v, not %v", held, r.Families)}
-	}
-	return nil
 }
 
 // explainCooling adds to e, the exhaustion of e.Pool and e.Family for r's

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -500,4 +501,35 @@ func (s *Store) ListLeases(ctx context.Context, f alloc.LeaseFilter, page alloc.
 		return nil, "", err
 	}
 	return pageOf(ctx, s, sc, items, page.Limit, func(l alloc.Lease) string { return l.Addr.String() })
+}
+
+// sameRequest decides whether a request for an attachment that already holds
+// leases is a retry of the request that made them: same owner, the families
+// it names (if any) held, and each held lease in the pool the request names
+// for its family (if any).
+func sameRequest(existing []alloc.Lease, r alloc.LeaseRequest) error {
+	held := make([]alloc.Family, 0, len(existing))
+	for _, l := range existing {
+		named := r.Pools[l.Family]
+		if named == "" {
+			named = r.Pool
+		}
+		switch {
+		case l.Owner != r.Owner:
+			return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "owner",
+				Detail: fmt.Sprintf("attachment %s/%s is held by %s/%s", r.Attachment.ContainerID, r.Attachment.Interface, l.Owner.Namespace, l.Owner.Name)}
+		case named != "" && l.Pool != named:
+			return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "pool",
+				Detail: fmt.Sprintf("attachment holds %s addresses of pool %q", l.Family, l.Pool)}
+		case r.Sticky != nil && (l.Sticky == nil || l.Sticky.Identity != r.Sticky.Identity):
+			return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "sticky.identity",
+				Detail: fmt.Sprintf("attachment holds %s, which is not bound to %q", l.Addr, r.Sticky.Identity)}
+		}
+		held = append(held, l.Family)
+	}
+	if len(r.Families) > 0 && !slices.Equal(held, r.Families) {
+		return &alloc.Error{Kind: alloc.KindLeaseConflict, Field: "families",
+			Detail: fmt.Sprintf("attachment holds %v, not %v", held, r.Families)}
+	}
+	return nil
 }

@@ -35,10 +35,34 @@ const (
 // either, KindNotFound. The pools r names must be the reserve leases'
 // pools (KindLeaseConflict otherwise); selection rules are not evaluated.
 func (s *Store) handOver(ctx context.Context, r alloc.LeaseRequest) (alloc.Allocation, error) {
+	var out alloc.Allocation
+	var err error
+	for try := newTries(ctx); try.again(err); {
+		out, err = s.handOverOnce(ctx, r)
+	}
+	return out, err
+}
+
+// handOverOnce is one transaction of handOver.
+func (s *Store) handOverOnce(ctx context.Context, r alloc.LeaseRequest) (alloc.Allocation, error) {
+	tx, err := s.beginPipelined(ctx, reasonFromReserve)
+	if err != nil {
+		return alloc.Allocation{}, err
+	}
+	defer tx.end(ctx)
+	out, err := s.handOverIn(ctx, tx, r)
+	if err != nil {
+		return out, err
+	}
+	return out, tx.commit(ctx)
+}
+
+// handOverIn does handOver's work in tx.
+func (s *Store) handOverIn(ctx context.Context, tx querier, r alloc.LeaseRequest) (alloc.Allocation, error) {
 	h := r.FromReserve
 	slot := alloc.Attachment{Network: r.Attachment.Network, ContainerID: h.ContainerID, Interface: h.Interface}
 	var out alloc.Allocation
-	err := s.inTxWhy(ctx, reasonFromReserve, func(tx querier) error {
+	err := func() error {
 		nodeID, err := s.nodeID(ctx, tx, r.Space, r.Node)
 		if err != nil {
 			return err
@@ -136,6 +160,6 @@ func (s *Store) handOver(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 		}
 		out = allocationOf(r.Node, r.Attachment, moved, true)
 		return nil
-	})
+	}()
 	return out, err
 }

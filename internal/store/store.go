@@ -245,16 +245,40 @@ func (s *Store) inTx(ctx context.Context, fn func(tx querier) error) error {
 // inTxWhy is inTx recording reason in the address history.
 func (s *Store) inTxWhy(ctx context.Context, reason string, fn func(tx querier) error) error {
 	var err error
-	for attempt := 0; attempt < maxTxAttempts; attempt++ {
-		if attempt > 0 && !retryWait(ctx, attempt) {
-			return err
-		}
+	for try := newTries(ctx); try.again(err); {
 		err = s.txOnce(ctx, reason, fn)
-		if err == nil || !retryable(err) {
-			return err
-		}
 	}
 	return err
+}
+
+// tries counts the tries of a transaction that may collide with others,
+// without a callback (which would take the caller's path back up into its
+// own file):
+//
+//	for try := newTries(ctx); try.again(err); { err = once() }
+//
+// runs once, then again after a short backoff while err is a transient
+// conflict (retryable), at most maxTxAttempts times in all.
+type tries struct {
+	ctx context.Context
+	n   int
+	// room also retries errNodeHasRoom: the node's room went to
+	// concurrent allocations.
+	room bool
+}
+
+func newTries(ctx context.Context) *tries { return &tries{ctx: ctx} }
+
+// again reports whether to try (again) after err.
+func (t *tries) again(err error) bool {
+	t.n++
+	switch {
+	case t.n == 1:
+		return true
+	case err == nil, t.n > maxTxAttempts, !(retryable(err) || t.room && errors.Is(err, errNodeHasRoom)):
+		return false
+	}
+	return retryWait(t.ctx, t.n-1)
 }
 
 // txOnce runs fn in one transaction (a pipelinedTx: its BEGIN and the
