@@ -32,11 +32,7 @@ type addressHandlers struct {
 }
 
 func (h *addressHandlers) GetAddress(ctx context.Context, req ipamv1.GetAddressRequestObject) (ipamv1.GetAddressResponseObject, error) {
-	space, err := parseSpace(req.Params.Space)
-	if err != nil {
-		return nil, err
-	}
-	addr, err := parseAddr("address", req.Address)
+	space, addr, err := parseSpaceAddr(req.Params.Space, req.Address)
 	if err != nil {
 		return nil, err
 	}
@@ -50,11 +46,7 @@ func (h *addressHandlers) GetAddress(ctx context.Context, req ipamv1.GetAddressR
 // ReleaseAddress answers 204 whether or not the address was held, and counts
 // the lease it released.
 func (h *addressHandlers) ReleaseAddress(ctx context.Context, req ipamv1.ReleaseAddressRequestObject) (ipamv1.ReleaseAddressResponseObject, error) {
-	space, err := parseSpace(req.Params.Space)
-	if err != nil {
-		return nil, err
-	}
-	addr, err := parseAddr("address", req.Address)
+	space, addr, err := parseSpaceAddr(req.Params.Space, req.Address)
 	if err != nil {
 		return nil, err
 	}

@@ -32,11 +32,7 @@ type historyHandlers struct {
 // at, the holding that contains that instant.
 func (h *historyHandlers) GetAddressHistory(ctx context.Context, req ipamv1.GetAddressHistoryRequestObject) (ipamv1.GetAddressHistoryResponseObject, error) {
 	p := req.Params
-	space, err := parseSpace(p.Space)
-	if err != nil {
-		return nil, err
-	}
-	addr, err := parseAddr("address", req.Address)
+	space, addr, err := parseSpaceAddr(p.Space, req.Address)
 	if err != nil {
 		return nil, err
 	}

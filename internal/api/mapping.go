@@ -35,6 +35,26 @@ func parseSpace(p *string) (string, error) {
 // parsePage answers the page of a list. An absent limit is the default
 // (100); a present one must lie in 1..1000, so limit=0 is refused rather
 // than read as the default.
+// parseSpacePage parses the space and paging parameters of a list.
+func parseSpacePage(space *string, limit *int, cont *string) (string, alloc.Page, error) {
+	sp, err := parseSpace(space)
+	if err != nil {
+		return "", alloc.Page{}, err
+	}
+	page, err := parsePage(limit, cont)
+	return sp, page, err
+}
+
+// parseSpaceAddr parses the space parameter and the address of a path.
+func parseSpaceAddr(space *string, addr string) (string, netip.Addr, error) {
+	sp, err := parseSpace(space)
+	if err != nil {
+		return "", netip.Addr{}, err
+	}
+	a, err := parseAddr("address", addr)
+	return sp, a, err
+}
+
 func parsePage(limit *int, cont *string) (alloc.Page, error) {
 	var p alloc.Page
 	if limit != nil {
@@ -157,4 +177,13 @@ func deref[T any](p *T, def T) T {
 		return def
 	}
 	return *p
+}
+
+// mapAll converts every item with f.
+func mapAll[T, U any](items []T, f func(T) U) []U {
+	out := make([]U, len(items))
+	for i, x := range items {
+		out[i] = f(x)
+	}
+	return out
 }

@@ -107,13 +107,7 @@ func eventToAPI(e alloc.Event) ipamv1.AddressEvent {
 	return out
 }
 
-func eventsToAPI(items []alloc.Event) []ipamv1.AddressEvent {
-	out := make([]ipamv1.AddressEvent, len(items))
-	for i, e := range items {
-		out[i] = eventToAPI(e)
-	}
-	return out
-}
+func eventsToAPI(items []alloc.Event) []ipamv1.AddressEvent { return mapAll(items, eventToAPI) }
 
 func holdingToAPI(h alloc.Holding) ipamv1.Holding {
 	return ipamv1.Holding{

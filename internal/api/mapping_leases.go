@@ -238,13 +238,7 @@ func leaseToAPI(l alloc.Lease) ipamv1.Lease {
 	return out
 }
 
-func leasesToAPI(items []alloc.Lease) []ipamv1.Lease {
-	out := make([]ipamv1.Lease, len(items))
-	for i, l := range items {
-		out[i] = leaseToAPI(l)
-	}
-	return out
-}
+func leasesToAPI(items []alloc.Lease) []ipamv1.Lease { return mapAll(items, leaseToAPI) }
 
 // stickyFromAPI parses a lease request's sticky section; the identity is
 // checked by LeaseRequest.Validate.

@@ -38,11 +38,7 @@ type nodeHandlers struct {
 }
 
 func (h *nodeHandlers) ListNodes(ctx context.Context, req ipamv1.ListNodesRequestObject) (ipamv1.ListNodesResponseObject, error) {
-	space, err := parseSpace(req.Params.Space)
-	if err != nil {
-		return nil, err
-	}
-	page, err := parsePage(req.Params.Limit, req.Params.Continue)
+	space, page, err := parseSpacePage(req.Params.Space, req.Params.Limit, req.Params.Continue)
 	if err != nil {
 		return nil, err
 	}

@@ -39,11 +39,7 @@ type poolHandlers struct {
 }
 
 func (h *poolHandlers) ListPools(ctx context.Context, req ipamv1.ListPoolsRequestObject) (ipamv1.ListPoolsResponseObject, error) {
-	space, err := parseSpace(req.Params.Space)
-	if err != nil {
-		return nil, err
-	}
-	page, err := parsePage(req.Params.Limit, req.Params.Continue)
+	space, page, err := parseSpacePage(req.Params.Space, req.Params.Limit, req.Params.Continue)
 	if err != nil {
 		return nil, err
 	}
