@@ -34,6 +34,7 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 	}
 	a := &allocation{s: s, req: r, sel: r.Selection(s.opts.DefaultPool), actor: historyActor(ctx)}
 	out, err := a.run(ctx)
+	s.topUps.note(out, err)
 	if e := (*alloc.Error)(nil); errors.As(err, &e) && e.Kind == alloc.KindPoolExhausted && e.Pool != "" {
 		s.explainCooling(ctx, r, e)
 	}
@@ -92,6 +93,7 @@ func (a *allocation) run(ctx context.Context) (alloc.Allocation, error) {
 	if err != nil || len(needs) == 0 {
 		return out, err
 	}
+	a.s.carves.inline.Add(1)
 	if err := a.carve(ctx, needs); err != nil {
 		return out, err
 	}

@@ -17,34 +17,44 @@ type nodeUsageRow struct {
 	alloc.NodePoolUsage
 }
 
+// poolFamiliesSQL lists, as the rows of mp, every family of pools p that
+// has a block mask, with the pool's effective pre-allocation (pre:
+// multi-pool pools only; $2 names the default pool, which pre-allocates $3
+// unless set) and what the capacity of a node's blocks is bounded by. The
+// caller appends its own condition on p (AND ...).
+const poolFamiliesSQL = `SELECT p.id, p.space, p.name, p.mode, f.family,
+		       CASE WHEN p.mode = 'multi-pool' THEN coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) ELSE 0 END AS pre,
+		       CASE f.family WHEN 4 THEN p.ipv4_mask_size ELSE p.ipv6_mask_size END AS mask, p.max_blocks_per_node,
+		       p.allow_first_ip, p.allow_last_ip, p.reserve_router, p.reserve_health, p.reserve_ingress
+		FROM pools p CROSS JOIN (VALUES (4::smallint), (6::smallint)) f (family)
+		WHERE CASE f.family WHEN 4 THEN p.ipv4_mask_size IS NOT NULL ELSE p.ipv6_mask_size IS NOT NULL END`
+
+// nodeUsageColumnsSQL are the columns scanNodeUsage reads, of a pool family
+// mp (poolFamiliesSQL), a node n and the totals u of the node's blocks of
+// that pool family (blocks, capacity, demand; NULL without blocks). A node
+// served in Cilium's crd mode (nodes.cilium_crd) pre-allocates nothing in
+// blocks: its CiliumNode's watermarks size it in addresses (cilium.go), so
+// its blocks hold what it holds and go back once empty.
+const nodeUsageColumnsSQL = `mp.space, n.name, mp.name, mp.mode, mp.family, CASE WHEN n.cilium_crd THEN 0 ELSE mp.pre END,
+	       coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0),
+	       mp.mask, mp.max_blocks_per_node, mp.allow_first_ip, mp.allow_last_ip, mp.reserve_router, mp.reserve_health, mp.reserve_ingress`
+
 // nodePoolUsageSQL aggregates, per node, pool and family of the space $1,
 // pool $4 and node $5 (every one when NULL), the node's blocks: their
 // capacity and their lease rows (blocks.allocated: pending, active, and
 // released rows not yet purged, which the purge just before Rebalance
 // removes when cooled). Multi-pool pools whose effective pre-allocation is
-// positive ($2 names the default pool, which pre-allocates $3 unless set)
-// also list every node of the space that holds no block of them yet:
-// Cilium's agent asks for the pre-allocation of such pools before the
-// node's first Pod. A node served in Cilium's crd mode (nodes.cilium_crd)
-// pre-allocates nothing in blocks: its CiliumNode's watermarks size it in
-// addresses (cilium.go), so its blocks hold what it holds and go back once
-// empty.
+// positive also list every node of the space that holds no block of them
+// yet (crd-mode nodes excepted): Cilium's agent asks for the
+// pre-allocation of such pools before the node's first Pod.
 const nodePoolUsageSQL = `WITH mp AS (
-		SELECT p.id, p.space, p.name, p.mode, f.family,
-		       CASE WHEN p.mode = 'multi-pool' THEN coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) ELSE 0 END AS pre,
-		       CASE f.family WHEN 4 THEN p.ipv4_mask_size ELSE p.ipv6_mask_size END AS mask, p.max_blocks_per_node,
-		       p.allow_first_ip, p.allow_last_ip, p.reserve_router, p.reserve_health, p.reserve_ingress
-		FROM pools p CROSS JOIN (VALUES (4::smallint), (6::smallint)) f (family)
-		WHERE ($1::text IS NULL OR p.space = $1) AND ($4::text IS NULL OR p.name = $4)
-		  AND CASE f.family WHEN 4 THEN p.ipv4_mask_size IS NOT NULL ELSE p.ipv6_mask_size IS NOT NULL END
+		` + poolFamiliesSQL + ` AND ($1::text IS NULL OR p.space = $1) AND ($4::text IS NULL OR p.name = $4)
 	), used AS (
 		SELECT b.node_id, b.pool_id, b.family, count(*) AS blocks, sum(b.capacity) AS capacity, sum(b.allocated) AS demand
 		FROM blocks b JOIN mp ON mp.id = b.pool_id AND mp.family = b.family
 		GROUP BY b.node_id, b.pool_id, b.family
 	)
-	SELECT mp.space, n.name, mp.name, mp.mode, mp.family, CASE WHEN n.cilium_crd THEN 0 ELSE mp.pre END,
-	       coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0),
-	       mp.mask, mp.max_blocks_per_node, mp.allow_first_ip, mp.allow_last_ip, mp.reserve_router, mp.reserve_health, mp.reserve_ingress
+	SELECT ` + nodeUsageColumnsSQL + `
 	FROM mp JOIN nodes n ON n.space = mp.space AND ($5::text IS NULL OR n.name = $5)
 	LEFT JOIN used u ON u.node_id = n.id AND u.pool_id = mp.id AND u.family = mp.family
 	WHERE u.node_id IS NOT NULL OR (mp.pre > 0 AND NOT n.cilium_crd)
@@ -54,7 +64,13 @@ const nodePoolUsageSQL = `WITH mp AS (
 // of them or should (pre-allocation): of one space, pool and node, or of
 // all when nil.
 func (s *Store) nodePoolUsage(ctx context.Context, q querier, space, pool, node *string) ([]nodeUsageRow, error) {
-	rows, err := q.Query(ctx, nodePoolUsageSQL, space, s.opts.DefaultPool, alloc.DefaultPreAllocate, pool, node)
+	return s.queryNodeUsage(ctx, q, nodePoolUsageSQL, space, s.opts.DefaultPool, alloc.DefaultPreAllocate, pool, node)
+}
+
+// queryNodeUsage runs sql, whose columns are nodeUsageColumnsSQL, with
+// args.
+func (s *Store) queryNodeUsage(ctx context.Context, q querier, sql string, args ...any) ([]nodeUsageRow, error) {
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +266,10 @@ type Rebalanced struct {
 //
 // Allocation never waits for it: a node with no room carves on the lease
 // path. Rebalance is what makes the pre-allocation ready before the Pods
-// arrive, and what gives blocks back when they leave.
+// arrive, and what gives blocks back when they leave. With Options.TopUp,
+// the top-up (RunTopUps) carves right after a node's allocations, and
+// Rebalance is the safety net for what it missed (a pass that failed, the
+// notes of a replica that stopped).
 func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 	var out Rebalanced
 	conn, err := s.db.Acquire(ctx)
@@ -275,21 +294,15 @@ func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 	holdOff := s.opts.BlockReleaseHoldOff
 	for _, u := range usage {
 		switch {
-		case u.Mode != alloc.ModeMultiPool:
-			// A cluster-pool block is the node's for good: never topped
-			// up, never returned.
-		case u.Space == s.opts.AgentPoolsSpace:
-			// Cilium's agents size these blocks (SyncAgentPools).
+		case !s.sizesBlocks(u):
 		case u.Deficit() > 0:
-			n, err := s.topUp(ctx, u)
+			n, short, err := s.topUpToNeed(ctx, u)
 			out.Carved += n
+			s.carves.rebalance.Add(n)
 			if err != nil {
-				// A full pool, or a node at the pool's per-node block
-				// limit, stays short of its need: the need is clamped to
-				// what may be carved, as Cilium clamps to max-allocate.
-				if !alloc.IsKind(err, alloc.KindPoolExhausted) && !alloc.IsKind(err, alloc.KindNodeBlockLimit) {
-					return out, err
-				}
+				return out, err
+			}
+			if short {
 				out.InDeficit++
 			}
 		case u.Blocks > 0 && u.Capacity > u.Needed():
@@ -305,6 +318,26 @@ func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 
 // rebalanceLockKey is the advisory lock of Rebalance ("ipamrb").
 const rebalanceLockKey int64 = 0x697061_6d7262
+
+// sizesBlocks says whether Rebalance and the top-up size the node's blocks
+// of u's pool family to its need. A cluster-pool block is the node's for
+// good: never topped up, never returned. Cilium's multi-pool agents size
+// the blocks of AgentPoolsSpace themselves (SyncAgentPools).
+func (s *Store) sizesBlocks(u nodeUsageRow) bool {
+	return u.Mode == alloc.ModeMultiPool && u.Space != s.opts.AgentPoolsSpace
+}
+
+// topUpToNeed carves the blocks u lacks to meet its need (topUp). A full
+// or disabled pool, or a node at the pool's per-node block limit, leaves
+// the node pool short of its need (short), which is not an error: the need
+// is clamped to what may be carved, as Cilium clamps to max-allocate.
+func (s *Store) topUpToNeed(ctx context.Context, u nodeUsageRow) (carved int64, short bool, err error) {
+	carved, err = s.topUp(ctx, u)
+	if alloc.IsKind(err, alloc.KindPoolExhausted) || alloc.IsKind(err, alloc.KindNodeBlockLimit) {
+		return carved, true, nil
+	}
+	return carved, false, err
+}
 
 // nodePoolIDs resolves a usage row's node and pool; ok is false when either
 // went away.
