@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ipam-dev/ipam/internal/store"
 	"net/http"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ipam-dev/ipam/internal/store"
 )
 
 // withMetrics serves GET and HEAD /metrics from metrics and every other
@@ -123,4 +125,32 @@ func observeWriteBatches(meter metric.Meter, stats func() store.WriteBatchStats)
 		o.ObserveInt64(fallbacks, s.Fallbacks)
 		return nil
 	}, batches, batched, alone, fallbacks)
+}
+
+// observeCarves reports, at every collection, the blocks this replica
+// carved and who carved them (one carves() call): ipam.inline_carves
+// counts the allocations that found no address on their node and carved
+// on the lease path; ipam.background_carves counts the blocks the top-up
+// (by="top-up") and the GC's Rebalance (by="rebalance") carved ahead of
+// demand.
+func observeCarves(meter metric.Meter, carves func() store.Carves) (metric.Registration, error) {
+	var err, e error
+	inline, e := meter.Int64ObservableCounter("ipam.inline_carves", metric.WithUnit("{allocation}"),
+		metric.WithDescription("Allocations that found no address on their node and carved a block themselves: the top-up had fallen behind, or is off."))
+	err = errors.Join(err, e)
+	background, e := meter.Int64ObservableCounter("ipam.background_carves", metric.WithUnit("{block}"),
+		metric.WithDescription("Blocks carved ahead of demand, by the top-up after allocations or by the GC's pass."))
+	err = errors.Join(err, e)
+	if err != nil {
+		return nil, fmt.Errorf("carve metrics: %w", err)
+	}
+	topUp := metric.WithAttributes(attribute.String("by", "top-up"))
+	rebalance := metric.WithAttributes(attribute.String("by", "rebalance"))
+	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		c := carves()
+		o.ObserveInt64(inline, c.Inline)
+		o.ObserveInt64(background, c.TopUp, topUp)
+		o.ObserveInt64(background, c.Rebalance, rebalance)
+		return nil
+	}, inline, background)
 }
