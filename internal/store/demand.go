@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -296,14 +297,11 @@ func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 		switch {
 		case !s.sizesBlocks(u):
 		case u.Deficit() > 0:
-			n, short, err := s.topUpToNeed(ctx, u)
-			out.Carved += n
+			n, short, err := s.topUp(ctx, []nodeUsageRow{u})
+			out.Carved, out.InDeficit = out.Carved+n, out.InDeficit+short
 			s.carves.rebalance.Add(n)
 			if err != nil {
 				return out, err
-			}
-			if short {
-				out.InDeficit++
 			}
 		case u.Blocks > 0 && u.Capacity > u.Needed():
 			n, err := s.releaseAboveNeed(ctx, u, holdOff)
@@ -327,18 +325,6 @@ func (s *Store) sizesBlocks(u nodeUsageRow) bool {
 	return u.Mode == alloc.ModeMultiPool && u.Space != s.opts.AgentPoolsSpace
 }
 
-// topUpToNeed carves the blocks u lacks to meet its need (topUp). A full
-// or disabled pool, or a node at the pool's per-node block limit, leaves
-// the node pool short of its need (short), which is not an error: the need
-// is clamped to what may be carved, as Cilium clamps to max-allocate.
-func (s *Store) topUpToNeed(ctx context.Context, u nodeUsageRow) (carved int64, short bool, err error) {
-	carved, err = s.topUp(ctx, u)
-	if alloc.IsKind(err, alloc.KindPoolExhausted) || alloc.IsKind(err, alloc.KindNodeBlockLimit) {
-		return carved, true, nil
-	}
-	return carved, false, err
-}
-
 // nodePoolIDs resolves a usage row's node and pool; ok is false when either
 // went away.
 func (s *Store) nodePoolIDs(ctx context.Context, tx querier, u nodeUsageRow) (nodeID int64, p allocPool, ok bool, err error) {
@@ -355,45 +341,124 @@ func (s *Store) nodePoolIDs(ctx context.Context, tx querier, u nodeUsageRow) (no
 	return nodeID, p, p.mode == alloc.ModeMultiPool, nil
 }
 
-// topUp carves blocks for a node pool below its need, one per
-// transaction. Each first locks the pool's CIDR rows of the family (as
-// carving does) and reads the node's blocks again under that lock, so a
-// block the lease path carved meanwhile counts and none is carved twice.
-func (s *Store) topUp(ctx context.Context, u nodeUsageRow) (int64, error) {
-	var carved int64
-	for {
-		var more bool
+// maxTopUpBlocks bounds the blocks one transaction of topUp carves, and so
+// how long it holds the pool family's carve lock.
+const maxTopUpBlocks = 16
+
+// topUp carves, for node pools of one pool family (rows: one space, pool
+// and family), the blocks each lacks to meet its need, the node pools with
+// the fewest available addresses first. Each transaction locks the pool's
+// CIDR rows of the family (as carving does) and reads the nodes' blocks
+// again under that lock, so a block the lease path or another replica
+// carved meanwhile counts and none is carved twice; it carves at most
+// maxTopUpBlocks, and the next transaction goes on from there.
+//
+// short counts the node pools left below their need because the pool is
+// full or disabled, or the node holds the pool's per-node limit of blocks:
+// not an error, since the need is clamped to what may be carved, as Cilium
+// clamps to max-allocate. A node or pool deleted meanwhile, or a pool no
+// longer multi-pool, is skipped.
+func (s *Store) topUp(ctx context.Context, rows []nodeUsageRow) (carved, short int64, err error) {
+	if len(rows) == 0 {
+		return 0, 0, nil
+	}
+	rows = slices.Clone(rows)
+	slices.SortStableFunc(rows, func(a, b nodeUsageRow) int { return cmp.Compare(a.Available(), b.Available()) })
+	space, pool, f := rows[0].Space, rows[0].Pool, rows[0].Family
+	names := make([]string, len(rows))
+	for i, u := range rows {
+		names[i] = u.Node
+	}
+	for done := 0; done < len(rows); {
+		var n, sh int64
+		next := len(rows)
 		err := s.inTxWhy(ctx, reasonRebalance, func(tx querier) error {
-			more = false
-			nodeID, p, ok, err := s.nodePoolIDs(ctx, tx, u)
-			if err != nil || !ok {
+			n, sh, next = 0, 0, len(rows)
+			p, err := s.allocPool(ctx, tx, space, pool)
+			switch {
+			case alloc.IsKind(err, alloc.KindNotFound):
+				return nil // deleted meanwhile
+			case err != nil:
 				return err
-			}
-			if _, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE pool_id = $1 AND family = $2 ORDER BY position FOR NO KEY UPDATE`,
-				p.id, int16(u.Family)); err != nil {
-				return err
-			}
-			d := u.NodePoolDemand
-			if err := tx.QueryRow(ctx, `SELECT coalesce(sum(capacity), 0), coalesce(sum(allocated), 0) FROM blocks
-				WHERE node_id = $1 AND pool_id = $2 AND family = $3`, nodeID, p.id, int16(u.Family)).Scan(&d.Capacity, &d.InUse); err != nil {
-				return err
-			}
-			if d.Deficit() <= 0 {
+			case p.mode != alloc.ModeMultiPool || !p.has(f):
 				return nil
 			}
-			if _, ok, err := carve(ctx, tx, carving{space: u.Space, node: nodeID, pool: p, family: u.Family, now: s.now()}, carveAlways); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE pool_id = $1 AND family = $2 ORDER BY position FOR NO KEY UPDATE`,
+				p.id, int16(f)); err != nil {
 				return err
-			} else if !ok {
-				return alloc.Exhausted(p.name, u.Family)
 			}
-			more = true
+			have, err := nodeBlockTotals(ctx, tx, space, p.id, f, names[done:])
+			if err != nil {
+				return err
+			}
+			full := false // the pool carves no more
+			for i := done; i < len(rows); i++ {
+				h, ok := have[rows[i].Node]
+				if !ok {
+					continue // deleted meanwhile
+				}
+				d := rows[i].NodePoolDemand
+				d.Capacity, d.InUse = h.capacity, h.inUse
+				for d.Deficit() > 0 {
+					if full {
+						sh++
+						break
+					}
+					if n == maxTopUpBlocks {
+						next = i
+						return nil
+					}
+					b, ok, err := carve(ctx, tx, carving{space: space, node: h.id, pool: p, family: f, now: s.now()}, carveAlways)
+					if err == nil && !ok {
+						err = alloc.Exhausted(p.name, f)
+					}
+					if alloc.IsKind(err, alloc.KindPoolExhausted) || alloc.IsKind(err, alloc.KindNodeBlockLimit) {
+						full = alloc.IsKind(err, alloc.KindPoolExhausted)
+						sh++
+						break
+					}
+					if err != nil {
+						return err
+					}
+					n++
+					d.Capacity += alloc.BlockLayout(b.cidr, p.allowFirst, p.allowLast, p.nodeLocal).Capacity
+				}
+			}
 			return nil
 		})
-		if err != nil || !more {
-			return carved, err
+		if err != nil {
+			return carved, short, err
 		}
-		carved++
+		carved, short, done = carved+n, short+sh, next
 	}
+	return carved, short, nil
+}
+
+// blockTotals are a node's id and the totals of its blocks of one pool
+// family.
+type blockTotals struct {
+	id              int64
+	capacity, inUse int64
+}
+
+// nodeBlockTotals reads, for the named nodes of space, the totals of their
+// blocks of pool poolID and family f; a node the space lacks is absent.
+func nodeBlockTotals(ctx context.Context, q querier, space string, poolID int64, f alloc.Family, nodes []string) (map[string]blockTotals, error) {
+	rows, err := q.Query(ctx, `SELECT n.name, n.id, coalesce(sum(b.capacity), 0), coalesce(sum(b.allocated), 0)
+		FROM nodes n LEFT JOIN blocks b ON b.node_id = n.id AND b.pool_id = $2 AND b.family = $3
+		WHERE n.space = $1 AND n.name = ANY ($4)
+		GROUP BY n.id, n.name`, space, poolID, int16(f), nodes)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]blockTotals{}
+	var name string
+	var t blockTotals
+	_, err = pgx.ForEachRow(rows, []any{&name, &t.id, &t.capacity, &t.inUse}, func() error {
+		out[name] = t
+		return nil
+	})
+	return out, err
 }
 
 // releaseAboveNeed returns the node pool's blocks that are empty, have been

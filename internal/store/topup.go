@@ -186,21 +186,32 @@ func (s *Store) TopUpPending(ctx context.Context) (ToppedUp, error) {
 	return out, err
 }
 
-// topUpRows tops up the node pools of usage that are short of their need.
+// topUpRows tops up the node pools of usage that are short of their need,
+// one pool family at a time (topUp).
 func (s *Store) topUpRows(ctx context.Context, usage []nodeUsageRow) (ToppedUp, error) {
 	out := ToppedUp{NodePools: int64(len(usage))}
+	type poolFamily struct {
+		space, pool string
+		family      alloc.Family
+	}
+	var order []poolFamily
+	short := map[poolFamily][]nodeUsageRow{}
 	for _, u := range usage {
 		if !s.sizesBlocks(u) || u.Deficit() <= 0 {
 			continue
 		}
-		n, short, err := s.topUpToNeed(ctx, u)
-		out.Carved += n
+		k := poolFamily{u.Space, u.Pool, u.Family}
+		if short[k] == nil {
+			order = append(order, k)
+		}
+		short[k] = append(short[k], u)
+	}
+	for _, k := range order {
+		n, inDeficit, err := s.topUp(ctx, short[k])
+		out.Carved, out.InDeficit = out.Carved+n, out.InDeficit+inDeficit
 		s.carves.topUp.Add(n)
 		if err != nil {
 			return out, err
-		}
-		if short {
-			out.InDeficit++
 		}
 	}
 	return out, nil

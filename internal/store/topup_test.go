@@ -165,6 +165,46 @@ func (f *fixture) waitForLockWaiters(n int64) {
 	}
 }
 
+// One pass tops up every noted node pool of a pool family, over as many
+// transactions as maxTopUpBlocks asks, and the node pools with the fewest
+// available addresses first: when the pool cannot serve them all, the
+// blocks go where an allocation would otherwise carve soonest.
+func TestTopUpManyNodesOnePass(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(o *Options) { o.TopUp = true })
+	f.pool("default", topUpSpec("10.0.0.0/20", 20))
+	const nodes = 10
+	for i := range nodes {
+		f.allocate(req(fmt.Sprint("n", i), "c0"))
+	}
+	if want := int64(nodes * 3); want <= maxTopUpBlocks {
+		t.Fatalf("%d blocks fit in one transaction: the test means more", want)
+	}
+	if r := f.topUp(f.s); r != (ToppedUp{NodePools: nodes, Carved: nodes * 3}) {
+		t.Fatalf("%+v, want 3 blocks for each of %d nodes", r, nodes)
+	}
+	for i := range nodes {
+		if n := f.blocksOf(fmt.Sprint("n", i)); n != 4 {
+			t.Errorf("node n%d holds %d blocks, want 4", i, n)
+		}
+	}
+
+	// Two free blocks, two nodes short of three each: b, with 7 addresses
+	// available against a's 11, gets both.
+	g := newFixture(t, func(o *Options) { o.TopUp = true })
+	g.pool("default", topUpSpec("10.0.0.0/26", 20))
+	g.allocate(req("a", "a0"))
+	for i := range 5 {
+		g.allocate(req("b", fmt.Sprint("b", i)))
+	}
+	if r := g.topUp(g.s); r != (ToppedUp{NodePools: 2, Carved: 2, InDeficit: 2}) {
+		t.Fatalf("%+v, want 2 blocks carved and both nodes left in deficit", r)
+	}
+	if a, b := g.blocksOf("a"), g.blocksOf("b"); a != 1 || b != 3 {
+		t.Fatalf("a holds %d blocks and b %d, want 1 and 3", a, b)
+	}
+}
+
 // A full pool leaves the node in deficit, pass after pass, without an
 // error; a node at its block limit is not in deficit (its need is clamped
 // to what it may hold) and nothing is tried for it.
