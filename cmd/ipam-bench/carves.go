@@ -13,8 +13,8 @@ const (
 )
 
 // carveCounts are the blocks carved during a run, by who carved them:
-// allocations that carved on the lease path (Inline), and blocks the
-// top-up and the GC's Rebalance carved ahead of demand.
+// allocations on the lease path (Inline), the top-up and the GC's
+// Rebalance ahead of demand.
 type carveCounts struct {
 	Inline    int64 `json:"inline"`
 	TopUp     int64 `json:"topUp"`

@@ -650,7 +650,7 @@ func printRun(out io.Writer, r runResult) {
 		r.Phase, r.Concurrency, r.Run, r.OpsPerSec, r.AllocPerSec, r.ReleasePerSec, r.Alloc.P50, r.Alloc.P90, r.Alloc.P99, r.Alloc.Max,
 		r.Release.P50, r.Release.P99, r.Errors, r.Duplicates, r.RSSPeakMiB, r.Handshakes)
 	if c := r.Carves; c != nil {
-		fmt.Fprintf(out, "  carves: inline=%d (allocations that carved) background: top-up=%d rebalance=%d (blocks)\n", c.Inline, c.TopUp, c.Rebalance)
+		fmt.Fprintf(out, "  blocks carved: inline=%d top-up=%d rebalance=%d\n", c.Inline, c.TopUp, c.Rebalance)
 	}
 	if r.TimedOut > 0 || r.Refused > 0 {
 		fmt.Fprintf(out, "  attempts sent again: %d timed out, %d refused (503 or 429)\n", r.TimedOut, r.Refused)

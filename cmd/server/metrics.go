@@ -129,14 +129,13 @@ func observeWriteBatches(meter metric.Meter, stats func() store.WriteBatchStats)
 
 // observeCarves reports, at every collection, the blocks this replica
 // carved and who carved them (one carves() call): ipam.inline_carves
-// counts the allocations that found no address on their node and carved
-// on the lease path; ipam.background_carves counts the blocks the top-up
-// (by="top-up") and the GC's Rebalance (by="rebalance") carved ahead of
-// demand.
+// counts the blocks allocations carved on the lease path (store.Carves);
+// ipam.background_carves the blocks the top-up (by="top-up") and the GC's
+// Rebalance (by="rebalance") carved ahead of demand.
 func observeCarves(meter metric.Meter, carves func() store.Carves) (metric.Registration, error) {
 	var err, e error
-	inline, e := meter.Int64ObservableCounter("ipam.inline_carves", metric.WithUnit("{allocation}"),
-		metric.WithDescription("Allocations that found no address on their node and carved a block themselves: the top-up had fallen behind, or is off."))
+	inline, e := meter.Int64ObservableCounter("ipam.inline_carves", metric.WithUnit("{block}"),
+		metric.WithDescription("Blocks allocations carved themselves, for a node with no free address left (the top-up fell behind, or is off) or with every free one held by its concurrent allocations."))
 	err = errors.Join(err, e)
 	background, e := meter.Int64ObservableCounter("ipam.background_carves", metric.WithUnit("{block}"),
 		metric.WithDescription("Blocks carved ahead of demand, by the top-up after allocations or by the GC's pass."))

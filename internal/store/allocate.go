@@ -93,7 +93,6 @@ func (a *allocation) run(ctx context.Context) (alloc.Allocation, error) {
 	if err != nil || len(needs) == 0 {
 		return out, err
 	}
-	a.s.carves.inline.Add(1)
 	if err := a.carve(ctx, needs); err != nil {
 		return out, err
 	}
@@ -333,6 +332,7 @@ func (a *allocation) lease(ctx context.Context, tx querier, row leaseRow, lease 
 	} else if !ok {
 		return false, alloc.Exhausted(p.name, lease.Family)
 	}
+	a.s.carves.inline.Add(1)
 	return false, leaseFromHeld(ctx, tx, row, b.id, lease)
 }
 
@@ -420,9 +420,13 @@ func (a *allocation) carveOnce(ctx context.Context, needs []blockNeed) error {
 	if err != nil {
 		return err
 	}
+	var carved int64
 	for _, n := range needs {
 		c := carving{space: space, node: nodeID, pool: n.pool, family: n.family, now: now}
-		_, ok, err := carve(ctx, tx, c, carveUnlessFreeRoom)
+		b, ok, err := carve(ctx, tx, c, carveUnlessFreeRoom)
+		if b.carved {
+			carved++
+		}
 		if errors.Is(err, errNodeHasRoom) {
 			// The pool's last free block is kept for another node:
 			// the next attempt waits for the node's own.
@@ -446,7 +450,11 @@ func (a *allocation) carveOnce(ctx context.Context, needs []blockNeed) error {
 			return err
 		}
 	}
-	return tx.commit(ctx)
+	if err := tx.commit(ctx); err != nil {
+		return err
+	}
+	s.carves.inline.Add(carved)
+	return nil
 }
 
 // candidate is what selection needs of a pool. A selector stored by this

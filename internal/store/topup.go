@@ -86,8 +86,8 @@ func (t *topUps) keep(keys []topUpKey) {
 
 // carveCounts count the blocks this store carved by who carved them.
 type carveCounts struct {
-	// inline counts allocations that found no address on their node and
-	// carved on the lease path (see needBlock).
+	// inline counts the blocks allocations carved on the lease path
+	// (needBlock, carveFor, leaseNew).
 	inline atomic.Int64
 	// topUp and rebalance count the blocks the top-up and Rebalance
 	// carved ahead of demand.
@@ -97,9 +97,11 @@ type carveCounts struct {
 // Carves is what a store's allocations, top-up and Rebalance carved since
 // it opened.
 type Carves struct {
-	// Inline counts allocations that found no address on their node and
-	// carved a block on the lease path, in a transaction of their own:
-	// the top-up had fallen behind, or is off.
+	// Inline counts the blocks allocations carved on the lease path, for
+	// a node without a free address they could take: none left (the
+	// top-up fell behind, or is off), or every one in blocks its
+	// concurrent allocations held (a busy node gets one block more rather
+	// than queueing on one; see carveUnlessFreeRoom).
 	Inline int64
 	// TopUp and Rebalance count the blocks carved ahead of demand by the
 	// top-up (RunTopUps, TopUpPending) and by Rebalance.

@@ -388,3 +388,34 @@ func TestRunTopUps(t *testing.T) {
 		}
 	}
 }
+
+// carve tells a block it carved from one it answered because the node had
+// room after all: only the first counts as a carve (Carves.Inline).
+func TestCarveSaysWhetherItCarved(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.pool("default", topUpSpec("10.0.0.0/24", 8))
+	first := f.allocate(req("a", "c0")).Leases[0].Block
+	tx, err := f.s.db.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	p, err := f.s.allocPool(f.ctx, tx, alloc.DefaultSpace, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := f.s.nodeID(f.ctx, tx, alloc.DefaultSpace, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		recheck carveRecheck
+		carved  bool
+	}{{carveUnlessFreeRoom, false}, {carveUnlessRoom, false}, {carveAlways, true}} {
+		b, ok, err := carve(f.ctx, tx, carving{space: alloc.DefaultSpace, node: node, pool: p, family: alloc.IPv4, now: f.clock.Now()}, tc.recheck)
+		if err != nil || !ok || b.carved != tc.carved || (b.cidr == first) == tc.carved {
+			t.Fatalf("recheck %d: block %s (carved %v), %v, %v; want carved %v", tc.recheck, b.cidr, b.carved, ok, err, tc.carved)
+		}
+	}
+}
