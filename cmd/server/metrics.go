@@ -133,14 +133,11 @@ func observeWriteBatches(meter metric.Meter, stats func() store.WriteBatchStats)
 // ipam.background_carves the blocks the top-up (by="top-up") and the GC's
 // Rebalance (by="rebalance") carved ahead of demand.
 func observeCarves(meter metric.Meter, carves func() store.Carves) (metric.Registration, error) {
-	var err, e error
-	inline, e := meter.Int64ObservableCounter("ipam.inline_carves", metric.WithUnit("{block}"),
+	inline, errInline := meter.Int64ObservableCounter("ipam.inline_carves", metric.WithUnit("{block}"),
 		metric.WithDescription("Blocks allocations carved themselves, for a node with no free address left (the top-up fell behind, or is off) or with every free one held by its concurrent allocations."))
-	err = errors.Join(err, e)
-	background, e := meter.Int64ObservableCounter("ipam.background_carves", metric.WithUnit("{block}"),
+	background, errBackground := meter.Int64ObservableCounter("ipam.background_carves", metric.WithUnit("{block}"),
 		metric.WithDescription("Blocks carved ahead of demand, by the top-up after allocations or by the GC's pass."))
-	err = errors.Join(err, e)
-	if err != nil {
+	if err := errors.Join(errInline, errBackground); err != nil {
 		return nil, fmt.Errorf("carve metrics: %w", err)
 	}
 	topUp := metric.WithAttributes(attribute.String("by", "top-up"))

@@ -10,36 +10,6 @@ import (
 	"github.com/ipam-dev/ipam/internal/pgtest"
 )
 
-// The top-up is on unless --block-top-up=false (or IPAM_BLOCK_TOP_UP)
-// turns it off, at most one pass every 100 ms unless
-// --block-top-up-interval says otherwise, which must be positive.
-func TestBlockTopUpFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args  []string
-		env   map[string]string
-		on    bool
-		every time.Duration
-	}{
-		{nil, nil, true, 100 * time.Millisecond},
-		{[]string{"--block-top-up=false"}, nil, false, 100 * time.Millisecond},
-		{nil, map[string]string{"IPAM_BLOCK_TOP_UP": "false"}, false, 100 * time.Millisecond},
-		{[]string{"--block-top-up-interval", "1s"}, nil, true, time.Second},
-	} {
-		c, err := parseConfig("serve", append(tc.args, "--database-url", "postgres://x"), func(k string) string { return tc.env[k] })
-		if err != nil {
-			t.Fatalf("%v: %v", tc.args, err)
-		}
-		if c.BlockTopUp != tc.on || c.BlockTopUpInterval != tc.every {
-			t.Errorf("%v %v: top-up %v every %v, want %v every %v", tc.args, tc.env, c.BlockTopUp, c.BlockTopUpInterval, tc.on, tc.every)
-		}
-	}
-	for _, args := range [][]string{{"--block-top-up-interval", "0s"}, {"--block-top-up-interval", "-1s"}} {
-		if _, err := parseConfig("serve", append(args, "--database-url", "postgres://x"), func(string) string { return "" }); err == nil {
-			t.Errorf("%v accepted", args)
-		}
-	}
-}
-
 // A node's first lease carves its first block on the lease path (nothing
 // was there to top up); the server's top-up then carves the block its need
 // asks for (demand 1 and the default pool's pre-allocation 8 need 16
@@ -83,6 +53,36 @@ func TestMetricsCarves(t *testing.T) {
 		}
 		if n := strings.Count(blocks, `"cidr"`); n != want {
 			t.Errorf("top-up %v: node n1 holds %d blocks, want %d: %s", on, n, want, blocks)
+		}
+	}
+}
+
+// The top-up is on unless --block-top-up=false (or IPAM_BLOCK_TOP_UP)
+// turns it off, at most one pass every 100 ms unless
+// --block-top-up-interval says otherwise, which must be positive.
+func TestBlockTopUpFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		env   map[string]string
+		on    bool
+		every time.Duration
+	}{
+		{nil, nil, true, 100 * time.Millisecond},
+		{[]string{"--block-top-up=false"}, nil, false, 100 * time.Millisecond},
+		{nil, map[string]string{"IPAM_BLOCK_TOP_UP": "false"}, false, 100 * time.Millisecond},
+		{[]string{"--block-top-up-interval", "1s"}, nil, true, time.Second},
+	} {
+		c, err := parseConfig("serve", append(tc.args, "--database-url", "postgres://x"), func(k string) string { return tc.env[k] })
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if c.BlockTopUp != tc.on || c.BlockTopUpInterval != tc.every {
+			t.Errorf("%v %v: top-up %v every %v, want %v every %v", tc.args, tc.env, c.BlockTopUp, c.BlockTopUpInterval, tc.on, tc.every)
+		}
+	}
+	for _, args := range [][]string{{"--block-top-up-interval", "0s"}, {"--block-top-up-interval", "-1s"}} {
+		if _, err := parseConfig("serve", append(args, "--database-url", "postgres://x"), func(string) string { return "" }); err == nil {
+			t.Errorf("%v accepted", args)
 		}
 	}
 }
