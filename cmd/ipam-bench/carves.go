@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 )
 
 // The servers' carve counters (cmd/server, observeCarves).
@@ -43,19 +42,28 @@ func parseCarves(text string) (carveCounts, error) {
 	return carveCounts{Inline: int64(n), TopUp: int64(by["top-up"]), Rebalance: int64(by["rebalance"])}, nil
 }
 
-// scrapeCarves sums the carve counters of every server's /metrics.
-func scrapeCarves(ctx context.Context, hc *http.Client, servers []*serverProc) (carveCounts, error) {
+// scrapeCarves sums the carve counters over the servers.
+func (b *bench) scrapeCarves(ctx context.Context) (carveCounts, error) {
 	var sum carveCounts
-	for _, s := range servers {
+	err := b.scrapeServers(ctx, func(text string) error {
+		c, err := parseCarves(text)
+		sum.Inline, sum.TopUp, sum.Rebalance = sum.Inline+c.Inline, sum.TopUp+c.TopUp, sum.Rebalance+c.Rebalance
+		return err
+	})
+	return sum, err
+}
+
+// scrapeServers hands the text of each server's /metrics to read.
+func (b *bench) scrapeServers(ctx context.Context, read func(text string) error) error {
+	hc := b.pki.adminClient()
+	for _, s := range b.servers {
 		text, err := scrape(ctx, hc, s.url+"/metrics")
 		if err != nil {
-			return sum, err
+			return err
 		}
-		c, err := parseCarves(text)
-		if err != nil {
-			return sum, fmt.Errorf("%s: %w", s.url, err)
+		if err := read(text); err != nil {
+			return fmt.Errorf("%s: %w", s.url, err)
 		}
-		sum.Inline, sum.TopUp, sum.Rebalance = sum.Inline+c.Inline, sum.TopUp+c.TopUp, sum.Rebalance+c.Rebalance
 	}
-	return sum, nil
+	return nil
 }

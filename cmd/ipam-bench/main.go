@@ -216,7 +216,6 @@ type bench struct {
 	servers   []*serverProc
 	pki       *benchPKI
 	admin     *ipamv1.ClientWithResponses
-	probe     *http.Client // the administrator's, for /metrics
 	fleet     *fleet
 	ceil      *ceiling
 	nodes     []string
@@ -266,7 +265,6 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	rep.Setup.ServerBuildSec = time.Since(began).Seconds()
 	probe := b.pki.adminClient()
-	b.probe = probe
 	serverOpts := serverOptions{
 		bin: bin, databaseURL: db.url, certDir: tmp, cooldown: cfg.Cooldown, leaseExpiry: cfg.LeaseExpiry,
 		maxConns: cfg.MaxConns, pprof: cfg.ServerProfile != "", extra: cfg.ServerArgs,
@@ -493,7 +491,7 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 	for _, s := range b.servers {
 		pids = append(pids, s.pid())
 	}
-	carvesBefore, carvesErr := scrapeCarves(ctx, b.probe, b.servers)
+	carvesBefore, carvesErr := b.scrapeCarves(ctx)
 	profile := b.startServerProfile(ctx, len(ws), d)
 	batchesBefore, batchErr := b.scrapeWriteBatches(ctx)
 	hs := b.pki.handshakes.Load()
@@ -503,7 +501,7 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 	r.Handshakes = b.pki.handshakes.Load() - hs
 	if carvesErr == nil {
 		var after carveCounts
-		if after, carvesErr = scrapeCarves(ctx, b.probe, b.servers); carvesErr == nil {
+		if after, carvesErr = b.scrapeCarves(ctx); carvesErr == nil {
 			c := after.minus(carvesBefore)
 			r.Carves = &c
 		}
