@@ -87,7 +87,7 @@ func (t *topUps) keep(keys []topUpKey) {
 // carveCounts count the blocks this store carved by who carved them.
 type carveCounts struct {
 	// inline counts the blocks allocations carved on the lease path
-	// (needBlock, carveFor, leaseNew).
+	// (the allocation's carve and lease steps).
 	inline atomic.Int64
 	// topUp and rebalance count the blocks the top-up and Rebalance
 	// carved ahead of demand.
