@@ -26,19 +26,12 @@ var writeBatchMetrics = []string{"ipam_store_write_batches_total", "ipam_store_b
 // scrapeWriteBatches sums the batcher's counters over the servers.
 func (b *bench) scrapeWriteBatches(ctx context.Context) (writeBatches, error) {
 	var w writeBatches
-	hc := b.pki.adminClient()
-	for _, s := range b.servers {
-		text, err := scrape(ctx, hc, s.url+"/metrics")
-		if err != nil {
-			return w, err
-		}
+	err := b.scrapeServers(ctx, func(text string) error {
 		got, err := parseWriteBatches(text)
-		if err != nil {
-			return w, err
-		}
 		w = w.plus(got, 1)
-	}
-	return w, nil
+		return err
+	})
+	return w, err
 }
 
 func parseWriteBatches(text string) (writeBatches, error) {

@@ -199,6 +199,9 @@ type medians struct {
 	CeilingTPS    float64   `json:"ceilingTPS,omitempty"`
 	CeilingP99ms  float64   `json:"ceilingP99ms,omitempty"`
 	Ratio         float64   `json:"ratio,omitempty"`
+
+	// Carves are the median carves of the runs whose carves were read.
+	Carves *carveCounts `json:"carves,omitempty"`
 }
 
 // bench is the state every phase shares.
@@ -488,6 +491,7 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 	for _, s := range b.servers {
 		pids = append(pids, s.pid())
 	}
+	carvesBefore, carvesErr := b.scrapeCarves(ctx)
 	profile := b.startServerProfile(ctx, len(ws), d)
 	batchesBefore, batchErr := b.scrapeWriteBatches(ctx)
 	hs := b.pki.handshakes.Load()
@@ -495,6 +499,16 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 	r := measure(ctx, ws, d)
 	r.RSS = rss.stop()
 	r.Handshakes = b.pki.handshakes.Load() - hs
+	if carvesErr == nil {
+		var after carveCounts
+		if after, carvesErr = b.scrapeCarves(ctx); carvesErr == nil {
+			c := after.minus(carvesBefore)
+			r.Carves = &c
+		}
+	}
+	if carvesErr != nil && ctx.Err() == nil {
+		fmt.Fprintf(b.out, "  carves: not read: %v\n", carvesErr)
+	}
 	if profile != nil {
 		if err := <-profile; err != nil {
 			fmt.Fprintf(b.out, "  server CPU profile: %v\n", err)
@@ -633,6 +647,9 @@ func printRun(out io.Writer, r runResult) {
 	fmt.Fprintf(out, "%s clients=%d run=%d ops/s=%.1f alloc/s=%.1f release/s=%.1f alloc_ms p50=%.2f p90=%.2f p99=%.2f max=%.2f release_ms p50=%.2f p99=%.2f errors=%d duplicates=%d rss_peak_mib=%.1f tls_handshakes=%d\n",
 		r.Phase, r.Concurrency, r.Run, r.OpsPerSec, r.AllocPerSec, r.ReleasePerSec, r.Alloc.P50, r.Alloc.P90, r.Alloc.P99, r.Alloc.Max,
 		r.Release.P50, r.Release.P99, r.Errors, r.Duplicates, r.RSSPeakMiB, r.Handshakes)
+	if c := r.Carves; c != nil {
+		fmt.Fprintf(out, "  blocks carved: inline=%d top-up=%d rebalance=%d\n", c.Inline, c.TopUp, c.Rebalance)
+	}
 	if r.TimedOut > 0 || r.Refused > 0 {
 		fmt.Fprintf(out, "  attempts sent again: %d timed out, %d refused (503 or 429)\n", r.TimedOut, r.Refused)
 	}
@@ -658,14 +675,17 @@ func printMedians(out io.Writer, lv levelResult) {
 func printSummary(out io.Writer, rep report) {
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tclients\truns\tops/s\talloc p50\tp90\tp99\tmax ms\trelease p99\terrors\tdups\tRSS peak MiB\tceiling tps\tratio\t")
+	fmt.Fprintln(tw, "phase\tclients\truns\tops/s\talloc p50\tp90\tp99\tmax ms\trelease p99\terrors\tdups\tRSS peak MiB\tceiling tps\tratio\tcarves inline/top-up\t")
 	row := func(name string, c, runs int, m medians) {
-		ceil, ratio := "-", "-"
+		ceil, ratio, carves := "-", "-", "-"
 		if m.CeilingTPS > 0 {
 			ceil, ratio = fmt.Sprintf("%.0f", m.CeilingTPS), fmt.Sprintf("%.3f", m.Ratio)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%d\t%.1f\t%s\t%s\t\n",
-			name, c, runs, m.OpsPerSec, m.Alloc.P50, m.Alloc.P90, m.Alloc.P99, m.Alloc.Max, m.Release.P99, m.Errors, m.Duplicates, m.RSSPeakMiB, ceil, ratio)
+		if m.Carves != nil {
+			carves = fmt.Sprintf("%d/%d", m.Carves.Inline, m.Carves.TopUp)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%d\t%.1f\t%s\t%s\t%s\t\n",
+			name, c, runs, m.OpsPerSec, m.Alloc.P50, m.Alloc.P90, m.Alloc.P99, m.Alloc.Max, m.Release.P99, m.Errors, m.Duplicates, m.RSSPeakMiB, ceil, ratio, carves)
 	}
 	for _, lv := range rep.Mixed {
 		row("mixed", lv.Concurrency, len(lv.Runs), lv.Median)
@@ -743,6 +763,19 @@ func medianOf(runs []runResult) medians {
 	for _, r := range runs {
 		m.RSSPeakMiB = max(m.RSSPeakMiB, r.RSSPeakMiB)
 		m.Duplicates = max(m.Duplicates, r.Duplicates)
+	}
+	carves := func(f func(carveCounts) int64) func(runResult) float64 {
+		return func(r runResult) float64 {
+			if r.Carves == nil {
+				return math.NaN()
+			}
+			return float64(f(*r.Carves))
+		}
+	}
+	if inline := of(carves(func(c carveCounts) int64 { return c.Inline })); !math.IsNaN(inline) {
+		m.Carves = &carveCounts{Inline: int64(inline),
+			TopUp:     int64(of(carves(func(c carveCounts) int64 { return c.TopUp }))),
+			Rebalance: int64(of(carves(func(c carveCounts) int64 { return c.Rebalance })))}
 	}
 	return m
 }

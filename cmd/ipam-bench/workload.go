@@ -487,6 +487,9 @@ type runResult struct {
 	// Duplicates is the number of overlapping holds of one address in the
 	// clients' bookkeeping so far (must be 0).
 	Duplicates int `json:"duplicates"`
+	// Carves are the servers' carves during the run (nil when their
+	// counters could not be read).
+	Carves *carveCounts `json:"carves,omitempty"`
 	// RSS is each server process's memory during the run.
 	RSS        []rssSample `json:"rss"`
 	RSSPeakMiB float64     `json:"rssPeakMiB"`

@@ -40,7 +40,11 @@ type config struct {
 	Migrate           bool
 	DefaultPool       string
 	BlockReleaseDelay time.Duration
-	UsageSampleEvery  time.Duration
+	// BlockTopUp runs the store's top-up (store.Options.TopUp), at most
+	// one pass every BlockTopUpInterval.
+	BlockTopUp         bool
+	BlockTopUpInterval time.Duration
+	UsageSampleEvery   time.Duration
 	// Tracing is on when the OTEL_* variables ask for spans (not a flag).
 	Tracing bool
 	// MetricsPrefix goes before the Cilium-named metrics, joined by "_".
@@ -130,6 +134,9 @@ func (c config) Validate() error {
 	if c.BlockReleaseDelay < 0 {
 		errs = append(errs, errors.New("block-release-delay must not be negative"))
 	}
+	if c.BlockTopUpInterval <= 0 {
+		errs = append(errs, errors.New("block-top-up-interval must be positive"))
+	}
 	if c.ReconcileMinAge < 0 {
 		errs = append(errs, errors.New("reconcile-min-age must not be negative"))
 	}
@@ -214,6 +221,8 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.BoolVar(&c.InsecureHTTP, "insecure-http", false, "serve plain HTTP without authentication: local development only")
 	fs.StringVar(&c.DefaultPool, "default-pool", "default", "the pool of Pods no annotation, request or selector places (Cilium's ipam-default-ip-pool)")
 	fs.DurationVar(&c.BlockReleaseDelay, "block-release-delay", 3*time.Minute, "how long a multi-pool block stays completely free above a node's need before it returns to the pool; with cilium-ipam-mode=multi-pool, how long a block a Cilium agent gave back stays its node's")
+	fs.BoolVar(&c.BlockTopUp, "block-top-up", true, "carve a node's multi-pool blocks up to its need (neededIPCeil of its demand and pre-allocation) in the background right after its allocations, so that allocations do not carve; false leaves that to the pass every gc-interval")
+	fs.DurationVar(&c.BlockTopUpInterval, "block-top-up-interval", 100*time.Millisecond, "the least time between two top-up passes: the allocations of the nodes in between are read in one statement")
 	fs.DurationVar(&c.UsageSampleEvery, "usage-sample-interval", time.Minute, "how often pool usage is sampled for the exhaustion forecast")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve the Go profiler at /debug/pprof/ on the API listener, to admins only")
 	fs.StringVar(&c.MetricsPrefix, "metrics-prefix", "", `prefix of the Cilium-named metrics (ipam_available_ips, ...), joined by "_": "cilium_operator" makes them cilium_operator_ipam_available_ips`)

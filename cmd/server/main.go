@@ -146,6 +146,7 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 		ReconcileMinAge:     cfg.ReconcileMinAge,
 		StickyRetention:     cfg.StickyRetention,
 		HistoryRetention:    cfg.HistoryRetention,
+		TopUp:               cfg.BlockTopUp,
 	})
 	if err != nil {
 		return err
@@ -172,6 +173,9 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 	}
 	gcm, err := newGCMetrics(metrics.Meter())
 	if err != nil {
+		return err
+	}
+	if _, err := observeCarves(metrics.Meter(), st.Carves); err != nil {
 		return err
 	}
 
@@ -246,6 +250,18 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 		defer close(gcDone)
 		runGC(gcCtx, st, cfg.GCInterval, cfg.UsageSampleEvery, log, gcm)
 	}()
+	if cfg.BlockTopUp {
+		// It ends with ctx, the transaction of a carve under way rolled
+		// back (what it leaves undone, Rebalance does), and serve returns
+		// only once it has.
+		topUpCtx, stopTopUp := context.WithCancel(ctx)
+		topUpDone := make(chan struct{})
+		go func() {
+			defer close(topUpDone)
+			runTopUps(topUpCtx, st, cfg.BlockTopUpInterval, log)
+		}()
+		defer func() { stopTopUp(); <-topUpDone }()
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -289,6 +305,26 @@ func runGC(ctx context.Context, st store.Maintainer, every, sampleEvery time.Dur
 		}
 		if p.Pruned > 0 {
 			log.Debug("pruned address history", "count", p.Pruned)
+		}
+	})
+}
+
+// runTopUps runs the store's top-up until ctx ends. A failed pass is
+// logged once until a pass succeeds again (its work is kept for the next
+// pass, and the GC's Rebalance tops up as well); what passes carve is
+// logged at debug level.
+func runTopUps(ctx context.Context, st *store.Store, every time.Duration, log *slog.Logger) {
+	failing := false
+	st.RunTopUps(ctx, every, func(ctx context.Context, r store.ToppedUp, err error) {
+		switch {
+		case err != nil && !failing:
+			log.Error("block top-up failed; logged again once it has worked", "err", err)
+		case err == nil && failing:
+			log.Info("block top-up works again")
+		}
+		failing = err != nil
+		if r.Carved > 0 || r.InDeficit > 0 {
+			log.Debug("topped up multi-pool blocks", "nodePools", r.NodePools, "carved", r.Carved, "nodePoolsInDeficit", r.InDeficit)
 		}
 	})
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ipam-dev/ipam/internal/store"
 	"net/http"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ipam-dev/ipam/internal/store"
 )
 
 // withMetrics serves GET and HEAD /metrics from metrics and every other
@@ -123,4 +125,28 @@ func observeWriteBatches(meter metric.Meter, stats func() store.WriteBatchStats)
 		o.ObserveInt64(fallbacks, s.Fallbacks)
 		return nil
 	}, batches, batched, alone, fallbacks)
+}
+
+// observeCarves reports, at every collection, the blocks this replica
+// carved and who carved them (one carves() call): ipam.inline_carves
+// counts the blocks allocations carved on the lease path (store.Carves);
+// ipam.background_carves the blocks the top-up (by="top-up") and the GC's
+// Rebalance (by="rebalance") carved ahead of demand.
+func observeCarves(meter metric.Meter, carves func() store.Carves) (metric.Registration, error) {
+	inline, errInline := meter.Int64ObservableCounter("ipam.inline_carves", metric.WithUnit("{block}"),
+		metric.WithDescription("Blocks allocations carved themselves, for a node with no free address left (the top-up fell behind, or is off) or with every free one held by its concurrent allocations."))
+	background, errBackground := meter.Int64ObservableCounter("ipam.background_carves", metric.WithUnit("{block}"),
+		metric.WithDescription("Blocks carved ahead of demand, by the top-up after allocations or by the GC's pass."))
+	if err := errors.Join(errInline, errBackground); err != nil {
+		return nil, fmt.Errorf("carve metrics: %w", err)
+	}
+	topUp := metric.WithAttributes(attribute.String("by", "top-up"))
+	rebalance := metric.WithAttributes(attribute.String("by", "rebalance"))
+	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		c := carves()
+		o.ObserveInt64(inline, c.Inline)
+		o.ObserveInt64(background, c.TopUp, topUp)
+		o.ObserveInt64(background, c.Rebalance, rebalance)
+		return nil
+	}, inline, background)
 }

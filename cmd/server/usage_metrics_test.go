@@ -25,7 +25,10 @@ import (
 // lease rows.
 func TestUsageMetricsMatchDatabase(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
-	base := startServer(t, dbURL, "--metrics-prefix", "cilium_operator", "--usage-metrics-refresh", "1ms")
+	// The script's state stays as it made it: no top-up after its
+	// allocations, no GC pass within the test to carve toward the needs.
+	base := startServer(t, dbURL, "--metrics-prefix", "cilium_operator", "--usage-metrics-refresh", "1ms",
+		"--block-top-up=false", "--gc-interval", "1h")
 	mustCall(t, 201, "POST", base+"/v1/pools", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/24"],"maskSize":28}}}`)
 	mustCall(t, 201, "POST", base+"/v1/pools", `{"name":"blue","spec":{"ipv4":{"cidrs":["10.8.0.0/24"],"maskSize":28}}}`)
 	for _, n := range []string{"n1", "n2", "n3"} {

@@ -34,6 +34,7 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 	}
 	a := &allocation{s: s, req: r, sel: r.Selection(s.opts.DefaultPool), actor: historyActor(ctx)}
 	out, err := a.run(ctx)
+	s.topUps.note(out, err)
 	if e := (*alloc.Error)(nil); errors.As(err, &e) && e.Kind == alloc.KindPoolExhausted && e.Pool != "" {
 		s.explainCooling(ctx, r, e)
 	}
@@ -331,6 +332,7 @@ func (a *allocation) lease(ctx context.Context, tx querier, row leaseRow, lease 
 	} else if !ok {
 		return false, alloc.Exhausted(p.name, lease.Family)
 	}
+	a.s.carves.inline.Add(1)
 	return false, leaseFromHeld(ctx, tx, row, b.id, lease)
 }
 
@@ -418,9 +420,13 @@ func (a *allocation) carveOnce(ctx context.Context, needs []blockNeed) error {
 	if err != nil {
 		return err
 	}
+	var carved int64
 	for _, n := range needs {
 		c := carving{space: space, node: nodeID, pool: n.pool, family: n.family, now: now}
-		_, ok, err := carve(ctx, tx, c, carveUnlessFreeRoom)
+		b, ok, err := carve(ctx, tx, c, carveUnlessFreeRoom)
+		if b.carved {
+			carved++
+		}
 		if errors.Is(err, errNodeHasRoom) {
 			// The pool's last free block is kept for another node:
 			// the next attempt waits for the node's own.
@@ -444,7 +450,11 @@ func (a *allocation) carveOnce(ctx context.Context, needs []blockNeed) error {
 			return err
 		}
 	}
-	return tx.commit(ctx)
+	if err := tx.commit(ctx); err != nil {
+		return err
+	}
+	s.carves.inline.Add(carved)
+	return nil
 }
 
 // candidate is what selection needs of a pool. A selector stored by this

@@ -16,6 +16,9 @@ import (
 type blockRow struct {
 	id   int64
 	cidr netip.Prefix
+	// carved is set when carve carved the block (not when it answered a
+	// block the node had).
+	carved bool
 }
 
 // carveRecheck says when carve carves nothing after all.
@@ -184,6 +187,7 @@ func carve(ctx context.Context, tx querier, c carving, recheck carveRecheck) (b 
 		if err != nil {
 			return blockRow{}, false, err
 		}
+		b.carved = true
 		// Every block below i was taken and i is now. (With reserved
 		// ranges, "taken or reserved": changing them resets the cursor.)
 		_, err = tx.Exec(ctx, `UPDATE pool_cidrs SET carve_hint = $2 WHERE id = $1`, pc.id, i+1)

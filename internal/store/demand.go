@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -17,34 +18,44 @@ type nodeUsageRow struct {
 	alloc.NodePoolUsage
 }
 
+// poolFamiliesSQL lists, as the rows of mp, every family of pools p that
+// has a block mask, with the pool's effective pre-allocation (pre:
+// multi-pool pools only; $2 names the default pool, which pre-allocates $3
+// unless set) and what the capacity of a node's blocks is bounded by. The
+// caller appends its own condition on p (AND ...).
+const poolFamiliesSQL = `SELECT p.id, p.space, p.name, p.mode, f.family,
+		       CASE WHEN p.mode = 'multi-pool' THEN coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) ELSE 0 END AS pre,
+		       CASE f.family WHEN 4 THEN p.ipv4_mask_size ELSE p.ipv6_mask_size END AS mask, p.max_blocks_per_node,
+		       p.allow_first_ip, p.allow_last_ip, p.reserve_router, p.reserve_health, p.reserve_ingress
+		FROM pools p CROSS JOIN (VALUES (4::smallint), (6::smallint)) f (family)
+		WHERE CASE f.family WHEN 4 THEN p.ipv4_mask_size IS NOT NULL ELSE p.ipv6_mask_size IS NOT NULL END`
+
+// nodeUsageColumnsSQL are the columns scanNodeUsage reads, of a pool family
+// mp (poolFamiliesSQL), a node n and the totals u of the node's blocks of
+// that pool family (blocks, capacity, demand; NULL without blocks). A node
+// served in Cilium's crd mode (nodes.cilium_crd) pre-allocates nothing in
+// blocks: its CiliumNode's watermarks size it in addresses (cilium.go), so
+// its blocks hold what it holds and go back once empty.
+const nodeUsageColumnsSQL = `mp.space, n.name, mp.name, mp.mode, mp.family, CASE WHEN n.cilium_crd THEN 0 ELSE mp.pre END,
+	       coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0),
+	       mp.mask, mp.max_blocks_per_node, mp.allow_first_ip, mp.allow_last_ip, mp.reserve_router, mp.reserve_health, mp.reserve_ingress`
+
 // nodePoolUsageSQL aggregates, per node, pool and family of the space $1,
 // pool $4 and node $5 (every one when NULL), the node's blocks: their
 // capacity and their lease rows (blocks.allocated: pending, active, and
 // released rows not yet purged, which the purge just before Rebalance
 // removes when cooled). Multi-pool pools whose effective pre-allocation is
-// positive ($2 names the default pool, which pre-allocates $3 unless set)
-// also list every node of the space that holds no block of them yet:
-// Cilium's agent asks for the pre-allocation of such pools before the
-// node's first Pod. A node served in Cilium's crd mode (nodes.cilium_crd)
-// pre-allocates nothing in blocks: its CiliumNode's watermarks size it in
-// addresses (cilium.go), so its blocks hold what it holds and go back once
-// empty.
+// positive also list every node of the space that holds no block of them
+// yet (crd-mode nodes excepted): Cilium's agent asks for the
+// pre-allocation of such pools before the node's first Pod.
 const nodePoolUsageSQL = `WITH mp AS (
-		SELECT p.id, p.space, p.name, p.mode, f.family,
-		       CASE WHEN p.mode = 'multi-pool' THEN coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) ELSE 0 END AS pre,
-		       CASE f.family WHEN 4 THEN p.ipv4_mask_size ELSE p.ipv6_mask_size END AS mask, p.max_blocks_per_node,
-		       p.allow_first_ip, p.allow_last_ip, p.reserve_router, p.reserve_health, p.reserve_ingress
-		FROM pools p CROSS JOIN (VALUES (4::smallint), (6::smallint)) f (family)
-		WHERE ($1::text IS NULL OR p.space = $1) AND ($4::text IS NULL OR p.name = $4)
-		  AND CASE f.family WHEN 4 THEN p.ipv4_mask_size IS NOT NULL ELSE p.ipv6_mask_size IS NOT NULL END
+		` + poolFamiliesSQL + ` AND ($1::text IS NULL OR p.space = $1) AND ($4::text IS NULL OR p.name = $4)
 	), used AS (
 		SELECT b.node_id, b.pool_id, b.family, count(*) AS blocks, sum(b.capacity) AS capacity, sum(b.allocated) AS demand
 		FROM blocks b JOIN mp ON mp.id = b.pool_id AND mp.family = b.family
 		GROUP BY b.node_id, b.pool_id, b.family
 	)
-	SELECT mp.space, n.name, mp.name, mp.mode, mp.family, CASE WHEN n.cilium_crd THEN 0 ELSE mp.pre END,
-	       coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0),
-	       mp.mask, mp.max_blocks_per_node, mp.allow_first_ip, mp.allow_last_ip, mp.reserve_router, mp.reserve_health, mp.reserve_ingress
+	SELECT ` + nodeUsageColumnsSQL + `
 	FROM mp JOIN nodes n ON n.space = mp.space AND ($5::text IS NULL OR n.name = $5)
 	LEFT JOIN used u ON u.node_id = n.id AND u.pool_id = mp.id AND u.family = mp.family
 	WHERE u.node_id IS NOT NULL OR (mp.pre > 0 AND NOT n.cilium_crd)
@@ -54,7 +65,13 @@ const nodePoolUsageSQL = `WITH mp AS (
 // of them or should (pre-allocation): of one space, pool and node, or of
 // all when nil.
 func (s *Store) nodePoolUsage(ctx context.Context, q querier, space, pool, node *string) ([]nodeUsageRow, error) {
-	rows, err := q.Query(ctx, nodePoolUsageSQL, space, s.opts.DefaultPool, alloc.DefaultPreAllocate, pool, node)
+	return s.queryNodeUsage(ctx, q, nodePoolUsageSQL, space, s.opts.DefaultPool, alloc.DefaultPreAllocate, pool, node)
+}
+
+// queryNodeUsage runs sql, whose columns are nodeUsageColumnsSQL, with
+// args.
+func (s *Store) queryNodeUsage(ctx context.Context, q querier, sql string, args ...any) ([]nodeUsageRow, error) {
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +267,10 @@ type Rebalanced struct {
 //
 // Allocation never waits for it: a node with no room carves on the lease
 // path. Rebalance is what makes the pre-allocation ready before the Pods
-// arrive, and what gives blocks back when they leave.
+// arrive, and what gives blocks back when they leave. With Options.TopUp,
+// the top-up (RunTopUps) carves right after a node's allocations, and
+// Rebalance is the safety net for what it missed (a pass that failed, the
+// notes of a replica that stopped).
 func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 	var out Rebalanced
 	conn, err := s.db.Acquire(ctx)
@@ -275,22 +295,13 @@ func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 	holdOff := s.opts.BlockReleaseHoldOff
 	for _, u := range usage {
 		switch {
-		case u.Mode != alloc.ModeMultiPool:
-			// A cluster-pool block is the node's for good: never topped
-			// up, never returned.
-		case u.Space == s.opts.AgentPoolsSpace:
-			// Cilium's agents size these blocks (SyncAgentPools).
+		case !s.sizesBlocks(u):
 		case u.Deficit() > 0:
-			n, err := s.topUp(ctx, u)
-			out.Carved += n
+			n, short, err := s.topUp(ctx, []nodeUsageRow{u})
+			out.Carved, out.InDeficit = out.Carved+n, out.InDeficit+short
+			s.carves.rebalance.Add(n)
 			if err != nil {
-				// A full pool, or a node at the pool's per-node block
-				// limit, stays short of its need: the need is clamped to
-				// what may be carved, as Cilium clamps to max-allocate.
-				if !alloc.IsKind(err, alloc.KindPoolExhausted) && !alloc.IsKind(err, alloc.KindNodeBlockLimit) {
-					return out, err
-				}
-				out.InDeficit++
+				return out, err
 			}
 		case u.Blocks > 0 && u.Capacity > u.Needed():
 			n, err := s.releaseAboveNeed(ctx, u, holdOff)
@@ -305,6 +316,14 @@ func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 
 // rebalanceLockKey is the advisory lock of Rebalance ("ipamrb").
 const rebalanceLockKey int64 = 0x697061_6d7262
+
+// sizesBlocks says whether Rebalance and the top-up size the node's blocks
+// of u's pool family to its need. A cluster-pool block is the node's for
+// good: never topped up, never returned. Cilium's multi-pool agents size
+// the blocks of AgentPoolsSpace themselves (SyncAgentPools).
+func (s *Store) sizesBlocks(u nodeUsageRow) bool {
+	return u.Mode == alloc.ModeMultiPool && u.Space != s.opts.AgentPoolsSpace
+}
 
 // nodePoolIDs resolves a usage row's node and pool; ok is false when either
 // went away.
@@ -322,45 +341,124 @@ func (s *Store) nodePoolIDs(ctx context.Context, tx querier, u nodeUsageRow) (no
 	return nodeID, p, p.mode == alloc.ModeMultiPool, nil
 }
 
-// topUp carves blocks for a node pool below its need, one per
-// transaction. Each first locks the pool's CIDR rows of the family (as
-// carving does) and reads the node's blocks again under that lock, so a
-// block the lease path carved meanwhile counts and none is carved twice.
-func (s *Store) topUp(ctx context.Context, u nodeUsageRow) (int64, error) {
-	var carved int64
-	for {
-		var more bool
+// maxTopUpBlocks bounds the blocks one transaction of topUp carves, and so
+// how long it holds the pool family's carve lock.
+const maxTopUpBlocks = 16
+
+// topUp carves, for node pools of one pool family (rows: one space, pool
+// and family), the blocks each lacks to meet its need, the node pools with
+// the fewest available addresses first. Each transaction locks the pool's
+// CIDR rows of the family (as carving does) and reads the nodes' blocks
+// again under that lock, so a block the lease path or another replica
+// carved meanwhile counts and none is carved twice; it carves at most
+// maxTopUpBlocks, and the next transaction goes on from there.
+//
+// short counts the node pools left below their need because the pool is
+// full or disabled, or the node holds the pool's per-node limit of blocks:
+// not an error, since the need is clamped to what may be carved, as Cilium
+// clamps to max-allocate. A node or pool deleted meanwhile, or a pool no
+// longer multi-pool, is skipped.
+func (s *Store) topUp(ctx context.Context, rows []nodeUsageRow) (carved, short int64, err error) {
+	if len(rows) == 0 {
+		return 0, 0, nil
+	}
+	rows = slices.Clone(rows)
+	slices.SortStableFunc(rows, func(a, b nodeUsageRow) int { return cmp.Compare(a.Available(), b.Available()) })
+	space, pool, f := rows[0].Space, rows[0].Pool, rows[0].Family
+	names := make([]string, len(rows))
+	for i, u := range rows {
+		names[i] = u.Node
+	}
+	for done := 0; done < len(rows); {
+		var n, sh int64
+		next := len(rows)
 		err := s.inTxWhy(ctx, reasonRebalance, func(tx querier) error {
-			more = false
-			nodeID, p, ok, err := s.nodePoolIDs(ctx, tx, u)
-			if err != nil || !ok {
+			n, sh, next = 0, 0, len(rows)
+			p, err := s.allocPool(ctx, tx, space, pool)
+			switch {
+			case alloc.IsKind(err, alloc.KindNotFound):
+				return nil // deleted meanwhile
+			case err != nil:
 				return err
-			}
-			if _, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE pool_id = $1 AND family = $2 ORDER BY position FOR NO KEY UPDATE`,
-				p.id, int16(u.Family)); err != nil {
-				return err
-			}
-			d := u.NodePoolDemand
-			if err := tx.QueryRow(ctx, `SELECT coalesce(sum(capacity), 0), coalesce(sum(allocated), 0) FROM blocks
-				WHERE node_id = $1 AND pool_id = $2 AND family = $3`, nodeID, p.id, int16(u.Family)).Scan(&d.Capacity, &d.InUse); err != nil {
-				return err
-			}
-			if d.Deficit() <= 0 {
+			case p.mode != alloc.ModeMultiPool || !p.has(f):
 				return nil
 			}
-			if _, ok, err := carve(ctx, tx, carving{space: u.Space, node: nodeID, pool: p, family: u.Family, now: s.now()}, carveAlways); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE pool_id = $1 AND family = $2 ORDER BY position FOR NO KEY UPDATE`,
+				p.id, int16(f)); err != nil {
 				return err
-			} else if !ok {
-				return alloc.Exhausted(p.name, u.Family)
 			}
-			more = true
+			have, err := nodeBlockTotals(ctx, tx, space, p.id, f, names[done:])
+			if err != nil {
+				return err
+			}
+			full := false // the pool carves no more
+			for i := done; i < len(rows); i++ {
+				h, ok := have[rows[i].Node]
+				if !ok {
+					continue // deleted meanwhile
+				}
+				d := rows[i].NodePoolDemand
+				d.Capacity, d.InUse = h.capacity, h.inUse
+				for d.Deficit() > 0 {
+					if full {
+						sh++
+						break
+					}
+					if n == maxTopUpBlocks {
+						next = i
+						return nil
+					}
+					b, ok, err := carve(ctx, tx, carving{space: space, node: h.id, pool: p, family: f, now: s.now()}, carveAlways)
+					if err == nil && !ok {
+						err = alloc.Exhausted(p.name, f)
+					}
+					if alloc.IsKind(err, alloc.KindPoolExhausted) || alloc.IsKind(err, alloc.KindNodeBlockLimit) {
+						full = alloc.IsKind(err, alloc.KindPoolExhausted)
+						sh++
+						break
+					}
+					if err != nil {
+						return err
+					}
+					n++
+					d.Capacity += alloc.BlockLayout(b.cidr, p.allowFirst, p.allowLast, p.nodeLocal).Capacity
+				}
+			}
 			return nil
 		})
-		if err != nil || !more {
-			return carved, err
+		if err != nil {
+			return carved, short, err
 		}
-		carved++
+		carved, short, done = carved+n, short+sh, next
 	}
+	return carved, short, nil
+}
+
+// blockTotals are a node's id and the totals of its blocks of one pool
+// family.
+type blockTotals struct {
+	id              int64
+	capacity, inUse int64
+}
+
+// nodeBlockTotals reads, for the named nodes of space, the totals of their
+// blocks of pool poolID and family f; a node the space lacks is absent.
+func nodeBlockTotals(ctx context.Context, q querier, space string, poolID int64, f alloc.Family, nodes []string) (map[string]blockTotals, error) {
+	rows, err := q.Query(ctx, `SELECT n.name, n.id, coalesce(sum(b.capacity), 0), coalesce(sum(b.allocated), 0)
+		FROM nodes n LEFT JOIN blocks b ON b.node_id = n.id AND b.pool_id = $2 AND b.family = $3
+		WHERE n.space = $1 AND n.name = ANY ($4)
+		GROUP BY n.id, n.name`, space, poolID, int16(f), nodes)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]blockTotals{}
+	var name string
+	var t blockTotals
+	_, err = pgx.ForEachRow(rows, []any{&name, &t.id, &t.capacity, &t.inUse}, func() error {
+		out[name] = t
+		return nil
+	})
+	return out, err
 }
 
 // releaseAboveNeed returns the node pool's blocks that are empty, have been

@@ -73,6 +73,13 @@ type Options struct {
 	// DefaultBatchWriters, and a negative value runs every write as a
 	// transaction of its own.
 	BatchWriters int
+	// TopUp makes every allocation note its node pool families for the
+	// top-up (RunTopUps, TopUpPending), which keeps each node's multi-pool
+	// capacity at its need right after its allocations, as Cilium keeps a
+	// node's pre-allocation ahead of its Pods, instead of on the next
+	// Rebalance: an allocation then carves a block only when it ran ahead
+	// of the top-up. Off: nothing is noted.
+	TopUp bool
 }
 
 // DefaultBatchWriters lets a replica commit a few batches at once: while
@@ -141,6 +148,8 @@ type Store struct {
 	opts        Options
 	batch       *batcher        // nil: no batching
 	pageSecrets pageSecretCache // the continue tokens' secret (page.go)
+	topUps      *topUps         // nil without Options.TopUp (topup.go)
+	carves      carveCounts
 }
 
 // Open connects to connString and checks the options. It does not migrate:
@@ -188,7 +197,7 @@ func Open(ctx context.Context, connString string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	st := &Store{db: db, opts: o}
+	st := &Store{db: db, opts: o, topUps: newTopUps(o.TopUp)}
 	if o.BatchWriters >= 0 {
 		st.batch = newBatcher(db, cmp.Or(o.BatchWriters, DefaultBatchWriters))
 	}
