@@ -10,7 +10,9 @@ import (
 )
 
 // BenchmarkAllocateRelease measures one allocation plus one release through
-// the store, without HTTP, spread over 50 nodes.
+// the store, without HTTP, spread over 50 nodes. Where PostgreSQL runs on
+// this machine it also reports the server's CPU time per pair
+// (pg-cpu-µs/op, see serverCPU).
 func BenchmarkAllocateRelease(b *testing.B) {
 	f := &fixture{ctx: b.Context(), conn: pgtest.NewDatabase(b), clock: newClock()}
 	f.opts = DefaultOptions()
@@ -23,9 +25,14 @@ func BenchmarkAllocateRelease(b *testing.B) {
 	if _, err := s.CreatePool(f.ctx, alloc.Pool{Space: "default", Name: "default", Spec: alloc.PoolSpec{IPv4: fam(24, "10.0.0.0/16"), NodeLocal: alloc.DefaultNodeLocal}}); err != nil {
 		b.Fatal(err)
 	}
+	cpu, err := serverCPUOf(f.ctx, s.db)
+	if err != nil {
+		b.Fatal(err)
+	}
 	var n atomic.Int64
 	b.SetParallelism(8)
 	b.ResetTimer()
+	mark := cpu.start()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := n.Add(1)
@@ -38,6 +45,8 @@ func BenchmarkAllocateRelease(b *testing.B) {
 			}
 		}
 	})
+	b.StopTimer()
+	mark.report(b)
 }
 
 // BenchmarkCarveBlock: carving costs the same whether the pool CIDR already
