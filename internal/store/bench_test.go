@@ -5,14 +5,28 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pgtest"
 )
 
 // BenchmarkAllocateRelease measures one allocation plus one release through
-// the store, without HTTP, spread over 50 nodes.
-func BenchmarkAllocateRelease(b *testing.B) {
+// the store, without HTTP, spread over 50 nodes. Where PostgreSQL runs on
+// this machine it also reports the server's CPU time per pair
+// (pg-cpu-µs/op, see serverCPU).
+func BenchmarkAllocateRelease(b *testing.B) { benchmarkAllocateRelease(b, true) }
+
+// BenchmarkAllocateReleaseNoHistory is BenchmarkAllocateRelease with the
+// history's triggers on leases and blocks disabled: the difference between
+// the two is what recording the address history costs.
+func BenchmarkAllocateReleaseNoHistory(b *testing.B) { benchmarkAllocateRelease(b, false) }
+
+func benchmarkAllocateRelease(b *testing.B, history bool) {
 	f := &fixture{ctx: b.Context(), conn: pgtest.NewDatabase(b), clock: newClock()}
+	if !history {
+		disableHistory(b, f.conn)
+	}
 	f.opts = DefaultOptions()
 	f.opts.Cooldown = 0
 	s, err := Open(f.ctx, f.conn, f.opts)
@@ -23,9 +37,14 @@ func BenchmarkAllocateRelease(b *testing.B) {
 	if _, err := s.CreatePool(f.ctx, alloc.Pool{Space: "default", Name: "default", Spec: alloc.PoolSpec{IPv4: fam(24, "10.0.0.0/16"), NodeLocal: alloc.DefaultNodeLocal}}); err != nil {
 		b.Fatal(err)
 	}
+	cpu, err := serverCPUOf(f.ctx, s.db)
+	if err != nil {
+		b.Fatal(err)
+	}
 	var n atomic.Int64
 	b.SetParallelism(8)
 	b.ResetTimer()
+	mark := cpu.start()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := n.Add(1)
@@ -38,6 +57,27 @@ func BenchmarkAllocateRelease(b *testing.B) {
 			}
 		}
 	})
+	b.StopTimer()
+	mark.report(b)
+}
+
+// disableHistory turns off the triggers that record lease and block
+// changes in the database conn names.
+func disableHistory(b *testing.B, conn string) {
+	c, err := pgx.Connect(b.Context(), conn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(b.Context())
+	for _, q := range []string{
+		`ALTER TABLE leases DISABLE TRIGGER address_events_lease_insert,
+			DISABLE TRIGGER address_events_lease_update, DISABLE TRIGGER address_events_lease_delete`,
+		`ALTER TABLE blocks DISABLE TRIGGER address_events_block`,
+	} {
+		if _, err := c.Exec(b.Context(), q); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // BenchmarkCarveBlock: carving costs the same whether the pool CIDR already
