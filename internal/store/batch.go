@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,13 +23,22 @@ import (
 // in one message. While a batch is in flight the next one forms, so a lone
 // write waits for nobody and a busy replica's batches grow with its load.
 //
+// Each worker has its own queue, and the leases of one node always go to
+// the same one: they lock the node's blocks, which a statement of the same
+// transaction shares but a concurrent batch skips (and then carves a block
+// more). So a busy node's allocations share its block in one batch instead
+// of spreading over blocks, or queueing on one, across batches. Writes
+// without such a key go to the queues in turn.
+//
 // One bad statement must not fail the others: when any statement of a
 // batch fails, or the commit does, the batch rolls back and each of its
 // writes runs again alone, with its own outcome (its own error, or its own
 // rows when it only failed with the others).
 type batcher struct {
 	db      *pgxpool.Pool
-	queue   chan *batchItem
+	queues  []chan *batchItem
+	seed    maphash.Seed
+	turn    atomic.Uint64 // the queue of the next write without a key
 	stop    chan struct{}
 	stopped sync.Once
 	workers sync.WaitGroup
@@ -74,15 +84,77 @@ type batchItem struct {
 	// what the first produced.
 	read func(pgx.Rows) error
 	done chan error
+	// merge, when set, lets the write share one statement with the other
+	// writes of its group in the batch (see merging).
+	merge *merging
+}
+
+// merging is how a write joins others in one multi-row statement: the
+// writes of a batch with the same group (at least two) are sent as the one
+// statement combine makes of them, whose read hands each its own outcome.
+// Alone, or when its batch fails, a write runs its own statement.
+type merging struct {
+	group   string
+	combine func(group []*batchItem) (sql string, args []any, read func(pgx.Rows) error)
+	payload any
+}
+
+// statement is one statement of a batch: a write's own, or the combined
+// one of a group.
+type statement struct {
+	sql  string
+	args []any
+	read func(pgx.Rows) error
+}
+
+// statements makes the batch's statements: one per write, but one per
+// group of two or more writes that merge.
+func statements(items []*batchItem) []statement {
+	groups := map[string][]*batchItem{}
+	var order []string
+	for _, it := range items {
+		if it.merge == nil {
+			continue
+		}
+		if _, ok := groups[it.merge.group]; !ok {
+			order = append(order, it.merge.group)
+		}
+		groups[it.merge.group] = append(groups[it.merge.group], it)
+	}
+	out := make([]statement, 0, len(items))
+	for _, it := range items {
+		if it.merge == nil || len(groups[it.merge.group]) < 2 {
+			out = append(out, statement{sql: it.sql, args: it.args, read: it.read})
+		}
+	}
+	for _, g := range order {
+		if group := groups[g]; len(group) >= 2 {
+			sql, args, read := group[0].merge.combine(group)
+			out = append(out, statement{sql: sql, args: args, read: read})
+		}
+	}
+	return out
 }
 
 func newBatcher(db *pgxpool.Pool, workers int) *batcher {
-	b := &batcher{db: db, queue: make(chan *batchItem), stop: make(chan struct{})}
+	b := &batcher{db: db, seed: maphash.MakeSeed(), stop: make(chan struct{})}
 	for range workers {
+		q := make(chan *batchItem)
+		b.queues = append(b.queues, q)
 		b.workers.Add(1)
-		go b.run()
+		go b.run(q)
 	}
 	return b
+}
+
+// queueFor answers the queue of writes with key: always the same one for a
+// key, the next in turn without one.
+func (b *batcher) queueFor(key string) chan *batchItem {
+	n := uint64(len(b.queues))
+	if key == "" {
+		return b.queues[b.turn.Add(1)%n]
+	}
+	return b.queues[maphash.String(b.seed, key)%n]
 }
 
 // close stops the workers once their batches are done; writes not yet
@@ -92,11 +164,12 @@ func (b *batcher) close() {
 	b.workers.Wait()
 }
 
-// write runs sql with args as part of a batch and hands its rows to read.
-func (b *batcher) write(ctx context.Context, sql string, read func(pgx.Rows) error, args ...any) error {
-	it := &batchItem{ctx: ctx, sql: sql, args: args, read: read, done: make(chan error, 1)}
+// write runs sql with args as part of a batch of the queue of key (see
+// queueFor) and hands its rows to read.
+func (b *batcher) write(ctx context.Context, key string, it *batchItem) error {
+	it.ctx, it.done = ctx, make(chan error, 1)
 	select {
-	case b.queue <- it:
+	case b.queueFor(key) <- it:
 	case <-b.stop:
 		return writeAlone(ctx, b.db, it)
 	case <-ctx.Done():
@@ -112,12 +185,12 @@ func (b *batcher) write(ctx context.Context, sql string, read func(pgx.Rows) err
 	}
 }
 
-func (b *batcher) run() {
+func (b *batcher) run(queue chan *batchItem) {
 	defer b.workers.Done()
 	items := make([]*batchItem, 0, maxBatch)
 	for {
 		select {
-		case it := <-b.queue:
+		case it := <-queue:
 			items = append(items[:0], it)
 		case <-b.stop:
 			return
@@ -125,7 +198,7 @@ func (b *batcher) run() {
 	more:
 		for len(items) < maxBatch {
 			select {
-			case it := <-b.queue:
+			case it := <-queue:
 				items = append(items, it)
 			default:
 				break more
@@ -180,19 +253,20 @@ func (b *batcher) together(items []*batchItem) error {
 		return err
 	}
 	defer conn.Release()
-	batch := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(items)+2)}
+	stmts := statements(items)
+	batch := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(stmts)+2)}
 	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	for _, it := range items {
-		batch.Queue(it.sql, it.args...)
+	for _, st := range stmts {
+		batch.Queue(st.sql, st.args...)
 	}
 	batch.Queue("COMMIT")
 	br := conn.SendBatch(ctx, batch)
 	_, err = br.Exec()
-	for _, it := range items {
+	for _, st := range stmts {
 		if err != nil {
 			break
 		}
-		err = readRows(br.Query())(it.read)
+		err = readRows(br.Query())(st.read)
 	}
 	if err == nil {
 		tag, cerr := br.Exec()

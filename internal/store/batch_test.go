@@ -186,3 +186,104 @@ func TestBatchedAllocationsAndReleases(t *testing.T) {
 		t.Fatalf("%d leases held (%v), want %d", held, err, nodes*perNode/2)
 	}
 }
+
+// TestBatchQueues: the writes of one key always go to one queue, so a
+// node's leases share batches; writes without a key go to each in turn.
+func TestBatchQueues(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(o *Options) { o.BatchWriters = 4 })
+	b := f.s.batch
+	for _, key := range []string{"default/n1", "default/n2", "other/n1"} {
+		q := b.queueFor(key)
+		for range 20 {
+			if b.queueFor(key) != q {
+				t.Fatalf("key %q went to two queues", key)
+			}
+		}
+	}
+	seen := map[chan *batchItem]bool{}
+	for range 4 {
+		seen[b.queueFor("")] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("4 writes without a key went to %d of the 4 queues", len(seen))
+	}
+}
+
+// TestBatchMergesANodesLeases sends one batch of lease writes: those of one
+// node (one actor) share one statement, each gets its own address in the
+// node's block until the block is full, the rest get "not leased" (their
+// allocations take the general path), and the counters and the history
+// match.
+func TestBatchMergesANodesLeases(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.pool("default", alloc.PoolSpec{IPv4: fam(28, "10.244.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
+	f.allocate(req("n1", "first"))
+	f.allocate(req("n2", "first"))
+	room := int(f.count(`SELECT capacity - allocated FROM blocks b JOIN nodes n ON n.id = b.node_id WHERE n.name = 'n1'`))
+	var items []*batchItem
+	var outs []*mergedLease
+	leases := make([]alloc.Lease, 20)
+	for i := range leases {
+		node := "n1"
+		if i == 19 {
+			node = "n2"
+		}
+		a := &allocation{s: f.s, req: req(node, fmt.Sprint("m", i)), actor: "node:" + node}
+		a.sel = a.req.Selection(alloc.DefaultPool)
+		lk, err := f.s.lookup(f.ctx, f.s.db, a.req, a.sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		choices, pools, err := a.choose(lk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := pools[choices[0].Pool]
+		leases[i] = a.newLease(p, choices[0], lk.generation)
+		it, m := leaseItem(leaseSkippingSQL, a.leaseRow(lk.nodeID, p, choices[0], leases[i]), &leases[i])
+		it.ctx, it.done = f.ctx, make(chan error, 1)
+		items, outs = append(items, it), append(outs, m)
+	}
+	if got := len(statements(items)); got != 2 {
+		t.Fatalf("%d statements for the leases of 2 nodes, want 2 (n1's merged, n2's own)", got)
+	}
+	(&batcher{db: f.s.db}).send(items)
+	seen := map[string]bool{}
+	var leased int
+	for i, it := range items {
+		if err := <-it.done; err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		if !outs[i].got.leased {
+			continue
+		}
+		leased++
+		a := leases[i].Addr.String()
+		if seen[a] {
+			t.Fatalf("%s leased twice", a)
+		}
+		seen[a] = true
+	}
+	// n1: the room left in its block; n2: 1.
+	if leased != room+1 || !outs[19].got.leased {
+		t.Fatalf("%d leased (n2's: %v), want %d of n1's 19 and n2's", leased, outs[19].got.leased, room)
+	}
+	for i := range room {
+		if !outs[i].got.leased {
+			t.Fatalf("write %d of n1 not leased while its block had room", i)
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM blocks b WHERE allocated <> (SELECT count(*) FROM leases l WHERE l.block_id = b.id)`); n != 0 {
+		t.Fatalf("%d block counters off", n)
+	}
+	if n := f.count(`SELECT count(*) FROM address_events WHERE kind = 'lease' AND container_id LIKE 'm%' AND actor = 'node:' || node`); n != int64(room+1) {
+		t.Fatalf("%d lease events naming their node's actor, want %d", n, room+1)
+	}
+	// The cursor moved past the last address leased: the next one is fresh.
+	next := f.allocate(req("n2", "after"))
+	if seen[next.Leases[0].Addr.String()] {
+		t.Fatalf("next lease %s reuses a batched address", next.Leases[0].Addr)
+	}
+}

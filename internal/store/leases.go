@@ -319,7 +319,7 @@ func (s *Store) released(ctx context.Context, reason, where string, args ...any)
 	args = append(args, historyActor(ctx), reason)
 	history := historyContextSQL(len(args)-1, len(args), 1)
 	var out []alloc.Lease
-	err := s.writeOne(ctx, `WITH r AS (
+	err := s.writeOne(ctx, "", `WITH r AS (
 			UPDATE leases l SET `+releaseSet+` WHERE l.state <> 'released' AND `+history+` AND `+where+` RETURNING l.*
 		)
 		SELECT `+leaseColumns+` FROM r l`+leaseJoins+` ORDER BY l.addr`, func(rows pgx.Rows) error {

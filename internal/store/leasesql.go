@@ -96,15 +96,90 @@ func leaseFromHeld(ctx context.Context, tx querier, row leaseRow, block int64, l
 }
 
 // leaseAlone runs a lease statement as a transaction of its own, in a batch
-// with concurrent ones when the store batches (see batcher).
+// with concurrent ones when the store batches (see batcher). In a batch,
+// the leases of one node, pool and family asked by one actor from a block
+// with room (leaseSkippingSQL) share one statement (leaseManySQL).
 func (s *Store) leaseAlone(ctx context.Context, sql string, row leaseRow, l *alloc.Lease) (bool, error) {
-	var got leased
-	err := s.writeOne(ctx, sql, func(rows pgx.Rows) error {
+	it, m := leaseItem(sql, row, l)
+	err := s.writeItem(ctx, row.lease.Space+"/"+row.lease.Node, it)
+	return m.got.leased, err
+}
+
+// leaseItem is the batch write of a lease statement, and where its
+// outcome lands.
+func leaseItem(sql string, row leaseRow, l *alloc.Lease) (*batchItem, *mergedLease) {
+	m := &mergedLease{row: row, lease: l}
+	it := &batchItem{sql: sql, args: []any{row.args()}, read: func(rows pgx.Rows) error {
 		var err error
-		got, err = scanLeased(rowsRow{rows}, l)
+		m.got, err = scanLeased(rowsRow{rows}, l)
 		return err
-	}, row.args())
-	return got.leased, err
+	}}
+	if sql == leaseSkippingSQL {
+		it.merge = &merging{group: fmt.Sprintf("%s/%d/%d/%d/%s", row.lease.Space, row.node, row.pool.id, row.lease.Family, row.actor),
+			combine: combineLeases, payload: m}
+	}
+	return it, m
+}
+
+// mergedLease is one lease of a leaseManySQL statement, and its outcome.
+type mergedLease struct {
+	row   leaseRow
+	lease *alloc.Lease
+	got   leased
+}
+
+// combineLeases makes one leaseManySQL statement of writes of one group
+// (same space, node, pool, family and actor): their leases from one block
+// with room, in their order, as far as its free addresses go. A write the
+// statement did not serve answers "not leased", and its allocation takes
+// the general path, as after a lone leaseSkippingSQL that found no room.
+func combineLeases(group []*batchItem) (string, []any, func(pgx.Rows) error) {
+	ms := make([]*mergedLease, len(group))
+	n := len(group)
+	states, containers, ifaces, networks := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	nss, names, uids, selected := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	expires, nows, gens := make([]*time.Time, n), make([]time.Time, n), make([]int64, n)
+	for i, it := range group {
+		m := it.merge.payload.(*mergedLease)
+		ms[i], m.got = m, leased{}
+		l := m.row.lease
+		states[i], containers[i], ifaces[i], networks[i] = string(l.State), l.Attachment.ContainerID, l.Attachment.Interface, l.Attachment.Network
+		nss[i], names[i], uids[i], selected[i] = l.Owner.Namespace, l.Owner.Name, l.Owner.UID, string(l.SelectedBy)
+		if l.State == alloc.StatePending {
+			expires[i] = &l.ExpiresAt
+		}
+		nows[i], gens[i] = l.CreatedAt, l.Generation
+	}
+	first := ms[0].row
+	args := first.args()
+	args["count"], args["states"], args["containers"], args["ifaces"], args["networks"] = n, states, containers, ifaces, networks
+	args["nss"], args["names"], args["uids"], args["selectedBys"] = nss, names, uids, selected
+	args["expiresAll"], args["nows"], args["generations"] = expires, nows, gens
+	read := func(rows pgx.Rows) error {
+		for _, m := range ms {
+			m.got = leased{}
+		}
+		for rows.Next() {
+			var i int
+			var l alloc.Lease
+			var addr, gw *netip.Addr
+			var block int64
+			if err := rows.Scan(&i, &addr, &l.Block, &gw, &block); err != nil {
+				return err
+			}
+			if i < 1 || i > len(ms) || addr == nil {
+				continue
+			}
+			m := ms[i-1]
+			m.lease.Addr, m.lease.Block = *addr, l.Block
+			if gw != nil {
+				m.lease.Gateway = *gw
+			}
+			m.got = leased{leased: true, block: block}
+		}
+		return rows.Err()
+	}
+	return leaseManySQL, []any{args}, read
 }
 
 // leaseFreshSQL leases, in one statement, the first address of block
@@ -235,6 +310,50 @@ const leaseBoundSQL = `UPDATE leases l SET state = @state, network = @network, c
 	WHERE b.id = l.block_id AND l.space = @space AND l.addr = @bound AND l.sticky_identity = @identity AND l.state = 'released'
 	  AND l.node_id = @node AND l.pool_id = @pool AND l.family = @family
 	RETURNING l.addr, l.block_cidr, b.router, l.block_id`
+
+// leaseManySQL is leaseSkippingSQL for @count requests at once, of one
+// node, pool, family and actor: from the oldest block with room that no
+// other transaction holds, the first @count free addresses from its cursor
+// on, the n-th to the n-th request (the arrays, in order), each insert
+// skipped on any conflict (an address taken meanwhile, an attachment held
+// already). It answers, per address it found, the request's number, the
+// address (NULL when its insert was skipped), the block's CIDR, gateway and
+// id; no row for a request means nothing was leased for it.
+const leaseManySQL = `WITH req AS (
+		SELECT * FROM unnest(@states::text[], @containers::text[], @ifaces::text[], @networks::text[], @nss::text[],
+			@names::text[], @uids::text[], @expiresAll::timestamptz[], @selectedBys::text[], @generations::bigint[],
+			@nows::timestamptz[])
+			WITH ORDINALITY AS r (state, container_id, interface, network, owner_namespace, owner_name, owner_uid,
+				expires_at, selected_by, generation, created_at, n)
+	), b AS (` + lockOldestWithRoomSQL + ` SKIP LOCKED
+	), cand AS (
+		SELECT b.id, b.cidr, b.base, b.first_offset, b.last_offset, c.o, row_number() OVER (ORDER BY c.k) AS n FROM b, LATERAL (
+			SELECT s.o, s.k FROM (
+				SELECT o, o - b.next_offset AS k FROM generate_series(b.next_offset, b.last_offset) o
+				UNION ALL
+				SELECT o, o - b.first_offset + b.last_offset - b.next_offset + 1 FROM generate_series(b.first_offset, b.next_offset - 1) o
+			) s
+			LEFT JOIN LATERAL (
+				SELECT 1 AS held FROM leases x WHERE x.space = @space AND x.addr = b.base + s.o LIMIT 1
+			) h ON true
+			WHERE s.o <> ALL (b.reserved) AND h.held IS NULL
+			LIMIT @count
+		) c
+	), ins AS (
+		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
+			owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by, generation, network)
+		SELECT @space, cand.base + cand.o, cand.id, cand.cidr, @node, @pool, @family, req.state, req.container_id, req.interface,
+			req.owner_namespace, req.owner_name, req.owner_uid, req.created_at, req.expires_at, req.selected_by, req.generation, req.network
+		FROM cand JOIN req ON req.n = cand.n
+		ON CONFLICT DO NOTHING
+		RETURNING addr
+	), upd AS (
+		UPDATE blocks SET allocated = allocated + (SELECT count(*) FROM ins),
+			next_offset = (SELECT CASE WHEN c.o + 1 > c.last_offset THEN c.first_offset ELSE c.o + 1 END
+				FROM cand c JOIN ins ON ins.addr = c.base + c.o ORDER BY c.n DESC LIMIT 1)
+		FROM b WHERE blocks.id = b.id AND EXISTS (SELECT 1 FROM ins)
+	)
+	SELECT cand.n, ins.addr, b.cidr, b.router, b.id FROM b CROSS JOIN cand LEFT JOIN ins ON ins.addr = cand.base + cand.o`
 
 // historyContextNamedSQL is historyContextSQL with named parameters.
 const historyContextNamedSQL = `(SELECT ipam_history_context(@actor, @reason, @at))`

@@ -38,10 +38,17 @@ func (r rowsRow) Scan(dest ...any) error {
 
 // writeOne runs one statement as a transaction of its own, in a batch with
 // concurrent ones unless the store was opened without batching, and hands
-// its rows to read (which may run twice: see batchItem).
-func (s *Store) writeOne(ctx context.Context, sql string, read func(pgx.Rows) error, args ...any) error {
+// its rows to read (which may run twice: see batchItem). Writes of one key
+// (a node's leases) share their batches (see batcher); "" is no key.
+func (s *Store) writeOne(ctx context.Context, key, sql string, read func(pgx.Rows) error, args ...any) error {
+	return s.writeItem(ctx, key, &batchItem{sql: sql, args: args, read: read})
+}
+
+// writeItem is writeOne for a write that may also merge with others
+// (it.merge).
+func (s *Store) writeItem(ctx context.Context, key string, it *batchItem) error {
 	if s.batch == nil {
-		return readRows(s.db.Query(ctx, sql, args...))(read)
+		return readRows(s.db.Query(ctx, it.sql, it.args...))(it.read)
 	}
-	return s.batch.write(ctx, sql, read, args...)
+	return s.batch.write(ctx, key, it)
 }
