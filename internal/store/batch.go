@@ -12,11 +12,12 @@ import (
 )
 
 // batcher lets concurrent single-statement writes (a lease from a block
-// with room, a release) share one transaction: one round trip and one
-// commit, whose WAL flush is what a lone allocation waits for most. Each
-// statement keeps its own parameters, its own history context (set by the
-// statement itself) and its own rows; every invariant stays in the
-// database's constraints, which check each statement as they would alone.
+// with room, a release) share one transaction: one round trip, one commit,
+// and for a node's leases one statement (see merging), whose start and
+// constraint setup PostgreSQL then pays once for all of them. Each write
+// keeps its own parameters, its own history context (set by the statement
+// itself) and its own outcome; every invariant stays in the database's
+// constraints, which check each row as they would alone.
 //
 // A worker takes the first waiting write, then every write that queued
 // meanwhile (up to maxBatch), and sends them between a BEGIN and a COMMIT
