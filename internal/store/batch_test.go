@@ -287,3 +287,62 @@ func TestBatchMergesANodesLeases(t *testing.T) {
 		t.Fatalf("next lease %s reuses a batched address", next.Leases[0].Addr)
 	}
 }
+
+// TestBatchMergesANodesReleases sends one batch of releases: those of one
+// node (one actor) share one statement, each answers the leases of its own
+// attachment (a duplicate of one answers none), and the history records
+// each release with its node's actor.
+func TestBatchMergesANodesReleases(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.pool("default", alloc.PoolSpec{IPv4: fam(26, "10.244.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
+	held := map[string]alloc.Allocation{}
+	for i := range 5 {
+		held[fmt.Sprint("r", i)] = f.allocate(req("n1", fmt.Sprint("r", i)))
+	}
+	held["other"] = f.allocate(req("n2", "other"))
+	var items []*batchItem
+	var outs []*mergedRelease
+	release := func(node, container string) {
+		ctx := alloc.WithActor(f.ctx, "node:"+node)
+		it, m := f.s.releaseItem(ctx, alloc.DefaultSpace, node, alloc.Attachment{ContainerID: container, Interface: "eth0"})
+		it.ctx, it.done = f.ctx, make(chan error, 1)
+		items, outs = append(items, it), append(outs, m)
+	}
+	for i := range 5 {
+		release("n1", fmt.Sprint("r", i))
+	}
+	release("n1", "r0")     // a duplicate: released once, by the first
+	release("n1", "absent") // nothing held: not an error
+	release("n2", "other")
+	if got := len(statements(items)); got != 2 {
+		t.Fatalf("%d statements for the releases of 2 nodes, want 2 (n1's merged, n2's own)", got)
+	}
+	(&batcher{db: f.s.db}).send(items)
+	for i, it := range items {
+		if err := <-it.done; err != nil {
+			t.Fatalf("release %d: %v", i, err)
+		}
+	}
+	for i, m := range outs {
+		want := 0
+		if i < 5 || i == 7 {
+			want = 1
+		}
+		if len(m.out) != want {
+			t.Fatalf("release %d (%s) answered %d leases, want %d", i, m.att.ContainerID, len(m.out), want)
+		}
+		if want == 1 {
+			h := held[m.att.ContainerID]
+			if got := m.out[0]; got.Addr != h.Leases[0].Addr || got.State != alloc.StateCooling {
+				t.Fatalf("release %d answered %s %s, want %s cooling", i, got.Addr, got.State, h.Leases[0].Addr)
+			}
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM leases WHERE state <> 'released'`); n != 0 {
+		t.Fatalf("%d leases still held", n)
+	}
+	if n := f.count(`SELECT count(*) FROM address_events WHERE kind = 'release' AND actor = 'node:' || node AND reason = $1`, reasonReleaseAttachment); n != 6 {
+		t.Fatalf("%d release events naming their node's actor, want 6", n)
+	}
+}

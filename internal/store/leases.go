@@ -317,12 +317,8 @@ func (s *Store) released(ctx context.Context, reason, where string, args ...any)
 	now := s.now()
 	args = append([]any{now, now.Add(s.opts.Cooldown)}, args...)
 	args = append(args, historyActor(ctx), reason)
-	history := historyContextSQL(len(args)-1, len(args), 1)
 	var out []alloc.Lease
-	err := s.writeOne(ctx, "", `WITH r AS (
-			UPDATE leases l SET `+releaseSet+` WHERE l.state <> 'released' AND `+history+` AND `+where+` RETURNING l.*
-		)
-		SELECT `+leaseColumns+` FROM r l`+leaseJoins+` ORDER BY l.addr`, func(rows pgx.Rows) error {
+	err := s.writeOne(ctx, "", releasedSQL(where, len(args)), func(rows pgx.Rows) error {
 		var err error
 		out, err = collectLeases(rows, nil)
 		return err
@@ -330,17 +326,121 @@ func (s *Store) released(ctx context.Context, reason, where string, args ...any)
 	return out, err
 }
 
+// releasedSQL releases the leases matching where, with released's
+// parameters: now ($1), the end of the cooldown ($2), where's ($3 on), and
+// the history's actor and reason last (n is their count).
+func releasedSQL(where string, n int) string {
+	return `WITH r AS (
+			UPDATE leases l SET ` + releaseSet + ` WHERE l.state <> 'released' AND ` + historyContextSQL(n-1, n, 1) + ` AND ` + where + ` RETURNING l.*
+		)
+		SELECT ` + leaseColumns + ` FROM r l` + leaseJoins + ` ORDER BY l.addr`
+}
+
 // ReleaseAttachment releases the attachment's addresses; nothing held is not
 // an error. The network must be a CNI network name (KindInvalid
 // otherwise): the addresses a node holds for Cilium's agent have no
 // attachment a caller can name.
+//
+// In a batch, the releases of one node asked by one actor share one
+// statement (releaseManySQL), as a node's leases do.
 func (s *Store) ReleaseAttachment(ctx context.Context, space, node string, a alloc.Attachment) ([]alloc.Lease, error) {
 	if err := alloc.ValidateNetworkName("network", a.Network); err != nil {
 		return nil, err
 	}
-	return s.released(ctx, reasonReleaseAttachment, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
-		AND l.network = $7 AND l.container_id = $5 AND l.interface = $6`, space, node, a.ContainerID, a.Interface, a.Network)
+	it, m := s.releaseItem(ctx, space, node, a)
+	err := s.writeItem(ctx, space+"/"+node, it)
+	return m.out, err
 }
+
+// releaseItem is the batch write of a ReleaseAttachment, and where its
+// outcome lands.
+func (s *Store) releaseItem(ctx context.Context, space, node string, a alloc.Attachment) (*batchItem, *mergedRelease) {
+	now, actor := s.now(), historyActor(ctx)
+	m := &mergedRelease{space: space, node: node, att: a, actor: actor, now: now, until: now.Add(s.opts.Cooldown)}
+	args := []any{now, m.until, space, node, a.ContainerID, a.Interface, a.Network, actor, reasonReleaseAttachment}
+	it := &batchItem{sql: releasedSQL(`l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
+		AND l.network = $7 AND l.container_id = $5 AND l.interface = $6`, len(args)), args: args,
+		read: func(rows pgx.Rows) error {
+			var err error
+			m.out, err = collectLeases(rows, nil)
+			return err
+		}}
+	it.merge = &merging{group: "release/" + space + "/" + node + "/" + actor, combine: combineReleases, payload: m}
+	return it, m
+}
+
+// mergedRelease is one release of a releaseManySQL statement, and what it
+// released.
+type mergedRelease struct {
+	space, node string
+	att         alloc.Attachment
+	actor       string
+	now, until  time.Time
+	out         []alloc.Lease
+}
+
+// combineReleases makes one releaseManySQL statement of the releases of
+// one group (same space, node and actor). The statement's clock is the
+// first one's.
+func combineReleases(group []*batchItem) (string, []any, func(pgx.Rows) error) {
+	ms := make([]*mergedRelease, len(group))
+	networks, containers, ifaces := make([]string, len(group)), make([]string, len(group)), make([]string, len(group))
+	for i, it := range group {
+		m := it.merge.payload.(*mergedRelease)
+		ms[i], m.out = m, nil
+		networks[i], containers[i], ifaces[i] = m.att.Network, m.att.ContainerID, m.att.Interface
+	}
+	first := ms[0]
+	args := pgx.NamedArgs{"now": first.now, "until": first.until, "space": first.space, "node": first.node,
+		"networks": networks, "containers": containers, "ifaces": ifaces,
+		"actor": first.actor, "reason": reasonReleaseAttachment, "at": first.now}
+	read := func(rows pgx.Rows) error {
+		for _, m := range ms {
+			m.out = nil
+		}
+		for rows.Next() {
+			var i int
+			l, err := scanLease(rowWithIndex{rows, &i})
+			if err != nil {
+				return err
+			}
+			if i >= 1 && i <= len(ms) {
+				ms[i-1].out = append(ms[i-1].out, l)
+			}
+		}
+		return rows.Err()
+	}
+	return releaseManySQL, []any{args}, read
+}
+
+// rowWithIndex scans a row of leaseColumns followed by the request's
+// number.
+type rowWithIndex struct {
+	rows pgx.Rows
+	n    *int
+}
+
+func (r rowWithIndex) Scan(dest ...any) error { return r.rows.Scan(append(dest, r.n)...) }
+
+// releaseManySQL releases, at @now until @until, the attachments of node
+// @node the arrays name, each once (the first of duplicates), and answers
+// each released lease with the number of its request, after its columns.
+const releaseManySQL = `WITH req AS (
+		SELECT DISTINCT ON (network, container_id, interface) * FROM unnest(@networks::text[], @containers::text[], @ifaces::text[])
+			WITH ORDINALITY AS r (network, container_id, interface, n)
+		ORDER BY network, container_id, interface, n
+	), r AS (
+		UPDATE leases l SET state = 'released', expires_at = NULL, released_at = @now,
+			cooldown_until = CASE WHEN sticky_retention IS NULL THEN @until::timestamptz
+				ELSE greatest(@until::timestamptz, @now::timestamptz + sticky_retention) END
+		WHERE l.state <> 'released' AND ` + historyContextNamedSQL + `
+		  AND l.node_id = (SELECT id FROM nodes WHERE space = @space AND name = @node)
+		  AND (l.network, l.container_id, l.interface) IN (SELECT network, container_id, interface FROM req)
+		RETURNING l.*
+	)
+	SELECT ` + leaseColumns + `, req.n FROM r l` + leaseJoins + `
+	JOIN req ON (req.network, req.container_id, req.interface) = (l.network, l.container_id, l.interface)
+	ORDER BY l.addr`
 
 // ReleaseAddress releases the lease holding addr; nothing held is not an
 // error. An address a node holds for Cilium's agent (crd mode) is refused
