@@ -163,7 +163,7 @@ func (a *allocation) fast(ctx context.Context) (out alloc.Allocation, ok bool, e
 		return out, false, nil
 	}
 	lease := a.newLease(p, c, lk.generation)
-	row := a.leaseRow(lk.nodeID, p, c, lease)
+	row := a.leaseRow(lk.nodeID, p, lease)
 	ok, err = a.s.leaseAlone(ctx, leaseSkippingSQL, row, &lease)
 	if retryable(err) {
 		// A transient conflict (a deadlock with a node's forced
@@ -213,7 +213,7 @@ func (a *allocation) attempt(ctx context.Context) (alloc.Allocation, []blockNeed
 	var needs []blockNeed
 	for _, c := range choices {
 		lease := a.newLease(pools[c.Pool], c, lk.generation)
-		row := a.leaseRow(lk.nodeID, pools[c.Pool], c, lease)
+		row := a.leaseRow(lk.nodeID, pools[c.Pool], lease)
 		var need bool
 		if r.Sticky != nil {
 			need, err = a.leaseSticky(ctx, tx, row, &lease)
@@ -284,7 +284,7 @@ func (a *allocation) newLease(p allocPool, c alloc.Choice, gen int64) alloc.Leas
 }
 
 // leaseRow is what the lease statements write for lease on node nodeID.
-func (a *allocation) leaseRow(nodeID int64, p allocPool, c alloc.Choice, lease alloc.Lease) leaseRow {
+func (a *allocation) leaseRow(nodeID int64, p allocPool, lease alloc.Lease) leaseRow {
 	return leaseRow{node: nodeID, pool: p, lease: lease, actor: a.actor}
 }
 

@@ -242,7 +242,7 @@ func TestBatchMergesANodesLeases(t *testing.T) {
 		}
 		p := pools[choices[0].Pool]
 		leases[i] = a.newLease(p, choices[0], lk.generation)
-		it, m := leaseItem(leaseSkippingSQL, a.leaseRow(lk.nodeID, p, choices[0], leases[i]), &leases[i])
+		it, m := leaseItem(leaseSkippingSQL, a.leaseRow(lk.nodeID, p, leases[i]), &leases[i])
 		it.ctx, it.done = f.ctx, make(chan error, 1)
 		items, outs = append(items, it), append(outs, m)
 	}

@@ -306,11 +306,19 @@ func (s *Store) Confirm(ctx context.Context, space, node string, a alloc.Attachm
 }
 
 // releaseSet is the assignment that turns a lease into a cooling address;
-// $1 is now, $2 the end of the cooldown. An address bound to a workload
-// identity cools for the longer of the cooldown and its retention: nothing
-// but its identity leases it, and no purge deletes it, before then.
-const releaseSet = `state = 'released', expires_at = NULL, released_at = $1,
-	cooldown_until = CASE WHEN sticky_retention IS NULL THEN $2 ELSE greatest($2::timestamptz, $1::timestamptz + sticky_retention) END`
+// $1 is now, $2 the end of the cooldown (releaseSetOf).
+var releaseSet = releaseSetOf("$1", "$2")
+
+// releaseSetOf is the assignment that turns a lease into a cooling address
+// at now, cooling until until (both parameters of the statement). An
+// address bound to a workload identity cools for the longer of the
+// cooldown and its retention: nothing but its identity leases it, and no
+// purge deletes it, before then.
+func releaseSetOf(now, until string) string {
+	return `state = 'released', expires_at = NULL, released_at = ` + now + `,
+	cooldown_until = CASE WHEN sticky_retention IS NULL THEN ` + until + `::timestamptz
+		ELSE greatest(` + until + `::timestamptz, ` + now + `::timestamptz + sticky_retention) END`
+}
 
 // released releases the leases matching where ($3 on: args) for reason.
 func (s *Store) released(ctx context.Context, reason, where string, args ...any) ([]alloc.Lease, error) {
@@ -425,14 +433,12 @@ func (r rowWithIndex) Scan(dest ...any) error { return r.rows.Scan(append(dest, 
 // releaseManySQL releases, at @now until @until, the attachments of node
 // @node the arrays name, each once (the first of duplicates), and answers
 // each released lease with the number of its request, after its columns.
-const releaseManySQL = `WITH req AS (
+var releaseManySQL = `WITH req AS (
 		SELECT DISTINCT ON (network, container_id, interface) * FROM unnest(@networks::text[], @containers::text[], @ifaces::text[])
 			WITH ORDINALITY AS r (network, container_id, interface, n)
 		ORDER BY network, container_id, interface, n
 	), r AS (
-		UPDATE leases l SET state = 'released', expires_at = NULL, released_at = @now,
-			cooldown_until = CASE WHEN sticky_retention IS NULL THEN @until::timestamptz
-				ELSE greatest(@until::timestamptz, @now::timestamptz + sticky_retention) END
+		UPDATE leases l SET ` + releaseSetOf("@now", "@until") + `
 		WHERE l.state <> 'released' AND ` + historyContextNamedSQL + `
 		  AND l.node_id = (SELECT id FROM nodes WHERE space = @space AND name = @node)
 		  AND (l.network, l.container_id, l.interface) IN (SELECT network, container_id, interface FROM req)
