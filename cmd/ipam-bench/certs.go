@@ -77,17 +77,18 @@ func newBenchPKI(dir string) (*benchPKI, error) {
 // adminClient answers a client with the administrator's certificate.
 func (p *benchPKI) adminClient() *http.Client { return p.client(p.admin, 4) }
 
-// nodeClient answers the client of node, issuing its certificate on first
-// use. Every worker driving the node shares it, as the plugin's calls on
+// nodeClient answers the client of node in space, issuing its certificate
+// on first use. Every worker driving the node shares it, as the plugin's calls on
 // one node share the node's identity; idle connections are kept for
 // perHost concurrent callers per server.
-func (p *benchPKI) nodeClient(node string, perHost int) (*http.Client, error) {
+func (p *benchPKI) nodeClient(space, node string, perHost int) (*http.Client, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.nodes[node]; ok {
+	key := space + "/" + node
+	if c, ok := p.nodes[key]; ok {
 		return c, nil
 	}
-	certPEM, keyPEM, err := p.ca.IssueNode(node, certValidity)
+	certPEM, keyPEM, err := p.ca.IssueNodeInSpace(space, node, certValidity)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +97,7 @@ func (p *benchPKI) nodeClient(node string, perHost int) (*http.Client, error) {
 		return nil, err
 	}
 	c := p.client(pair, perHost)
-	p.nodes[node] = c
+	p.nodes[key] = c
 	return c, nil
 }
 

@@ -459,6 +459,7 @@ func (b *bench) level(ctx context.Context, phase string, c int, nodes []string, 
 			return lv, err
 		}
 		if ceiling && b.ceil != nil {
+			b.db.settle(ctx, b.out)
 			cr, err := b.ceil.run(ctx, c, int(d/time.Second))
 			if ctx.Err() != nil {
 				return lv, ctx.Err()
@@ -487,6 +488,7 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 	if err := warm(ctx, ws); err != nil {
 		return runResult{}, fmt.Errorf("%s warm-up: %w", phase, err)
 	}
+	b.db.settle(ctx, b.out)
 	var pids []int
 	for _, s := range b.servers {
 		pids = append(pids, s.pid())

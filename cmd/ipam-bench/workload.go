@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
 // The two calls of the measured mix.
@@ -289,6 +290,15 @@ type fleet struct {
 	parked  []attachment // held by no current worker
 }
 
+// spaceName is the space the fleet's nodes live in, and their certificates
+// name.
+func (f *fleet) spaceName() string {
+	if f.space == nil {
+		return alloc.DefaultSpace
+	}
+	return *f.space
+}
+
 // workers makes c workers over nodes (split by nodesFor) and hands them the
 // parked attachments of their nodes.
 func (f *fleet) workers(c int, nodes []string) ([]*worker, error) {
@@ -300,7 +310,7 @@ func (f *fleet) workers(c int, nodes []string) ([]*worker, error) {
 		server := f.servers[i%len(f.servers)]
 		for _, n := range nodesFor(i, c, len(nodes)) {
 			node := nodes[n]
-			hc, err := f.pki.nodeClient(node, f.perHost)
+			hc, err := f.pki.nodeClient(f.spaceName(), node, f.perHost)
 			if err != nil {
 				return nil, err
 			}
