@@ -98,6 +98,12 @@ type merging struct {
 	group   string
 	combine func(group []*batchItem) (sql string, args []any, read func(pgx.Rows) error)
 	payload any
+	// slot and tag, when slot is set, keep apart writes the statement
+	// cannot hold together: the writes of one statement that share a
+	// slot share its tag (a node's writes, its history actor), and a
+	// write whose slot has another tag there goes to the next statement
+	// of its group.
+	slot, tag string
 }
 
 // statement is one statement of a batch: a write's own, or the combined
@@ -111,26 +117,45 @@ type statement struct {
 // statements makes the batch's statements: one per write, but one per
 // group of two or more writes that merge.
 func statements(items []*batchItem) []statement {
-	groups := map[string][]*batchItem{}
-	var order []string
+	type group struct {
+		items []*batchItem
+		tags  map[string]string // slot -> tag
+	}
+	groups := map[string][]*group{}
+	var order []*group
+	member := make(map[*batchItem]*group, len(items))
 	for _, it := range items {
-		if it.merge == nil {
+		m := it.merge
+		if m == nil {
 			continue
 		}
-		if _, ok := groups[it.merge.group]; !ok {
-			order = append(order, it.merge.group)
+		var g *group
+		for _, c := range groups[m.group] {
+			if tag, ok := c.tags[m.slot]; !ok || tag == m.tag {
+				g = c
+				break
+			}
 		}
-		groups[it.merge.group] = append(groups[it.merge.group], it)
+		if g == nil {
+			g = &group{tags: map[string]string{}}
+			groups[m.group] = append(groups[m.group], g)
+			order = append(order, g)
+		}
+		g.items = append(g.items, it)
+		if m.slot != "" {
+			g.tags[m.slot] = m.tag
+		}
+		member[it] = g
 	}
 	out := make([]statement, 0, len(items))
 	for _, it := range items {
-		if it.merge == nil || len(groups[it.merge.group]) < 2 {
+		if g := member[it]; g == nil || len(g.items) < 2 {
 			out = append(out, statement{sql: it.sql, args: it.args, read: it.read})
 		}
 	}
 	for _, g := range order {
-		if group := groups[g]; len(group) >= 2 {
-			sql, args, read := group[0].merge.combine(group)
+		if len(g.items) >= 2 {
+			sql, args, read := g.items[0].merge.combine(g.items)
 			out = append(out, statement{sql: sql, args: args, read: read})
 		}
 	}

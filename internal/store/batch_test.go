@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
@@ -210,8 +211,8 @@ func TestBatchQueues(t *testing.T) {
 	}
 }
 
-// TestBatchMergesANodesLeases sends one batch of lease writes: those of one
-// node (one actor) share one statement, each gets its own address in the
+// TestBatchMergesANodesLeases sends one batch of lease writes of two nodes,
+// each asked by its own actor: they share one statement, each gets its own address in the
 // node's block until the block is full, the rest get "not leased" (their
 // allocations take the general path), and the counters and the history
 // match.
@@ -246,10 +247,10 @@ func TestBatchMergesANodesLeases(t *testing.T) {
 		it.ctx, it.done = f.ctx, make(chan error, 1)
 		items, outs = append(items, it), append(outs, m)
 	}
-	if got := len(statements(items)); got != 2 {
-		t.Fatalf("%d statements for the leases of 2 nodes, want 2 (n1's merged, n2's own)", got)
+	if got := len(statements(items)); got != 1 {
+		t.Fatalf("%d statements for the leases of 2 nodes, want 1 (all merged)", got)
 	}
-	(&batcher{db: f.s.db}).send(items)
+	sendWithoutFallback(t, f.s.db, items)
 	seen := map[string]bool{}
 	var leased int
 	for i, it := range items {
@@ -288,8 +289,8 @@ func TestBatchMergesANodesLeases(t *testing.T) {
 	}
 }
 
-// TestBatchMergesANodesReleases sends one batch of releases: those of one
-// node (one actor) share one statement, each answers the leases of its own
+// TestBatchMergesANodesReleases sends one batch of releases of two nodes,
+// each asked by its own actor: they share one statement, each answers the leases of its own
 // attachment (a duplicate of one answers none), and the history records
 // each release with its node's actor.
 func TestBatchMergesANodesReleases(t *testing.T) {
@@ -315,10 +316,10 @@ func TestBatchMergesANodesReleases(t *testing.T) {
 	release("n1", "r0")     // a duplicate: released once, by the first
 	release("n1", "absent") // nothing held: not an error
 	release("n2", "other")
-	if got := len(statements(items)); got != 2 {
-		t.Fatalf("%d statements for the releases of 2 nodes, want 2 (n1's merged, n2's own)", got)
+	if got := len(statements(items)); got != 1 {
+		t.Fatalf("%d statements for the releases of 2 nodes, want 1 (all merged)", got)
 	}
-	(&batcher{db: f.s.db}).send(items)
+	sendWithoutFallback(t, f.s.db, items)
 	for i, it := range items {
 		if err := <-it.done; err != nil {
 			t.Fatalf("release %d: %v", i, err)
@@ -344,5 +345,56 @@ func TestBatchMergesANodesReleases(t *testing.T) {
 	}
 	if n := f.count(`SELECT count(*) FROM address_events WHERE kind = 'release' AND actor = 'node:' || node AND reason = $1`, reasonReleaseAttachment); n != 6 {
 		t.Fatalf("%d release events naming their node's actor, want 6", n)
+	}
+}
+
+// TestBatchKeepsANodesActorsApart sends one batch of releases in which one
+// node's are asked by two actors: a statement holds one actor per node, so
+// the second actor's go to a second statement, and the history records
+// each release with the actor that asked it.
+func TestBatchKeepsANodesActorsApart(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.pool("default", alloc.PoolSpec{IPv4: fam(26, "10.244.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
+	type asked struct{ node, container, actor string }
+	all := []asked{
+		{"n1", "a0", "node:n1"}, {"n1", "b0", "operator"}, {"n2", "c0", "node:n2"},
+		{"n1", "a1", "node:n1"}, {"n1", "b1", "operator"}, {"n2", "c1", "node:n2"},
+	}
+	var items []*batchItem
+	for _, a := range all {
+		f.allocate(req(a.node, a.container))
+		it, _ := f.s.releaseItem(alloc.WithActor(f.ctx, a.actor), alloc.DefaultSpace, a.node, alloc.Attachment{ContainerID: a.container, Interface: "eth0"})
+		it.ctx, it.done = f.ctx, make(chan error, 1)
+		items = append(items, it)
+	}
+	if got := len(statements(items)); got != 2 {
+		t.Fatalf("%d statements, want 2 (n1's second actor apart)", got)
+	}
+	sendWithoutFallback(t, f.s.db, items)
+	for i, it := range items {
+		if err := <-it.done; err != nil {
+			t.Fatalf("release %d: %v", i, err)
+		}
+	}
+	for _, a := range all {
+		var actor string
+		if err := f.s.db.QueryRow(f.ctx, `SELECT actor FROM address_events WHERE kind = 'release' AND container_id = $1`, a.container).Scan(&actor); err != nil {
+			t.Fatalf("%s: %v", a.container, err)
+		}
+		if actor != a.actor {
+			t.Fatalf("%s released by %q in the history, want %q", a.container, actor, a.actor)
+		}
+	}
+}
+
+// sendWithoutFallback sends items as one batch and fails the test when the
+// batch failed and its writes ran again alone.
+func sendWithoutFallback(t *testing.T, db *pgxpool.Pool, items []*batchItem) {
+	t.Helper()
+	b := &batcher{db: db}
+	b.send(items)
+	if n := b.fallbacks.Load(); n != 0 {
+		t.Fatalf("the batch failed: %d writes ran again alone", n)
 	}
 }

@@ -350,7 +350,7 @@ func (s *Store) reserveInBlock(ctx context.Context, tx querier, sql string, args
 // rule. It answers one row per address reserved (block id, block CIDR,
 // address, generation), one row with a NULL address when it reserved
 // none, and no row when no block had room.
-const reserveOldestSQL = `WITH b AS (
+var reserveOldestSQL = `WITH b AS (
 		SELECT ` + reserveBlockColumns + ` FROM blocks
 		WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity AND id >= $8
 		ORDER BY id LIMIT 1 FOR NO KEY UPDATE
@@ -358,7 +358,7 @@ const reserveOldestSQL = `WITH b AS (
 
 // reserveInBlockSQL is reserveOldestSQL in block $8, which the transaction
 // holds (locked by an earlier statement, or carved).
-const reserveInBlockSQL = `WITH b AS (
+var reserveInBlockSQL = `WITH b AS (
 		SELECT ` + reserveBlockColumns + ` FROM blocks WHERE id = $8
 	)` + reserveFromBlockSQL
 
@@ -368,23 +368,9 @@ const reserveBlockColumns = leaseBlockColumns + `, capacity - allocated AS room`
 // inserted as reserved rows of the node's crd attachment (network $6, the
 // address's text as container ID, interface $9): the first free offsets
 // from the block's round-robin cursor on, which moves past the last one
-// probed. k numbers the offsets in probe order (the cursor, up to the
-// end, then from the start).
-const reserveFromBlockSQL = `, cand AS (
-		SELECT b.id, b.cidr, b.base, c.o, c.k FROM b, LATERAL (
-			SELECT s.o, s.k FROM (
-				SELECT up.o, up.o - b.next_offset AS k
-				FROM (SELECT generate_series(b.next_offset, b.last_offset) AS o) up
-				UNION ALL
-				SELECT wrap.o, wrap.o - b.first_offset + b.last_offset - b.next_offset + 1
-				FROM (SELECT generate_series(b.first_offset, b.next_offset - 1) AS o) wrap
-			) s
-			LEFT JOIN LATERAL (
-				SELECT 1 AS held FROM leases x WHERE x.space = $4 AND x.addr = b.base + s.o LIMIT 1
-			) h ON true
-			WHERE s.o <> ALL (b.reserved) AND h.held IS NULL
-			LIMIT least($7::bigint, b.room)
-		) c
+// probed (see freeOffsetsSQL).
+var reserveFromBlockSQL = `, cand AS (
+		SELECT b.id, b.cidr, b.base, c.o, c.k FROM b, ` + freeOffsetsSQL("$4", "least($7::bigint, b.room)") + ` c
 	), ins AS (
 		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, network, container_id, interface,
 			owner_namespace, owner_name, owner_uid, created_at, selected_by)

@@ -373,7 +373,9 @@ func (s *Store) releaseItem(ctx context.Context, space, node string, a alloc.Att
 			m.out, err = collectLeases(rows, nil)
 			return err
 		}}
-	it.merge = &merging{group: "release/" + space + "/" + node + "/" + actor, combine: combineReleases, payload: m}
+	// One statement serves many nodes, but the address history has one
+	// actor per node in it.
+	it.merge = &merging{group: "release/" + space, combine: combineReleases, payload: m, slot: node, tag: actor}
 	return it, m
 }
 
@@ -388,20 +390,22 @@ type mergedRelease struct {
 }
 
 // combineReleases makes one releaseManySQL statement of the releases of
-// one group (same space, node and actor). The statement's clock is the
-// first one's.
+// one group (same space; one actor per node, see releaseItem). The
+// statement's clock is the first one's.
 func combineReleases(group []*batchItem) (string, []any, func(pgx.Rows) error) {
 	ms := make([]*mergedRelease, len(group))
-	networks, containers, ifaces := make([]string, len(group)), make([]string, len(group)), make([]string, len(group))
+	n := len(group)
+	nodes, actors := make([]string, n), make([]string, n)
+	networks, containers, ifaces := make([]string, n), make([]string, n), make([]string, n)
 	for i, it := range group {
 		m := it.merge.payload.(*mergedRelease)
 		ms[i], m.out = m, nil
+		nodes[i], actors[i] = m.node, m.actor
 		networks[i], containers[i], ifaces[i] = m.att.Network, m.att.ContainerID, m.att.Interface
 	}
 	first := ms[0]
-	args := pgx.NamedArgs{"now": first.now, "until": first.until, "space": first.space, "node": first.node,
-		"networks": networks, "containers": containers, "ifaces": ifaces,
-		"actor": first.actor, "reason": reasonReleaseAttachment, "at": first.now}
+	args := pgx.NamedArgs{"now": first.now, "until": first.until, "space": first.space, "nodes": nodes, "actors": actors,
+		"networks": networks, "containers": containers, "ifaces": ifaces, "reason": reasonReleaseAttachment, "at": first.now}
 	read := func(rows pgx.Rows) error {
 		for _, m := range ms {
 			m.out = nil
@@ -430,22 +434,28 @@ type rowWithIndex struct {
 
 func (r rowWithIndex) Scan(dest ...any) error { return r.rows.Scan(append(dest, r.n)...) }
 
-// releaseManySQL releases, at @now until @until, the attachments of node
-// @node the arrays name, each once (the first of duplicates), and answers
-// each released lease with the number of its request, after its columns.
+// releaseManySQL releases, at @now until @until, the attachments the
+// arrays name (nodes of space @space), each once (the first of
+// duplicates), and answers each released lease with the number of its
+// request, after its columns. The address history records each release
+// with the actor the request names (one per node, see
+// ipam_history_context_nodes).
 var releaseManySQL = `WITH req AS (
-		SELECT DISTINCT ON (network, container_id, interface) * FROM unnest(@networks::text[], @containers::text[], @ifaces::text[])
-			WITH ORDINALITY AS r (network, container_id, interface, n)
-		ORDER BY network, container_id, interface, n
+		SELECT DISTINCT ON (r.node, r.network, r.container_id, r.interface) r.*, n.id AS node_id
+		FROM unnest(@nodes::text[], @actors::text[], @networks::text[], @containers::text[], @ifaces::text[])
+			WITH ORDINALITY AS r (node, actor, network, container_id, interface, n)
+		JOIN nodes n ON n.space = @space AND n.name = r.node
+		ORDER BY r.node, r.network, r.container_id, r.interface, r.n
 	), r AS (
 		UPDATE leases l SET ` + releaseSetOf("@now", "@until") + `
-		WHERE l.state <> 'released' AND ` + historyContextNamedSQL + `
-		  AND l.node_id = (SELECT id FROM nodes WHERE space = @space AND name = @node)
-		  AND (l.network, l.container_id, l.interface) IN (SELECT network, container_id, interface FROM req)
-		RETURNING l.*
+		FROM req
+		WHERE l.state <> 'released'
+		  AND (SELECT ipam_history_context_nodes((SELECT jsonb_object_agg(node_id::text, actor) FROM req), @reason, @at))
+		  AND l.node_id = req.node_id AND l.network = req.network AND l.container_id = req.container_id
+		  AND l.interface = req.interface
+		RETURNING l.*, req.n AS request
 	)
-	SELECT ` + leaseColumns + `, req.n FROM r l` + leaseJoins + `
-	JOIN req ON (req.network, req.container_id, req.interface) = (l.network, l.container_id, l.interface)
+	SELECT ` + leaseColumns + `, l.request FROM r l` + leaseJoins + `
 	ORDER BY l.addr`
 
 // ReleaseAddress releases the lease holding addr; nothing held is not an

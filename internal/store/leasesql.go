@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,8 +98,9 @@ func leaseFromHeld(ctx context.Context, tx querier, row leaseRow, block int64, l
 
 // leaseAlone runs a lease statement as a transaction of its own, in a batch
 // with concurrent ones when the store batches (see batcher). In a batch,
-// the leases of one node, pool and family asked by one actor from a block
-// with room (leaseSkippingSQL) share one statement (leaseManySQL).
+// the leases from a block with room (leaseSkippingSQL) of one space share
+// one statement (leaseManySQL), as long as each node's are asked by one
+// actor.
 func (s *Store) leaseAlone(ctx context.Context, sql string, row leaseRow, l *alloc.Lease) (bool, error) {
 	it, m := leaseItem(sql, row, l)
 	err := s.writeItem(ctx, row.lease.Space+"/"+row.lease.Node, it)
@@ -115,8 +117,10 @@ func leaseItem(sql string, row leaseRow, l *alloc.Lease) (*batchItem, *mergedLea
 		return err
 	}}
 	if sql == leaseSkippingSQL {
-		it.merge = &merging{group: fmt.Sprintf("%s/%d/%d/%d/%s", row.lease.Space, row.node, row.pool.id, row.lease.Family, row.actor),
-			combine: combineLeases, payload: m}
+		// One statement serves many nodes, but the address history has
+		// one actor per node in it.
+		it.merge = &merging{group: "lease/" + row.lease.Space, combine: combineLeases, payload: m,
+			slot: strconv.FormatInt(row.node, 10), tag: row.actor}
 	}
 	return it, m
 }
@@ -129,32 +133,37 @@ type mergedLease struct {
 }
 
 // combineLeases makes one leaseManySQL statement of writes of one group
-// (same space, node, pool, family and actor): their leases from one block
-// with room, in their order, as far as its free addresses go. A write the
-// statement did not serve answers "not leased", and its allocation takes
-// the general path, as after a lone leaseSkippingSQL that found no room.
+// (same space; one actor per node, see leaseItem): for each node, pool and
+// family, its leases from one block with room, in their order, as far as
+// its free addresses go. A write the statement did not serve answers "not
+// leased", and its allocation takes the general path, as after a lone
+// leaseSkippingSQL that found no room.
 func combineLeases(group []*batchItem) (string, []any, func(pgx.Rows) error) {
 	ms := make([]*mergedLease, len(group))
 	n := len(group)
+	nodes, pools, families := make([]int64, n), make([]int64, n), make([]int16, n)
 	states, containers, ifaces, networks := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	nss, names, uids, selected := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	expires, nows, gens := make([]*time.Time, n), make([]time.Time, n), make([]int64, n)
+	actors := map[string]string{}
 	for i, it := range group {
 		m := it.merge.payload.(*mergedLease)
 		ms[i], m.got = m, leased{}
 		l := m.row.lease
+		nodes[i], pools[i], families[i] = m.row.node, m.row.pool.id, int16(l.Family)
 		states[i], containers[i], ifaces[i], networks[i] = string(l.State), l.Attachment.ContainerID, l.Attachment.Interface, l.Attachment.Network
 		nss[i], names[i], uids[i], selected[i] = l.Owner.Namespace, l.Owner.Name, l.Owner.UID, string(l.SelectedBy)
 		if l.State == alloc.StatePending {
 			expires[i] = &l.ExpiresAt
 		}
 		nows[i], gens[i] = l.CreatedAt, l.Generation
+		actors[strconv.FormatInt(m.row.node, 10)] = m.row.actor
 	}
 	first := ms[0].row
-	args := first.args()
-	args["count"], args["states"], args["containers"], args["ifaces"], args["networks"] = n, states, containers, ifaces, networks
-	args["nss"], args["names"], args["uids"], args["selectedBys"] = nss, names, uids, selected
-	args["expiresAll"], args["nows"], args["generations"] = expires, nows, gens
+	args := pgx.NamedArgs{"space": first.lease.Space, "actors": actors, "reason": "", "at": first.lease.CreatedAt,
+		"nodes": nodes, "pools": pools, "families": families, "states": states, "containers": containers,
+		"ifaces": ifaces, "networks": networks, "nss": nss, "names": names, "uids": uids, "selectedBys": selected,
+		"expiresAll": expires, "nows": nows, "generations": gens}
 	read := func(rows pgx.Rows) error {
 		for _, m := range ms {
 			m.got = leased{}
@@ -189,11 +198,7 @@ func combineLeases(group []*batchItem) (string, []any, func(pgx.Rows) error) {
 // advances the cursor and the block's count. It answers the address (NULL
 // when every address has a row), the block's CIDR, gateway and id (see
 // scanLeased).
-//
-// The cursor makes the common case one index probe; a nearly full block
-// costs at most one probe per address of the block, never a scan of the
-// pool, and addresses are reused as late as possible (like host-local).
-const leaseFreshSQL = `WITH b AS (
+var leaseFreshSQL = `WITH b AS (
 		SELECT ` + leaseBlockColumns + ` FROM blocks WHERE id = @block
 	)` + leaseFromBlockSQL
 
@@ -218,7 +223,7 @@ const leaseFreshSQL = `WITH b AS (
 // see. The insert then skips the address it found taken (ON CONFLICT), and
 // the answer has no address but the locked block: leaseFreshSQL, a new
 // statement with a new snapshot, leases from it.
-const leaseSkippingSQL = `WITH b AS (` + lockOldestWithRoomSQL + ` SKIP LOCKED)` + leaseFromBlockSQL
+var leaseSkippingSQL = `WITH b AS (` + lockOldestWithRoomSQL + ` SKIP LOCKED)` + leaseFromBlockSQL
 
 // leaseWaitingSQL is leaseSkippingSQL waiting for the oldest block with
 // room when others hold it.
@@ -230,7 +235,7 @@ const leaseSkippingSQL = `WITH b AS (` + lockOldestWithRoomSQL + ` SKIP LOCKED)`
 // on one node). Waiting in id order only, a transaction holds lower blocks
 // than the one it waits for, so the waits cannot form a cycle; skipping, it
 // never waits.
-const leaseWaitingSQL = `WITH b AS (` + lockOldestWithRoomSQL + `)` + leaseFromBlockSQL
+var leaseWaitingSQL = `WITH b AS (` + lockOldestWithRoomSQL + `)` + leaseFromBlockSQL
 
 // lockOldestWithRoomSQL locks the oldest block with room of node @node, pool
 // @pool and family @family (blocksWithRoomSQL), with leaseBlockColumns. It
@@ -248,24 +253,37 @@ const blocksWithRoomSQL = `blocks WHERE node_id = @node AND pool_id = @pool AND 
 const leaseBlockColumns = `id, cidr, set_masklen(cidr::inet, CASE WHEN family = 4 THEN 32 ELSE 128 END) AS base,
 		first_offset, last_offset, reserved, next_offset, router`
 
-// leaseFromBlockSQL is the rest of leaseFreshSQL, leaseSkippingSQL and
-// leaseWaitingSQL after the CTE b, which names the locked block.
-const leaseFromBlockSQL = `, cand AS (
-		SELECT b.*, c.o FROM b, LATERAL (
-			SELECT s.o FROM (
-				SELECT generate_series(b.next_offset, b.last_offset) AS o
+// freeOffsetsSQL is a lateral subquery over block b (leaseBlockColumns):
+// its offsets from the round-robin cursor on, wrapping around to the
+// first, that are not reserved and have no lease row (held or cooling) in
+// space, at most limit of them, as (o, k) with k numbering them in that
+// order. space and limit are SQL expressions of the statement.
+//
+// The cursor makes the common case one index probe; a nearly full block
+// costs at most one probe per address of the block, never a scan of the
+// pool, and addresses are reused as late as possible (like host-local).
+func freeOffsetsSQL(space, limit string) string {
+	return `LATERAL (
+			SELECT s.o, s.k FROM (
+				SELECT o, o - b.next_offset AS k FROM generate_series(b.next_offset, b.last_offset) o
 				UNION ALL
-				SELECT generate_series(b.first_offset, b.next_offset - 1)
+				SELECT o, o - b.first_offset + b.last_offset - b.next_offset + 1 FROM generate_series(b.first_offset, b.next_offset - 1) o
 			) s
 			LEFT JOIN LATERAL (
 				-- LIMIT keeps this a per-offset probe of the (space, addr)
 				-- index; as a plain NOT EXISTS the planner may anti-join
 				-- against every lease of the space.
-				SELECT 1 AS held FROM leases x WHERE x.space = @space AND x.addr = b.base + s.o LIMIT 1
+				SELECT 1 AS held FROM leases x WHERE x.space = ` + space + ` AND x.addr = b.base + s.o LIMIT 1
 			) h ON true
 			WHERE s.o <> ALL (b.reserved) AND h.held IS NULL
-			LIMIT 1
-		) c
+			LIMIT ` + limit + `
+		)`
+}
+
+// leaseFromBlockSQL is the rest of leaseFreshSQL, leaseSkippingSQL and
+// leaseWaitingSQL after the CTE b, which names the locked block.
+var leaseFromBlockSQL = `, cand AS (
+		SELECT b.*, c.o FROM b, ` + freeOffsetsSQL("@space", "1") + ` c
 	), ins AS (
 		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
 			owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by, generation, network)
@@ -311,49 +329,60 @@ const leaseBoundSQL = `UPDATE leases l SET state = @state, network = @network, c
 	  AND l.node_id = @node AND l.pool_id = @pool AND l.family = @family
 	RETURNING l.addr, l.block_cidr, b.router, l.block_id`
 
-// leaseManySQL is leaseSkippingSQL for @count requests at once, of one
-// node, pool, family and actor: from the oldest block with room that no
-// other transaction holds, the first @count free addresses from its cursor
-// on, the n-th to the n-th request (the arrays, in order), each insert
-// skipped on any conflict (an address taken meanwhile, an attachment held
-// already). It answers, per address it found, the request's number, the
-// address (NULL when its insert was skipped), the block's CIDR, gateway and
-// id; no row for a request means nothing was leased for it.
-const leaseManySQL = `WITH req AS (
-		SELECT * FROM unnest(@states::text[], @containers::text[], @ifaces::text[], @networks::text[], @nss::text[],
-			@names::text[], @uids::text[], @expiresAll::timestamptz[], @selectedBys::text[], @generations::bigint[],
-			@nows::timestamptz[])
-			WITH ORDINALITY AS r (state, container_id, interface, network, owner_namespace, owner_name, owner_uid,
-				expires_at, selected_by, generation, created_at, n)
-	), b AS (` + lockOldestWithRoomSQL + ` SKIP LOCKED
+// leaseManySQL is leaseSkippingSQL for many requests at once, of nodes,
+// pools and families in one space (the arrays, one element per request):
+// for each node, pool and family asked, from its oldest block with room that
+// no other transaction holds, the first free addresses from the block's
+// cursor on, the n-th to the n-th request of that node, pool and family in
+// array order, each insert skipped on any conflict (an address taken
+// meanwhile, an attachment held already). It answers, per address it found,
+// the request's number, the address (NULL when its insert was skipped), the
+// block's CIDR, gateway and id; no row for a request means nothing was
+// leased for it.
+//
+// The address history records each lease with the actor of its node in
+// @actors (see ipam_history_context_nodes).
+var leaseManySQL = `WITH req AS (
+		SELECT *, row_number() OVER (PARTITION BY node_id, pool_id, family ORDER BY n) AS i FROM unnest(
+			@nodes::bigint[], @pools::bigint[], @families::smallint[], @states::text[], @containers::text[], @ifaces::text[],
+			@networks::text[], @nss::text[], @names::text[], @uids::text[], @expiresAll::timestamptz[], @selectedBys::text[],
+			@generations::bigint[], @nows::timestamptz[])
+			WITH ORDINALITY AS r (node_id, pool_id, family, state, container_id, interface, network, owner_namespace, owner_name,
+				owner_uid, expires_at, selected_by, generation, created_at, n)
+	), wanted AS (
+		SELECT node_id, pool_id, family, count(*) AS wanted FROM req GROUP BY node_id, pool_id, family
+	), b AS (
+		SELECT w.wanted, lb.* FROM wanted w CROSS JOIN LATERAL (
+			SELECT node_id, pool_id, family, ` + leaseBlockColumns + ` FROM blocks
+			WHERE node_id = w.node_id AND pool_id = w.pool_id AND family = w.family AND allocated < capacity
+			  AND (SELECT ipam_history_context_nodes(@actors::jsonb, @reason, @at))
+			ORDER BY id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED
+		) lb
 	), cand AS (
-		SELECT b.id, b.cidr, b.base, b.first_offset, b.last_offset, c.o, row_number() OVER (ORDER BY c.k) AS n FROM b, LATERAL (
-			SELECT s.o, s.k FROM (
-				SELECT o, o - b.next_offset AS k FROM generate_series(b.next_offset, b.last_offset) o
-				UNION ALL
-				SELECT o, o - b.first_offset + b.last_offset - b.next_offset + 1 FROM generate_series(b.first_offset, b.next_offset - 1) o
-			) s
-			LEFT JOIN LATERAL (
-				SELECT 1 AS held FROM leases x WHERE x.space = @space AND x.addr = b.base + s.o LIMIT 1
-			) h ON true
-			WHERE s.o <> ALL (b.reserved) AND h.held IS NULL
-			LIMIT @count
-		) c
+		SELECT b.id, b.node_id, b.pool_id, b.family, b.cidr, b.base, b.first_offset, b.last_offset, c.o,
+			row_number() OVER (PARTITION BY b.id ORDER BY c.k) AS i
+		FROM b, ` + freeOffsetsSQL("@space", "b.wanted") + ` c
 	), ins AS (
 		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
 			owner_namespace, owner_name, owner_uid, created_at, expires_at, selected_by, generation, network)
-		SELECT @space, cand.base + cand.o, cand.id, cand.cidr, @node, @pool, @family, req.state, req.container_id, req.interface,
-			req.owner_namespace, req.owner_name, req.owner_uid, req.created_at, req.expires_at, req.selected_by, req.generation, req.network
-		FROM cand JOIN req ON req.n = cand.n
+		SELECT @space, cand.base + cand.o, cand.id, cand.cidr, cand.node_id, cand.pool_id, cand.family, req.state,
+			req.container_id, req.interface, req.owner_namespace, req.owner_name, req.owner_uid, req.created_at,
+			req.expires_at, req.selected_by, req.generation, req.network
+		FROM cand JOIN req USING (node_id, pool_id, family, i)
 		ON CONFLICT DO NOTHING
 		RETURNING addr
+	), used AS (
+		SELECT DISTINCT ON (c.id) c.id, count(*) OVER (PARTITION BY c.id) AS took,
+			CASE WHEN c.o + 1 > c.last_offset THEN c.first_offset ELSE c.o + 1 END AS next
+		FROM cand c JOIN ins ON ins.addr = c.base + c.o
+		ORDER BY c.id, c.i DESC
 	), upd AS (
-		UPDATE blocks SET allocated = allocated + (SELECT count(*) FROM ins),
-			next_offset = (SELECT CASE WHEN c.o + 1 > c.last_offset THEN c.first_offset ELSE c.o + 1 END
-				FROM cand c JOIN ins ON ins.addr = c.base + c.o ORDER BY c.n DESC LIMIT 1)
-		FROM b WHERE blocks.id = b.id AND EXISTS (SELECT 1 FROM ins)
+		UPDATE blocks SET allocated = allocated + used.took, next_offset = used.next FROM used WHERE blocks.id = used.id
 	)
-	SELECT cand.n, ins.addr, b.cidr, b.router, b.id FROM b CROSS JOIN cand LEFT JOIN ins ON ins.addr = cand.base + cand.o`
+	SELECT req.n, ins.addr, b.cidr, b.router, b.id
+	FROM cand JOIN b ON b.id = cand.id
+	JOIN req ON (req.node_id, req.pool_id, req.family, req.i) = (cand.node_id, cand.pool_id, cand.family, cand.i)
+	LEFT JOIN ins ON ins.addr = cand.base + cand.o`
 
 // historyContextNamedSQL is historyContextSQL with named parameters.
 const historyContextNamedSQL = `(SELECT ipam_history_context(@actor, @reason, @at))`
