@@ -33,16 +33,22 @@ type NodePoolDemand struct {
 	// MaxCapacity is the capacity of the most blocks the pool lets one
 	// node hold (NodeCapacityLimit); 0 means no limit.
 	MaxCapacity int64
+	// Expected is what allocations are expected to lease on the node
+	// before the capacity is looked at again (the store's top-up sizes a
+	// busy node for its recent rate); 0 otherwise. The need covers it on
+	// top of the demand.
+	Expected int64
 }
 
 // Demand is the addresses the node uses and cannot hand out again now.
 func (d NodePoolDemand) Demand() int64 { return d.InUse + d.Pending + d.Cooling }
 
-// Needed is the capacity the node should have: NeededIPCeil of its demand,
-// at most MaxCapacity, as Cilium clamps the needed addresses to
-// max-allocate: a node at its limit is not short of what it may not have.
+// Needed is the capacity the node should have: NeededIPCeil of its demand
+// (and of what it is Expected to lease), at most MaxCapacity, as Cilium
+// clamps the needed addresses to max-allocate: a node at its limit is not
+// short of what it may not have.
 func (d NodePoolDemand) Needed() int64 {
-	n := NeededIPCeil(d.Demand(), d.PreAlloc)
+	n := NeededIPCeil(d.Demand()+d.Expected, d.PreAlloc)
 	if d.MaxCapacity > 0 {
 		n = min(n, d.MaxCapacity)
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,22 +17,27 @@ type topUpKey struct {
 }
 
 // topUps is the work the top-up has not done yet: the node pool families
-// allocations leased from since its last pass, each once however many
-// allocations leased from it.
+// allocations leased from since its last pass, with how many leases each.
 type topUps struct {
 	// wake holds a token while a pass is due.
 	wake chan struct{}
 
 	mu    sync.Mutex // protects noted
-	noted map[topUpKey]struct{}
+	noted map[topUpKey]int64
 }
+
+// topUpHorizon is how many passes' worth of its recent leases a node pool's
+// capacity is topped up for, on top of its need: a node leasing faster
+// than one pre-allocation per pass finds its next blocks carved when it
+// reaches them, instead of carving them on its allocations' path.
+const topUpHorizon = 2
 
 // newTopUps answers the top-up's work list, nil when on is false.
 func newTopUps(on bool) *topUps {
 	if !on {
 		return nil
 	}
-	return &topUps{wake: make(chan struct{}, 1), noted: map[topUpKey]struct{}{}}
+	return &topUps{wake: make(chan struct{}, 1), noted: map[topUpKey]int64{}}
 }
 
 // note records, for the top-up, the node pool families of an allocation
@@ -55,32 +61,30 @@ func (t *topUps) add(leases []alloc.Lease) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, l := range leases {
-		t.noted[topUpKey{space: l.Space, node: l.Node, pool: l.Pool, family: l.Family}] = struct{}{}
+		t.noted[topUpKey{space: l.Space, node: l.Node, pool: l.Pool, family: l.Family}]++
 	}
 }
 
-// take answers the noted node pool families and forgets them.
-func (t *topUps) take() []topUpKey {
+// take answers the noted node pool families, with their leases since the
+// last pass, and forgets them.
+func (t *topUps) take() map[topUpKey]int64 {
 	if t == nil {
 		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	keys := make([]topUpKey, 0, len(t.noted))
-	for k := range t.noted {
-		keys = append(keys, k)
-	}
+	keys := maps.Clone(t.noted)
 	clear(t.noted)
 	return keys
 }
 
 // keep notes keys again, without waking the top-up: the next allocation's
 // note does.
-func (t *topUps) keep(keys []topUpKey) {
+func (t *topUps) keep(keys map[topUpKey]int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, k := range keys {
-		t.noted[k] = struct{}{}
+	for k, n := range keys {
+		t.noted[k] += n
 	}
 }
 
@@ -146,19 +150,25 @@ const notedUsageSQL = `WITH k AS (
 
 // notedUsage reads the usage of the node pool families keys in one
 // statement.
-func (s *Store) notedUsage(ctx context.Context, keys []topUpKey) ([]nodeUsageRow, error) {
-	spaces, nodes, pools := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
-	families := make([]int16, len(keys))
-	for i, k := range keys {
-		spaces[i], nodes[i], pools[i], families[i] = k.space, k.node, k.pool, int16(k.family)
+// Each row expects topUpHorizon times the leases noted for it.
+func (s *Store) notedUsage(ctx context.Context, keys map[topUpKey]int64) ([]nodeUsageRow, error) {
+	var spaces, nodes, pools []string
+	var families []int16
+	for k := range keys {
+		spaces, nodes, pools, families = append(spaces, k.space), append(nodes, k.node), append(pools, k.pool), append(families, int16(k.family))
 	}
-	return s.queryNodeUsage(ctx, s.db, notedUsageSQL, spaces, s.opts.DefaultPool, alloc.DefaultPreAllocate, nodes, pools, families)
+	rows, err := s.queryNodeUsage(ctx, s.db, notedUsageSQL, spaces, s.opts.DefaultPool, alloc.DefaultPreAllocate, nodes, pools, families)
+	for i, u := range rows {
+		rows[i].Expected = topUpHorizon * keys[topUpKey{space: u.Space, node: u.Node, pool: u.Pool, family: u.Family}]
+	}
+	return rows, err
 }
 
 // TopUpPending runs, now, the top-up's pass over the node pool families
 // that allocations noted since the last pass (Options.TopUp): it reads
 // their usage in one statement, and where a multi-pool node pool's
-// capacity is below its need, NeededIPCeil(demand, preAllocate), it carves
+// capacity is below its need, NeededIPCeil(demand + expected, preAllocate)
+// with expected topUpHorizon times the leases noted for it, it carves
 // the blocks that cover the deficit as Rebalance does (topUp: the pool
 // family's CIDR rows are locked and the node's blocks read again under
 // that lock, so no block is carved twice, whatever other replicas and

@@ -32,7 +32,8 @@ func (f *fixture) topUp(s *Store) ToppedUp {
 }
 
 // After an allocation pushes a node below its need, one pass of the top-up
-// carves exactly the blocks NeededIPCeil asks for, and the allocations that
+// carves exactly the blocks NeededIPCeil asks for (of the demand and the
+// leases expected at the node's recent rate), and the allocations that
 // follow lease from them without carving, until the demand outgrows the
 // need again. Without the option the same allocations carve on the lease
 // path.
@@ -68,15 +69,20 @@ func TestTopUpCarvesWhatNeededIPCeilAsks(t *testing.T) {
 	if c := f.s.Carves(); c != (Carves{Inline: 1, TopUp: 3}) || f.blocksOf("a") != 4 {
 		t.Fatalf("after 20 more allocations: %+v and %d blocks, want no inline carve and 4 blocks", c, f.blocksOf("a"))
 	}
-	// Demand 21 needs 60: one more block.
-	if r := f.topUp(f.s); r != (ToppedUp{NodePools: 1, Carved: 1}) {
-		t.Fatalf("top-up at demand 21: %+v, want 1 block", r)
+	// Demand 21, and 20 leases since the last pass: the need covers the
+	// next topUpHorizon passes at that rate too.
+	more := alloc.NodePoolDemand{InUse: 21, Capacity: 48, PreAlloc: 20, Expected: topUpHorizon * 20}.BlocksToCarve(12)
+	if plain := (alloc.NodePoolDemand{InUse: 21, Capacity: 48, PreAlloc: 20}).BlocksToCarve(12); plain != 1 || more <= plain {
+		t.Fatalf("the formula asks %d blocks at the rate and %d without, the test expects more than 1", more, plain)
+	}
+	if r := f.topUp(f.s); r != (ToppedUp{NodePools: 1, Carved: more}) {
+		t.Fatalf("top-up at demand 21: %+v, want %d blocks", r, more)
 	}
 	for i := 21; i < 40; i++ {
 		f.allocate(req("a", fmt.Sprint("c", i)))
 	}
-	if c := f.s.Carves(); c != (Carves{Inline: 1, TopUp: 4}) || f.blocksOf("a") != 5 {
-		t.Fatalf("at demand 40: %+v and %d blocks, want still one inline carve and 5 blocks", c, f.blocksOf("a"))
+	if c := f.s.Carves(); c != (Carves{Inline: 1, TopUp: 3 + more}) || f.blocksOf("a") != 4+more {
+		t.Fatalf("at demand 40: %+v and %d blocks, want still one inline carve and %d blocks", c, f.blocksOf("a"), 4+more)
 	}
 	// What the top-up carved is what Rebalance would have.
 	if r, err := f.s.Rebalance(f.ctx); err != nil || r != (Rebalanced{}) {
@@ -314,9 +320,9 @@ func TestTopUpSkipsDeleted(t *testing.T) {
 	if _, _, err := f.s.PutNode(f.ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "c"}); err != nil {
 		t.Fatal(err)
 	}
-	keys := []topUpKey{
-		{space: alloc.DefaultSpace, node: "b", pool: "default", family: alloc.IPv4},
-		{space: alloc.DefaultSpace, node: "c", pool: "other", family: alloc.IPv4},
+	keys := map[topUpKey]int64{
+		{space: alloc.DefaultSpace, node: "b", pool: "default", family: alloc.IPv4}: 1,
+		{space: alloc.DefaultSpace, node: "c", pool: "other", family: alloc.IPv4}:   1,
 	}
 	usage, err := f.s.notedUsage(f.ctx, keys)
 	if err != nil {
