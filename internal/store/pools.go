@@ -308,7 +308,7 @@ func (s *Store) getPool(ctx context.Context, q querier, space, name string, forU
 //
 // It reads the blocks' lease counters (blocks.allocated: every lease row
 // of the block) and the released rows only (the partial index
-// leases_cooldown), never the pool's active leases: at 550,000 leases a
+// leases_cooled), never the pool's active leases: at 550,000 leases a
 // count over them would cost a scan of the lease table on every read of a
 // pool and every metrics refresh.
 func (s *Store) fillStatus(ctx context.Context, q querier, p *poolRow) error {
