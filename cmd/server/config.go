@@ -213,7 +213,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight requests may finish on shutdown")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 1<<20, "request body limit")
 	fs.IntVar(&c.MaxConns, "max-conns", 0, "database connections per replica; 0 = max(32, 8 x CPUs)")
-	fs.IntVar(&c.BatchWriters, "batch-writers", 0, "batches of concurrent lease and release statements in flight at once, each one transaction; 0 = 4, -1 = every statement its own transaction")
+	fs.IntVar(&c.BatchWriters, "batch-writers", 0, "batches of concurrent lease and release statements in flight at once, each one transaction; 0 = 1, -1 = every statement its own transaction")
 	fs.BoolVar(&c.Migrate, "migrate", true, "apply migrations at start (under an advisory lock)")
 	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "serve HTTPS with this certificate (PEM); empty serves plain HTTP")
 	fs.StringVar(&c.TLSKeyFile, "tls-key-file", "", "the key of tls-cert-file (PEM)")

@@ -82,9 +82,12 @@ type Options struct {
 	TopUp bool
 }
 
-// DefaultBatchWriters lets a replica commit a few batches at once: while
-// one waits for its WAL flush, another runs.
-const DefaultBatchWriters = 4
+// DefaultBatchWriters is one batch in flight per replica: the next batch
+// forms while one commits, so batches grow with the load, and a second
+// writer only splits them (more statements, more commits for the same
+// writes). More writers keep writes moving while a batch waits for a row
+// lock, which the batched statements rarely do (they skip locked blocks).
+const DefaultBatchWriters = 1
 
 // DefaultOptions are the defaults of Cilium (10 minute expiry) and the VPC
 // CNI (30 second cooldown).
