@@ -1,8 +1,12 @@
 package main
 
 import (
+	"net/http"
 	"slices"
 	"testing"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/pki"
 )
 
 func TestNodesFor(t *testing.T) {
@@ -67,5 +71,33 @@ func TestFleetHandsOver(t *testing.T) {
 	}
 	if hot[0].clients["a"] == nil || hot[1].clients["a"] == nil {
 		t.Fatal("a hot worker lacks the node's client")
+	}
+}
+
+// TestFleetCertifiesItsSpace checks that the nodes' certificates name the
+// space the fleet works in (a shared database's bench space, or the
+// default one), as the server requires of a node acting in a space.
+func TestFleetCertifiesItsSpace(t *testing.T) {
+	p, err := newBenchPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	space := "bench-1"
+	for _, tc := range []struct {
+		space *string
+		want  string
+	}{{nil, alloc.DefaultSpace}, {&space, space}} {
+		f := &fleet{pki: p, servers: []string{"https://127.0.0.1:1"}, space: tc.space, ledger: newLedger(), perHost: 1}
+		if _, err := f.workers(1, []string{"n1"}); err != nil {
+			t.Fatal(err)
+		}
+		hc, err := p.nodeClient(f.spaceName(), "n1", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf := hc.Transport.(*http.Transport).TLSClientConfig.Certificates[0].Leaf
+		if leaf == nil || len(leaf.URIs) != 1 || leaf.URIs[0].String() != pki.SpaceURI(tc.want).String() {
+			t.Fatalf("node certificate for space %q names %v", tc.want, leaf.URIs)
+		}
 	}
 }
