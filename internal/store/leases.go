@@ -425,8 +425,8 @@ func combineReleases(group []*batchItem) (string, []any, func(pgx.Rows) error) {
 	return releaseManySQL, []any{args}, read
 }
 
-// rowWithIndex scans a row of leaseColumns followed by the request's
-// number.
+// rowWithIndex scans a row whose columns are followed by the number of the
+// request it answers (a merged statement's rows).
 type rowWithIndex struct {
 	rows pgx.Rows
 	n    *int

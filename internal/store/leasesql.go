@@ -171,20 +171,16 @@ func combineLeases(group []*batchItem) (string, []any, func(pgx.Rows) error) {
 		for rows.Next() {
 			var i int
 			var l alloc.Lease
-			var addr, gw *netip.Addr
-			var block int64
-			if err := rows.Scan(&i, &addr, &l.Block, &gw, &block); err != nil {
+			got, err := scanLeased(rowWithIndex{rows, &i}, &l)
+			if err != nil {
 				return err
 			}
-			if i < 1 || i > len(ms) || addr == nil {
+			if i < 1 || i > len(ms) || !got.leased {
 				continue
 			}
 			m := ms[i-1]
-			m.lease.Addr, m.lease.Block = *addr, l.Block
-			if gw != nil {
-				m.lease.Gateway = *gw
-			}
-			m.got = leased{leased: true, block: block}
+			m.lease.Addr, m.lease.Block, m.lease.Gateway = l.Addr, l.Block, l.Gateway
+			m.got = got
 		}
 		return rows.Err()
 	}
@@ -336,9 +332,9 @@ const leaseBoundSQL = `UPDATE leases l SET state = @state, network = @network, c
 // cursor on, the n-th to the n-th request of that node, pool and family in
 // array order, each insert skipped on any conflict (an address taken
 // meanwhile, an attachment held already). It answers, per address it found,
-// the request's number, the address (NULL when its insert was skipped), the
-// block's CIDR, gateway and id; no row for a request means nothing was
-// leased for it.
+// the address (NULL when its insert was skipped), the block's CIDR, gateway
+// and id (as scanLeased reads them), then the request's number; no row for
+// a request means nothing was leased for it.
 //
 // The address history records each lease with the actor of its node in
 // @actors (see ipam_history_context_nodes).
@@ -379,7 +375,7 @@ var leaseManySQL = `WITH req AS (
 	), upd AS (
 		UPDATE blocks SET allocated = allocated + used.took, next_offset = used.next FROM used WHERE blocks.id = used.id
 	)
-	SELECT req.n, ins.addr, b.cidr, b.router, b.id
+	SELECT ins.addr, b.cidr, b.router, b.id, req.n
 	FROM cand JOIN b ON b.id = cand.id
 	JOIN req ON (req.node_id, req.pool_id, req.family, req.i) = (cand.node_id, cand.pool_id, cand.family, cand.i)
 	LEFT JOIN ins ON ins.addr = cand.base + cand.o`
