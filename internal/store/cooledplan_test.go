@@ -43,3 +43,40 @@ func TestReleasedRowIndexesLeadWithTheBlock(t *testing.T) {
 		t.Fatal("no index over released rows: the purge and the cooling counts would scan the lease table")
 	}
 }
+
+// The (space, addr) key is the only index of the lease table a lookup of
+// one address can use. Every lease statement probes it per candidate
+// offset; an index that also led with the space (as the owner index did,
+// see migration 00014) let a generic plan made on few leases walk every
+// lease of the space per probe.
+func TestOnlyTheAddressKeyLeadsWithTheSpace(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	rows, err := f.s.db.Query(f.ctx, `SELECT i.indexrelid::regclass::text, i.indisprimary, i.indpred IS NOT NULL
+		FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE i.indrelid = 'leases'::regclass AND a.attname = 'space'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var key int
+	for rows.Next() {
+		var name string
+		var primary, partial bool
+		if err := rows.Scan(&name, &primary, &partial); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case primary:
+			key++
+		case !partial:
+			t.Errorf("index %s leads with the space: a plan may probe addresses through it", name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if key != 1 {
+		t.Fatalf("%d primary keys lead with the space, want the (space, addr) key", key)
+	}
+}
