@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
@@ -128,7 +126,8 @@ func (a *allocation) attempts(ctx context.Context) (alloc.Allocation, []blockNee
 
 // fast serves the common case: one family, no workload identity, a
 // registered node whose oldest block with room no other allocation holds.
-// The lookup reads, in a statement of its own, the node, the attachment and
+// The lookup reads, in a statement of its own (shared with concurrent
+// lookups: lookupShared), the node, the attachment and
 // the pools; selection runs here; then one statement locks the block,
 // leases from it and commits, alone or in a batch (see batcher). ok is
 // false when the case is not the common one, or the block statement found
@@ -139,7 +138,7 @@ func (a *allocation) fast(ctx context.Context) (out alloc.Allocation, ok bool, e
 	if r.Sticky != nil {
 		return out, false, nil
 	}
-	lk, err := a.s.lookup(ctx, a.s.db, r, a.sel)
+	lk, err := a.s.lookupShared(ctx, r, a.sel)
 	if err != nil {
 		return out, true, err
 	}
@@ -491,7 +490,7 @@ func (s *Store) explainCooling(ctx context.Context, r alloc.LeaseRequest, e *all
 		JOIN leases l ON l.block_id = b.id
 		WHERE n.space = @space AND n.name = @node AND p.space = @space AND p.name = @pool AND b.family = @family
 		  AND l.state = 'released' AND l.cooldown_until > @now`,
-		pgx.NamedArgs{"space": r.Space, "node": r.Node, "pool": e.Pool, "family": int16(e.Family), "now": now}).
+		namedArgs{"space": r.Space, "node": r.Node, "pool": e.Pool, "family": int16(e.Family), "now": now}).
 		Scan(&cooling, &firstCooled, &bound, &firstUnbound)
 	if err != nil {
 		return

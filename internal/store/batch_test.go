@@ -3,12 +3,14 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
@@ -396,5 +398,90 @@ func sendWithoutFallback(t *testing.T, db *pgxpool.Pool, items []*batchItem) {
 	b.send(items)
 	if n := b.fallbacks.Load(); n != 0 {
 		t.Fatalf("the batch failed: %d writes ran again alone", n)
+	}
+}
+
+// TestBatchMergesLookups sends the lookups of many allocations as one
+// batch: they share one statement, and each answers what its own lookup
+// answers (the node, or none; whether the attachment holds leases; the
+// pools it names and those that select, and no other), with a generation
+// number of its own.
+func TestBatchMergesLookups(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	v4 := func(cidr string) alloc.PoolSpec {
+		return alloc.PoolSpec{IPv4: fam(28, cidr), NodeLocal: alloc.DefaultNodeLocal}
+	}
+	f.pool("default", v4("10.1.0.0/16"))
+	f.pool("blue", v4("10.2.0.0/16"))
+	f.pool("green", v4("10.3.0.0/16"))
+	selecting := v4("10.4.0.0/16")
+	selecting.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}
+	f.pool("selecting", selecting)
+	f.allocate(req("n1", "held"))
+	f.allocate(req("n2", "other"))
+
+	var reqs []alloc.LeaseRequest
+	for i, node := range []string{"n1", "n2", "ghost", "n1", "n2"} {
+		r := req(node, fmt.Sprint("c", i))
+		switch i {
+		case 1:
+			r.Pool = "blue"
+		case 2:
+			r.Pools = map[alloc.Family]string{alloc.IPv4: "green"}
+		case 3:
+			r.Attachment.ContainerID = "held"
+		case 4:
+			r.Pool = "missing"
+		}
+		reqs = append(reqs, r)
+	}
+	wants := make([]allocLookup, len(reqs))
+	items := make([]*batchItem, len(reqs))
+	got := make([]*allocLookup, len(reqs))
+	for i, r := range reqs {
+		sel := r.Selection(alloc.DefaultPool)
+		lk, err := f.s.lookup(f.ctx, f.s.db, r, sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wants[i] = lk
+		m := &mergedLookup{req: r, named: sel.Named()}
+		items[i] = &batchItem{ctx: f.ctx, done: make(chan error, 1), sql: lookupSQL, args: []any{lookupArgs(r, sel)},
+			merge: &merging{group: "lookup/" + r.Space, combine: combineLookups, payload: m}}
+		got[i] = &m.lk
+	}
+	if n := len(statements(items)); n != 1 {
+		t.Fatalf("%d statements for %d lookups of one space, want 1", n, len(items))
+	}
+	sendWithoutFallback(t, f.s.db, items)
+	generations := map[int64]bool{}
+	names := func(ps []allocPoolJSON) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for i, it := range items {
+		if err := <-it.done; err != nil {
+			t.Fatalf("lookup %d: %v", i, err)
+		}
+		g, w := got[i], wants[i]
+		if g.nodeID != w.nodeID || g.held != w.held {
+			t.Errorf("lookup %d (%s/%s): node %d held %v, want node %d held %v", i, reqs[i].Node,
+				reqs[i].Attachment.ContainerID, g.nodeID, g.held, w.nodeID, w.held)
+		}
+		if gn, wn := names(g.pools), names(w.pools); !slices.Equal(gn, wn) {
+			t.Errorf("lookup %d: pools %v, want %v", i, gn, wn)
+		}
+		if g.generation <= w.generation || generations[g.generation] {
+			t.Errorf("lookup %d: generation %d, want a new one after %d", i, g.generation, w.generation)
+		}
+		generations[g.generation] = true
+	}
+	if !wants[3].held || wants[2].nodeID != 0 || wants[0].nodeID == 0 {
+		t.Fatalf("the lookups alone answered %+v: the cases are not the ones meant", wants)
 	}
 }

@@ -71,8 +71,8 @@ type carving struct {
 }
 
 // blockArgs binds blocksWithRoomSQL's parameters.
-func (c carving) blockArgs() pgx.NamedArgs {
-	return pgx.NamedArgs{"node": c.node, "pool": c.pool.id, "family": int16(c.family)}
+func (c carving) blockArgs() namedArgs {
+	return namedArgs{"node": c.node, "pool": c.pool.id, "family": int16(c.family)}
 }
 
 // carve takes the first free aligned block of the pool's mask for the node,

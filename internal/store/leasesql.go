@@ -37,13 +37,13 @@ type leaseRow struct {
 //	@actor @reason @at              the address history's context
 //
 // The map is new on every call: a statement may add its own (@block).
-func (r leaseRow) args() pgx.NamedArgs {
+func (r leaseRow) args() namedArgs {
 	l := r.lease
 	var expires *time.Time
 	if l.State == alloc.StatePending {
 		expires = &l.ExpiresAt
 	}
-	return pgx.NamedArgs{
+	return namedArgs{
 		"node": r.node, "pool": r.pool.id, "family": int16(l.Family), "space": l.Space,
 		"state": string(l.State), "expires": expires,
 		"network": l.Attachment.Network, "container": l.Attachment.ContainerID, "iface": l.Attachment.Interface,
@@ -62,7 +62,7 @@ type leased struct {
 
 // leaseWith runs a lease statement and reads its answer (address, block
 // CIDR, gateway, block id) into l.
-func leaseWith(ctx context.Context, q querier, sql string, args pgx.NamedArgs, l *alloc.Lease) (leased, error) {
+func leaseWith(ctx context.Context, q querier, sql string, args namedArgs, l *alloc.Lease) (leased, error) {
 	return scanLeased(q.QueryRow(ctx, sql, args), l)
 }
 
@@ -160,7 +160,7 @@ func combineLeases(group []*batchItem) (string, []any, func(pgx.Rows) error) {
 		actors[strconv.FormatInt(m.row.node, 10)] = m.row.actor
 	}
 	first := ms[0].row
-	args := pgx.NamedArgs{"space": first.lease.Space, "actors": actors, "reason": "", "at": first.lease.CreatedAt,
+	args := namedArgs{"space": first.lease.Space, "actors": actors, "reason": "", "at": first.lease.CreatedAt,
 		"nodes": nodes, "pools": pools, "families": families, "states": states, "containers": containers,
 		"ifaces": ifaces, "networks": networks, "nss": nss, "names": names, "uids": uids, "selectedBys": selected,
 		"expiresAll": expires, "nows": nows, "generations": gens}

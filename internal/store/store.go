@@ -150,6 +150,7 @@ type Store struct {
 	db          *pgxpool.Pool
 	opts        Options
 	batch       *batcher        // nil: no batching
+	lookups     *batcher        // the allocations' lookups; nil with batch
 	pageSecrets pageSecretCache // the continue tokens' secret (page.go)
 	topUps      *topUps         // nil without Options.TopUp (topup.go)
 	carves      carveCounts
@@ -203,6 +204,8 @@ func Open(ctx context.Context, connString string, o Options) (*Store, error) {
 	st := &Store{db: db, opts: o, topUps: newTopUps(o.TopUp)}
 	if o.BatchWriters >= 0 {
 		st.batch = newBatcher(db, cmp.Or(o.BatchWriters, DefaultBatchWriters))
+		// Apart from the writes, so that no lookup waits for a commit.
+		st.lookups = newBatcher(db, 1)
 	}
 	return st, nil
 }
@@ -219,6 +222,7 @@ func parseConfig(connString string) (*pgxpool.Config, error) {
 func (s *Store) Close() {
 	if s.batch != nil {
 		s.batch.close()
+		s.lookups.close()
 	}
 	s.db.Close()
 }

@@ -84,7 +84,7 @@ func tokenTaken(err error) bool {
 func insertToken(ctx context.Context, q querier, spec alloc.TokenSpec, hash [sha256.Size]byte, now time.Time) (alloc.Token, error) {
 	return scanToken(q.QueryRow(ctx, `INSERT INTO api_tokens (name, role, secret_sha256, created_at, created_by, expires_at)
 		VALUES (@name, @role, @hash, @now, @by, @expires) RETURNING `+tokenColumns,
-		pgx.NamedArgs{"name": spec.Name, "role": string(spec.Role), "hash": hash[:], "now": now,
+		namedArgs{"name": spec.Name, "role": string(spec.Role), "hash": hash[:], "now": now,
 			"by": spec.CreatedBy, "expires": spec.ExpiresAt.UTC().Truncate(time.Microsecond)}))
 }
 
@@ -99,7 +99,7 @@ func (s *Store) TokenBySecret(ctx context.Context, hash [sha256.Size]byte) (allo
 			WHERE secret_sha256 = @hash AND revoked_at IS NULL AND expires_at > @now
 			  AND (last_used_at IS NULL OR last_used_at < @now - interval '1 minute'))
 		SELECT `+tokenColumns+` FROM api_tokens WHERE secret_sha256 = @hash`,
-		pgx.NamedArgs{"hash": hash[:], "now": s.now()}))
+		namedArgs{"hash": hash[:], "now": s.now()}))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return alloc.Token{}, &alloc.Error{Kind: alloc.KindNotFound, Detail: "no such token"}
 	}
@@ -115,7 +115,7 @@ func (s *Store) ListTokens(ctx context.Context, page alloc.Page) ([]alloc.Token,
 	}
 	rows, err := s.db.Query(ctx, `SELECT `+tokenColumns+` FROM api_tokens
 		WHERE revoked_at IS NULL AND name > @after ORDER BY name LIMIT @limit`,
-		pgx.NamedArgs{"now": s.now(), "after": after, "limit": page.Limit + 1})
+		namedArgs{"now": s.now(), "after": after, "limit": page.Limit + 1})
 	if err != nil {
 		return nil, "", err
 	}
