@@ -46,6 +46,42 @@ func TestCrdHistoryTriggersKeepOtherEvents(t *testing.T) {
 	}
 }
 
+// Migration 00015 records the lease history once per statement instead of
+// once per row: the same events, field for field; those of one lease in
+// the same order, and those of one statement in any.
+func TestStatementHistoryTriggersRecordTheSame(t *testing.T) {
+	t.Parallel()
+	rows := historyOfWorkload(t, 14)
+	statements := historyOfWorkload(t, 15)
+	if len(rows) != 43 {
+		t.Fatalf("00014's triggers recorded %d events, want 43:\n%s", len(rows), strings.Join(rows, "\n"))
+	}
+	if !slices.Equal(sortedCopy(rows), sortedCopy(statements)) {
+		t.Fatalf("00014's triggers recorded\n%s\n00015's\n%s", strings.Join(rows, "\n"), strings.Join(statements, "\n"))
+	}
+	// Per address, the events in the order they were recorded.
+	byAddress := func(events []string) map[string][]string {
+		m := map[string][]string{}
+		for _, e := range events {
+			f := strings.Split(e, ",")
+			m[f[4]] = append(m[f[4]], e)
+		}
+		return m
+	}
+	want, got := byAddress(rows), byAddress(statements)
+	for a, w := range want {
+		if !slices.Equal(w, got[a]) {
+			t.Errorf("events of %s, in order:\n00014: %s\n00015: %s", a, strings.Join(w, "\n  "), strings.Join(got[a], "\n  "))
+		}
+	}
+}
+
+func sortedCopy(s []string) []string {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
+}
+
 // historyOfWorkload runs historyWorkload on a new database migrated to
 // version and answers its events, each as a row's text without its id and
 // recorded_at; an at taken from the database's clock reads "now".

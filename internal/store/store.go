@@ -246,8 +246,10 @@ func (s *Store) Ready(ctx context.Context) (int64, error) {
 func (s *Store) now() time.Time { return s.opts.Now().UTC().Truncate(time.Microsecond) }
 
 // maxTxAttempts bounds retries of a transaction that failed on a typed,
-// transient conflict (see retryable).
-const maxTxAttempts = 5
+// transient conflict (see retryable). A node deleted (forced) again and
+// again while allocations register it anew makes each attempt collide with
+// a fair chance; eight keep an allocation from failing on that churn.
+const maxTxAttempts = 8
 
 // inTx runs fn in one READ COMMITTED transaction, retrying it on a
 // serialization failure, a deadlock, or a unique/exclusion violation raised
@@ -312,10 +314,10 @@ func (s *Store) txOnce(ctx context.Context, reason string, fn func(tx querier) e
 }
 
 // retryWait waits before attempt (1, 2, ...) of a transaction that
-// collided with another: a jittered backoff (up to 1, 2, 4, 8 ms) so the
-// two do not collide again in lockstep. It is false when ctx ended.
+// collided with another: a jittered backoff (up to 1, 2, 4, then 8 ms) so
+// the two do not collide again in lockstep. It is false when ctx ended.
 func retryWait(ctx context.Context, attempt int) bool {
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << (attempt - 1))))
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt-1, 3))))
 	select {
 	case <-ctx.Done():
 		t.Stop()
