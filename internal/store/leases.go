@@ -567,7 +567,9 @@ var releaseManySQL = `WITH req AS (
 		SELECT DISTINCT ON (r.node, r.network, r.container_id, r.interface) r.*, n.id AS node_id
 		FROM unnest(@nodes::text[], @actors::text[], @networks::text[], @containers::text[], @ifaces::text[])
 			WITH ORDINALITY AS r (node, actor, network, container_id, interface, n)
-		JOIN nodes n ON n.space = @space AND n.name = r.node
+		-- LIMIT keeps the join a probe of the node's key per request: as a
+		-- plain join the planner may hash every node of the space.
+		JOIN LATERAL (SELECT id FROM nodes WHERE space = @space AND name = r.node LIMIT 1) n ON true
 		ORDER BY r.node, r.network, r.container_id, r.interface, r.n
 	), r AS (
 		UPDATE leases l SET ` + releaseSetOf("@now", "@until") + `
