@@ -16,11 +16,7 @@ import (
 // 00005's functions and under 00006's, field for field.
 func TestFasterHistoryTriggersRecordTheSame(t *testing.T) {
 	t.Parallel()
-	old := historyOfWorkload(t, 5)
-	current := historyOfWorkload(t, 6)
-	if len(old) != 43 {
-		t.Fatalf("00005's triggers recorded %d events, want 43:\n%s", len(old), strings.Join(old, "\n"))
-	}
+	old, current := historiesOfWorkload(t, 5, 6)
 	for i := range max(len(old), len(current)) {
 		var o, c string
 		if i < len(old) {
@@ -39,9 +35,8 @@ func TestFasterHistoryTriggersRecordTheSame(t *testing.T) {
 // every other change they record what 00008's (as of 00010) recorded.
 func TestCrdHistoryTriggersKeepOtherEvents(t *testing.T) {
 	t.Parallel()
-	old := historyOfWorkload(t, 10)
-	current := historyOfWorkload(t, 11)
-	if len(old) != 43 || !slices.Equal(old, current) {
+	old, current := historiesOfWorkload(t, 10, 11)
+	if !slices.Equal(old, current) {
 		t.Fatalf("00010's triggers recorded\n%s\n00011's\n%s", strings.Join(old, "\n"), strings.Join(current, "\n"))
 	}
 }
@@ -51,11 +46,7 @@ func TestCrdHistoryTriggersKeepOtherEvents(t *testing.T) {
 // the same order, and those of one statement in any.
 func TestStatementHistoryTriggersRecordTheSame(t *testing.T) {
 	t.Parallel()
-	rows := historyOfWorkload(t, 14)
-	statements := historyOfWorkload(t, 15)
-	if len(rows) != 43 {
-		t.Fatalf("00014's triggers recorded %d events, want 43:\n%s", len(rows), strings.Join(rows, "\n"))
-	}
+	rows, statements := historiesOfWorkload(t, 14, 15)
 	if !slices.Equal(sortedCopy(rows), sortedCopy(statements)) {
 		t.Fatalf("00014's triggers recorded\n%s\n00015's\n%s", strings.Join(rows, "\n"), strings.Join(statements, "\n"))
 	}
@@ -74,6 +65,18 @@ func TestStatementHistoryTriggersRecordTheSame(t *testing.T) {
 			t.Errorf("events of %s, in order:\n00014: %s\n00015: %s", a, strings.Join(w, "\n  "), strings.Join(got[a], "\n  "))
 		}
 	}
+}
+
+// historiesOfWorkload answers the events historyWorkload records at
+// migration version before and at version after; it fails the test unless
+// before's are the 43 the workload makes.
+func historiesOfWorkload(t *testing.T, before, after int64) (old, current []string) {
+	t.Helper()
+	old, current = historyOfWorkload(t, before), historyOfWorkload(t, after)
+	if len(old) != 43 {
+		t.Fatalf("%05d's triggers recorded %d events, want 43:\n%s", before, len(old), strings.Join(old, "\n"))
+	}
+	return old, current
 }
 
 func sortedCopy(s []string) []string {
