@@ -225,30 +225,12 @@ func TestBatchMergesANodesLeases(t *testing.T) {
 	f.allocate(req("n1", "first"))
 	f.allocate(req("n2", "first"))
 	room := int(f.count(`SELECT capacity - allocated FROM blocks b JOIN nodes n ON n.id = b.node_id WHERE n.name = 'n1'`))
-	var items []*batchItem
-	var outs []*mergedLease
-	leases := make([]alloc.Lease, 20)
-	for i := range leases {
-		node := "n1"
+	items, outs, leases := leaseItems(t, f, 20, func(i int) string {
 		if i == 19 {
-			node = "n2"
+			return "n2"
 		}
-		a := &allocation{s: f.s, req: req(node, fmt.Sprint("m", i)), actor: "node:" + node}
-		a.sel = a.req.Selection(alloc.DefaultPool)
-		lk, err := f.s.lookup(f.ctx, f.s.db, a.req, a.sel)
-		if err != nil {
-			t.Fatal(err)
-		}
-		choices, pools, err := a.choose(lk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := pools[choices[0].Pool]
-		leases[i] = a.newLease(p, choices[0], lk.generation)
-		it, m := leaseItem(leaseSkippingSQL, a.leaseRow(lk.nodeID, p, leases[i]), &leases[i])
-		it.ctx, it.done = f.ctx, make(chan error, 1)
-		items, outs = append(items, it), append(outs, m)
-	}
+		return "n1"
+	})
 	if got := len(statements(items)); got != 1 {
 		t.Fatalf("%d statements for the leases of 2 nodes, want 1 (all merged)", got)
 	}
@@ -483,5 +465,83 @@ func TestBatchMergesLookups(t *testing.T) {
 	}
 	if !wants[3].held || wants[2].nodeID != 0 || wants[0].nodeID == 0 {
 		t.Fatalf("the lookups alone answered %+v: the cases are not the ones meant", wants)
+	}
+}
+
+// leaseItems makes the batch writes of n leases from a block with room, the
+// i-th for node nodeOf(i), each asked by its node's actor, as the fast path
+// makes them; outs and leases receive their outcomes.
+func leaseItems(t *testing.T, f *fixture, n int, nodeOf func(i int) string) (items []*batchItem, outs []*mergedLease, leases []alloc.Lease) {
+	t.Helper()
+	leases = make([]alloc.Lease, n)
+	for i := range leases {
+		node := nodeOf(i)
+		a := &allocation{s: f.s, req: req(node, fmt.Sprint("m", i)), actor: "node:" + node}
+		a.sel = a.req.Selection(alloc.DefaultPool)
+		lk, err := f.s.lookup(f.ctx, f.s.db, a.req, a.sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		choices, pools, err := a.choose(lk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := pools[choices[0].Pool]
+		leases[i] = a.newLease(p, choices[0], lk.generation)
+		it, m := leaseItem(leaseSkippingSQL, a.leaseRow(lk.nodeID, p, leases[i]), &leases[i])
+		it.ctx, it.done = f.ctx, make(chan error, 1)
+		items, outs = append(items, it), append(outs, m)
+	}
+	return items, outs, leases
+}
+
+// TestBatchLeasesPastTheEndOfABlock sends a batch of a node's leases that
+// want more than its oldest block has room for: the statement takes the
+// rest from the node's next block, each address once, with both blocks'
+// counters and cursors right.
+func TestBatchLeasesPastTheEndOfABlock(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.pool("default", alloc.PoolSpec{IPv4: fam(28, "10.244.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
+	f.allocate(req("n1", "first"))
+	// A second block for n1, as a carve would make it.
+	if _, err := f.s.db.Exec(f.ctx, `INSERT INTO blocks (space, pool_id, pool_cidr_id, parent_cidr, node_id, family, cidr,
+			first_offset, last_offset, reserved, capacity, next_offset, created_at, router)
+		SELECT space, pool_id, pool_cidr_id, parent_cidr, node_id, family, '10.244.200.0/28', first_offset, last_offset,
+			reserved, capacity, first_offset, created_at + interval '1 second', router
+		FROM blocks`); err != nil {
+		t.Fatal(err)
+	}
+	room := int(f.count(`SELECT capacity - allocated FROM blocks ORDER BY id LIMIT 1`))
+	items, outs, leases := leaseItems(t, f, room+3, func(int) string { return "n1" })
+	sendWithoutFallback(t, f.s.db, items)
+	seen := map[string]bool{}
+	inSecond := 0
+	for i, it := range items {
+		if err := <-it.done; err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		if !outs[i].got.leased {
+			t.Fatalf("write %d of %d not leased: the node's blocks had room for all", i, len(items))
+		}
+		a := leases[i].Addr
+		if seen[a.String()] {
+			t.Fatalf("%s leased twice", a)
+		}
+		seen[a.String()] = true
+		if leases[i].Block.String() == "10.244.200.0/28" {
+			inSecond++
+		}
+	}
+	if inSecond != 3 {
+		t.Fatalf("%d leases from the second block, want the 3 past the first's room of %d", inSecond, room)
+	}
+	if n := f.count(`SELECT count(*) FROM blocks b WHERE allocated <> (SELECT count(*) FROM leases l WHERE l.block_id = b.id)`); n != 0 {
+		t.Fatalf("%d block counters off", n)
+	}
+	// The second block's cursor is past its three leases.
+	next := f.allocate(req("n1", "after"))
+	if seen[next.Leases[0].Addr.String()] {
+		t.Fatalf("next lease %s reuses a batched address", next.Leases[0].Addr)
 	}
 }

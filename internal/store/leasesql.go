@@ -328,9 +328,11 @@ const leaseBoundSQL = `UPDATE leases l SET state = @state, network = @network, c
 // leaseManySQL is leaseSkippingSQL for many requests at once, of nodes,
 // pools and families in one space (the arrays, one element per request):
 // for each node, pool and family asked, from its oldest block with room that
-// no other transaction holds, the first free addresses from the block's
-// cursor on, the n-th to the n-th request of that node, pool and family in
-// array order, each insert skipped on any conflict (an address taken
+// no other transaction holds (and the next such block too when the first
+// has less room than the requests want: blocksWantedSQL), the first free
+// addresses from each block's cursor on, the n-th to the n-th request of
+// that node, pool and family in array order, each insert skipped on any
+// conflict (an address taken
 // meanwhile, an attachment held already). It answers, per address it found,
 // the address (NULL when its insert was skipped), the block's CIDR, gateway
 // and id (as scanLeased reads them), then the request's number; no row for
@@ -352,11 +354,11 @@ var leaseManySQL = `WITH req AS (
 			SELECT node_id, pool_id, family, ` + leaseBlockColumns + ` FROM blocks
 			WHERE node_id = w.node_id AND pool_id = w.pool_id AND family = w.family AND allocated < capacity
 			  AND (SELECT ipam_history_context_nodes(@actors::jsonb, @reason, @at))
-			ORDER BY id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED
+			ORDER BY id LIMIT (` + blocksWantedSQL + `) FOR NO KEY UPDATE SKIP LOCKED
 		) lb
 	), cand AS (
 		SELECT b.id, b.node_id, b.pool_id, b.family, b.cidr, b.base, b.first_offset, b.last_offset, c.o,
-			row_number() OVER (PARTITION BY b.id ORDER BY c.k) AS i
+			row_number() OVER (PARTITION BY b.node_id, b.pool_id, b.family ORDER BY b.id, c.k) AS i
 		FROM b, ` + freeOffsetsSQL("@space", "b.wanted") + ` c
 	), ins AS (
 		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface,
@@ -379,6 +381,17 @@ var leaseManySQL = `WITH req AS (
 	FROM cand JOIN b ON b.id = cand.id
 	JOIN req ON (req.node_id, req.pool_id, req.family, req.i) = (cand.node_id, cand.pool_id, cand.family, cand.i)
 	LEFT JOIN ins ON ins.addr = cand.base + cand.o`
+
+// blocksWantedSQL is how many blocks leaseManySQL locks for the requests of
+// node, pool and family w: the oldest block with room, and the next too when
+// the oldest has less room (by its count) than w.wanted. A busy node's batch
+// then leases past the end of its block instead of sending the rest of its
+// requests down the general path, and the batches of a node with room lock
+// and probe one block only. The count ignores locks: a skipped oldest block
+// makes the next one first, with the next but one, when counted short.
+const blocksWantedSQL = `CASE WHEN (SELECT capacity - allocated FROM blocks
+			WHERE node_id = w.node_id AND pool_id = w.pool_id AND family = w.family AND allocated < capacity
+			ORDER BY id LIMIT 1) >= w.wanted THEN 1 ELSE 2 END`
 
 // historyContextNamedSQL is historyContextSQL with named parameters.
 const historyContextNamedSQL = `(SELECT ipam_history_context(@actor, @reason, @at))`
