@@ -168,7 +168,10 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 	if _, err := observePool(metrics.Meter(), st.Stat); err != nil {
 		return err
 	}
-	if _, err := observeWriteBatches(metrics.Meter(), st.WriteBatchStats); err != nil {
+	if _, err := observeBatches(metrics.Meter(), writeBatchMetrics, st.WriteBatchStats); err != nil {
+		return err
+	}
+	if _, err := observeBatches(metrics.Meter(), lookupBatchMetrics, st.LookupBatchStats); err != nil {
 		return err
 	}
 	gcm, err := newGCMetrics(metrics.Meter())

@@ -96,26 +96,48 @@ func observePool(meter metric.Meter, stat func() *pgxpool.Stat) (metric.Registra
 	}, total, acquired, idle, maxConns, emptyAcquires, wait)
 }
 
-// observeWriteBatches exports the store's write batching (--batch-writers):
-// how many transactions carried two or more lease and release statements,
-// how many statements they carried, how many went alone, and how many ran
-// again alone after their batch failed.
-func observeWriteBatches(meter metric.Meter, stats func() store.WriteBatchStats) (metric.Registration, error) {
-	counter := func(name, unit, desc string) (metric.Int64ObservableCounter, error) {
-		return meter.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+// batchMetrics names the counters of one of the store's batchers.
+type batchMetrics struct {
+	batches, batched, alone, fallbacks [2]string // name, description
+}
+
+// writeBatchMetrics are the write batcher's (--batch-writers): how many
+// transactions carried two or more lease and release statements, how many
+// statements they carried, how many went alone, and how many ran again
+// alone after their batch failed.
+var writeBatchMetrics = batchMetrics{
+	batches:   [2]string{"ipam.store.write_batches", "Transactions that carried two or more concurrent lease and release statements."},
+	batched:   [2]string{"ipam.store.batched_writes", "Lease and release statements that shared a transaction with others."},
+	alone:     [2]string{"ipam.store.unbatched_writes", "Lease and release statements sent alone: nothing was queued with them."},
+	fallbacks: [2]string{"ipam.store.batch_fallbacks", "Statements that ran again alone because a statement of their batch, or its commit, failed."},
+}
+
+// lookupBatchMetrics are the same for the allocations' lookups, which
+// concurrent allocations share.
+var lookupBatchMetrics = batchMetrics{
+	batches:   [2]string{"ipam.store.lookup_batches", "Round trips that carried the lookups of two or more concurrent allocations."},
+	batched:   [2]string{"ipam.store.batched_lookups", "Allocation lookups that shared a round trip with others."},
+	alone:     [2]string{"ipam.store.unbatched_lookups", "Allocation lookups sent alone: nothing was queued with them."},
+	fallbacks: [2]string{"ipam.store.lookup_batch_fallbacks", "Allocation lookups that ran again alone because their batch failed."},
+}
+
+// observeBatches exports one of the store's batchers as m names it.
+func observeBatches(meter metric.Meter, m batchMetrics, stats func() store.WriteBatchStats) (metric.Registration, error) {
+	counter := func(nd [2]string, unit string) (metric.Int64ObservableCounter, error) {
+		return meter.Int64ObservableCounter(nd[0], metric.WithUnit(unit), metric.WithDescription(nd[1]))
 	}
 	var err, e error
 	var batches, batched, alone, fallbacks metric.Int64ObservableCounter
-	batches, e = counter("ipam.store.write_batches", "{transaction}", "Transactions that carried two or more concurrent lease and release statements.")
+	batches, e = counter(m.batches, "{transaction}")
 	err = errors.Join(err, e)
-	batched, e = counter("ipam.store.batched_writes", "{statement}", "Lease and release statements that shared a transaction with others.")
+	batched, e = counter(m.batched, "{statement}")
 	err = errors.Join(err, e)
-	alone, e = counter("ipam.store.unbatched_writes", "{statement}", "Lease and release statements sent alone: nothing was queued with them.")
+	alone, e = counter(m.alone, "{statement}")
 	err = errors.Join(err, e)
-	fallbacks, e = counter("ipam.store.batch_fallbacks", "{statement}", "Statements that ran again alone because a statement of their batch, or its commit, failed.")
+	fallbacks, e = counter(m.fallbacks, "{statement}")
 	err = errors.Join(err, e)
 	if err != nil {
-		return nil, fmt.Errorf("write batch metrics: %w", err)
+		return nil, fmt.Errorf("batch metrics: %w", err)
 	}
 	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := stats()

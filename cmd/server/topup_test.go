@@ -86,3 +86,27 @@ func TestBlockTopUpFlags(t *testing.T) {
 		}
 	}
 }
+
+// Every allocation's fast-path lookup is counted by the lookup batcher's
+// metrics: sequential allocations, with nothing queued beside them, each
+// alone. The node's first allocation looks up twice, before and after it
+// carves the node's first block.
+func TestMetricsLookupBatches(t *testing.T) {
+	base := startServer(t, pgtest.NewDatabase(t), "--gc-interval", "1h")
+	mustCall(t, 201, "POST", base+"/v1/pools", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/24"],"maskSize":28}}}`)
+	for i := range 3 {
+		mustCall(t, 201, "POST", base+"/v1/nodes/n1/leases",
+			fmt.Sprintf(`{"containerID":"c%d","interface":"eth0","owner":{"namespace":"ns","name":"p%d"}}`, i, i))
+	}
+	got := mustCall(t, 200, "GET", base+"/metrics", "")
+	for series, want := range map[string]string{
+		`ipam_store_unbatched_lookups_total`:      "4",
+		`ipam_store_batched_lookups_total`:        "0",
+		`ipam_store_lookup_batches_total`:         "0",
+		`ipam_store_lookup_batch_fallbacks_total`: "0",
+	} {
+		if g, ok := sample(got, series); g != want {
+			t.Errorf("%s = %q (present %v), want %s", series, g, ok, want)
+		}
+	}
+}

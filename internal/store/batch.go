@@ -57,13 +57,18 @@ type WriteBatchStats struct {
 	Batches, Batched, Alone, Fallbacks int64
 }
 
-// WriteBatchStats reports the batcher's counters; zero when the store does
-// not batch.
-func (s *Store) WriteBatchStats() WriteBatchStats {
-	if s.batch == nil {
+// WriteBatchStats reports the write batcher's counters; zero when the
+// store does not batch.
+func (s *Store) WriteBatchStats() WriteBatchStats { return s.batch.stats() }
+
+// LookupBatchStats reports the same counters for the allocations' shared
+// lookups (see lookupShared); zero when the store does not batch.
+func (s *Store) LookupBatchStats() WriteBatchStats { return s.lookups.stats() }
+
+func (b *batcher) stats() WriteBatchStats {
+	if b == nil {
 		return WriteBatchStats{}
 	}
-	b := s.batch
 	return WriteBatchStats{Batches: b.batches.Load(), Batched: b.writes.Load(), Alone: b.alone.Load(), Fallbacks: b.fallbacks.Load()}
 }
 
