@@ -332,11 +332,11 @@ const leaseBoundSQL = `UPDATE leases l SET state = @state, network = @network, c
 // has less room than the requests want: blocksWantedSQL), the first free
 // addresses from each block's cursor on, the n-th to the n-th request of
 // that node, pool and family in array order, each insert skipped on any
-// conflict (an address taken
-// meanwhile, an attachment held already). It answers, per address it found,
-// the address (NULL when its insert was skipped), the block's CIDR, gateway
-// and id (as scanLeased reads them), then the request's number; no row for
-// a request means nothing was leased for it.
+// conflict (an address taken meanwhile, an attachment held already). It
+// answers, per address it found, the address (NULL when its insert was
+// skipped), the block's CIDR, gateway and id (as scanLeased reads them),
+// then the request's number; no row for a request means nothing was
+// leased for it.
 //
 // The address history records each lease with the actor of its node in
 // @actors (see ipam_history_context_nodes).
