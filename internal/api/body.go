@@ -96,9 +96,6 @@ func checkBody(ps problems) ipamv1.MiddlewareFunc {
 // invalidUTF8At answers the offset of the first byte of b that is not
 // valid UTF-8, or -1.
 func invalidUTF8At(b []byte) int {
-	if utf8.Valid(b) {
-		return -1
-	}
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])
 		if r == utf8.RuneError && n == 1 {

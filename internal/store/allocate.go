@@ -127,12 +127,12 @@ func (a *allocation) attempts(ctx context.Context) (alloc.Allocation, []blockNee
 // fast serves the common case: one family, no workload identity, a
 // registered node whose oldest block with room no other allocation holds.
 // The lookup reads, in a statement of its own (shared with concurrent
-// lookups: lookupShared), the node, the attachment and
-// the pools; selection runs here; then one statement locks the block,
-// leases from it and commits, alone or in a batch (see batcher). ok is
-// false when the case is not the common one, or the block statement found
-// no address: the allocation then takes the general path, which looks again
-// in a transaction.
+// lookups: lookupShared), the node, the attachment and the pools;
+// selection runs here; then one statement locks the block, leases from it
+// and commits, alone or in a batch (see batcher). ok is false when the case
+// is not the common one, or the block statement found no address: the
+// allocation then takes the general path, which looks again in a
+// transaction.
 func (a *allocation) fast(ctx context.Context) (out alloc.Allocation, ok bool, err error) {
 	r := a.req
 	if r.Sticky != nil {

@@ -195,11 +195,15 @@ func (s *Store) lookupShared(ctx context.Context, r alloc.LeaseRequest, sel allo
 const lookupSQL = `SELECT n.id,
 		EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.id AND l.network = @network AND l.container_id = @container
 		   AND l.interface = @iface AND l.state <> 'released'),
-		(SELECT coalesce(json_agg(` + allocPoolJSONSQL + `), '[]') FROM pools p WHERE p.space = @space
-		   AND (p.name = ANY (@named) OR p.pod_selector IS NOT NULL OR p.namespace_selector IS NOT NULL)),
+		` + lookupPoolsSQL + `,
 		nextval('lease_generations')
 	FROM (VALUES (1)) v
 	LEFT JOIN nodes n ON n.space = @space AND n.name = @node`
+
+// lookupPoolsSQL is the pools of space @space a selection naming @named
+// may choose from (allocPoolJSON): those named, and those with selectors.
+const lookupPoolsSQL = `(SELECT coalesce(json_agg(` + allocPoolJSONSQL + `), '[]') FROM pools p WHERE p.space = @space
+		   AND (p.name = ANY (@named) OR p.pod_selector IS NOT NULL OR p.namespace_selector IS NOT NULL))`
 
 func lookupArgs(r alloc.LeaseRequest, sel alloc.Selection) namedArgs {
 	return namedArgs{"space": r.Space, "node": r.Node, "container": r.Attachment.ContainerID, "iface": r.Attachment.Interface,
@@ -297,8 +301,7 @@ func poolsNamedOrSelecting(pools []allocPoolJSON, named []string) []allocPoolJSO
 // first, with the pools that any request names (or that select) on the
 // first row only.
 const lookupManySQL = `SELECT r.n, n.id, h.held IS NOT NULL,
-		CASE WHEN r.n = 1 THEN (SELECT coalesce(json_agg(` + allocPoolJSONSQL + `), '[]') FROM pools p WHERE p.space = @space
-		   AND (p.name = ANY (@named) OR p.pod_selector IS NOT NULL OR p.namespace_selector IS NOT NULL)) END,
+		CASE WHEN r.n = 1 THEN ` + lookupPoolsSQL + ` END,
 		nextval('lease_generations')
 	FROM unnest(@nodes::text[], @networks::text[], @containers::text[], @ifaces::text[])
 		WITH ORDINALITY AS r (node, network, container, iface, n)

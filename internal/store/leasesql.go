@@ -157,7 +157,7 @@ func combineLeases(group []*batchItem) (string, []any, func(pgx.Rows) error) {
 			expires[i] = &l.ExpiresAt
 		}
 		nows[i], gens[i] = l.CreatedAt, l.Generation
-		actors[strconv.FormatInt(m.row.node, 10)] = m.row.actor
+		actors[it.merge.slot] = m.row.actor // the node's id, as leaseItem wrote it
 	}
 	first := ms[0].row
 	args := namedArgs{"space": first.lease.Space, "actors": actors, "reason": "", "at": first.lease.CreatedAt,
@@ -351,8 +351,7 @@ var leaseManySQL = `WITH req AS (
 		SELECT node_id, pool_id, family, count(*) AS wanted FROM req GROUP BY node_id, pool_id, family
 	), b AS (
 		SELECT w.wanted, lb.* FROM wanted w CROSS JOIN LATERAL (
-			SELECT node_id, pool_id, family, ` + leaseBlockColumns + ` FROM blocks
-			WHERE node_id = w.node_id AND pool_id = w.pool_id AND family = w.family AND allocated < capacity
+			SELECT node_id, pool_id, family, ` + leaseBlockColumns + ` FROM ` + wantedBlocksWithRoomSQL + `
 			  AND (SELECT ipam_history_context_nodes(@actors::jsonb, @reason, @at))
 			ORDER BY id LIMIT (` + blocksWantedSQL + `) FOR NO KEY UPDATE SKIP LOCKED
 		) lb
@@ -389,9 +388,12 @@ var leaseManySQL = `WITH req AS (
 // requests down the general path, and the batches of a node with room lock
 // and probe one block only. The count ignores locks: a skipped oldest block
 // makes the next one first, with the next but one, when counted short.
-const blocksWantedSQL = `CASE WHEN (SELECT capacity - allocated FROM blocks
-			WHERE node_id = w.node_id AND pool_id = w.pool_id AND family = w.family AND allocated < capacity
+const blocksWantedSQL = `CASE WHEN (SELECT capacity - allocated FROM ` + wantedBlocksWithRoomSQL + `
 			ORDER BY id LIMIT 1) >= w.wanted THEN 1 ELSE 2 END`
+
+// wantedBlocksWithRoomSQL is blocksWithRoomSQL for the node, pool and
+// family of w, a row of leaseManySQL's wanted.
+const wantedBlocksWithRoomSQL = `blocks WHERE node_id = w.node_id AND pool_id = w.pool_id AND family = w.family AND allocated < capacity`
 
 // historyContextNamedSQL is historyContextSQL with named parameters.
 const historyContextNamedSQL = `(SELECT ipam_history_context(@actor, @reason, @at))`
