@@ -498,7 +498,11 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 	batchesBefore, batchErr := b.scrapeWriteBatches(ctx)
 	hs := b.pki.handshakes.Load()
 	rss := watchRSS(pids)
+	cpuBefore := takeCPUSnapshot(pids)
 	r := measure(ctx, ws, d)
+	if c, ok := cpuSince(cpuBefore, takeCPUSnapshot(pids), int(r.Allocs+r.Releases)); ok {
+		r.CPU = &c
+	}
 	r.RSS = rss.stop()
 	r.Handshakes = b.pki.handshakes.Load() - hs
 	if carvesErr == nil {
@@ -649,6 +653,9 @@ func printRun(out io.Writer, r runResult) {
 	fmt.Fprintf(out, "%s clients=%d run=%d ops/s=%.1f alloc/s=%.1f release/s=%.1f alloc_ms p50=%.2f p90=%.2f p99=%.2f max=%.2f release_ms p50=%.2f p99=%.2f errors=%d duplicates=%d rss_peak_mib=%.1f tls_handshakes=%d\n",
 		r.Phase, r.Concurrency, r.Run, r.OpsPerSec, r.AllocPerSec, r.ReleasePerSec, r.Alloc.P50, r.Alloc.P90, r.Alloc.P99, r.Alloc.Max,
 		r.Release.P50, r.Release.P99, r.Errors, r.Duplicates, r.RSSPeakMiB, r.Handshakes)
+	if r.CPU != nil {
+		fmt.Fprintf(out, "  cpu: %s\n", r.CPU)
+	}
 	if c := r.Carves; c != nil {
 		fmt.Fprintf(out, "  blocks carved: inline=%d top-up=%d rebalance=%d\n", c.Inline, c.TopUp, c.Rebalance)
 	}

@@ -503,6 +503,9 @@ type runResult struct {
 	// RSS is each server process's memory during the run.
 	RSS        []rssSample `json:"rss"`
 	RSSPeakMiB float64     `json:"rssPeakMiB"`
+	// CPU is who spent the machine's CPU during the run, per operation
+	// (nil when /proc could not be read).
+	CPU *cpuPerOp `json:"cpu,omitempty"`
 
 	Ceiling      *ceilingResult `json:"ceiling,omitempty"`
 	CeilingError string         `json:"ceilingError,omitempty"`
