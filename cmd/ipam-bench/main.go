@@ -131,6 +131,7 @@ type report struct {
 	Mixed      []levelResult   `json:"mixed"`
 	Timeouts   *timeoutsReport `json:"timeouts,omitempty"`
 	HotNode    *levelResult    `json:"hotNode,omitempty"`
+	Floor      *floorResult    `json:"floor,omitempty"`
 	Fill       *fillReport     `json:"fill,omitempty"`
 	CeilingRan bool            `json:"ceilingRan"`
 	Shim       *shimReport     `json:"shim,omitempty"`
@@ -363,6 +364,17 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			return err
 		}
 		rep.HotNode = &lv
+	}
+	// The floor: the same clients against a server answering from memory.
+	if cfg.Floor && len(cfg.Concurrency) > 0 {
+		lv := rep.Mixed[0]
+		if i := slices.Index(cfg.Concurrency, 32); i >= 0 {
+			lv = rep.Mixed[i]
+		}
+		delay := time.Duration(lv.Median.All.P50 * float64(time.Millisecond))
+		if rep.Floor, err = b.floorPhase(ctx, lv.Concurrency, b.nodes, cfg.Prefill, cfg.Duration, delay); err != nil {
+			return err
+		}
 	}
 	// Fill curve.
 	if len(cfg.Fill) > 0 {
