@@ -1,0 +1,74 @@
+// Package cloud is the boundary between the capacity workers and the
+// clouds that give a node its Pod addresses: AWS (secondary addresses and
+// /28 prefixes of a node's network interfaces) and, behind the same
+// interface, Azure (IP configurations of a node's NICs). A Provider
+// describes an instance and changes what its interfaces hold; the workers
+// decide what to ask for (internal/alloc's watermarks and warm targets)
+// and record what they got as node blocks.
+//
+// Cilium's operator is the model (its AllocationImplementation, one per
+// cloud): the workers call the cloud, nodes never do.
+package cloud
+
+import (
+	"context"
+	"net/netip"
+)
+
+// Provider is what the capacity workers need of a cloud. Every method may
+// answer an *Error of one of this package's kinds (errors.go); a call
+// that the cloud refused for its rate is KindThrottled after the SDK's own
+// retries.
+type Provider interface {
+	// Instance describes instance id: its type's limits and its
+	// interfaces with what each holds. KindNotFound when the cloud knows
+	// no such instance (terminated, or not yet visible).
+	Instance(ctx context.Context, id string) (Instance, error)
+	// Assign adds n secondary addresses, or n prefixes when prefixes is
+	// set, to interface iface, the cloud choosing them, and answers what
+	// it added. KindInterfaceFull when the interface has no room for n,
+	// KindSubnetFull when its subnet has no n free addresses,
+	// KindNoContiguousPrefix when the subnet has free addresses but no
+	// free aligned prefix (the caller may fall back to single
+	// addresses), KindNotFound for an unknown interface.
+	Assign(ctx context.Context, iface string, n int, prefixes bool) (Assigned, error)
+	// Unassign removes secondary addresses and prefixes from interface
+	// iface. Removing what the interface does not hold is KindInvalid and
+	// removes nothing.
+	Unassign(ctx context.Context, iface string, addrs []netip.Addr, prefixes []netip.Prefix) error
+}
+
+// Instance is a cloud instance as the workers see it.
+type Instance struct {
+	ID   string
+	Type string
+	// Limits are those of the instance's type.
+	Limits Limits
+	// Interfaces are the attached interfaces, by device index.
+	Interfaces []Interface
+}
+
+// Interface is a network interface attached to an instance, and the
+// addresses it holds.
+type Interface struct {
+	ID          string
+	SubnetID    string
+	DeviceIndex int
+	// Primary is the interface's own address (never a Pod's unless
+	// the node uses the primary address).
+	Primary netip.Addr
+	// Addresses are its secondary addresses, Prefixes its delegated
+	// prefixes (/28 for IPv4).
+	Addresses []netip.Addr
+	Prefixes  []netip.Prefix
+}
+
+// Slots is how many of the interface's address slots are taken: the
+// primary address, each secondary address and each prefix take one.
+func (i Interface) Slots() int { return 1 + len(i.Addresses) + len(i.Prefixes) }
+
+// Assigned is what one Assign added.
+type Assigned struct {
+	Addresses []netip.Addr
+	Prefixes  []netip.Prefix
+}

@@ -1,0 +1,74 @@
+package cloud
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind is the class of a cloud's refusal, which decides what the workers
+// do next.
+type Kind int
+
+const (
+	// KindUnknown is any other failure: logged, and the node tried again
+	// at its next turn.
+	KindUnknown Kind = iota
+	// KindNotFound: the instance or interface does not exist, or not yet
+	// (AWS answers so for a while right after a create).
+	KindNotFound
+	// KindInterfaceFull: the interface has no room for what was asked
+	// (AWS PrivateIpAddressLimitExceeded): describe it again.
+	KindInterfaceFull
+	// KindSubnetFull: the subnet has no free address left for it (AWS
+	// InsufficientFreeAddressesInSubnet): skip the subnet for a while.
+	KindSubnetFull
+	// KindNoContiguousPrefix: the subnet has free addresses but no free
+	// aligned prefix (AWS InsufficientCidrBlocks, or InvalidParameterValue
+	// "There aren't sufficient free Ipv4 addresses or prefixes"): ask for
+	// single addresses instead.
+	KindNoContiguousPrefix
+	// KindAttachmentLimit: the instance takes no more interfaces.
+	KindAttachmentLimit
+	// KindThrottled: the cloud refused the call for its rate, after the
+	// SDK's retries.
+	KindThrottled
+	// KindInvalid: the call itself was wrong (an address the interface
+	// does not hold).
+	KindInvalid
+)
+
+var kindNames = [...]string{"unknown", "not found", "interface full", "subnet full", "no contiguous prefix",
+	"attachment limit", "throttled", "invalid"}
+
+func (k Kind) String() string {
+	if k < 0 || int(k) >= len(kindNames) {
+		return fmt.Sprintf("Kind(%d)", int(k))
+	}
+	return kindNames[k]
+}
+
+// Error is a cloud's refusal: its kind, and the cloud's own code and
+// message for the logs.
+type Error struct {
+	Kind    Kind
+	Code    string // the cloud's error code, e.g. PrivateIpAddressLimitExceeded
+	Message string
+	// Err is the SDK's error.
+	Err error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s: %s: %s", e.Kind, e.Code, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf answers the kind of err: KindUnknown unless err is or wraps an
+// *Error.
+func KindOf(err error) Kind {
+	var ce *Error
+	if errors.As(err, &ce) {
+		return ce.Kind
+	}
+	return KindUnknown
+}
