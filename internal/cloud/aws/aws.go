@@ -1,0 +1,236 @@
+// Package aws is the cloud.Provider of AWS: a node's Pod addresses are
+// secondary addresses or /28 prefixes of its instance's network
+// interfaces, through the EC2 API (aws-sdk-go-v2).
+package aws
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/ipam-dev/ipam/internal/cloud"
+)
+
+// EC2 is the part of the EC2 API the provider calls.
+type EC2 interface {
+	DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
+	DescribeInstanceTypes(context.Context, *ec2.DescribeInstanceTypesInput, ...func(*ec2.Options)) (*ec2.DescribeInstanceTypesOutput, error)
+	DescribeNetworkInterfaces(context.Context, *ec2.DescribeNetworkInterfacesInput, ...func(*ec2.Options)) (*ec2.DescribeNetworkInterfacesOutput, error)
+	AssignPrivateIpAddresses(context.Context, *ec2.AssignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error)
+	UnassignPrivateIpAddresses(context.Context, *ec2.UnassignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error)
+}
+
+var (
+	_ EC2            = (*ec2.Client)(nil)
+	_ cloud.Provider = (*Provider)(nil)
+)
+
+// Provider is the AWS cloud.Provider over one EC2 client (one region).
+type Provider struct {
+	ec2 EC2
+
+	mu     sync.Mutex              // guards limits
+	limits map[string]cloud.Limits // by instance type: they never change
+}
+
+// New answers a provider calling EC2 through client.
+func New(client EC2) *Provider {
+	return &Provider{ec2: client, limits: map[string]cloud.Limits{}}
+}
+
+// Instance describes instance id: its type's limits (asked of EC2 once per
+// type) and its attached interfaces by device index, every page of them.
+func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, error) {
+	out, err := p.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+	if err != nil {
+		return cloud.Instance{}, classify(err)
+	}
+	var typ string
+	for _, r := range out.Reservations {
+		for _, in := range r.Instances {
+			if sdkaws.ToString(in.InstanceId) == id {
+				typ = string(in.InstanceType)
+			}
+		}
+	}
+	if typ == "" {
+		return cloud.Instance{}, &cloud.Error{Kind: cloud.KindNotFound, Code: "InvalidInstanceID.NotFound", Message: "no instance " + id + " in the answer"}
+	}
+	limits, err := p.limitsOf(ctx, typ)
+	if err != nil {
+		return cloud.Instance{}, err
+	}
+	inst := cloud.Instance{ID: id, Type: typ, Limits: limits}
+	pages := ec2.NewDescribeNetworkInterfacesPaginator(p.ec2, &ec2.DescribeNetworkInterfacesInput{
+		Filters: []types.Filter{{Name: sdkaws.String("attachment.instance-id"), Values: []string{id}}},
+	})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return cloud.Instance{}, classify(err)
+		}
+		for _, ni := range page.NetworkInterfaces {
+			f, err := interfaceOf(ni)
+			if err != nil {
+				return cloud.Instance{}, err
+			}
+			inst.Interfaces = append(inst.Interfaces, f)
+		}
+	}
+	slices.SortFunc(inst.Interfaces, func(a, b cloud.Interface) int { return a.DeviceIndex - b.DeviceIndex })
+	return inst, nil
+}
+
+// limitsOf answers the limits of instance type typ.
+func (p *Provider) limitsOf(ctx context.Context, typ string) (cloud.Limits, error) {
+	p.mu.Lock()
+	l, ok := p.limits[typ]
+	p.mu.Unlock()
+	if ok {
+		return l, nil
+	}
+	out, err := p.ec2.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []types.InstanceType{types.InstanceType(typ)}})
+	if err != nil {
+		return cloud.Limits{}, classify(err)
+	}
+	for _, it := range out.InstanceTypes {
+		if string(it.InstanceType) != typ || it.NetworkInfo == nil {
+			continue
+		}
+		l = cloud.Limits{
+			Interfaces:       int(sdkaws.ToInt32(it.NetworkInfo.MaximumNetworkInterfaces)),
+			IPv4PerInterface: int(sdkaws.ToInt32(it.NetworkInfo.Ipv4AddressesPerInterface)),
+			IPv6PerInterface: int(sdkaws.ToInt32(it.NetworkInfo.Ipv6AddressesPerInterface)),
+			// Prefixes are delegated to the interfaces of Nitro
+			// instances only.
+			Prefixes: it.Hypervisor == types.InstanceTypeHypervisorNitro,
+		}
+		p.mu.Lock()
+		p.limits[typ] = l
+		p.mu.Unlock()
+		return l, nil
+	}
+	return cloud.Limits{}, fmt.Errorf("EC2 described no network limits of instance type %q", typ)
+}
+
+// interfaceOf converts an EC2 interface; an address EC2 answers that is no
+// address is an error, never skipped.
+func interfaceOf(ni types.NetworkInterface) (cloud.Interface, error) {
+	f := cloud.Interface{ID: sdkaws.ToString(ni.NetworkInterfaceId), SubnetID: sdkaws.ToString(ni.SubnetId)}
+	if ni.Attachment != nil {
+		f.DeviceIndex = int(sdkaws.ToInt32(ni.Attachment.DeviceIndex))
+	}
+	for _, a := range ni.PrivateIpAddresses {
+		addr, err := netip.ParseAddr(sdkaws.ToString(a.PrivateIpAddress))
+		if err != nil {
+			return cloud.Interface{}, fmt.Errorf("interface %s: %w", f.ID, err)
+		}
+		if sdkaws.ToBool(a.Primary) {
+			f.Primary = addr
+		} else {
+			f.Addresses = append(f.Addresses, addr)
+		}
+	}
+	for _, p := range ni.Ipv4Prefixes {
+		prefix, err := netip.ParsePrefix(sdkaws.ToString(p.Ipv4Prefix))
+		if err != nil {
+			return cloud.Interface{}, fmt.Errorf("interface %s: %w", f.ID, err)
+		}
+		f.Prefixes = append(f.Prefixes, prefix)
+	}
+	return f, nil
+}
+
+// Assign asks EC2 for n secondary addresses, or n /28 prefixes, of
+// interface iface's subnet, EC2 choosing them.
+func (p *Provider) Assign(ctx context.Context, iface string, n int, prefixes bool) (cloud.Assigned, error) {
+	if n < 1 {
+		return cloud.Assigned{}, &cloud.Error{Kind: cloud.KindInvalid, Code: "InvalidParameterValue", Message: fmt.Sprintf("assign %d addresses", n)}
+	}
+	in := &ec2.AssignPrivateIpAddressesInput{NetworkInterfaceId: sdkaws.String(iface)}
+	if prefixes {
+		in.Ipv4PrefixCount = sdkaws.Int32(int32(n))
+	} else {
+		in.SecondaryPrivateIpAddressCount = sdkaws.Int32(int32(n))
+	}
+	out, err := p.ec2.AssignPrivateIpAddresses(ctx, in)
+	if err != nil {
+		return cloud.Assigned{}, classify(err)
+	}
+	var got cloud.Assigned
+	for _, a := range out.AssignedPrivateIpAddresses {
+		addr, err := netip.ParseAddr(sdkaws.ToString(a.PrivateIpAddress))
+		if err != nil {
+			return cloud.Assigned{}, fmt.Errorf("interface %s: assigned %w", iface, err)
+		}
+		got.Addresses = append(got.Addresses, addr)
+	}
+	for _, a := range out.AssignedIpv4Prefixes {
+		prefix, err := netip.ParsePrefix(sdkaws.ToString(a.Ipv4Prefix))
+		if err != nil {
+			return cloud.Assigned{}, fmt.Errorf("interface %s: assigned %w", iface, err)
+		}
+		got.Prefixes = append(got.Prefixes, prefix)
+	}
+	return got, nil
+}
+
+// Unassign removes addrs and prefixes from interface iface in one call.
+func (p *Provider) Unassign(ctx context.Context, iface string, addrs []netip.Addr, prefixes []netip.Prefix) error {
+	if len(addrs)+len(prefixes) == 0 {
+		return nil
+	}
+	in := &ec2.UnassignPrivateIpAddressesInput{NetworkInterfaceId: sdkaws.String(iface)}
+	for _, a := range addrs {
+		in.PrivateIpAddresses = append(in.PrivateIpAddresses, a.String())
+	}
+	for _, pf := range prefixes {
+		in.Ipv4Prefixes = append(in.Ipv4Prefixes, pf.String())
+	}
+	if _, err := p.ec2.UnassignPrivateIpAddresses(ctx, in); err != nil {
+		return classify(err)
+	}
+	return nil
+}
+
+// kinds are the EC2 error codes the workers act on.
+var kinds = map[string]cloud.Kind{
+	"InvalidInstanceID.NotFound":         cloud.KindNotFound,
+	"InvalidInstanceID.Malformed":        cloud.KindInvalid,
+	"InvalidNetworkInterfaceID.NotFound": cloud.KindNotFound,
+	"PrivateIpAddressLimitExceeded":      cloud.KindInterfaceFull,
+	"InsufficientFreeAddressesInSubnet":  cloud.KindSubnetFull,
+	"InsufficientCidrBlocks":             cloud.KindNoContiguousPrefix,
+	"AttachmentLimitExceeded":            cloud.KindAttachmentLimit,
+	"RequestLimitExceeded":               cloud.KindThrottled,
+	"InvalidParameterValue":              cloud.KindInvalid,
+	"InvalidParameterCombination":        cloud.KindInvalid,
+}
+
+// noPrefixMessage is how EC2 words an InvalidParameterValue for a prefix
+// when a subnet's free space is too fragmented for one.
+const noPrefixMessage = "There aren't sufficient free Ipv4 addresses or prefixes"
+
+// classify makes an EC2 error a *cloud.Error of its kind; an error that is
+// no API error (a cancelled context, a network failure) is returned as it
+// is.
+func classify(err error) error {
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return err
+	}
+	kind := kinds[api.ErrorCode()]
+	if api.ErrorCode() == "InvalidParameterValue" && strings.Contains(strings.ToLower(api.ErrorMessage()), strings.ToLower(noPrefixMessage)) {
+		kind = cloud.KindNoContiguousPrefix
+	}
+	return &cloud.Error{Kind: kind, Code: api.ErrorCode(), Message: api.ErrorMessage(), Err: err}
+}
