@@ -36,12 +36,34 @@ type Provider interface {
 	// iface. Removing what the interface does not hold is KindInvalid and
 	// removes nothing.
 	Unassign(ctx context.Context, iface string, addrs []netip.Addr, prefixes []netip.Prefix) error
+	// Subnets answers the subnets of network vpc in zone, with their free
+	// addresses and tags.
+	Subnets(ctx context.Context, vpc, zone string) ([]Subnet, error)
+	// CreateInterface creates an interface as spec says and attaches it
+	// to spec.Instance at its first free device index from
+	// spec.FirstDevice, to be deleted with the instance, and answers it.
+	// An interface that could not be attached is deleted again:
+	// KindNotFound when the instance is gone, KindAttachmentLimit when it
+	// takes no more interfaces. A spec asking more addresses than one
+	// interface of the instance's type holds is KindInvalid, before any
+	// call.
+	CreateInterface(ctx context.Context, spec InterfaceSpec) (Interface, error)
+	// Detached answers the interfaces carrying every tag of tags that
+	// are attached to nothing: left by an instance that terminated, or by
+	// a worker that stopped between a create and its attach.
+	Detached(ctx context.Context, tags map[string]string) ([]Interface, error)
+	// DeleteInterface deletes a detached interface; KindNotFound when it
+	// is gone already.
+	DeleteInterface(ctx context.Context, id string) error
 }
 
 // Instance is a cloud instance as the workers see it.
 type Instance struct {
 	ID   string
 	Type string
+	// VPC, Zone and SubnetID are where the instance runs (its primary
+	// interface's subnet).
+	VPC, Zone, SubnetID string
 	// Limits are those of the instance's type.
 	Limits Limits
 	// Interfaces are the attached interfaces, by device index.
@@ -61,11 +83,49 @@ type Interface struct {
 	// prefixes (/28 for IPv4).
 	Addresses []netip.Addr
 	Prefixes  []netip.Prefix
+	// SecurityGroups are the interface's security group ids, Tags its
+	// tags.
+	SecurityGroups []string
+	Tags           map[string]string
+	// Attached reports whether it is attached to an instance.
+	Attached bool
 }
 
 // Slots is how many of the interface's address slots are taken: the
 // primary address, each secondary address and each prefix take one.
 func (i Interface) Slots() int { return 1 + len(i.Addresses) + len(i.Prefixes) }
+
+// Subnet is a subnet interfaces can be created in.
+type Subnet struct {
+	ID, VPC, Zone string
+	CIDR          netip.Prefix
+	// Free is how many addresses the subnet can still hand out.
+	Free int
+	Tags map[string]string
+}
+
+// InterfaceSpec is an interface to create and attach.
+type InterfaceSpec struct {
+	Instance       string
+	Subnet         string
+	SecurityGroups []string
+	// Addresses secondary addresses, or Prefixes /28 prefixes, are
+	// assigned with the interface (at most one of the two).
+	Addresses, Prefixes int
+	// Tags are set on the interface; the provider adds TagCreatedAt.
+	Tags map[string]string
+	// FirstDevice is the lowest device index the interface may take.
+	FirstDevice int
+}
+
+// The tags of the interfaces the workers create: the cluster and node
+// they belong to, and when they were made (RFC 3339), which tells a leaked
+// interface's age.
+const (
+	TagCluster   = "ipam-dev.io/cluster"
+	TagNode      = "ipam-dev.io/node"
+	TagCreatedAt = "ipam-dev.io/created-at"
+)
 
 // Assigned is what one Assign added.
 type Assigned struct {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -27,6 +28,11 @@ type EC2 interface {
 	DescribeNetworkInterfaces(context.Context, *ec2.DescribeNetworkInterfacesInput, ...func(*ec2.Options)) (*ec2.DescribeNetworkInterfacesOutput, error)
 	AssignPrivateIpAddresses(context.Context, *ec2.AssignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error)
 	UnassignPrivateIpAddresses(context.Context, *ec2.UnassignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error)
+	DescribeSubnets(context.Context, *ec2.DescribeSubnetsInput, ...func(*ec2.Options)) (*ec2.DescribeSubnetsOutput, error)
+	CreateNetworkInterface(context.Context, *ec2.CreateNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.CreateNetworkInterfaceOutput, error)
+	AttachNetworkInterface(context.Context, *ec2.AttachNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.AttachNetworkInterfaceOutput, error)
+	ModifyNetworkInterfaceAttribute(context.Context, *ec2.ModifyNetworkInterfaceAttributeInput, ...func(*ec2.Options)) (*ec2.ModifyNetworkInterfaceAttributeOutput, error)
+	DeleteNetworkInterface(context.Context, *ec2.DeleteNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.DeleteNetworkInterfaceOutput, error)
 }
 
 var (
@@ -36,15 +42,36 @@ var (
 
 // Provider is the AWS cloud.Provider over one EC2 client (one region).
 type Provider struct {
-	ec2 EC2
+	ec2  EC2
+	opts Options
 
 	mu     sync.Mutex              // guards limits
 	limits map[string]cloud.Limits // by instance type: they never change
 }
 
+// Options are a Provider's clock and waits.
+type Options struct {
+	// Now is the clock of the creation tags; time.Now when nil.
+	Now func() time.Time
+	// Wait is how long to wait before try n (from 1) of a call that
+	// named an interface EC2 does not show yet (it shows a new one only
+	// after a while); n*500ms when nil.
+	Wait func(n int) time.Duration
+}
+
+// eventualTries bounds the tries of a call that names a new interface,
+// and of an attach that lost its device index to another.
+const eventualTries = 5
+
 // New answers a provider calling EC2 through client.
-func New(client EC2) *Provider {
-	return &Provider{ec2: client, limits: map[string]cloud.Limits{}}
+func New(client EC2, opts Options) *Provider {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Wait == nil {
+		opts.Wait = func(n int) time.Duration { return time.Duration(n) * 500 * time.Millisecond }
+	}
+	return &Provider{ec2: client, opts: opts, limits: map[string]cloud.Limits{}}
 }
 
 // Instance describes instance id: its type's limits (asked of EC2 once per
@@ -54,22 +81,29 @@ func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, err
 	if err != nil {
 		return cloud.Instance{}, classify(err)
 	}
-	var typ string
+	var inst cloud.Instance
 	for _, r := range out.Reservations {
 		for _, in := range r.Instances {
-			if sdkaws.ToString(in.InstanceId) == id {
-				typ = string(in.InstanceType)
+			if sdkaws.ToString(in.InstanceId) != id {
+				continue
+			}
+			if in.State != nil && (in.State.Name == types.InstanceStateNameTerminated || in.State.Name == types.InstanceStateNameShuttingDown) {
+				return cloud.Instance{}, &cloud.Error{Kind: cloud.KindNotFound, Code: "InvalidInstanceID.NotFound", Message: "instance " + id + " is " + string(in.State.Name)}
+			}
+			inst = cloud.Instance{ID: id, Type: string(in.InstanceType), VPC: sdkaws.ToString(in.VpcId), SubnetID: sdkaws.ToString(in.SubnetId)}
+			if in.Placement != nil {
+				inst.Zone = sdkaws.ToString(in.Placement.AvailabilityZone)
 			}
 		}
 	}
-	if typ == "" {
+	if inst.ID == "" {
 		return cloud.Instance{}, &cloud.Error{Kind: cloud.KindNotFound, Code: "InvalidInstanceID.NotFound", Message: "no instance " + id + " in the answer"}
 	}
-	limits, err := p.limitsOf(ctx, typ)
+	limits, err := p.limitsOf(ctx, inst.Type)
 	if err != nil {
 		return cloud.Instance{}, err
 	}
-	inst := cloud.Instance{ID: id, Type: typ, Limits: limits}
+	inst.Limits = limits
 	pages := ec2.NewDescribeNetworkInterfacesPaginator(p.ec2, &ec2.DescribeNetworkInterfacesInput{
 		Filters: []types.Filter{{Name: sdkaws.String("attachment.instance-id"), Values: []string{id}}},
 	})
@@ -125,9 +159,19 @@ func (p *Provider) limitsOf(ctx context.Context, typ string) (cloud.Limits, erro
 // interfaceOf converts an EC2 interface; an address EC2 answers that is no
 // address is an error, never skipped.
 func interfaceOf(ni types.NetworkInterface) (cloud.Interface, error) {
-	f := cloud.Interface{ID: sdkaws.ToString(ni.NetworkInterfaceId), SubnetID: sdkaws.ToString(ni.SubnetId)}
+	f := cloud.Interface{ID: sdkaws.ToString(ni.NetworkInterfaceId), SubnetID: sdkaws.ToString(ni.SubnetId),
+		Attached: ni.Attachment != nil && sdkaws.ToString(ni.Attachment.InstanceId) != ""}
 	if ni.Attachment != nil {
 		f.DeviceIndex = int(sdkaws.ToInt32(ni.Attachment.DeviceIndex))
+	}
+	for _, g := range ni.Groups {
+		f.SecurityGroups = append(f.SecurityGroups, sdkaws.ToString(g.GroupId))
+	}
+	if len(ni.TagSet) > 0 {
+		f.Tags = map[string]string{}
+		for _, t := range ni.TagSet {
+			f.Tags[sdkaws.ToString(t.Key)] = sdkaws.ToString(t.Value)
+		}
 	}
 	for _, a := range ni.PrivateIpAddresses {
 		addr, err := netip.ParseAddr(sdkaws.ToString(a.PrivateIpAddress))
@@ -204,21 +248,33 @@ func (p *Provider) Unassign(ctx context.Context, iface string, addrs []netip.Add
 
 // kinds are the EC2 error codes the workers act on.
 var kinds = map[string]cloud.Kind{
-	"InvalidInstanceID.NotFound":         cloud.KindNotFound,
-	"InvalidInstanceID.Malformed":        cloud.KindInvalid,
-	"InvalidNetworkInterfaceID.NotFound": cloud.KindNotFound,
-	"PrivateIpAddressLimitExceeded":      cloud.KindInterfaceFull,
-	"InsufficientFreeAddressesInSubnet":  cloud.KindSubnetFull,
-	"InsufficientCidrBlocks":             cloud.KindNoContiguousPrefix,
-	"AttachmentLimitExceeded":            cloud.KindAttachmentLimit,
-	"RequestLimitExceeded":               cloud.KindThrottled,
-	"InvalidParameterValue":              cloud.KindInvalid,
-	"InvalidParameterCombination":        cloud.KindInvalid,
+	"InvalidInstanceID.NotFound":              cloud.KindNotFound,
+	"InvalidInstanceID.Malformed":             cloud.KindInvalid,
+	"InvalidNetworkInterfaceID.NotFound":      cloud.KindNotFound,
+	"PrivateIpAddressLimitExceeded":           cloud.KindInterfaceFull,
+	"InsufficientFreeAddressesInSubnet":       cloud.KindSubnetFull,
+	"InsufficientCidrBlocks":                  cloud.KindNoContiguousPrefix,
+	"AttachmentLimitExceeded":                 cloud.KindAttachmentLimit,
+	"InvalidSubnetID.NotFound":                cloud.KindNotFound,
+	"InvalidInterface.IpAddressLimitExceeded": cloud.KindInvalid,
+	"InvalidNetworkInterface.InUse":           cloud.KindInvalid,
+	"RequestLimitExceeded":                    cloud.KindThrottled,
+	"InvalidParameterValue":                   cloud.KindInvalid,
+	"InvalidParameterCombination":             cloud.KindInvalid,
 }
 
 // noPrefixMessage is how EC2 words an InvalidParameterValue for a prefix
 // when a subnet's free space is too fragmented for one.
 const noPrefixMessage = "There aren't sufficient free Ipv4 addresses or prefixes"
+
+// errorCode is the EC2 error code of err, "" when it is no API error.
+func errorCode(err error) string {
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		return api.ErrorCode()
+	}
+	return ""
+}
 
 // classify makes an EC2 error a *cloud.Error of its kind; an error that is
 // no API error (a cancelled context, a network failure) is returned as it

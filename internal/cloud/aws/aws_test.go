@@ -35,14 +35,14 @@ func newProvider(t *testing.T, fake *ec2fake.Server, attempts int) *Provider {
 			o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
 		}),
 	})
-	return New(client)
+	return New(client, Options{Wait: func(int) time.Duration { return 0 }})
 }
 
 // world is one VPC subnet with an instance of typ in it.
 func world(t *testing.T, typ string, subnet string) (*ec2fake.Server, string, string) {
 	t.Helper()
 	fake := ec2fake.New()
-	fake.AddSubnet("subnet-a", netip.MustParsePrefix(subnet))
+	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-a", VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix(subnet)})
 	inst, eni, err := fake.AddInstance(typ, "subnet-a")
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,274 @@
+package ec2fake
+
+import (
+	"encoding/xml"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+type tagItem struct {
+	Key   string `xml:"key"`
+	Value string `xml:"value"`
+}
+
+func tagItems(tags map[string]string) []tagItem {
+	var out []tagItem
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		out = append(out, tagItem{Key: k, Value: tags[k]})
+	}
+	return out
+}
+
+// matchTags reports whether tags pass the tag:KEY and tag-key filters of fs.
+func matchTags(fs map[string][]string, tags map[string]string) bool {
+	for name, values := range fs {
+		if key, ok := strings.CutPrefix(name, "tag:"); ok {
+			if v, has := tags[key]; !has || !slices.Contains(values, v) {
+				return false
+			}
+		}
+		if name == "tag-key" && !slices.ContainsFunc(values, func(k string) bool { _, has := tags[k]; return has }) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkFilters refuses a filter the action does not know.
+func checkFilters(fs map[string][]string, known ...string) *APIError {
+	for name := range fs {
+		if !slices.Contains(known, name) && !strings.HasPrefix(name, "tag:") && name != "tag-key" {
+			return &APIError{Code: "InvalidParameterValue", Message: fmt.Sprintf("The filter '%s' is invalid", name)}
+		}
+	}
+	return nil
+}
+
+func matches(fs map[string][]string, name, value string) bool {
+	v, ok := fs[name]
+	return !ok || slices.Contains(v, value)
+}
+
+func (s *Server) describeInstancesLocked(form map[string][]string) (any, *APIError) {
+	type instanceItem struct {
+		InstanceID   string `xml:"instanceId"`
+		InstanceType string `xml:"instanceType"`
+		SubnetID     string `xml:"subnetId,omitempty"`
+		VPC          string `xml:"vpcId,omitempty"`
+		Zone         string `xml:"placement>availabilityZone"`
+		State        string `xml:"instanceState>name"`
+	}
+	type reservation struct {
+		Instances []instanceItem `xml:"instancesSet>item"`
+	}
+	type response struct {
+		XMLName      xml.Name      `xml:"DescribeInstancesResponse"`
+		Xmlns        string        `xml:"xmlns,attr"`
+		RequestID    string        `xml:"requestId"`
+		Reservations []reservation `xml:"reservationSet>item"`
+	}
+	res := response{Xmlns: xmlns, RequestID: requestID}
+	for _, id := range list(form, "InstanceId") {
+		in, ok := s.instances[id]
+		if !ok {
+			return nil, &APIError{Code: "InvalidInstanceID.NotFound", Message: fmt.Sprintf("The instance ID '%s' does not exist", id)}
+		}
+		sn := s.subnets[in.subnet]
+		it := instanceItem{InstanceID: in.id, InstanceType: in.typ, SubnetID: in.subnet, VPC: sn.VPC, Zone: sn.Zone, State: "running"}
+		if in.terminated {
+			it.State, it.SubnetID, it.VPC = "terminated", "", ""
+		}
+		res.Reservations = append(res.Reservations, reservation{Instances: []instanceItem{it}})
+	}
+	return res, nil
+}
+
+func (s *Server) describeInstanceTypesLocked(form map[string][]string) (any, *APIError) {
+	type typeItem struct {
+		InstanceType     string `xml:"instanceType"`
+		Hypervisor       string `xml:"hypervisor"`
+		Interfaces       int    `xml:"networkInfo>maximumNetworkInterfaces"`
+		IPv4PerInterface int    `xml:"networkInfo>ipv4AddressesPerInterface"`
+		IPv6PerInterface int    `xml:"networkInfo>ipv6AddressesPerInterface"`
+	}
+	type response struct {
+		XMLName   xml.Name   `xml:"DescribeInstanceTypesResponse"`
+		Xmlns     string     `xml:"xmlns,attr"`
+		RequestID string     `xml:"requestId"`
+		Types     []typeItem `xml:"instanceTypeSet>item"`
+		NextToken string     `xml:"nextToken,omitempty"`
+	}
+	names := list(form, "InstanceType")
+	if len(names) == 0 {
+		names = slices.Sorted(maps.Keys(Types))
+	}
+	var items []typeItem
+	for _, name := range names {
+		t, ok := Types[name]
+		if !ok {
+			return nil, &APIError{Code: "InvalidInstanceType", Message: fmt.Sprintf("The following supplied instance types do not exist: [%s]", name)}
+		}
+		hv := "xen"
+		if t.Nitro {
+			hv = "nitro"
+		}
+		items = append(items, typeItem{InstanceType: name, Hypervisor: hv, Interfaces: t.Interfaces, IPv4PerInterface: t.IPv4PerInterface, IPv6PerInterface: t.IPv6PerInterface})
+	}
+	items, next, e := page(s, form, items)
+	if e != nil {
+		return nil, e
+	}
+	return response{Xmlns: xmlns, RequestID: requestID, Types: items, NextToken: next}, nil
+}
+
+func (s *Server) describeSubnetsLocked(form map[string][]string) (any, *APIError) {
+	type subnetItem struct {
+		ID   string    `xml:"subnetId"`
+		VPC  string    `xml:"vpcId"`
+		Zone string    `xml:"availabilityZone"`
+		CIDR string    `xml:"cidrBlock"`
+		Free int       `xml:"availableIpAddressCount"`
+		Tags []tagItem `xml:"tagSet>item"`
+	}
+	type response struct {
+		XMLName   xml.Name     `xml:"DescribeSubnetsResponse"`
+		Xmlns     string       `xml:"xmlns,attr"`
+		RequestID string       `xml:"requestId"`
+		Subnets   []subnetItem `xml:"subnetSet>item"`
+		NextToken string       `xml:"nextToken,omitempty"`
+	}
+	fs := filters(form)
+	if e := checkFilters(fs, "vpc-id", "availability-zone"); e != nil {
+		return nil, e
+	}
+	ids := list(form, "SubnetId")
+	for _, id := range ids {
+		if _, ok := s.subnets[id]; !ok {
+			return nil, &APIError{Code: "InvalidSubnetID.NotFound", Message: fmt.Sprintf("The subnet ID '%s' does not exist", id)}
+		}
+	}
+	var items []subnetItem
+	for _, id := range slices.Sorted(maps.Keys(s.subnets)) {
+		sn := s.subnets[id]
+		if (len(ids) > 0 && !slices.Contains(ids, id)) || !matches(fs, "vpc-id", sn.VPC) || !matches(fs, "availability-zone", sn.Zone) || !matchTags(fs, sn.Tags) {
+			continue
+		}
+		items = append(items, subnetItem{ID: id, VPC: sn.VPC, Zone: sn.Zone, CIDR: sn.CIDR.String(), Free: sn.free(), Tags: tagItems(sn.Tags)})
+	}
+	items, next, e := page(s, form, items)
+	if e != nil {
+		return nil, e
+	}
+	return response{Xmlns: xmlns, RequestID: requestID, Subnets: items, NextToken: next}, nil
+}
+
+type groupItem struct {
+	ID string `xml:"groupId"`
+}
+
+type addrItem struct {
+	Address string `xml:"privateIpAddress"`
+	Primary bool   `xml:"primary"`
+}
+
+type prefixItem struct {
+	Prefix string `xml:"ipv4Prefix"`
+}
+
+type attachmentItem struct {
+	ID                  string `xml:"attachmentId"`
+	InstanceID          string `xml:"instanceId"`
+	Device              int    `xml:"deviceIndex"`
+	Status              string `xml:"status"`
+	DeleteOnTermination bool   `xml:"deleteOnTermination"`
+}
+
+// ifaceItem is a network interface as EC2 describes it.
+type ifaceItem struct {
+	ID         string          `xml:"networkInterfaceId"`
+	SubnetID   string          `xml:"subnetId"`
+	VPC        string          `xml:"vpcId"`
+	Zone       string          `xml:"availabilityZone"`
+	Status     string          `xml:"status"`
+	Primary    string          `xml:"privateIpAddress"`
+	Attachment *attachmentItem `xml:"attachment,omitempty"`
+	Groups     []groupItem     `xml:"groupSet>item"`
+	Tags       []tagItem       `xml:"tagSet>item"`
+	Addresses  []addrItem      `xml:"privateIpAddressesSet>item"`
+	Prefixes   []prefixItem    `xml:"ipv4PrefixSet>item"`
+}
+
+func (s *Server) itemLocked(f *iface) ifaceItem {
+	sn := s.subnets[f.subnet]
+	it := ifaceItem{ID: f.id, SubnetID: f.subnet, VPC: sn.VPC, Zone: sn.Zone, Status: f.status, Primary: f.primary.String(),
+		Addresses: []addrItem{{Address: f.primary.String(), Primary: true}}, Tags: tagItems(f.tags)}
+	if f.instance != "" {
+		status := "attached"
+		if f.status == "detaching" {
+			status = "detaching"
+		}
+		it.Attachment = &attachmentItem{ID: f.attachment, InstanceID: f.instance, Device: f.device, Status: status, DeleteOnTermination: f.deleteOnTermination}
+	}
+	for _, g := range f.groups {
+		it.Groups = append(it.Groups, groupItem{ID: g})
+	}
+	for _, a := range f.addrs {
+		it.Addresses = append(it.Addresses, addrItem{Address: a.String()})
+	}
+	for _, p := range f.prefixes {
+		it.Prefixes = append(it.Prefixes, prefixItem{Prefix: p.String()})
+	}
+	return it
+}
+
+// lookupLocked answers interface id, or EC2's NotFound: for an unknown
+// id, and for a new one still invisible (each such answer counts down).
+func (s *Server) lookupLocked(id string) (*iface, *APIError) {
+	f, ok := s.ifaces[id]
+	if ok && f.hidden > 0 {
+		f.hidden--
+		ok = false
+	}
+	if !ok {
+		return nil, &APIError{Code: "InvalidNetworkInterfaceID.NotFound", Message: fmt.Sprintf("The networkInterface ID '%s' does not exist", id)}
+	}
+	return f, nil
+}
+
+func (s *Server) describeNetworkInterfacesLocked(form map[string][]string) (any, *APIError) {
+	type response struct {
+		XMLName    xml.Name    `xml:"DescribeNetworkInterfacesResponse"`
+		Xmlns      string      `xml:"xmlns,attr"`
+		RequestID  string      `xml:"requestId"`
+		Interfaces []ifaceItem `xml:"networkInterfaceSet>item"`
+		NextToken  string      `xml:"nextToken,omitempty"`
+	}
+	ids := list(form, "NetworkInterfaceId")
+	for _, id := range ids {
+		if _, e := s.lookupLocked(id); e != nil {
+			return nil, e
+		}
+	}
+	fs := filters(form)
+	if e := checkFilters(fs, "attachment.instance-id", "status", "subnet-id"); e != nil {
+		return nil, e
+	}
+	var items []ifaceItem
+	for _, id := range slices.Sorted(maps.Keys(s.ifaces)) {
+		f := s.ifaces[id]
+		if (len(ids) > 0 && !slices.Contains(ids, id)) || (len(ids) == 0 && f.hidden > 0) {
+			continue
+		}
+		if !matches(fs, "attachment.instance-id", f.instance) || !matches(fs, "status", f.status) || !matches(fs, "subnet-id", f.subnet) || !matchTags(fs, f.tags) {
+			continue
+		}
+		items = append(items, s.itemLocked(f))
+	}
+	items, next, e := page(s, form, items)
+	if e != nil {
+		return nil, e
+	}
+	return response{Xmlns: xmlns, RequestID: requestID, Interfaces: items, NextToken: next}, nil
+}

@@ -1,0 +1,140 @@
+package ec2fake
+
+import (
+	"encoding/xml"
+	"fmt"
+	"net/http"
+	"strconv"
+)
+
+// actions are the EC2 actions the fake answers, each called with the
+// server's lock held and the request's form.
+var actions = map[string]func(*Server, map[string][]string) (any, *APIError){
+	"DescribeInstances":               (*Server).describeInstancesLocked,
+	"DescribeInstanceTypes":           (*Server).describeInstanceTypesLocked,
+	"DescribeSubnets":                 (*Server).describeSubnetsLocked,
+	"DescribeNetworkInterfaces":       (*Server).describeNetworkInterfacesLocked,
+	"CreateNetworkInterface":          (*Server).createNetworkInterfaceLocked,
+	"AttachNetworkInterface":          (*Server).attachNetworkInterfaceLocked,
+	"ModifyNetworkInterfaceAttribute": (*Server).modifyNetworkInterfaceLocked,
+	"DetachNetworkInterface":          (*Server).detachNetworkInterfaceLocked,
+	"DeleteNetworkInterface":          (*Server).deleteNetworkInterfaceLocked,
+	"AssignPrivateIpAddresses":        (*Server).assignLocked,
+	"UnassignPrivateIpAddresses":      (*Server).unassignLocked,
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Code: "InvalidHttpRequest", Message: "EC2 takes POST"})
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		writeError(w, &APIError{Code: "MalformedQueryString", Message: err.Error()})
+		return
+	}
+	action := r.PostForm.Get("Action")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[action]++
+	if s.fault != nil {
+		if e := s.fault(action); e != nil {
+			writeError(w, e)
+			return
+		}
+	}
+	var (
+		answer any
+		e      *APIError
+	)
+	if handle, ok := actions[action]; ok {
+		answer, e = handle(s, r.PostForm)
+	} else {
+		e = &APIError{Code: "InvalidAction", Message: fmt.Sprintf("The action %s is not valid for this web service.", action)}
+	}
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	_, _ = w.Write([]byte(xml.Header))
+	_ = xml.NewEncoder(w).Encode(answer)
+}
+
+// xmlns is the namespace of EC2's answers.
+const xmlns = "http://ec2.amazonaws.com/doc/2016-11-15/"
+
+// requestID is the fake's request id in every answer.
+const requestID = "7a62c49f-347e-4fc4-9331-6e8eEXAMPLE"
+
+func writeError(w http.ResponseWriter, e *APIError) {
+	type errorResponse struct {
+		XMLName   xml.Name `xml:"Response"`
+		Code      string   `xml:"Errors>Error>Code"`
+		Message   string   `xml:"Errors>Error>Message"`
+		RequestID string   `xml:"RequestID"`
+	}
+	status := e.Status
+	if status == 0 {
+		status = http.StatusBadRequest
+	}
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(xml.Header))
+	_ = xml.NewEncoder(w).Encode(errorResponse{Code: e.Code, Message: e.Message, RequestID: requestID})
+}
+
+// list answers the values of a flattened list parameter name.1, name.2, ...
+func list(form map[string][]string, name string) []string {
+	var out []string
+	for i := 1; ; i++ {
+		v, ok := form[name+"."+strconv.Itoa(i)]
+		if !ok || len(v) == 0 {
+			return out
+		}
+		out = append(out, v[0])
+	}
+}
+
+// filters answers the Filter.N.Name -> values of a request.
+func filters(form map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for i := 1; ; i++ {
+		name, ok := form["Filter."+strconv.Itoa(i)+".Name"]
+		if !ok || len(name) == 0 {
+			return out
+		}
+		out[name[0]] = list(form, "Filter."+strconv.Itoa(i)+".Value")
+	}
+}
+
+// page cuts items after the NextToken of form (an offset), answering the
+// page and the token of the next one ("" at the end).
+func page[T any](s *Server, form map[string][]string, items []T) ([]T, string, *APIError) {
+	start := 0
+	if tok := first(form, "NextToken"); tok != "" {
+		n, err := strconv.Atoi(tok)
+		if err != nil || n < 0 || n > len(items) {
+			return nil, "", &APIError{Code: "InvalidPaginationToken", Message: "The pagination token is not valid."}
+		}
+		start = n
+	}
+	size := len(items) - start
+	if max, err := strconv.Atoi(first(form, "MaxResults")); err == nil && max > 0 {
+		size = min(size, max)
+	}
+	if s.pageSize > 0 {
+		size = min(size, s.pageSize)
+	}
+	end := start + size
+	if end < len(items) {
+		return items[start:end], strconv.Itoa(end), nil
+	}
+	return items[start:end], "", nil
+}
+
+func first(form map[string][]string, key string) string {
+	if v := form[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}

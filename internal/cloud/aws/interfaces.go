@@ -1,0 +1,245 @@
+package aws
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/ipam-dev/ipam/internal/cloud"
+)
+
+// Subnets answers the subnets of vpc in zone, every page of them.
+func (p *Provider) Subnets(ctx context.Context, vpc, zone string) ([]cloud.Subnet, error) {
+	pages := ec2.NewDescribeSubnetsPaginator(p.ec2, &ec2.DescribeSubnetsInput{Filters: []types.Filter{
+		{Name: sdkaws.String("vpc-id"), Values: []string{vpc}},
+		{Name: sdkaws.String("availability-zone"), Values: []string{zone}},
+	}})
+	var out []cloud.Subnet
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, classify(err)
+		}
+		for _, sn := range page.Subnets {
+			cidr, err := netip.ParsePrefix(sdkaws.ToString(sn.CidrBlock))
+			if err != nil {
+				return nil, fmt.Errorf("subnet %s: %w", sdkaws.ToString(sn.SubnetId), err)
+			}
+			s := cloud.Subnet{ID: sdkaws.ToString(sn.SubnetId), VPC: sdkaws.ToString(sn.VpcId), Zone: sdkaws.ToString(sn.AvailabilityZone),
+				CIDR: cidr, Free: int(sdkaws.ToInt32(sn.AvailableIpAddressCount)), Tags: map[string]string{}}
+			for _, t := range sn.Tags {
+				s.Tags[sdkaws.ToString(t.Key)] = sdkaws.ToString(t.Value)
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// CreateInterface creates the interface, attaches it at the instance's
+// first free device index from spec.FirstDevice (describing the instance
+// again and taking the next one when another attach took it first), marks
+// it to be deleted with the instance, and deletes it when it could not be
+// attached. A new interface is not visible to every EC2 call at once:
+// calls naming it are tried again a few times while EC2 says it does not
+// exist.
+func (p *Provider) CreateInterface(ctx context.Context, spec cloud.InterfaceSpec) (cloud.Interface, error) {
+	inst, err := p.Instance(ctx, spec.Instance)
+	if err != nil {
+		return cloud.Interface{}, err
+	}
+	if err := checkSpec(spec, inst); err != nil {
+		return cloud.Interface{}, err
+	}
+	tags := maps.Clone(spec.Tags)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	tags[cloud.TagCreatedAt] = p.opts.Now().UTC().Format(time.RFC3339)
+	in := &ec2.CreateNetworkInterfaceInput{
+		SubnetId:          sdkaws.String(spec.Subnet),
+		Groups:            spec.SecurityGroups,
+		Description:       sdkaws.String("Pod addresses of " + spec.Instance),
+		TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeNetworkInterface, Tags: ec2Tags(tags)}},
+	}
+	switch {
+	case spec.Prefixes > 0:
+		in.Ipv4PrefixCount = sdkaws.Int32(int32(spec.Prefixes))
+	case spec.Addresses > 0:
+		in.SecondaryPrivateIpAddressCount = sdkaws.Int32(int32(spec.Addresses))
+	}
+	out, err := p.ec2.CreateNetworkInterface(ctx, in)
+	if err != nil {
+		return cloud.Interface{}, classify(err)
+	}
+	f, err := interfaceOf(*out.NetworkInterface)
+	if err != nil {
+		return cloud.Interface{}, err
+	}
+	attachment, device, err := p.attach(ctx, f.ID, inst, spec.FirstDevice)
+	if err != nil {
+		// An interface attached to nothing is a leak: delete it now
+		// (the garbage collection of Detached catches it when this
+		// fails too).
+		if derr := p.deleteNew(ctx, f.ID); derr != nil {
+			return cloud.Interface{}, errors.Join(err, fmt.Errorf("deleting the unattached %s: %w", f.ID, derr))
+		}
+		return cloud.Interface{}, err
+	}
+	_, err = p.eventually(ctx, func() error {
+		_, err := p.ec2.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{
+			NetworkInterfaceId: sdkaws.String(f.ID),
+			Attachment:         &types.NetworkInterfaceAttachmentChanges{AttachmentId: sdkaws.String(attachment), DeleteOnTermination: sdkaws.Bool(true)},
+		})
+		return err
+	})
+	if err != nil {
+		return cloud.Interface{}, fmt.Errorf("interface %s attached at device %d, but not marked for deletion with the instance: %w", f.ID, device, err)
+	}
+	f.DeviceIndex, f.Attached = device, true
+	return f, nil
+}
+
+// checkSpec refuses a spec the instance's type cannot take, before any
+// call: an interface created with more addresses than the type allows
+// fails its attach.
+func checkSpec(spec cloud.InterfaceSpec, inst cloud.Instance) error {
+	invalid := func(format string, args ...any) error {
+		return &cloud.Error{Kind: cloud.KindInvalid, Code: "InvalidParameterValue", Message: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case spec.Addresses < 0 || spec.Prefixes < 0 || (spec.Addresses > 0 && spec.Prefixes > 0):
+		return invalid("an interface takes addresses or prefixes, not %d and %d", spec.Addresses, spec.Prefixes)
+	case spec.Prefixes > 0 && !inst.Limits.Prefixes:
+		return invalid("instance type %s takes no prefixes", inst.Type)
+	case 1+spec.Addresses+spec.Prefixes > inst.Limits.IPv4PerInterface:
+		return invalid("an interface of %s holds %d addresses, the primary included; asked %d more", inst.Type, inst.Limits.IPv4PerInterface, spec.Addresses+spec.Prefixes)
+	case len(inst.Interfaces) >= inst.Limits.Interfaces:
+		return &cloud.Error{Kind: cloud.KindAttachmentLimit, Code: "AttachmentLimitExceeded", Message: fmt.Sprintf("%s holds its %d interfaces", inst.ID, inst.Limits.Interfaces)}
+	}
+	return nil
+}
+
+// attach attaches interface id to inst at the first free device index
+// from first, and answers the attachment and the index.
+func (p *Provider) attach(ctx context.Context, id string, inst cloud.Instance, first int) (string, int, error) {
+	for try := 1; ; try++ {
+		device := freeDevice(inst, first)
+		var out *ec2.AttachNetworkInterfaceOutput
+		_, err := p.eventually(ctx, func() error {
+			var err error
+			out, err = p.ec2.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{
+				NetworkInterfaceId: sdkaws.String(id), InstanceId: sdkaws.String(inst.ID), DeviceIndex: sdkaws.Int32(int32(device)),
+			})
+			return err
+		})
+		if err == nil {
+			return sdkaws.ToString(out.AttachmentId), device, nil
+		}
+		cerr := classify(err)
+		var ce *cloud.Error
+		if !errors.As(cerr, &ce) || ce.Code != "InvalidParameterValue" || !strings.Contains(ce.Message, "attached at device") || try == eventualTries {
+			return "", 0, cerr
+		}
+		// Another attach took the index: look again.
+		if inst, err = p.Instance(ctx, inst.ID); err != nil {
+			return "", 0, err
+		}
+	}
+}
+
+// freeDevice is the lowest device index from first that no interface of
+// inst takes.
+func freeDevice(inst cloud.Instance, first int) int {
+	used := map[int]bool{}
+	for _, f := range inst.Interfaces {
+		used[f.DeviceIndex] = true
+	}
+	d := max(first, 0)
+	for used[d] {
+		d++
+	}
+	return d
+}
+
+// deleteNew deletes an interface just created, trying again while EC2
+// does not show it yet.
+func (p *Provider) deleteNew(ctx context.Context, id string) error {
+	_, err := p.eventually(ctx, func() error {
+		_, err := p.ec2.DeleteNetworkInterface(ctx, &ec2.DeleteNetworkInterfaceInput{NetworkInterfaceId: sdkaws.String(id)})
+		return err
+	})
+	return classifyOrNil(err)
+}
+
+// eventually calls call until it succeeds, fails otherwise than with an
+// interface EC2 does not show, or has been tried eventualTries times; it
+// answers the tries.
+func (p *Provider) eventually(ctx context.Context, call func() error) (int, error) {
+	for try := 1; ; try++ {
+		err := call()
+		if err == nil || try == eventualTries || cloud.KindOf(classify(err)) != cloud.KindNotFound ||
+			!strings.HasPrefix(errorCode(err), "InvalidNetworkInterfaceID") {
+			return try, err
+		}
+		select {
+		case <-ctx.Done():
+			return try, ctx.Err()
+		case <-time.After(p.opts.Wait(try)):
+		}
+	}
+}
+
+// Detached answers the available interfaces carrying every tag of tags.
+func (p *Provider) Detached(ctx context.Context, tags map[string]string) ([]cloud.Interface, error) {
+	filters := []types.Filter{{Name: sdkaws.String("status"), Values: []string{string(types.NetworkInterfaceStatusAvailable)}}}
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		filters = append(filters, types.Filter{Name: sdkaws.String("tag:" + k), Values: []string{tags[k]}})
+	}
+	pages := ec2.NewDescribeNetworkInterfacesPaginator(p.ec2, &ec2.DescribeNetworkInterfacesInput{Filters: filters})
+	var out []cloud.Interface
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, classify(err)
+		}
+		for _, ni := range page.NetworkInterfaces {
+			f, err := interfaceOf(ni)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// DeleteInterface deletes interface id.
+func (p *Provider) DeleteInterface(ctx context.Context, id string) error {
+	_, err := p.ec2.DeleteNetworkInterface(ctx, &ec2.DeleteNetworkInterfaceInput{NetworkInterfaceId: sdkaws.String(id)})
+	return classifyOrNil(err)
+}
+
+func classifyOrNil(err error) error {
+	if err == nil {
+		return nil
+	}
+	return classify(err)
+}
+
+func ec2Tags(tags map[string]string) []types.Tag {
+	var out []types.Tag
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		out = append(out, types.Tag{Key: sdkaws.String(k), Value: sdkaws.String(tags[k])})
+	}
+	return out
+}
