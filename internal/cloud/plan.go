@@ -1,0 +1,242 @@
+package cloud
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// Sizing is how a cloud pool sizes its nodes: Cilium's watermarks
+// (pre-allocate, min-allocate, max-allocate, max-above-watermark), or the
+// VPC CNI's warm targets when WarmTargets is set.
+type Sizing struct {
+	Watermarks  alloc.Watermarks
+	WarmTargets *alloc.WarmTargets
+}
+
+// PlanOptions are a cloud pool's settings that shape a node's plan.
+type PlanOptions struct {
+	Sizing Sizing
+	// Prefixes asks /28 prefixes instead of single addresses.
+	Prefixes bool
+	// UsePrimary gives Pods the interfaces' primary addresses too.
+	UsePrimary bool
+	// FirstDevice is the first interface (device index) holding Pod
+	// addresses; those below it are left alone.
+	FirstDevice int
+	// MaxPods bounds the addresses the VPC CNI's sizing asks for; 0 is
+	// the instance type's (Limits.MaxPods).
+	MaxPods int
+}
+
+// NodeState is what the workers know of a node when they plan for it.
+type NodeState struct {
+	Instance Instance
+	// Used are the node's cloud addresses Pods hold (from the leases).
+	Used map[netip.Addr]bool
+	// Pending is how many Pods wait for an address on the node.
+	Pending int
+}
+
+// Plan is one round of cloud work for a node: at most one call that adds
+// addresses (to an interface with room, or with a new interface), and
+// what the node holds beyond its need.
+type Plan struct {
+	// Assign adds Count addresses (prefixes with PlanOptions.Prefixes)
+	// to an existing interface.
+	Assign *Assignment
+	// Create makes a new interface with Count addresses (or prefixes).
+	Create *Creation
+	// Full reports that the node needs more but no interface has room
+	// and the instance takes no more interfaces.
+	Full bool
+	// Release are unused addresses and prefixes beyond the node's need.
+	// They go back to the cloud only once excess for the pool's release
+	// delay, and only if still unused then: the caller's part.
+	Release *Release
+	// Detach is an interface the node holds in surplus (the VPC CNI's
+	// WARM_ENI_TARGET), with no address in use.
+	Detach string
+}
+
+// Assignment adds Count addresses or prefixes to Interface.
+type Assignment struct {
+	Interface string
+	Count     int
+}
+
+// Creation makes an interface with Count addresses or prefixes.
+type Creation struct {
+	Count int
+}
+
+// Release gives back addresses and prefixes of one interface.
+type Release struct {
+	Interface string
+	Addresses []netip.Addr
+	Prefixes  []netip.Prefix
+}
+
+// PlanNode decides one round for a node: how many addresses it lacks or
+// holds in excess by the pool's sizing, counted over the interfaces from
+// FirstDevice on, and where to add or what to give back. It adds to the
+// first interface (by device index) with a free slot, else to a new
+// interface while the instance takes one, as Cilium's operator does; it
+// gives back the unused addresses of the interface with the most of them,
+// never a primary address, and prefixes only when wholly unused.
+func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
+	l := s.Instance.Limits
+	if o.Prefixes && !l.Prefixes {
+		return Plan{}, fmt.Errorf("instance type %s takes no prefixes", s.Instance.Type)
+	}
+	ifaces := slices.Clone(s.Instance.Interfaces)
+	ifaces = slices.DeleteFunc(ifaces, func(f Interface) bool { return f.DeviceIndex < o.FirstDevice })
+	slices.SortFunc(ifaces, func(a, b Interface) int { return cmp.Compare(a.DeviceIndex, b.DeviceIndex) })
+
+	var held, used, prefixes, freePrefixes int
+	for _, f := range ifaces {
+		addrs := f.Addresses
+		if o.UsePrimary {
+			addrs = append([]netip.Addr{f.Primary}, addrs...)
+		}
+		held += len(addrs)
+		for _, a := range addrs {
+			if s.Used[a] {
+				used++
+			}
+		}
+		for _, p := range f.Prefixes {
+			held += IPv4PrefixSize
+			prefixes++
+			n := usedIn(p, s.Used)
+			used += n
+			if n == 0 {
+				freePrefixes++
+			}
+		}
+	}
+
+	var plan Plan
+	var add, give int // in addresses, or prefixes with o.Prefixes
+	surplus := false
+	if t := o.Sizing.WarmTargets; t != nil {
+		maxPods := o.MaxPods
+		if maxPods == 0 {
+			maxPods = l.MaxPods()
+		}
+		per := l.PodAddressesPerInterface(o.Prefixes, o.UsePrimary)
+		if o.Prefixes {
+			per /= IPv4PrefixSize
+		}
+		pool := alloc.WarmPool{Total: held, Used: used, Prefixes: prefixes, FreePrefixes: freePrefixes, PerInterface: per, MaxPods: maxPods}
+		add, give, surplus = t.Short(pool), t.Over(pool), t.SurplusInterface(pool)
+	} else {
+		w := o.Sizing.Watermarks
+		add, give = w.ToAllocate(held, used, s.Pending), w.Excess(held, used)
+		if o.Prefixes {
+			add, give = ceilDiv(add, IPv4PrefixSize), give/IPv4PrefixSize
+		}
+	}
+
+	if add > 0 {
+		plan.Assign, plan.Create, plan.Full = placeAdd(ifaces, s.Instance, add)
+	}
+	if give > 0 && add == 0 {
+		plan.Release = pickRelease(ifaces, s.Used, give, o.Prefixes)
+	}
+	if surplus && add == 0 {
+		plan.Detach = pickDetach(ifaces, s.Used)
+	}
+	return plan, nil
+}
+
+// placeAdd puts n addresses (or prefixes) on the first interface with free
+// slots, else on a new interface while the instance takes one.
+func placeAdd(ifaces []Interface, inst Instance, n int) (*Assignment, *Creation, bool) {
+	slots := inst.Limits.IPv4PerInterface
+	for _, f := range ifaces {
+		if room := slots - f.Slots(); room > 0 {
+			return &Assignment{Interface: f.ID, Count: min(n, room)}, nil, false
+		}
+	}
+	if len(inst.Interfaces) < inst.Limits.Interfaces && slots > 1 {
+		return nil, &Creation{Count: min(n, slots-1)}, false
+	}
+	return nil, nil, true
+}
+
+// pickRelease chooses up to n unused secondary addresses (highest first)
+// of the interface holding the most unused ones (by id on a tie), or with
+// prefixes up to n wholly unused prefixes of the interface holding the
+// most of them.
+func pickRelease(ifaces []Interface, used map[netip.Addr]bool, n int, prefixes bool) *Release {
+	var best *Release
+	for _, f := range slices.SortedFunc(slices.Values(ifaces), func(a, b Interface) int { return cmp.Compare(a.ID, b.ID) }) {
+		r := &Release{Interface: f.ID}
+		if prefixes {
+			for _, p := range f.Prefixes {
+				if usedIn(p, used) == 0 {
+					r.Prefixes = append(r.Prefixes, p)
+				}
+			}
+		} else if len(f.Prefixes) == 0 {
+			for _, a := range f.Addresses {
+				if !used[a] {
+					r.Addresses = append(r.Addresses, a)
+				}
+			}
+		}
+		if count(r) > 0 && (best == nil || count(r) > count(best)) {
+			best = r
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	slices.SortFunc(best.Addresses, func(a, b netip.Addr) int { return b.Compare(a) })
+	slices.SortFunc(best.Prefixes, func(a, b netip.Prefix) int { return b.Addr().Compare(a.Addr()) })
+	best.Addresses = best.Addresses[:min(n, len(best.Addresses))]
+	best.Prefixes = best.Prefixes[:min(n, len(best.Prefixes))]
+	return best
+}
+
+func count(r *Release) int { return len(r.Addresses) + len(r.Prefixes) }
+
+// pickDetach chooses the interface (highest device index, never the
+// primary) whose addresses no Pod uses; "" when every one has a user.
+func pickDetach(ifaces []Interface, used map[netip.Addr]bool) string {
+	for i := len(ifaces) - 1; i >= 0; i-- {
+		f := ifaces[i]
+		if f.DeviceIndex == 0 {
+			continue
+		}
+		busy := used[f.Primary]
+		for _, a := range f.Addresses {
+			busy = busy || used[a]
+		}
+		for _, p := range f.Prefixes {
+			busy = busy || usedIn(p, used) > 0
+		}
+		if !busy {
+			return f.ID
+		}
+	}
+	return ""
+}
+
+// usedIn counts the used addresses inside p.
+func usedIn(p netip.Prefix, used map[netip.Addr]bool) int {
+	n := 0
+	for a := range used {
+		if used[a] && p.Contains(a) {
+			n++
+		}
+	}
+	return n
+}
+
+// ceilDiv is a / b rounded up, for a >= 0 and b > 0.
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

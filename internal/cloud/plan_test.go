@@ -1,0 +1,196 @@
+package cloud
+
+import (
+	"fmt"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+var (
+	m5large  = Limits{Interfaces: 3, IPv4PerInterface: 10, IPv6PerInterface: 10, Prefixes: true}
+	t3small  = Limits{Interfaces: 3, IPv4PerInterface: 4, IPv6PerInterface: 4, Prefixes: true}
+	t2medium = Limits{Interfaces: 3, IPv4PerInterface: 6, IPv6PerInterface: 6}
+	c5xlarge = Limits{Interfaces: 4, IPv4PerInterface: 15, IPv6PerInterface: 15, Prefixes: true}
+)
+
+// eni makes interface device of a test instance holding n secondary
+// addresses from 10.0.<device>.10 on, and prefixes.
+func eni(device, n int, prefixes ...string) Interface {
+	f := Interface{ID: fmt.Sprintf("eni-%d", device), DeviceIndex: device, Primary: netip.AddrFrom4([4]byte{10, 0, byte(device), 4})}
+	for i := range n {
+		f.Addresses = append(f.Addresses, netip.AddrFrom4([4]byte{10, 0, byte(device), byte(10 + i)}))
+	}
+	for _, p := range prefixes {
+		f.Prefixes = append(f.Prefixes, netip.MustParsePrefix(p))
+	}
+	return f
+}
+
+// uses marks the first n secondary addresses of f used.
+func uses(used map[netip.Addr]bool, f Interface, n int) map[netip.Addr]bool {
+	if used == nil {
+		used = map[netip.Addr]bool{}
+	}
+	for _, a := range f.Addresses[:n] {
+		used[a] = true
+	}
+	return used
+}
+
+func addrs(device int, from, to int) []netip.Addr {
+	var out []netip.Addr
+	for i := from; i >= to; i-- {
+		out = append(out, netip.AddrFrom4([4]byte{10, 0, byte(device), byte(10 + i)}))
+	}
+	return out
+}
+
+func TestPlanNode(t *testing.T) {
+	full0, full1, full2 := eni(0, 9), eni(1, 9), eni(2, 9)
+	busy1 := eni(1, 20)
+	busy1.Addresses = busy1.Addresses[:9]
+	half := eni(1, 9)
+	pre := func(n int) Sizing { return Sizing{Watermarks: alloc.Watermarks{PreAllocate: n}} }
+	warm := func(t alloc.WarmTargets) Sizing { return Sizing{WarmTargets: &t} }
+	for _, c := range []struct {
+		name string
+		s    NodeState
+		o    PlanOptions
+		want Plan
+	}{
+		{"a new node takes pre-allocate on its primary interface",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 0)}}},
+			PlanOptions{Sizing: pre(8)}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 8}}},
+		{"Pods waiting beyond the need surge the round (need 8, 12 waiting)",
+			NodeState{Instance: Instance{Limits: c5xlarge, Interfaces: []Interface{eni(0, 2)}}, Used: uses(nil, eni(0, 2), 2), Pending: 12},
+			PlanOptions{Sizing: pre(8)}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 12}}},
+		{"a round is bounded by the interface's free slots",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 8)}}, Used: uses(nil, eni(0, 8), 4), Pending: 10},
+			PlanOptions{Sizing: pre(8)}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 1}}},
+		{"a full interface: a new one, as large as the need",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{full0}}, Used: uses(nil, full0, 9)},
+			PlanOptions{Sizing: pre(8)}, Plan{Create: &Creation{Count: 8}}},
+		{"every interface full, none left to add",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{full0, full1, full2}}, Used: uses(uses(uses(nil, full0, 9), full1, 9), full2, 5)},
+			PlanOptions{Sizing: pre(8)}, Plan{Full: true}},
+		{"interfaces below the first device hold no Pod address",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 0)}}},
+			PlanOptions{Sizing: pre(8), FirstDevice: 1}, Plan{Create: &Creation{Count: 8}}},
+		{"prefixes: the need in /28s",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 0)}}},
+			PlanOptions{Sizing: pre(20), Prefixes: true}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 2}}},
+		{"excess (11 held, 4 used, pre-allocate 4: 3): the interface with the most unused, highest first",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 2), half}}, Used: uses(uses(nil, eni(0, 2), 2), half, 2)},
+			PlanOptions{Sizing: pre(4)}, Plan{Release: &Release{Interface: "eni-1", Addresses: addrs(1, 8, 6)}}},
+		{"a used address is never given back, however high",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 9)}}, Used: map[netip.Addr]bool{netip.MustParseAddr("10.0.0.18"): true, netip.MustParseAddr("10.0.0.17"): true}},
+			PlanOptions{Sizing: pre(4)}, Plan{Release: &Release{Interface: "eni-0", Addresses: addrs(0, 6, 4)}}},
+		{"the primary address is never given back",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 3)}}},
+			PlanOptions{Sizing: pre(1), UsePrimary: true}, Plan{Release: &Release{Interface: "eni-0", Addresses: addrs(0, 2, 0)}}},
+		{"prefix interfaces give back only wholly unused prefixes",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 0, "10.9.0.16/28", "10.9.0.32/28", "10.9.0.48/28")}},
+				Used: map[netip.Addr]bool{netip.MustParseAddr("10.9.0.20"): true}},
+			PlanOptions{Sizing: pre(8), Prefixes: true}, Plan{Release: &Release{Interface: "eni-0", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.9.0.48/28"), netip.MustParsePrefix("10.9.0.32/28")}}}},
+		{"VPC CNI: a whole interface's worth on a new node",
+			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 0)}}},
+			PlanOptions{Sizing: warm(alloc.WarmTargets{})}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 3}}},
+		{"VPC CNI: an interface in surplus goes, the last with no Pod",
+			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 3), eni(1, 3), eni(2, 3)}}},
+			PlanOptions{Sizing: warm(alloc.WarmTargets{})}, Plan{Detach: "eni-2"}},
+		{"VPC CNI: a busy interface stays",
+			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 3), eni(1, 3), eni(2, 3)}}, Used: uses(nil, eni(2, 3), 1)},
+			PlanOptions{Sizing: warm(alloc.WarmTargets{})}, Plan{Detach: "eni-1"}},
+		{"VPC CNI: the primary interface is never detached",
+			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 3), eni(1, 3), eni(2, 3)}}, Used: uses(uses(nil, eni(2, 3), 1), eni(1, 3), 1)},
+			PlanOptions{Sizing: warm(alloc.WarmTargets{})}, Plan{}},
+		{"VPC CNI: beyond the warm target, the minimum kept (9 held, 2 used: 4)",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 9)}}, Used: uses(nil, eni(0, 9), 2)},
+			PlanOptions{Sizing: warm(alloc.WarmTargets{WarmIP: 2, MinimumIP: 5})}, Plan{Release: &Release{Interface: "eni-0", Addresses: addrs(0, 8, 5)}}},
+		{"VPC CNI: never past max Pods",
+			NodeState{Instance: Instance{Limits: t2medium, Interfaces: []Interface{busy1}}, Used: uses(nil, busy1, 9)},
+			PlanOptions{Sizing: warm(alloc.WarmTargets{WarmIP: 4}), MaxPods: 9}, Plan{}},
+	} {
+		got, err := PlanNode(c.s, c.o)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, show(got), show(c.want))
+		}
+	}
+}
+
+func show(p Plan) string {
+	s := fmt.Sprintf("full=%v detach=%q", p.Full, p.Detach)
+	if p.Assign != nil {
+		s += fmt.Sprintf(" assign=%+v", *p.Assign)
+	}
+	if p.Create != nil {
+		s += fmt.Sprintf(" create=%+v", *p.Create)
+	}
+	if p.Release != nil {
+		s += fmt.Sprintf(" release=%+v", *p.Release)
+	}
+	return s
+}
+
+func TestPlanNodeRefusesPrefixesOnXen(t *testing.T) {
+	_, err := PlanNode(NodeState{Instance: Instance{Type: "t2.medium", Limits: t2medium, Interfaces: []Interface{eni(0, 0)}}}, PlanOptions{Prefixes: true})
+	if err == nil {
+		t.Fatal("a plan of prefixes for a Xen instance")
+	}
+}
+
+func TestChooseSubnets(t *testing.T) {
+	inst := Instance{VPC: "vpc-1", Zone: "a", SubnetID: "own"}
+	subnets := []Subnet{
+		{ID: "own", VPC: "vpc-1", Zone: "a", Free: 20},
+		{ID: "big", VPC: "vpc-1", Zone: "a", Free: 500, Tags: map[string]string{"kubernetes.io/role/cni": "1"}},
+		{ID: "mid", VPC: "vpc-1", Zone: "a", Free: 100, Tags: map[string]string{"kubernetes.io/role/cni": "1"}},
+		{ID: "tiny", VPC: "vpc-1", Zone: "a", Free: 3},
+		{ID: "other-zone", VPC: "vpc-1", Zone: "b", Free: 1000},
+		{ID: "other-vpc", VPC: "vpc-2", Zone: "a", Free: 1000},
+	}
+	ids := func(ss []Subnet) []string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.ID)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name    string
+		sel     SubnetSelector
+		need    int
+		cooling func(string) bool
+		want    []string
+	}{
+		{"the node's own subnet first, then the most free", SubnetSelector{}, 8, nil, []string{"own", "big", "mid"}},
+		{"the own subnet without room is left out", SubnetSelector{}, 20, nil, []string{"big", "mid"}},
+		{"by tags, most free first", SubnetSelector{Tags: map[string]string{"kubernetes.io/role/cni": "1"}}, 8, nil, []string{"big", "mid"}},
+		{"by ids, never across zones", SubnetSelector{IDs: []string{"tiny", "mid", "other-zone"}}, 2, nil, []string{"mid", "tiny"}},
+		{"a cooling subnet is skipped", SubnetSelector{}, 8, func(id string) bool { return id == "big" }, []string{"own", "mid"}},
+	} {
+		if got := ids(ChooseSubnets(subnets, inst, c.sel, c.need, c.cooling)); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestSecurityGroupsFor(t *testing.T) {
+	inst := Instance{Interfaces: []Interface{{DeviceIndex: 1, SecurityGroups: []string{"sg-pods"}}, {DeviceIndex: 0, SecurityGroups: []string{"sg-node", "sg-ssh"}}}}
+	if got := SecurityGroupsFor(inst, nil); !reflect.DeepEqual(got, []string{"sg-node", "sg-ssh"}) {
+		t.Errorf("copied %v, want the primary interface's", got)
+	}
+	if got := SecurityGroupsFor(inst, []string{"sg-x"}); !reflect.DeepEqual(got, []string{"sg-x"}) {
+		t.Errorf("explicit %v", got)
+	}
+	if got := SecurityGroupsFor(Instance{}, nil); got != nil {
+		t.Errorf("no primary interface: %v", got)
+	}
+}
