@@ -1,0 +1,90 @@
+package cloud
+
+import (
+	"context"
+	"net/netip"
+
+	"golang.org/x/time/rate"
+)
+
+// Cilium's operator and the VPC CNI share a cloud account's API rate
+// with everything else in it; going past it throttles every caller of the
+// account (amazon-vpc-cni-k8s#123). So every call of every worker takes a
+// token from one bucket first.
+
+// DefaultQPS and DefaultBurst are the bucket's defaults, Cilium's
+// operator's for EC2 and Azure (--limit-ipam-api-qps, -burst).
+const (
+	DefaultQPS   = 4
+	DefaultBurst = 20
+)
+
+// Limited is a Provider whose calls each wait for a token of one shared
+// bucket. A call whose context ends while it waits fails with the
+// context's error and never reaches the cloud.
+type Limited struct {
+	p       Provider
+	limiter *rate.Limiter
+}
+
+var _ Provider = (*Limited)(nil)
+
+// NewLimited answers p behind limiter.
+func NewLimited(p Provider, limiter *rate.Limiter) *Limited {
+	return &Limited{p: p, limiter: limiter}
+}
+
+func (l *Limited) Instance(ctx context.Context, id string) (Instance, error) {
+	if err := l.limiter.Wait(ctx); err != nil {
+		return Instance{}, err
+	}
+	return l.p.Instance(ctx, id)
+}
+
+func (l *Limited) Assign(ctx context.Context, iface string, n int, prefixes bool) (Assigned, error) {
+	if err := l.limiter.Wait(ctx); err != nil {
+		return Assigned{}, err
+	}
+	return l.p.Assign(ctx, iface, n, prefixes)
+}
+
+func (l *Limited) Unassign(ctx context.Context, iface string, addrs []netip.Addr, prefixes []netip.Prefix) error {
+	if err := l.limiter.Wait(ctx); err != nil {
+		return err
+	}
+	return l.p.Unassign(ctx, iface, addrs, prefixes)
+}
+
+func (l *Limited) Subnets(ctx context.Context, vpc, zone string) ([]Subnet, error) {
+	if err := l.limiter.Wait(ctx); err != nil {
+		return nil, err
+	}
+	return l.p.Subnets(ctx, vpc, zone)
+}
+
+// CreateInterface takes the tokens of the calls it makes at least (a
+// description, the create, the attach, the attribute change) before it
+// starts, so a create never stops halfway for the bucket.
+func (l *Limited) CreateInterface(ctx context.Context, spec InterfaceSpec) (Interface, error) {
+	if err := l.limiter.WaitN(ctx, min(createCalls, l.limiter.Burst())); err != nil {
+		return Interface{}, err
+	}
+	return l.p.CreateInterface(ctx, spec)
+}
+
+// createCalls is the least number of API calls of a CreateInterface.
+const createCalls = 4
+
+func (l *Limited) Detached(ctx context.Context, tags map[string]string) ([]Interface, error) {
+	if err := l.limiter.Wait(ctx); err != nil {
+		return nil, err
+	}
+	return l.p.Detached(ctx, tags)
+}
+
+func (l *Limited) DeleteInterface(ctx context.Context, id string) error {
+	if err := l.limiter.Wait(ctx); err != nil {
+		return err
+	}
+	return l.p.DeleteInterface(ctx, id)
+}
