@@ -36,6 +36,12 @@ type Provider interface {
 	// iface. Removing what the interface does not hold is KindInvalid and
 	// removes nothing.
 	Unassign(ctx context.Context, iface string, addrs []netip.Addr, prefixes []netip.Prefix) error
+}
+
+// InterfaceManager is what the workers need of a cloud whose nodes get
+// more interfaces on demand (AWS; Azure only adds addresses to the NICs a
+// node has).
+type InterfaceManager interface {
 	// Subnets answers the subnets of network vpc in zone, with their free
 	// addresses and tags.
 	Subnets(ctx context.Context, vpc, zone string) ([]Subnet, error)

@@ -27,11 +27,26 @@ type Limited struct {
 	limiter *rate.Limiter
 }
 
-var _ Provider = (*Limited)(nil)
+// LimitedInterfaces is an InterfaceManager behind a bucket, as Limited.
+type LimitedInterfaces struct {
+	m       InterfaceManager
+	limiter *rate.Limiter
+}
+
+var (
+	_ Provider         = (*Limited)(nil)
+	_ InterfaceManager = (*LimitedInterfaces)(nil)
+)
 
 // NewLimited answers p behind limiter.
 func NewLimited(p Provider, limiter *rate.Limiter) *Limited {
 	return &Limited{p: p, limiter: limiter}
+}
+
+// NewLimitedInterfaces answers m behind limiter (share it with the
+// provider's Limited).
+func NewLimitedInterfaces(m InterfaceManager, limiter *rate.Limiter) *LimitedInterfaces {
+	return &LimitedInterfaces{m: m, limiter: limiter}
 }
 
 func (l *Limited) Instance(ctx context.Context, id string) (Instance, error) {
@@ -55,36 +70,36 @@ func (l *Limited) Unassign(ctx context.Context, iface string, addrs []netip.Addr
 	return l.p.Unassign(ctx, iface, addrs, prefixes)
 }
 
-func (l *Limited) Subnets(ctx context.Context, vpc, zone string) ([]Subnet, error) {
+func (l *LimitedInterfaces) Subnets(ctx context.Context, vpc, zone string) ([]Subnet, error) {
 	if err := l.limiter.Wait(ctx); err != nil {
 		return nil, err
 	}
-	return l.p.Subnets(ctx, vpc, zone)
+	return l.m.Subnets(ctx, vpc, zone)
 }
 
 // CreateInterface takes the tokens of the calls it makes at least (a
 // description, the create, the attach, the attribute change) before it
 // starts, so a create never stops halfway for the bucket.
-func (l *Limited) CreateInterface(ctx context.Context, spec InterfaceSpec) (Interface, error) {
+func (l *LimitedInterfaces) CreateInterface(ctx context.Context, spec InterfaceSpec) (Interface, error) {
 	if err := l.limiter.WaitN(ctx, min(createCalls, l.limiter.Burst())); err != nil {
 		return Interface{}, err
 	}
-	return l.p.CreateInterface(ctx, spec)
+	return l.m.CreateInterface(ctx, spec)
 }
 
 // createCalls is the least number of API calls of a CreateInterface.
 const createCalls = 4
 
-func (l *Limited) Detached(ctx context.Context, tags map[string]string) ([]Interface, error) {
+func (l *LimitedInterfaces) Detached(ctx context.Context, tags map[string]string) ([]Interface, error) {
 	if err := l.limiter.Wait(ctx); err != nil {
 		return nil, err
 	}
-	return l.p.Detached(ctx, tags)
+	return l.m.Detached(ctx, tags)
 }
 
-func (l *Limited) DeleteInterface(ctx context.Context, id string) error {
+func (l *LimitedInterfaces) DeleteInterface(ctx context.Context, id string) error {
 	if err := l.limiter.Wait(ctx); err != nil {
 		return err
 	}
-	return l.p.DeleteInterface(ctx, id)
+	return l.m.DeleteInterface(ctx, id)
 }

@@ -32,17 +32,19 @@ func TestLimitedSpendsOneBucket(t *testing.T) {
 	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")})
 	// Six tokens, and the next one in a day.
-	p := cloud.NewLimited(aws.New(client, aws.Options{}), rate.NewLimiter(rate.Every(24*time.Hour), 6))
+	bucket := rate.NewLimiter(rate.Every(24*time.Hour), 6)
+	provider := aws.New(client, aws.Options{})
+	p, m := cloud.NewLimited(provider, bucket), cloud.NewLimitedInterfaces(provider, bucket)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := p.Assign(ctx, eni, 1, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Subnets(ctx, "vpc-1", "z"); err != nil {
+	if _, err := m.Subnets(ctx, "vpc-1", "z"); err != nil {
 		t.Fatal(err)
 	}
 	// A create takes four tokens at once: the last four.
-	if _, err := p.CreateInterface(ctx, cloud.InterfaceSpec{Instance: inst, Subnet: "subnet-a", Addresses: 1}); err != nil {
+	if _, err := m.CreateInterface(ctx, cloud.InterfaceSpec{Instance: inst, Subnet: "subnet-a", Addresses: 1}); err != nil {
 		t.Fatal(err)
 	}
 	calls := fake.Calls("AssignPrivateIpAddresses") + fake.Calls("DescribeInstances")
@@ -52,7 +54,7 @@ func TestLimitedSpendsOneBucket(t *testing.T) {
 	if _, err := p.Instance(ctx, inst); err == nil {
 		t.Fatal("a call past the bucket went through")
 	}
-	if err := p.DeleteInterface(ctx, "eni-x"); err == nil {
+	if err := m.DeleteInterface(ctx, "eni-x"); err == nil {
 		t.Fatal("a call past the bucket went through")
 	}
 	if got := fake.Calls("AssignPrivateIpAddresses") + fake.Calls("DescribeInstances"); got != calls {

@@ -36,8 +36,9 @@ type EC2 interface {
 }
 
 var (
-	_ EC2            = (*ec2.Client)(nil)
-	_ cloud.Provider = (*Provider)(nil)
+	_ EC2                    = (*ec2.Client)(nil)
+	_ cloud.Provider         = (*Provider)(nil)
+	_ cloud.InterfaceManager = (*Provider)(nil)
 )
 
 // Provider is the AWS cloud.Provider over one EC2 client (one region).
