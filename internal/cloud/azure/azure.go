@@ -1,0 +1,459 @@
+// Package azure is the cloud.Provider of Azure: a node's Pod addresses are
+// secondary IP configurations of its NICs, on standalone VMs (the NIC is
+// updated) and on VM scale set instances (the instance's VM model is
+// updated), through Azure Resource Manager (azcore, armnetwork,
+// armcompute). It never creates a NIC, as Cilium's Azure IPAM never does,
+// and takes no prefixes.
+package azure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
+
+	"github.com/ipam-dev/ipam/internal/cloud"
+)
+
+// InterfaceAddressLimit is how many IP configurations one NIC holds.
+const InterfaceAddressLimit = 256
+
+// configPrefix starts the names of the IP configurations the provider
+// adds (then 8 random letters and digits), as Cilium's operator names
+// its own.
+const configPrefix = "Cilium-"
+
+// Provider is the Azure cloud.Provider of one subscription.
+type Provider struct {
+	nics  *armnetwork.InterfacesClient
+	vms   *armcompute.VirtualMachinesClient
+	vmsVM *armcompute.VirtualMachineScaleSetVMsClient
+}
+
+var _ cloud.Provider = (*Provider)(nil)
+
+// New answers a provider of subscription through cred; opts carry the
+// cloud (endpoint and audience), transport and retries.
+func New(subscription string, cred azcore.TokenCredential, opts *arm.ClientOptions) (*Provider, error) {
+	nics, err := armnetwork.NewInterfacesClient(subscription, cred, opts)
+	if err != nil {
+		return nil, err
+	}
+	vms, err := armcompute.NewVirtualMachinesClient(subscription, cred, opts)
+	if err != nil {
+		return nil, err
+	}
+	vmsVM, err := armcompute.NewVirtualMachineScaleSetVMsClient(subscription, cred, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Provider{nics: nics, vms: vms, vmsVM: vmsVM}, nil
+}
+
+// ProviderIDPrefix starts a Kubernetes node's providerID on Azure, before
+// its VM's resource ID.
+const ProviderIDPrefix = "azure://"
+
+// Instance describes a VM or a scale set instance by its resource ID (a
+// node's providerID without ProviderIDPrefix): its NICs and, per NIC, the
+// addresses of the IP configurations that provisioned (Succeeded) only.
+// Limits: the NICs it has (none is ever added) and 256 addresses each.
+func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, error) {
+	rid, err := arm.ParseResourceID(strings.TrimPrefix(id, ProviderIDPrefix))
+	if err != nil {
+		return cloud.Instance{}, &cloud.Error{Kind: cloud.KindInvalid, Code: "InvalidResourceID", Message: err.Error(), Err: err}
+	}
+	var nics []*armnetwork.Interface
+	switch {
+	case strings.EqualFold(rid.ResourceType.String(), "Microsoft.Compute/virtualMachines"):
+		vm, err := p.vms.Get(ctx, rid.ResourceGroupName, rid.Name, nil)
+		if err != nil {
+			return cloud.Instance{}, classify(err)
+		}
+		if vm.Properties == nil || vm.Properties.NetworkProfile == nil {
+			return cloud.Instance{}, fmt.Errorf("VM %s has no network profile", id)
+		}
+		for _, ref := range vm.Properties.NetworkProfile.NetworkInterfaces {
+			nicID, err := arm.ParseResourceID(str(ref.ID))
+			if err != nil {
+				return cloud.Instance{}, fmt.Errorf("VM %s: NIC %w", id, err)
+			}
+			nic, err := p.nics.Get(ctx, nicID.ResourceGroupName, nicID.Name, nil)
+			if err != nil {
+				return cloud.Instance{}, classify(err)
+			}
+			nics = append(nics, &nic.Interface)
+		}
+	case strings.EqualFold(rid.ResourceType.String(), "Microsoft.Compute/virtualMachineScaleSets/virtualMachines"):
+		pager := p.nics.NewListVirtualMachineScaleSetVMNetworkInterfacesPager(rid.ResourceGroupName, rid.Parent.Name, rid.Name, nil)
+		for pager.More() {
+			page, err := pager.NextPage(ctx)
+			if err != nil {
+				return cloud.Instance{}, classify(err)
+			}
+			nics = append(nics, page.Value...)
+		}
+	default:
+		return cloud.Instance{}, &cloud.Error{Kind: cloud.KindInvalid, Code: "InvalidResourceType", Message: fmt.Sprintf("%s is no VM nor scale set instance", id)}
+	}
+	inst := cloud.Instance{ID: id, Type: rid.ResourceType.String(),
+		Limits: cloud.Limits{Interfaces: len(nics), IPv4PerInterface: InterfaceAddressLimit}}
+	// The primary NIC is device 0, the others follow in their order.
+	slices.SortStableFunc(nics, func(a, b *armnetwork.Interface) int {
+		return boolRank(isPrimaryNIC(b)) - boolRank(isPrimaryNIC(a))
+	})
+	for i, nic := range nics {
+		f, err := interfaceOf(nic)
+		if err != nil {
+			return cloud.Instance{}, err
+		}
+		f.DeviceIndex = i
+		inst.Interfaces = append(inst.Interfaces, f)
+	}
+	return inst, nil
+}
+
+func isPrimaryNIC(n *armnetwork.Interface) bool {
+	return n.Properties != nil && boolOf(n.Properties.Primary)
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// interfaceOf converts a NIC: the primary IP configuration's address is
+// the interface's own, the others' are its addresses once provisioned.
+func interfaceOf(nic *armnetwork.Interface) (cloud.Interface, error) {
+	f := cloud.Interface{ID: str(nic.ID), Attached: true}
+	if nic.Properties == nil {
+		return f, nil
+	}
+	for _, c := range nic.Properties.IPConfigurations {
+		if c.Properties == nil {
+			continue
+		}
+		cp := c.Properties
+		if f.SubnetID == "" && cp.Subnet != nil {
+			f.SubnetID = str(cp.Subnet.ID)
+		}
+		if cp.ProvisioningState == nil || *cp.ProvisioningState != armnetwork.ProvisioningStateSucceeded || cp.PrivateIPAddress == nil {
+			continue
+		}
+		addr, err := netip.ParseAddr(*cp.PrivateIPAddress)
+		if err != nil {
+			return cloud.Interface{}, fmt.Errorf("NIC %s: %w", f.ID, err)
+		}
+		if boolOf(cp.Primary) {
+			f.Primary = addr
+			for _, asg := range cp.ApplicationSecurityGroups {
+				f.SecurityGroups = append(f.SecurityGroups, str(asg.ID))
+			}
+			continue
+		}
+		f.Addresses = append(f.Addresses, addr)
+	}
+	return f, nil
+}
+
+// Assign adds n IP configurations to NIC iface (a NIC's resource ID, or a
+// scale set instance's NIC as Instance answers it), in the subnet of its
+// primary configuration and with its application security groups (a NIC's
+// configurations must share them), named Cilium-<8 random>. Azure picks
+// the addresses (Dynamic); the answer holds those that provisioned.
+func (p *Provider) Assign(ctx context.Context, iface string, n int, prefixes bool) (cloud.Assigned, error) {
+	if prefixes {
+		return cloud.Assigned{}, &cloud.Error{Kind: cloud.KindInvalid, Code: "PrefixesNotSupported", Message: "Azure NICs take no prefixes"}
+	}
+	if n < 1 {
+		return cloud.Assigned{}, &cloud.Error{Kind: cloud.KindInvalid, Code: "InvalidParameter", Message: fmt.Sprintf("assign %d addresses", n)}
+	}
+	rid, err := arm.ParseResourceID(iface)
+	if err != nil {
+		return cloud.Assigned{}, &cloud.Error{Kind: cloud.KindInvalid, Code: "InvalidResourceID", Message: err.Error(), Err: err}
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = configName()
+	}
+	var nic *armnetwork.Interface
+	if isScaleSetNIC(rid) {
+		nic, err = p.changeScaleSetNIC(ctx, rid, func(c *armcompute.VirtualMachineScaleSetNetworkConfiguration) error {
+			first := firstScaleSetConfig(c)
+			if first == nil {
+				return fmt.Errorf("NIC %s has no IP configuration to copy", iface)
+			}
+			if len(c.Properties.IPConfigurations)+n > InterfaceAddressLimit {
+				return interfaceFull(iface, len(c.Properties.IPConfigurations), n)
+			}
+			for _, name := range names {
+				c.Properties.IPConfigurations = append(c.Properties.IPConfigurations, &armcompute.VirtualMachineScaleSetIPConfiguration{
+					Name: to.Ptr(name),
+					Properties: &armcompute.VirtualMachineScaleSetIPConfigurationProperties{
+						Subnet:                    first.Properties.Subnet,
+						PrivateIPAddressVersion:   to.Ptr(armcompute.IPVersionIPv4),
+						ApplicationSecurityGroups: first.Properties.ApplicationSecurityGroups,
+					},
+				})
+			}
+			return nil
+		})
+	} else {
+		nic, err = p.changeNIC(ctx, rid, func(nic *armnetwork.Interface) error {
+			first := firstConfig(nic)
+			if first == nil {
+				return fmt.Errorf("NIC %s has no IP configuration to copy", iface)
+			}
+			if len(nic.Properties.IPConfigurations)+n > InterfaceAddressLimit {
+				return interfaceFull(iface, len(nic.Properties.IPConfigurations), n)
+			}
+			for _, name := range names {
+				nic.Properties.IPConfigurations = append(nic.Properties.IPConfigurations, &armnetwork.InterfaceIPConfiguration{
+					Name: to.Ptr(name),
+					Properties: &armnetwork.InterfaceIPConfigurationPropertiesFormat{
+						Subnet:                    &armnetwork.Subnet{ID: first.Properties.Subnet.ID},
+						PrivateIPAllocationMethod: to.Ptr(armnetwork.IPAllocationMethodDynamic),
+						PrivateIPAddressVersion:   to.Ptr(armnetwork.IPVersionIPv4),
+						ApplicationSecurityGroups: first.Properties.ApplicationSecurityGroups,
+					},
+				})
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return cloud.Assigned{}, err
+	}
+	var got cloud.Assigned
+	for _, c := range nic.Properties.IPConfigurations {
+		if c.Properties == nil || !slices.Contains(names, str(c.Name)) || c.Properties.PrivateIPAddress == nil ||
+			c.Properties.ProvisioningState == nil || *c.Properties.ProvisioningState != armnetwork.ProvisioningStateSucceeded {
+			continue
+		}
+		addr, err := netip.ParseAddr(*c.Properties.PrivateIPAddress)
+		if err != nil {
+			return cloud.Assigned{}, fmt.Errorf("NIC %s: %w", iface, err)
+		}
+		got.Addresses = append(got.Addresses, addr)
+	}
+	return got, nil
+}
+
+// Unassign removes the IP configurations holding addrs from NIC iface;
+// an address it does not hold (or its primary one) removes nothing.
+func (p *Provider) Unassign(ctx context.Context, iface string, addrs []netip.Addr, prefixes []netip.Prefix) error {
+	if len(prefixes) > 0 {
+		return &cloud.Error{Kind: cloud.KindInvalid, Code: "PrefixesNotSupported", Message: "Azure NICs take no prefixes"}
+	}
+	if len(addrs) == 0 {
+		return nil
+	}
+	rid, err := arm.ParseResourceID(iface)
+	if err != nil {
+		return &cloud.Error{Kind: cloud.KindInvalid, Code: "InvalidResourceID", Message: err.Error(), Err: err}
+	}
+	// The configurations to drop, by name, read from the NIC itself: a
+	// scale set's VM model carries no addresses.
+	current, err := p.getNIC(ctx, rid)
+	if err != nil {
+		return err
+	}
+	drop := map[string]bool{}
+	for _, a := range addrs {
+		name := ""
+		for _, c := range current.Properties.IPConfigurations {
+			if c.Properties != nil && !boolOf(c.Properties.Primary) && str(c.Properties.PrivateIPAddress) == a.String() {
+				name = str(c.Name)
+			}
+		}
+		if name == "" {
+			return &cloud.Error{Kind: cloud.KindInvalid, Code: "AddressNotAssigned", Message: fmt.Sprintf("NIC %s holds no secondary address %s", iface, a)}
+		}
+		drop[name] = true
+	}
+	if isScaleSetNIC(rid) {
+		_, err = p.changeScaleSetNIC(ctx, rid, func(c *armcompute.VirtualMachineScaleSetNetworkConfiguration) error {
+			c.Properties.IPConfigurations = slices.DeleteFunc(c.Properties.IPConfigurations, func(ic *armcompute.VirtualMachineScaleSetIPConfiguration) bool {
+				return drop[str(ic.Name)]
+			})
+			return nil
+		})
+	} else {
+		_, err = p.changeNIC(ctx, rid, func(nic *armnetwork.Interface) error {
+			nic.Properties.IPConfigurations = slices.DeleteFunc(nic.Properties.IPConfigurations, func(ic *armnetwork.InterfaceIPConfiguration) bool {
+				return drop[str(ic.Name)]
+			})
+			return nil
+		})
+	}
+	return err
+}
+
+// isScaleSetNIC reports whether rid is a scale set instance's NIC
+// (.../virtualMachineScaleSets/S/virtualMachines/I/networkInterfaces/N).
+func isScaleSetNIC(rid *arm.ResourceID) bool {
+	return rid.Parent != nil && strings.EqualFold(rid.Parent.ResourceType.Type, "virtualMachineScaleSets/virtualMachines")
+}
+
+func (p *Provider) getNIC(ctx context.Context, rid *arm.ResourceID) (*armnetwork.Interface, error) {
+	if isScaleSetNIC(rid) {
+		nic, err := p.nics.GetVirtualMachineScaleSetNetworkInterface(ctx, rid.ResourceGroupName, rid.Parent.Parent.Name, rid.Parent.Name, rid.Name, nil)
+		if err != nil {
+			return nil, classify(err)
+		}
+		return &nic.Interface, nil
+	}
+	nic, err := p.nics.Get(ctx, rid.ResourceGroupName, rid.Name, nil)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return &nic.Interface, nil
+}
+
+// changeNIC reads a standalone VM's NIC, changes it with change and writes
+// it back, waiting for the operation; it answers the NIC as written.
+func (p *Provider) changeNIC(ctx context.Context, rid *arm.ResourceID, change func(*armnetwork.Interface) error) (*armnetwork.Interface, error) {
+	got, err := p.nics.Get(ctx, rid.ResourceGroupName, rid.Name, nil)
+	if err != nil {
+		return nil, classify(err)
+	}
+	nic := got.Interface
+	if nic.Properties == nil {
+		return nil, fmt.Errorf("NIC %s has no properties", rid)
+	}
+	if err := change(&nic); err != nil {
+		return nil, err
+	}
+	poller, err := p.nics.BeginCreateOrUpdate(ctx, rid.ResourceGroupName, rid.Name, nic, nil)
+	if err != nil {
+		return nil, classify(err)
+	}
+	done, err := poller.PollUntilDone(ctx, nil)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return &done.Interface, nil
+}
+
+// changeScaleSetNIC reads the VM model of the scale set instance owning
+// NIC rid, changes that NIC's configuration with change and writes the
+// model back, waiting for the operation, then answers the NIC as it is
+// now. The model is written without its image reference: an instance
+// made from a Compute Gallery image refuses an update naming the image to
+// anyone without read access to the gallery.
+func (p *Provider) changeScaleSetNIC(ctx context.Context, rid *arm.ResourceID, change func(*armcompute.VirtualMachineScaleSetNetworkConfiguration) error) (*armnetwork.Interface, error) {
+	rg, set, instance := rid.ResourceGroupName, rid.Parent.Parent.Name, rid.Parent.Name
+	got, err := p.vmsVM.Get(ctx, rg, set, instance, nil)
+	if err != nil {
+		return nil, classify(err)
+	}
+	vm := got.VirtualMachineScaleSetVM
+	if vm.Properties == nil || vm.Properties.NetworkProfileConfiguration == nil {
+		return nil, fmt.Errorf("scale set instance %s/%s has no network profile", set, instance)
+	}
+	var cfg *armcompute.VirtualMachineScaleSetNetworkConfiguration
+	for _, c := range vm.Properties.NetworkProfileConfiguration.NetworkInterfaceConfigurations {
+		if strings.EqualFold(str(c.Name), rid.Name) && c.Properties != nil {
+			cfg = c
+		}
+	}
+	if cfg == nil {
+		return nil, &cloud.Error{Kind: cloud.KindNotFound, Code: "NotFound", Message: fmt.Sprintf("scale set instance %s/%s has no NIC %s", set, instance, rid.Name)}
+	}
+	if err := change(cfg); err != nil {
+		return nil, err
+	}
+	if vm.Properties.StorageProfile != nil {
+		vm.Properties.StorageProfile.ImageReference = nil
+	}
+	poller, err := p.vmsVM.BeginUpdate(ctx, rg, set, instance, vm, nil)
+	if err != nil {
+		return nil, classify(err)
+	}
+	if _, err := poller.PollUntilDone(ctx, nil); err != nil {
+		return nil, classify(err)
+	}
+	return p.getNIC(ctx, rid)
+}
+
+func firstConfig(nic *armnetwork.Interface) *armnetwork.InterfaceIPConfiguration {
+	for _, c := range nic.Properties.IPConfigurations {
+		if c.Properties != nil && boolOf(c.Properties.Primary) && c.Properties.Subnet != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+func firstScaleSetConfig(c *armcompute.VirtualMachineScaleSetNetworkConfiguration) *armcompute.VirtualMachineScaleSetIPConfiguration {
+	for _, ic := range c.Properties.IPConfigurations {
+		if ic.Properties != nil && boolOf(ic.Properties.Primary) && ic.Properties.Subnet != nil {
+			return ic
+		}
+	}
+	return nil
+}
+
+func interfaceFull(iface string, have, n int) error {
+	return &cloud.Error{Kind: cloud.KindInterfaceFull, Code: "InterfaceAddressLimit",
+		Message: fmt.Sprintf("NIC %s holds %d IP configurations; %d more pass the %d a NIC takes", iface, have, n, InterfaceAddressLimit)}
+}
+
+// configName is a new IP configuration's name.
+func configName() string {
+	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 8)
+	for i := range b {
+		b[i] = letters[rand.IntN(len(letters))]
+	}
+	return configPrefix + string(b)
+}
+
+// kinds are the ARM error codes the workers act on.
+var kinds = map[string]cloud.Kind{
+	"SubnetIsFull": cloud.KindSubnetFull,
+	"SecondaryIpConfigurationCountPerVMSSVMExceeded":               cloud.KindInterfaceFull,
+	"VMScaleSetIpConfigurationsOnSameNicCannotUseDifferentSubnets": cloud.KindInvalid,
+	"ResourceNotFound": cloud.KindNotFound,
+	"NotFound":         cloud.KindNotFound,
+}
+
+// classify makes an ARM error a *cloud.Error of its kind: by code, else
+// 404 not found and 429 throttled (after the SDK's retries, which honour
+// Retry-After); an error that is no ARM answer is returned as it is.
+func classify(err error) error {
+	var re *azcore.ResponseError
+	if !errors.As(err, &re) {
+		return err
+	}
+	kind, ok := kinds[re.ErrorCode]
+	switch {
+	case ok:
+	case re.StatusCode == http.StatusNotFound:
+		kind = cloud.KindNotFound
+	case re.StatusCode == http.StatusTooManyRequests:
+		kind = cloud.KindThrottled
+	}
+	return &cloud.Error{Kind: kind, Code: re.ErrorCode, Message: fmt.Sprintf("HTTP %d", re.StatusCode), Err: err}
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func boolOf(p *bool) bool { return p != nil && *p }
