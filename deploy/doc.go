@@ -4,5 +4,6 @@
 // cluster runs where the tests do; kubeconform validates every manifest
 // against the Kubernetes JSON schemas. The RBAC of kube-access/ is applied to a
 // real kube-apiserver (internal/kubetest) and checked as the server's
-// service account.
+// service account. The cloud permissions of cloud/ are checked against the
+// calls the cloud providers make.
 package deploy

@@ -33,6 +33,31 @@ const InterfaceAddressLimit = 256
 // its own.
 const configPrefix = "Cilium-"
 
+// RequiredActions are the Azure RBAC actions the provider's calls need,
+// on the nodes' resource group (deploy/cloud/azure-role.json grants these,
+// and a test keeps the two equal):
+//   - Instance: virtualMachines/read (a VM), networkInterfaces/read (its
+//     NICs), virtualMachineScaleSets/read and its virtualMachines'
+//     networkInterfaces/read (a scale set instance's NICs);
+//   - Assign and Unassign on a VM: networkInterfaces/read and write, and
+//     for the configurations written subnets/read and join, and
+//     applicationSecurityGroups/joinIpConfiguration (each new
+//     configuration carries the NIC's groups);
+//   - on a scale set instance: its virtualMachines/read and write (the VM
+//     model), and the same joins.
+var RequiredActions = []string{
+	"Microsoft.Compute/virtualMachineScaleSets/read",
+	"Microsoft.Compute/virtualMachineScaleSets/virtualMachines/networkInterfaces/read",
+	"Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+	"Microsoft.Compute/virtualMachineScaleSets/virtualMachines/write",
+	"Microsoft.Compute/virtualMachines/read",
+	"Microsoft.Network/applicationSecurityGroups/joinIpConfiguration/action",
+	"Microsoft.Network/networkInterfaces/read",
+	"Microsoft.Network/networkInterfaces/write",
+	"Microsoft.Network/virtualNetworks/subnets/join/action",
+	"Microsoft.Network/virtualNetworks/subnets/read",
+}
+
 // Provider is the Azure cloud.Provider of one subscription.
 type Provider struct {
 	nics  *armnetwork.InterfacesClient
