@@ -58,6 +58,11 @@ type InterfaceManager interface {
 	// are attached to nothing: left by an instance that terminated, or by
 	// a worker that stopped between a create and its attach.
 	Detached(ctx context.Context, tags map[string]string) ([]Interface, error)
+	// DetachInterface starts detaching interface id from its instance;
+	// the cloud detaches asynchronously, and the interface shows in
+	// Detached (and can be deleted) only once it finished. The primary
+	// interface cannot be detached.
+	DetachInterface(ctx context.Context, id string) error
 	// DeleteInterface deletes a detached interface; KindNotFound when it
 	// is gone already.
 	DeleteInterface(ctx context.Context, id string) error

@@ -97,6 +97,15 @@ func (l *LimitedInterfaces) Detached(ctx context.Context, tags map[string]string
 	return l.m.Detached(ctx, tags)
 }
 
+// DetachInterface takes the tokens of its two calls (a description and
+// the detach).
+func (l *LimitedInterfaces) DetachInterface(ctx context.Context, id string) error {
+	if err := l.limiter.WaitN(ctx, min(2, l.limiter.Burst())); err != nil {
+		return err
+	}
+	return l.m.DetachInterface(ctx, id)
+}
+
 func (l *LimitedInterfaces) DeleteInterface(ctx context.Context, id string) error {
 	if err := l.limiter.Wait(ctx); err != nil {
 		return err

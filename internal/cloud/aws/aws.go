@@ -32,6 +32,7 @@ type EC2 interface {
 	CreateNetworkInterface(context.Context, *ec2.CreateNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.CreateNetworkInterfaceOutput, error)
 	AttachNetworkInterface(context.Context, *ec2.AttachNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.AttachNetworkInterfaceOutput, error)
 	ModifyNetworkInterfaceAttribute(context.Context, *ec2.ModifyNetworkInterfaceAttributeInput, ...func(*ec2.Options)) (*ec2.ModifyNetworkInterfaceAttributeOutput, error)
+	DetachNetworkInterface(context.Context, *ec2.DetachNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.DetachNetworkInterfaceOutput, error)
 	DeleteNetworkInterface(context.Context, *ec2.DeleteNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.DeleteNetworkInterfaceOutput, error)
 }
 
@@ -259,6 +260,7 @@ var kinds = map[string]cloud.Kind{
 	"InvalidSubnetID.NotFound":                cloud.KindNotFound,
 	"InvalidInterface.IpAddressLimitExceeded": cloud.KindInvalid,
 	"InvalidNetworkInterface.InUse":           cloud.KindInvalid,
+	"OperationNotPermitted":                   cloud.KindInvalid,
 	"RequestLimitExceeded":                    cloud.KindThrottled,
 	"InvalidParameterValue":                   cloud.KindInvalid,
 	"InvalidParameterCombination":             cloud.KindInvalid,

@@ -223,6 +223,20 @@ func (p *Provider) Detached(ctx context.Context, tags map[string]string) ([]clou
 	return out, nil
 }
 
+// DetachInterface detaches interface id: its attachment, read from EC2,
+// is detached (asynchronously: EC2 shows it available later).
+func (p *Provider) DetachInterface(ctx context.Context, id string) error {
+	out, err := p.ec2.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{NetworkInterfaceIds: []string{id}})
+	if err != nil {
+		return classify(err)
+	}
+	if len(out.NetworkInterfaces) != 1 || out.NetworkInterfaces[0].Attachment == nil || out.NetworkInterfaces[0].Attachment.AttachmentId == nil {
+		return &cloud.Error{Kind: cloud.KindInvalid, Code: "NotAttached", Message: "interface " + id + " is attached to nothing"}
+	}
+	_, err = p.ec2.DetachNetworkInterface(ctx, &ec2.DetachNetworkInterfaceInput{AttachmentId: out.NetworkInterfaces[0].Attachment.AttachmentId})
+	return classifyOrNil(err)
+}
+
 // DeleteInterface deletes interface id.
 func (p *Provider) DeleteInterface(ctx context.Context, id string) error {
 	_, err := p.ec2.DeleteNetworkInterface(ctx, &ec2.DeleteNetworkInterfaceInput{NetworkInterfaceId: sdkaws.String(id)})
