@@ -38,6 +38,15 @@ type Provider interface {
 	Unassign(ctx context.Context, iface string, addrs []netip.Addr, prefixes []netip.Prefix) error
 }
 
+// Inventory describes every instance of a network at once: the workers'
+// resync, a few paginated calls for a thousand nodes instead of two per
+// node.
+type Inventory interface {
+	// Instances answers the running instances of network vpc by id, as
+	// Provider.Instance describes each.
+	Instances(ctx context.Context, vpc string) (map[string]Instance, error)
+}
+
 // InterfaceManager is what the workers need of a cloud whose nodes get
 // more interfaces on demand (AWS; Azure only adds addresses to the NICs a
 // node has).

@@ -40,6 +40,7 @@ var (
 	_ EC2                    = (*ec2.Client)(nil)
 	_ cloud.Provider         = (*Provider)(nil)
 	_ cloud.InterfaceManager = (*Provider)(nil)
+	_ cloud.Inventory        = (*Provider)(nil)
 )
 
 // Provider is the AWS cloud.Provider over one EC2 client (one region).
@@ -124,6 +125,65 @@ func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, err
 	}
 	slices.SortFunc(inst.Interfaces, func(a, b cloud.Interface) int { return a.DeviceIndex - b.DeviceIndex })
 	return inst, nil
+}
+
+// Instances describes the running instances of vpc and their interfaces:
+// every page of DescribeInstances and of DescribeNetworkInterfaces
+// filtered by the VPC, the types' limits asked once each.
+func (p *Provider) Instances(ctx context.Context, vpc string) (map[string]cloud.Instance, error) {
+	byVPC := []types.Filter{{Name: sdkaws.String("vpc-id"), Values: []string{vpc}}}
+	out := map[string]cloud.Instance{}
+	pages := ec2.NewDescribeInstancesPaginator(p.ec2, &ec2.DescribeInstancesInput{Filters: byVPC})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, classify(err)
+		}
+		for _, r := range page.Reservations {
+			for _, in := range r.Instances {
+				if in.State == nil || in.State.Name != types.InstanceStateNameRunning {
+					continue
+				}
+				limits, err := p.limitsOf(ctx, string(in.InstanceType))
+				if err != nil {
+					return nil, err
+				}
+				inst := cloud.Instance{ID: sdkaws.ToString(in.InstanceId), Type: string(in.InstanceType), VPC: sdkaws.ToString(in.VpcId),
+					SubnetID: sdkaws.ToString(in.SubnetId), Limits: limits}
+				if in.Placement != nil {
+					inst.Zone = sdkaws.ToString(in.Placement.AvailabilityZone)
+				}
+				out[inst.ID] = inst
+			}
+		}
+	}
+	nics := ec2.NewDescribeNetworkInterfacesPaginator(p.ec2, &ec2.DescribeNetworkInterfacesInput{Filters: byVPC})
+	for nics.HasMorePages() {
+		page, err := nics.NextPage(ctx)
+		if err != nil {
+			return nil, classify(err)
+		}
+		for _, ni := range page.NetworkInterfaces {
+			if ni.Attachment == nil {
+				continue
+			}
+			inst, ok := out[sdkaws.ToString(ni.Attachment.InstanceId)]
+			if !ok {
+				continue
+			}
+			f, err := interfaceOf(ni)
+			if err != nil {
+				return nil, err
+			}
+			inst.Interfaces = append(inst.Interfaces, f)
+			out[inst.ID] = inst
+		}
+	}
+	for id, inst := range out {
+		slices.SortFunc(inst.Interfaces, func(a, b cloud.Interface) int { return a.DeviceIndex - b.DeviceIndex })
+		out[id] = inst
+	}
+	return out, nil
 }
 
 // limitsOf answers the limits of instance type typ.

@@ -68,21 +68,39 @@ func (s *Server) describeInstancesLocked(form map[string][]string) (any, *APIErr
 		Xmlns        string        `xml:"xmlns,attr"`
 		RequestID    string        `xml:"requestId"`
 		Reservations []reservation `xml:"reservationSet>item"`
+		NextToken    string        `xml:"nextToken,omitempty"`
 	}
-	res := response{Xmlns: xmlns, RequestID: requestID}
-	for _, id := range list(form, "InstanceId") {
-		in, ok := s.instances[id]
-		if !ok {
+	ids := list(form, "InstanceId")
+	for _, id := range ids {
+		if _, ok := s.instances[id]; !ok {
 			return nil, &APIError{Code: "InvalidInstanceID.NotFound", Message: fmt.Sprintf("The instance ID '%s' does not exist", id)}
 		}
+	}
+	fs := filters(form)
+	if e := checkFilters(fs, "vpc-id"); e != nil {
+		return nil, e
+	}
+	if len(ids) == 0 {
+		ids = slices.Sorted(maps.Keys(s.instances))
+	}
+	var items []reservation
+	for _, id := range ids {
+		in := s.instances[id]
 		sn := s.subnets[in.subnet]
 		it := instanceItem{InstanceID: in.id, InstanceType: in.typ, SubnetID: in.subnet, VPC: sn.VPC, Zone: sn.Zone, State: "running"}
 		if in.terminated {
 			it.State, it.SubnetID, it.VPC = "terminated", "", ""
 		}
-		res.Reservations = append(res.Reservations, reservation{Instances: []instanceItem{it}})
+		if !matches(fs, "vpc-id", it.VPC) {
+			continue
+		}
+		items = append(items, reservation{Instances: []instanceItem{it}})
 	}
-	return res, nil
+	items, next, e := page(s, form, items)
+	if e != nil {
+		return nil, e
+	}
+	return response{Xmlns: xmlns, RequestID: requestID, Reservations: items, NextToken: next}, nil
 }
 
 func (s *Server) describeInstanceTypesLocked(form map[string][]string) (any, *APIError) {
@@ -252,7 +270,7 @@ func (s *Server) describeNetworkInterfacesLocked(form map[string][]string) (any,
 		}
 	}
 	fs := filters(form)
-	if e := checkFilters(fs, "attachment.instance-id", "status", "subnet-id"); e != nil {
+	if e := checkFilters(fs, "attachment.instance-id", "status", "subnet-id", "vpc-id"); e != nil {
 		return nil, e
 	}
 	var items []ifaceItem
@@ -261,7 +279,8 @@ func (s *Server) describeNetworkInterfacesLocked(form map[string][]string) (any,
 		if (len(ids) > 0 && !slices.Contains(ids, id)) || (len(ids) == 0 && f.hidden > 0) {
 			continue
 		}
-		if !matches(fs, "attachment.instance-id", f.instance) || !matches(fs, "status", f.status) || !matches(fs, "subnet-id", f.subnet) || !matchTags(fs, f.tags) {
+		if !matches(fs, "attachment.instance-id", f.instance) || !matches(fs, "status", f.status) || !matches(fs, "subnet-id", f.subnet) ||
+			!matches(fs, "vpc-id", s.subnets[f.subnet].VPC) || !matchTags(fs, f.tags) {
 			continue
 		}
 		items = append(items, s.itemLocked(f))

@@ -92,8 +92,15 @@ type Server struct {
 
 type subnet struct {
 	Subnet
-	owners map[netip.Addr]string   // assigned address -> interface
-	blocks map[netip.Prefix]string // assigned prefix -> interface
+	// used holds every taken address, assigned or inside an assigned
+	// prefix, with its interface; prefixes the assigned prefixes.
+	used     map[netip.Addr]string
+	prefixes map[netip.Prefix]string
+	// nUsed counts the usable addresses in used.
+	nUsed int
+	// hint and prefixHint bound the scans: no usable address below hint
+	// is free, no /28 below prefixHint is wholly free.
+	hint, prefixHint netip.Addr
 }
 
 type instance struct {
@@ -130,7 +137,7 @@ func (s *Server) AddSubnet(sn Subnet) {
 	defer s.mu.Unlock()
 	sn.CIDR = sn.CIDR.Masked()
 	sn.Tags = maps.Clone(sn.Tags)
-	s.subnets[sn.ID] = &subnet{Subnet: sn, owners: map[netip.Addr]string{}, blocks: map[netip.Prefix]string{}}
+	s.subnets[sn.ID] = &subnet{Subnet: sn, used: map[netip.Addr]string{}, prefixes: map[netip.Prefix]string{}, hint: sn.CIDR.Addr(), prefixHint: sn.CIDR.Addr()}
 }
 
 // AddInstance starts an instance of type typ in subnet, with its primary
@@ -223,11 +230,12 @@ func (s *Server) SetInvisibleAfterCreate(n int) {
 func (s *Server) Take(subnetID string, addr netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.subnets[subnetID].owners[addr] = "eni-other"
+	s.subnets[subnetID].take(addr, "eni-other")
 }
 
 // SetFault makes f decide, before each call, whether to refuse it: a
-// non-nil *APIError is answered instead. nil removes the hook.
+// non-nil *APIError is answered instead. nil removes the hook. f runs
+// with the fake's lock held: it must not call the fake.
 func (s *Server) SetFault(f func(action string) *APIError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -311,31 +319,69 @@ func (sn *subnet) usable(addr netip.Addr) bool {
 
 // taken reports whether addr is assigned, or inside an assigned prefix.
 func (sn *subnet) taken(addr netip.Addr) bool {
-	if _, ok := sn.owners[addr]; ok {
-		return true
+	_, ok := sn.used[addr]
+	return ok
+}
+
+// take marks addr taken by owner.
+func (sn *subnet) take(addr netip.Addr, owner string) {
+	if _, ok := sn.used[addr]; !ok && sn.usable(addr) {
+		sn.nUsed++
 	}
-	for p := range sn.blocks {
-		if p.Contains(addr) {
-			return true
-		}
+	sn.used[addr] = owner
+}
+
+// release frees addr and lowers the scans' bounds to it.
+func (sn *subnet) release(addr netip.Addr) {
+	if _, ok := sn.used[addr]; ok && sn.usable(addr) {
+		sn.nUsed--
 	}
-	return false
+	delete(sn.used, addr)
+	if addr.Less(sn.hint) {
+		sn.hint = addr
+	}
+	if p, _ := addr.Prefix(28); p.Addr().Less(sn.prefixHint) {
+		sn.prefixHint = p.Addr()
+	}
+}
+
+// takePrefix marks p and its addresses taken by owner.
+func (sn *subnet) takePrefix(p netip.Prefix, owner string) {
+	sn.prefixes[p] = owner
+	for a := p.Addr(); p.Contains(a); a = a.Next() {
+		sn.take(a, owner)
+	}
+}
+
+// releasePrefix frees p and its addresses.
+func (sn *subnet) releasePrefix(p netip.Prefix) {
+	delete(sn.prefixes, p)
+	for a := p.Addr(); p.Contains(a); a = a.Next() {
+		sn.release(a)
+	}
 }
 
 // free answers how many addresses the subnet can still hand out (EC2's
 // AvailableIpAddressCount).
 func (sn *subnet) free() int {
-	return len(sn.freeAddrs(1 << 30))
+	size := 1 << (sn.CIDR.Addr().BitLen() - sn.CIDR.Bits())
+	return size - 5 - sn.nUsed
 }
 
 // freeAddrs answers the n lowest free addresses, fewer when the subnet
 // has fewer.
 func (sn *subnet) freeAddrs(n int) []netip.Addr {
 	var out []netip.Addr
-	for a := sn.CIDR.Addr(); sn.CIDR.Contains(a) && len(out) < n; a = a.Next() {
+	for a := sn.hint; sn.CIDR.Contains(a) && len(out) < n; a = a.Next() {
 		if sn.usable(a) && !sn.taken(a) {
+			if len(out) == 0 {
+				sn.hint = a
+			}
 			out = append(out, a)
 		}
+	}
+	if len(out) == 0 {
+		sn.hint = netipx.PrefixLastIP(sn.CIDR)
 	}
 	return out
 }
@@ -347,7 +393,7 @@ func (sn *subnet) freePrefixes(n int) []netip.Prefix {
 	if sn.CIDR.Bits() > 28 {
 		return nil
 	}
-	for p := netip.PrefixFrom(sn.CIDR.Addr(), 28); sn.CIDR.Contains(p.Addr()) && len(out) < n; {
+	for p := netip.PrefixFrom(sn.prefixHint, 28); sn.CIDR.Contains(p.Addr()) && len(out) < n; {
 		free := true
 		for a := p.Addr(); p.Contains(a); a = a.Next() {
 			if !sn.usable(a) || sn.taken(a) {
@@ -356,6 +402,9 @@ func (sn *subnet) freePrefixes(n int) []netip.Prefix {
 			}
 		}
 		if free {
+			if len(out) == 0 {
+				sn.prefixHint = p.Addr()
+			}
 			out = append(out, p)
 		}
 		next := netipx.PrefixLastIP(p).Next()

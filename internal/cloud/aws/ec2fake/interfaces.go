@@ -21,7 +21,7 @@ func (s *Server) createLocked(subnetID string, groups []string, tags map[string]
 		return nil, insufficientAddresses()
 	}
 	f := &iface{id: s.newIDLocked("eni"), subnet: subnetID, primary: free[0], groups: slices.Clone(groups), tags: tags, status: "available"}
-	sn.owners[free[0]] = f.id
+	sn.take(free[0], f.id)
 	s.ifaces[f.id] = f
 	return f, nil
 }
@@ -42,7 +42,7 @@ func (s *Server) takeLocked(f *iface, n int, prefixes bool) ([]netip.Addr, []net
 			return nil, nil, &APIError{Code: "InsufficientCidrBlocks", Message: "The specified subnet does not have enough free cidr blocks to satisfy the request."}
 		}
 		for _, p := range got {
-			sn.blocks[p] = f.id
+			sn.takePrefix(p, f.id)
 		}
 		f.prefixes = append(f.prefixes, got...)
 		return nil, got, nil
@@ -52,7 +52,7 @@ func (s *Server) takeLocked(f *iface, n int, prefixes bool) ([]netip.Addr, []net
 		return nil, nil, insufficientAddresses()
 	}
 	for _, a := range got {
-		sn.owners[a] = f.id
+		sn.take(a, f.id)
 	}
 	f.addrs = append(f.addrs, got...)
 	return got, nil, nil
@@ -101,12 +101,12 @@ func (f *iface) slots() int { return 1 + len(f.addrs) + len(f.prefixes) }
 // deleteLocked deletes f and frees its addresses.
 func (s *Server) deleteLocked(f *iface) {
 	sn := s.subnets[f.subnet]
-	delete(sn.owners, f.primary)
+	sn.release(f.primary)
 	for _, a := range f.addrs {
-		delete(sn.owners, a)
+		sn.release(a)
 	}
 	for _, p := range f.prefixes {
-		delete(sn.blocks, p)
+		sn.releasePrefix(p)
 	}
 	delete(s.ifaces, f.id)
 }
@@ -335,11 +335,11 @@ func (s *Server) unassignLocked(form map[string][]string) (any, *APIError) {
 	}
 	sn := s.subnets[f.subnet]
 	for _, a := range addrs {
-		delete(sn.owners, a)
+		sn.release(a)
 		f.addrs = slices.DeleteFunc(f.addrs, func(x netip.Addr) bool { return x == a })
 	}
 	for _, p := range prefixes {
-		delete(sn.blocks, p)
+		sn.releasePrefix(p)
 		f.prefixes = slices.DeleteFunc(f.prefixes, func(x netip.Prefix) bool { return x == p })
 	}
 	return response{Xmlns: xmlns, RequestID: requestID, Return: true}, nil

@@ -192,7 +192,8 @@ func (s *Server) FailNextProvisioning(n int) {
 	s.failNext = n
 }
 
-// SetFault makes f decide, before each request, whether to refuse it.
+// SetFault makes f decide, before each request, whether to refuse it. f
+// runs with the fake's lock held: it must not call the fake.
 func (s *Server) SetFault(f func(method, path string) *Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

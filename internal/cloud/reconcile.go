@@ -1,0 +1,154 @@
+package cloud
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// DefaultSubnetCooldown is how long a subnet that ran out of addresses is
+// skipped for new interfaces (Cilium's and the VPC CNI's two minutes).
+const DefaultSubnetCooldown = 2 * time.Minute
+
+// Reconciler carries out the rounds of PlanNode for the nodes of one
+// cloud pool: the one call that adds addresses to a node, with the
+// fallbacks the clouds need. Giving back is the caller's (it needs the
+// release delay and the database's word that no Pod took the address).
+// It is safe for concurrent rounds of different nodes.
+type Reconciler struct {
+	Provider Provider
+	// Interfaces creates interfaces when a node's are full; nil for a
+	// cloud that never creates one (Azure), whose nodes then stay full.
+	Interfaces InterfaceManager
+	Options    PlanOptions
+	// Subnets and SecurityGroups place new interfaces (ChooseSubnets,
+	// SecurityGroupsFor); Tags go on them (the cluster's, at least),
+	// with the node's name as TagNode.
+	Subnets        SubnetSelector
+	SecurityGroups []string
+	Tags           map[string]string
+	// Now is the clock of the subnets' cooldown; time.Now when nil.
+	Now func() time.Time
+	// SubnetCooldown is DefaultSubnetCooldown when zero.
+	SubnetCooldown time.Duration
+
+	mu      sync.Mutex           // guards cooling
+	cooling map[string]time.Time // subnet -> until when it is skipped
+}
+
+// Added is what one round got from the cloud.
+type Added struct {
+	// Interface is where it went; Created when it is a new interface,
+	// described in full by NewInterface.
+	Interface    string
+	Created      bool
+	NewInterface Interface
+	Addresses    []netip.Addr
+	Prefixes     []netip.Prefix
+}
+
+// Round plans a round for node in state s and makes its one add: to an
+// interface with room (a prefix request on a subnet without a free
+// aligned /28 falls back to single addresses), or to a new interface in
+// the first subnet with room (a subnet that answers full cools down and
+// the next is tried). It answers the plan and what was added; with
+// nothing to add, an empty Added.
+func (r *Reconciler) Round(ctx context.Context, node string, s NodeState) (Plan, Added, error) {
+	plan, err := PlanNode(s, r.Options)
+	if err != nil {
+		return plan, Added{}, err
+	}
+	switch {
+	case plan.Assign != nil:
+		got, err := r.assign(ctx, plan.Assign.Interface, plan.Assign.Count)
+		return plan, Added{Interface: plan.Assign.Interface, Addresses: got.Addresses, Prefixes: got.Prefixes}, err
+	case plan.Create != nil && r.Interfaces != nil:
+		f, err := r.create(ctx, node, s.Instance, plan.Create.Count)
+		return plan, Added{Interface: f.ID, Created: err == nil, NewInterface: f, Addresses: f.Addresses, Prefixes: f.Prefixes}, err
+	}
+	return plan, Added{}, nil
+}
+
+// assign adds n units to iface, falling back from prefixes to addresses.
+func (r *Reconciler) assign(ctx context.Context, iface string, n int) (Assigned, error) {
+	got, err := r.Provider.Assign(ctx, iface, n, r.Options.Prefixes)
+	if r.Options.Prefixes && KindOf(err) == KindNoContiguousPrefix {
+		// The subnet's free space is fragmented: single addresses, as
+		// many as the prefixes would have held, within the slots asked.
+		return r.Provider.Assign(ctx, iface, n, false)
+	}
+	return got, err
+}
+
+// create makes a new interface with n units for node, trying the chosen
+// subnets in turn.
+func (r *Reconciler) create(ctx context.Context, node string, inst Instance, n int) (Interface, error) {
+	subnets, err := r.Interfaces.Subnets(ctx, inst.VPC, inst.Zone)
+	if err != nil {
+		return Interface{}, err
+	}
+	need := n
+	if r.Options.Prefixes {
+		need = n * IPv4PrefixSize
+	}
+	groups := SecurityGroupsFor(inst, r.SecurityGroups)
+	if len(groups) == 0 {
+		return Interface{}, fmt.Errorf("instance %s: no security group to give a new interface (none configured, and no primary interface to copy)", inst.ID)
+	}
+	tags := maps.Clone(r.Tags)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	tags[TagNode] = node
+	var errs []error
+	for _, sn := range ChooseSubnets(subnets, inst, r.Subnets, need, r.isCooling) {
+		spec := InterfaceSpec{Instance: inst.ID, Subnet: sn.ID, SecurityGroups: groups, Tags: tags, FirstDevice: r.Options.FirstDevice}
+		if r.Options.Prefixes {
+			spec.Prefixes = n
+		} else {
+			spec.Addresses = n
+		}
+		f, err := r.Interfaces.CreateInterface(ctx, spec)
+		switch KindOf(err) {
+		case KindSubnetFull, KindNoContiguousPrefix:
+			r.cool(sn.ID)
+			errs = append(errs, err)
+			continue
+		}
+		return f, err
+	}
+	if len(errs) == 0 {
+		return Interface{}, &Error{Kind: KindSubnetFull, Code: "NoSubnet", Message: fmt.Sprintf("no subnet of %s in %s has room for %d addresses", inst.VPC, inst.Zone, need)}
+	}
+	return Interface{}, errors.Join(errs...)
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *Reconciler) isCooling(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.now().Before(r.cooling[id])
+}
+
+func (r *Reconciler) cool(id string) {
+	d := r.SubnetCooldown
+	if d == 0 {
+		d = DefaultSubnetCooldown
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cooling == nil {
+		r.cooling = map[string]time.Time{}
+	}
+	r.cooling[id] = r.now().Add(d)
+}
