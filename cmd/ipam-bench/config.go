@@ -40,6 +40,8 @@ type config struct {
 	CPUProfile      string        `json:"-"`
 	// Floor runs the mix against an in-memory server (floor.go).
 	Floor bool `json:"floor"`
+	// CloudScaleOut runs the simulated AWS scale-out (internal/cloud/scaleout).
+	CloudScaleOut bool `json:"cloudScaleOut"`
 	// The timeouts phase (timeouts.go), after the mixed runs.
 	Timeouts            bool          `json:"timeouts"`
 	ClientTimeout       time.Duration `json:"-"`
@@ -254,6 +256,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.Out, "out", "", "write the results as JSON to this file")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the benchmark process (the clients) to this file")
 	fs.BoolVar(&c.Floor, "floor", true, "after the hot-node run, the mixed run's clients (at 32, else the first level of -concurrency-list) against a server in this process answering from memory: the CPU per operation of the mix's HTTP, TLS and JSON alone")
+	fs.BoolVar(&c.CloudScaleOut, "cloud-scaleout", true, "the cloud capacity workers' rounds on a simulated AWS scale-out (1,000 nodes to 30 Pods each, then churn; the real EC2 client against the EC2 fake, 10% of the calls throttled): EC2 calls per 1,000 Pods against their floor, the Pods started after the ramp that waited for the cloud, the Pods that never got an address")
 	fs.BoolVar(&c.Timeouts, "timeouts", true, "after the mixed runs, the mix without and then with -client-timeout per attempt (clients retry a timed-out call for the same attachment, on a new connection), and the ratio of the goodputs")
 	fs.DurationVar(&c.ClientTimeout, "client-timeout", 300*time.Millisecond, "the timeouts phase's client timeout per attempt")
 	fs.IntVar(&c.TimeoutsConcurrency, "timeouts-concurrency", 256, "clients of the timeouts phase (on the -nodes nodes)")

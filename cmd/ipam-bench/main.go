@@ -85,6 +85,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/cloud/scaleout"
 	"github.com/ipam-dev/ipam/internal/store"
 )
 
@@ -122,21 +123,22 @@ func main() {
 
 // report is the -out file.
 type report struct {
-	NumCPU     int             `json:"numCPU"`
-	GOMAXPROCS int             `json:"gomaxprocs"`
-	Postgres   string          `json:"postgres"`
-	Private    bool            `json:"privatePostgres"`
-	Params     config          `json:"params"`
-	Setup      setupResult     `json:"setup"`
-	Mixed      []levelResult   `json:"mixed"`
-	Timeouts   *timeoutsReport `json:"timeouts,omitempty"`
-	HotNode    *levelResult    `json:"hotNode,omitempty"`
-	Floor      *floorResult    `json:"floor,omitempty"`
-	Fill       *fillReport     `json:"fill,omitempty"`
-	CeilingRan bool            `json:"ceilingRan"`
-	Shim       *shimReport     `json:"shim,omitempty"`
-	Cilium     *ciliumReport   `json:"cilium,omitempty"`
-	GC         gcCounts        `json:"gc"`
+	NumCPU        int              `json:"numCPU"`
+	GOMAXPROCS    int              `json:"gomaxprocs"`
+	Postgres      string           `json:"postgres"`
+	Private       bool             `json:"privatePostgres"`
+	Params        config           `json:"params"`
+	Setup         setupResult      `json:"setup"`
+	Mixed         []levelResult    `json:"mixed"`
+	Timeouts      *timeoutsReport  `json:"timeouts,omitempty"`
+	HotNode       *levelResult     `json:"hotNode,omitempty"`
+	Floor         *floorResult     `json:"floor,omitempty"`
+	CloudScaleOut *scaleout.Result `json:"cloudScaleOut,omitempty"`
+	Fill          *fillReport      `json:"fill,omitempty"`
+	CeilingRan    bool             `json:"ceilingRan"`
+	Shim          *shimReport      `json:"shim,omitempty"`
+	Cilium        *ciliumReport    `json:"cilium,omitempty"`
+	GC            gcCounts         `json:"gc"`
 	// ServerPeakMiB is the largest VmHWM of a server process over its
 	// whole life, read before it is stopped.
 	ServerPeakMiB float64         `json:"serverPeakMiB"`
@@ -374,6 +376,18 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		delay := time.Duration(lv.Median.All.P50 * float64(time.Millisecond))
 		if rep.Floor, err = b.floorPhase(ctx, lv.Concurrency, b.nodes, cfg.Prefill, cfg.Duration, delay); err != nil {
 			return err
+		}
+	}
+	// The cloud capacity workers' rounds on a simulated AWS scale-out.
+	if cfg.CloudScaleOut {
+		r, err := scaleout.Run(ctx, scaleout.DefaultConfig())
+		if err != nil {
+			return fmt.Errorf("cloud scale-out: %w", err)
+		}
+		rep.CloudScaleOut = &r
+		fmt.Fprintf(out, "cloud scale-out (aws, simulated; 1,000 m5.large to 30 Pods each, /28 prefixes, WARM_PREFIX_TARGET=1, 4 QPS burst 20, 10%% throttled): %s\n", r)
+		if r.Failed > 0 || r.SteadyWaited > 0 || float64(r.AllCalls) > 1.2*float64(r.Floor) {
+			b.failed = append(b.failed, fmt.Sprintf("cloud scale-out: %d Pods failed, %d waited in steady state, %d calls against a floor of %d (target <= 1.2x)", r.Failed, r.SteadyWaited, r.AllCalls, r.Floor))
 		}
 	}
 	// Fill curve.
