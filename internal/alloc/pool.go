@@ -209,6 +209,10 @@ type PoolSpec struct {
 	// AllowSpecialPurpose lets the pool's CIDRs overlap special-purpose
 	// ranges (SpecialPurposeOverlap), refused otherwise.
 	AllowSpecialPurpose bool
+	// Cloud, when set, makes this a cloud pool: its nodes' blocks are the
+	// addresses and prefixes a cloud gave their interfaces, recorded by
+	// the capacity workers, and none is carved (CloudSpec).
+	Cloud *CloudSpec
 }
 
 // EffectiveMode is Mode with its default.
@@ -312,6 +316,19 @@ func (s PoolSpec) Validate() error {
 	if _, err := LabelSelector("spec.nodeSelector", s.NodeSelector); err != nil {
 		return err
 	}
+	if c := s.Cloud; c != nil {
+		if err := c.Validate("spec.cloud"); err != nil {
+			return err
+		}
+		switch {
+		case s.IPv6 != nil:
+			return Invalid("spec.ipv6", "a cloud pool takes IPv4 addresses only")
+		case s.IPv4 == nil:
+			return Invalid("spec.ipv4", "a cloud pool lists its subnets' IPv4 CIDRs")
+		case s.Mode == ModeClusterPool:
+			return Invalid("spec.mode", "a cloud pool carves no block, so it is no cluster-pool pool")
+		}
+	}
 	for _, f := range Families {
 		pf := s.Family(f)
 		if pf == nil {
@@ -404,6 +421,13 @@ func ValidateUpdate(prev, next PoolSpec) error {
 		return immutable("spec.nodeLocal", "node-local reservations are immutable")
 	case prev.EffectiveMode() == ModeMultiPool && next.EffectiveMode() == ModeClusterPool:
 		return immutable("spec.mode", "a multi-pool pool cannot become cluster-pool (the migration is one-way)")
+	case (prev.Cloud == nil) != (next.Cloud == nil):
+		// A carving pool turned cloud pool would keep carved blocks among
+		// the cloud's; a cloud pool turned carving would carve inside its
+		// subnets.
+		return immutable("spec.cloud", "whether a pool takes its addresses from a cloud is immutable")
+	case prev.Cloud != nil && prev.Cloud.Provider != next.Cloud.Provider:
+		return immutable("spec.cloud.provider", fmt.Sprintf("the provider is immutable (is %s)", prev.Cloud.Provider))
 	}
 	return nil
 }
