@@ -95,6 +95,7 @@ func (e AddressEventState) Valid() bool {
 const (
 	Adopted BlockSource = "adopted"
 	Carved  BlockSource = "carved"
+	Cloud   BlockSource = "cloud"
 )
 
 // Valid indicates whether the value is a known member of the BlockSource enum.
@@ -103,6 +104,26 @@ func (e BlockSource) Valid() bool {
 	case Adopted:
 		return true
 	case Carved:
+		return true
+	case Cloud:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CloudSpecProvider.
+const (
+	Aws   CloudSpecProvider = "aws"
+	Azure CloudSpecProvider = "azure"
+)
+
+// Valid indicates whether the value is a known member of the CloudSpecProvider enum.
+func (e CloudSpecProvider) Valid() bool {
+	switch e {
+	case Aws:
+		return true
+	case Azure:
 		return true
 	default:
 		return false
@@ -449,11 +470,11 @@ type Block struct {
 	Pool     string            `json:"pool"`
 	Reserved ReservedAddresses `json:"reserved"`
 
-	// Source Carved from the pool by this service, or adopted from the node's Kubernetes podCIDRs.
+	// Source Carved from the pool by this service, adopted from the node's Kubernetes podCIDRs, or given by a cloud (a cloud pool's).
 	Source *BlockSource `json:"source,omitempty"`
 }
 
-// BlockSource Carved from the pool by this service, or adopted from the node's Kubernetes podCIDRs.
+// BlockSource Carved from the pool by this service, adopted from the node's Kubernetes podCIDRs, or given by a cloud (a cloud pool's).
 type BlockSource string
 
 // BlockList defines model for BlockList.
@@ -517,6 +538,64 @@ type CiliumPoolState struct {
 	NeededIPv4 *int   `json:"neededIPv4,omitempty"`
 	NeededIPv6 *int   `json:"neededIPv6,omitempty"`
 	Pool       string `json:"pool"`
+}
+
+// CloudSpec Makes the pool a cloud pool: its addresses come from a cloud,
+// assigned on the nodes' network interfaces by the capacity workers
+// and recorded as the nodes' blocks (source cloud: a /32 per
+// address, a /28 per prefix, every address leasable). The pool
+// carves none of its CIDRs, which are the cloud subnets' IPv4 CIDRs
+// the addresses lie in; a lease on a node whose cloud addresses are
+// all in use is a 409 pool-exhausted while the workers add more.
+// IPv4 only, multi-pool only; whether a pool is a cloud pool, and its
+// provider, are immutable.
+type CloudSpec struct {
+	// FirstInterfaceIndex The first interface (device index) holding Pod addresses (AWS).
+	FirstInterfaceIndex *int `json:"firstInterfaceIndex,omitempty"`
+
+	// Prefixes /28 prefixes instead of single addresses (AWS, Nitro instances).
+	Prefixes *bool             `json:"prefixes,omitempty"`
+	Provider CloudSpecProvider `json:"provider"`
+
+	// ReleaseDelaySeconds How long an address stays excess before it goes back to the cloud; 0 or absent is 180.
+	ReleaseDelaySeconds *int `json:"releaseDelaySeconds,omitempty"`
+
+	// SecurityGroups The security groups of new interfaces (AWS); none copies the primary interface's.
+	SecurityGroups *[]string `json:"securityGroups,omitempty"`
+
+	// SubnetIDs The subnets of new interfaces (AWS); else subnetTags; else the node's own subnet first.
+	SubnetIDs *[]string `json:"subnetIDs,omitempty"`
+
+	// SubnetTags Subnets carrying every tag (AWS).
+	SubnetTags *map[string]string `json:"subnetTags,omitempty"`
+
+	// UsePrimaryAddress Give Pods the interfaces' primary addresses too.
+	UsePrimaryAddress *bool `json:"usePrimaryAddress,omitempty"`
+
+	// WarmTargets The VPC CNI's sizing (WARM_ENI_TARGET, WARM_IP_TARGET, MINIMUM_IP_TARGET, WARM_PREFIX_TARGET), exclusive with watermarks.
+	WarmTargets *CloudWarmTargets `json:"warmTargets,omitempty"`
+
+	// Watermarks Cilium's sizing (the default, pre-allocate 8), exclusive with warmTargets.
+	Watermarks *CloudWatermarks `json:"watermarks,omitempty"`
+}
+
+// CloudSpecProvider defines model for CloudSpec.Provider.
+type CloudSpecProvider string
+
+// CloudWarmTargets The VPC CNI's sizing (WARM_ENI_TARGET, WARM_IP_TARGET, MINIMUM_IP_TARGET, WARM_PREFIX_TARGET), exclusive with watermarks.
+type CloudWarmTargets struct {
+	MinimumIP  *int `json:"minimumIP,omitempty"`
+	WarmENI    *int `json:"warmENI,omitempty"`
+	WarmIP     *int `json:"warmIP,omitempty"`
+	WarmPrefix *int `json:"warmPrefix,omitempty"`
+}
+
+// CloudWatermarks Cilium's sizing (the default, pre-allocate 8), exclusive with warmTargets.
+type CloudWatermarks struct {
+	MaxAboveWatermark *int `json:"maxAboveWatermark,omitempty"`
+	MaxAllocate       *int `json:"maxAllocate,omitempty"`
+	MinAllocate       *int `json:"minAllocate,omitempty"`
+	PreAllocate       *int `json:"preAllocate,omitempty"`
 }
 
 // ConsistencyFinding defines model for ConsistencyFinding.
@@ -1088,6 +1167,17 @@ type PoolSpec struct {
 	// Default false: such a CIDR is a 400 naming it. Pools that held
 	// one before this rule were set to true.
 	AllowSpecialPurpose *bool `json:"allowSpecialPurpose,omitempty"`
+
+	// Cloud Makes the pool a cloud pool: its addresses come from a cloud,
+	// assigned on the nodes' network interfaces by the capacity workers
+	// and recorded as the nodes' blocks (source cloud: a /32 per
+	// address, a /28 per prefix, every address leasable). The pool
+	// carves none of its CIDRs, which are the cloud subnets' IPv4 CIDRs
+	// the addresses lie in; a lease on a node whose cloud addresses are
+	// all in use is a 409 pool-exhausted while the workers add more.
+	// IPv4 only, multi-pool only; whether a pool is a cloud pool, and its
+	// provider, are immutable.
+	Cloud *CloudSpec `json:"cloud,omitempty"`
 
 	// Disabled Carve no new block; leases of existing blocks go on.
 	Disabled *bool           `json:"disabled,omitempty"`

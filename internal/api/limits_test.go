@@ -152,6 +152,9 @@ func TestRequestLimits(t *testing.T) {
 		}
 		return map[string]any{"name": "limits", "spec": spec}
 	}
+	cloudWith := func(k string, v any) map[string]any {
+		return poolWith("cloud", map[string]any{"provider": "aws", k: v})
+	}
 	family := func(kv ...any) map[string]any {
 		f := map[string]any{"cidrs": []string{"10.50.0.0/16"}, "maskSize": 24}
 		for i := 0; i < len(kv); i += 2 {
@@ -231,6 +234,32 @@ func TestRequestLimits(t *testing.T) {
 		"LabelSelectorRequirement.values[]": {"POST", "/v1/pools", expr("k", []any{long(64)}), "spec.podSelector"},
 		"PoolSpec.preAllocate":              {"POST", "/v1/pools", poolWith("preAllocate", 65537), "spec.preAllocate"},
 		"PoolSpec.maxBlocksPerNode":         {"POST", "/v1/pools", poolWith("maxBlocksPerNode", 16777217), "spec.maxBlocksPerNode"},
+		"CloudSpec.firstInterfaceIndex":     {"POST", "/v1/pools", cloudWith("firstInterfaceIndex", 32), "spec.cloud.firstInterfaceIndex"},
+		"CloudSpec.releaseDelaySeconds":     {"POST", "/v1/pools", cloudWith("releaseDelaySeconds", 86401), "spec.cloud.releaseDelaySeconds"},
+		"CloudSpec.subnetIDs": {"POST", "/v1/pools", cloudWith("subnetIDs", many(17, func(i int) any { return fmt.Sprintf("subnet-%08x", i) })),
+			"spec.cloud.subnetIDs"},
+		"CloudSpec.subnetIDs[]": {"POST", "/v1/pools", cloudWith("subnetIDs", []any{"subnet-" + long(18)}), "spec.cloud.subnetIDs[0]"},
+		"CloudSpec.securityGroups": {"POST", "/v1/pools", cloudWith("securityGroups", many(6, func(i int) any { return fmt.Sprintf("sg-%08x", i) })),
+			"spec.cloud.securityGroups"},
+		"CloudSpec.securityGroups[]": {"POST", "/v1/pools", cloudWith("securityGroups", []any{"sg-" + long(18)}), "spec.cloud.securityGroups[0]"},
+		"CloudSpec.subnetTags":       {"POST", "/v1/pools", cloudWith("subnetTags", labels(17)), "spec.cloud.subnetTags"},
+		"CloudSpec.subnetTags{}":     {"POST", "/v1/pools", cloudWith("subnetTags", map[string]string{"k": long(257)}), "spec.cloud.subnetTags"},
+		"CloudWatermarks.preAllocate": {"POST", "/v1/pools", cloudWith("watermarks", map[string]any{"preAllocate": 4097}),
+			"spec.cloud.watermarks.preAllocate"},
+		"CloudWatermarks.minAllocate": {"POST", "/v1/pools", cloudWith("watermarks", map[string]any{"minAllocate": 4097}),
+			"spec.cloud.watermarks.minAllocate"},
+		"CloudWatermarks.maxAllocate": {"POST", "/v1/pools", cloudWith("watermarks", map[string]any{"maxAllocate": 4097}),
+			"spec.cloud.watermarks.maxAllocate"},
+		"CloudWatermarks.maxAboveWatermark": {"POST", "/v1/pools", cloudWith("watermarks", map[string]any{"maxAboveWatermark": 4097}),
+			"spec.cloud.watermarks.maxAboveWatermark"},
+		"CloudWarmTargets.warmENI": {"POST", "/v1/pools", cloudWith("warmTargets", map[string]any{"warmENI": 4097}),
+			"spec.cloud.warmTargets.warmENI"},
+		"CloudWarmTargets.warmIP": {"POST", "/v1/pools", cloudWith("warmTargets", map[string]any{"warmIP": 4097}),
+			"spec.cloud.warmTargets.warmIP"},
+		"CloudWarmTargets.minimumIP": {"POST", "/v1/pools", cloudWith("warmTargets", map[string]any{"minimumIP": 4097}),
+			"spec.cloud.warmTargets.minimumIP"},
+		"CloudWarmTargets.warmPrefix": {"POST", "/v1/pools", cloudWith("warmTargets", map[string]any{"warmPrefix": 4097}),
+			"spec.cloud.warmTargets.warmPrefix"},
 		"NodeAddress.address": {"PUT", "/v1/nodes/n1", map[string]any{"addresses": []any{map[string]any{"type": "InternalIP", "address": long(65)}}},
 			"addresses[0].address"},
 		"NodeSpec.addresses": {"PUT", "/v1/nodes/n1", map[string]any{"addresses": many(17, func(i int) any {

@@ -71,6 +71,7 @@ func poolSpecFromAPI(s ipamv1.PoolSpec) (alloc.PoolSpec, error) {
 	spec.SkipMasquerade = deref(s.SkipMasquerade, false)
 	spec.MaxBlocksPerNode = s.MaxBlocksPerNode
 	spec.AllowSpecialPurpose = deref(s.AllowSpecialPurpose, false)
+	spec.Cloud = cloudSpecFromAPI(s.Cloud)
 	if spec.PodSelector, err = selectorFromAPI("spec.podSelector", s.PodSelector); err != nil {
 		return alloc.PoolSpec{}, err
 	}
@@ -195,6 +196,7 @@ func poolSpecToAPI(s alloc.PoolSpec) ipamv1.PoolSpec {
 		SkipMasquerade:      &s.SkipMasquerade,
 		MaxBlocksPerNode:    s.MaxBlocksPerNode,
 		AllowSpecialPurpose: &s.AllowSpecialPurpose,
+		Cloud:               cloudSpecToAPI(s.Cloud),
 	}
 }
 

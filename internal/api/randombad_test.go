@@ -403,6 +403,9 @@ var stringHints = map[string][]string{
 	"end":         {"10.0.0.20", "10.50.0.9"},
 	"key":         {"app", "zone"},
 	"type":        {"InternalIP", "ExternalIP"},
+	// Cloud pools' ids.
+	"subnetIDs":      {"subnet-0123456789abcdef0", "subnet-89abcdef"},
+	"securityGroups": {"sg-0123456789abcdef0", "sg-89abcdef"},
 }
 
 // value generates a plausible value of schema s for a property named name.

@@ -157,7 +157,7 @@ func (a *allocation) fast(ctx context.Context) (out alloc.Allocation, ok bool, e
 	}
 	c := choices[0]
 	p := pools[c.Pool]
-	if p.mode == alloc.ModeClusterPool || p.disabled {
+	if p.mode == alloc.ModeClusterPool || !p.carves() {
 		// Those wait for a held block rather than skip it.
 		return out, false, nil
 	}
@@ -295,7 +295,7 @@ func (a *allocation) lease(ctx context.Context, tx querier, row leaseRow, lease 
 	// Skip held blocks, and let carve carve one more, when the pool can
 	// carve; else, and once carve ran, wait for a held block.
 	leaseSQL := leaseSkippingSQL
-	if a.carveInTx || p.mode == alloc.ModeClusterPool || p.disabled {
+	if a.carveInTx || p.mode == alloc.ModeClusterPool || !p.carves() {
 		leaseSQL = leaseWaitingSQL
 	}
 	got, err := leaseWith(ctx, tx, leaseSQL, row.args(), lease)

@@ -152,6 +152,12 @@ func carve(ctx context.Context, tx querier, c carving, recheck carveRecheck) (b 
 		return blockRow{}, false, &alloc.Error{Kind: alloc.KindPoolExhausted, Field: "pool", Pool: p.name, Family: f,
 			Detail: fmt.Sprintf("pool %q is disabled: it carves no new %s block", p.name, f)}
 	}
+	if p.cloud {
+		// As the VPC CNI answers an empty warm pool: the runtime starts
+		// the Pod again, and the capacity workers add addresses meanwhile.
+		return blockRow{}, false, &alloc.Error{Kind: alloc.KindPoolExhausted, Field: "pool", Pool: p.name, Family: f,
+			Detail: fmt.Sprintf("every %s address the cloud gave this node for pool %q is in use; the capacity workers add more", f, p.name)}
+	}
 	if err := checkBlockLimit(ctx, tx, nodeID, p, f, 1); err != nil {
 		if hasRoom {
 			// At its limit, the node waits for its own block with room

@@ -228,7 +228,7 @@ func (s *Store) canLease(ctx context.Context, tx querier, space string, nodeID i
 			return cooled, err
 		}
 	}
-	if p.disabled || (p.mode == alloc.ModeClusterPool && u.Blocks > 0) || u.Blocks >= p.blockLimit(f) {
+	if !p.carves() || (p.mode == alloc.ModeClusterPool && u.Blocks > 0) || u.Blocks >= p.blockLimit(f) {
 		return false, nil // carve refuses: see carve
 	}
 	rows, err := tx.Query(ctx, `SELECT id, cidr, mask_size, carve_hint, reserved_start, reserved_end FROM pool_cidrs

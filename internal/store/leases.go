@@ -18,18 +18,25 @@ import (
 // allocPool is the part of a pool the allocation path reads: no CIDR list
 // (only carving needs it, and carving reads it under its own lock).
 type allocPool struct {
-	id             int64
-	name           string
-	masks          [2]*int16 // IPv4, IPv6
-	allowFirst     bool
-	allowLast      bool
-	nodeLocal      alloc.NodeLocal
-	mode           alloc.PoolMode
-	disabled       bool
+	id         int64
+	name       string
+	masks      [2]*int16 // IPv4, IPv6
+	allowFirst bool
+	allowLast  bool
+	nodeLocal  alloc.NodeLocal
+	mode       alloc.PoolMode
+	disabled   bool
+	// cloud pools carve nothing: their blocks are the cloud's addresses,
+	// recorded by the capacity workers.
+	cloud          bool
 	skipMasquerade bool
 	selectors      [2]*metav1.LabelSelector // pod, namespace
 	maxBlocks      *int                     // maxBlocksPerNode; nil: the default
 }
+
+// carves reports whether the pool carves blocks: neither disabled nor a
+// cloud pool.
+func (p allocPool) carves() bool { return !p.disabled && !p.cloud }
 
 // mask is the block mask of family f, nil when the pool lacks f.
 func (p allocPool) mask(f alloc.Family) *int16 {
@@ -83,6 +90,7 @@ type allocPoolJSON struct {
 	Ingress           bool                  `json:"ingress"`
 	Mode              alloc.PoolMode        `json:"mode"`
 	Disabled          bool                  `json:"disabled"`
+	Cloud             bool                  `json:"cloud"`
 	SkipMasquerade    bool                  `json:"skipMasq"`
 	PodSelector       *metav1.LabelSelector `json:"podSel"`
 	NamespaceSelector *metav1.LabelSelector `json:"nsSel"`
@@ -92,14 +100,14 @@ type allocPoolJSON struct {
 func (j allocPoolJSON) pool() allocPool {
 	return allocPool{id: j.ID, name: j.Name, masks: [2]*int16{j.M4, j.M6}, allowFirst: j.AllowFirst, allowLast: j.AllowLast,
 		nodeLocal: alloc.NodeLocal{Router: j.Router, Health: j.Health, Ingress: j.Ingress}, mode: j.Mode,
-		disabled: j.Disabled, skipMasquerade: j.SkipMasquerade, selectors: [2]*metav1.LabelSelector{j.PodSelector, j.NamespaceSelector},
+		disabled: j.Disabled, cloud: j.Cloud, skipMasquerade: j.SkipMasquerade, selectors: [2]*metav1.LabelSelector{j.PodSelector, j.NamespaceSelector},
 		maxBlocks: j.MaxBlocks}
 }
 
 // allocPoolJSONSQL builds allocPoolJSON from pools p.
 const allocPoolJSONSQL = `json_build_object('id', p.id, 'name', p.name, 'm4', p.ipv4_mask_size, 'm6', p.ipv6_mask_size,
 	'first', p.allow_first_ip, 'last', p.allow_last_ip, 'router', p.reserve_router, 'health', p.reserve_health,
-	'ingress', p.reserve_ingress, 'mode', p.mode, 'disabled', p.disabled, 'skipMasq', p.skip_masquerade,
+	'ingress', p.reserve_ingress, 'mode', p.mode, 'disabled', p.disabled, 'cloud', p.cloud IS NOT NULL, 'skipMasq', p.skip_masquerade,
 	'podSel', p.pod_selector, 'nsSel', p.namespace_selector, 'maxBlocks', p.max_blocks_per_node)`
 
 func (s *Store) allocPool(ctx context.Context, q querier, space, name string) (allocPool, error) {

@@ -24,7 +24,7 @@ type poolRow struct {
 const poolColumns = `p.id, p.space, p.name, p.labels, p.allow_first_ip, p.allow_last_ip,
 	p.reserve_router, p.reserve_health, p.reserve_ingress, p.ipv4_mask_size, p.ipv6_mask_size,
 	p.created_at, p.updated_at, p.mode, p.pre_allocate, p.pod_selector, p.namespace_selector,
-	p.disabled, p.skip_masquerade, p.max_blocks_per_node, p.allow_special_purpose, p.node_selector,
+	p.disabled, p.skip_masquerade, p.max_blocks_per_node, p.allow_special_purpose, p.node_selector, p.cloud,
 	coalesce((SELECT array_agg(c.cidr ORDER BY c.position) FROM pool_cidrs c WHERE c.pool_id = p.id AND c.family = 4), '{}'),
 	coalesce((SELECT array_agg(c.cidr ORDER BY c.position) FROM pool_cidrs c WHERE c.pool_id = p.id AND c.family = 6), '{}'),
 	coalesce((SELECT json_agg(json_build_object('cidr', c.cidr, 'start', c.reserved_start, 'end', c.reserved_end) ORDER BY c.position)
@@ -49,14 +49,18 @@ func scanPool(r pgx.Row) (poolRow, error) {
 		pre        *int32
 		maxBlocks  *int32
 		reserved   []reservedJSON
+		cloud      []byte
 	)
 	sp := &p.Spec
 	err := r.Scan(&p.id, &p.Space, &p.Name, &labels, &first, &lst,
 		&nl.Router, &nl.Health, &nl.Ingress, &m4, &m6, &p.CreatedAt, &p.UpdatedAt,
 		&mode, &pre, &sp.PodSelector, &sp.NamespaceSelector, &sp.Disabled, &sp.SkipMasquerade,
-		&maxBlocks, &sp.AllowSpecialPurpose, &sp.NodeSelector, &c4, &c6, &reserved)
+		&maxBlocks, &sp.AllowSpecialPurpose, &sp.NodeSelector, &cloud, &c4, &c6, &reserved)
 	if err != nil {
 		return p, err
+	}
+	if sp.Cloud, err = cloudSpecOf(cloud); err != nil {
+		return p, fmt.Errorf("pool %s: spec.cloud: %w", p.Name, err)
 	}
 	p.Labels = labels
 	sp.AllowFirstIP, sp.AllowLastIP, sp.NodeLocal, sp.Mode = first, lst, nl, alloc.PoolMode(mode)
@@ -146,21 +150,25 @@ func (s *Store) CreatePool(ctx context.Context, p alloc.Pool, opts ...alloc.Writ
 		return alloc.Pool{}, err
 	}
 	p.Spec.Mode = p.Spec.EffectiveMode()
+	cloud, err := cloudColumn(p.Spec.Cloud)
+	if err != nil {
+		return alloc.Pool{}, err
+	}
 	var out alloc.Pool
-	err := s.write(ctx, opts, func(tx querier) error {
+	err = s.write(ctx, opts, func(tx querier) error {
 		now := s.now()
 		var id int64
 		sp := p.Spec
 		err := tx.QueryRow(ctx, `INSERT INTO pools (space, name, labels, allow_first_ip, allow_last_ip,
 				reserve_router, reserve_health, reserve_ingress, ipv4_mask_size, ipv6_mask_size, created_at, updated_at,
 				mode, pre_allocate, pod_selector, namespace_selector, disabled, skip_masquerade, max_blocks_per_node, allow_special_purpose,
-				node_selector)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) RETURNING id`,
+				node_selector, cloud)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) RETURNING id`,
 			p.Space, p.Name, labelsOrEmpty(p.Labels), sp.AllowFirstIP, sp.AllowLastIP,
 			sp.NodeLocal.Router, sp.NodeLocal.Health, sp.NodeLocal.Ingress,
 			maskOf(sp.IPv4), maskOf(sp.IPv6), now, string(sp.Mode), preAllocateOf(sp),
 			sp.PodSelector, sp.NamespaceSelector, sp.Disabled, sp.SkipMasquerade, int32Of(sp.MaxBlocksPerNode), sp.AllowSpecialPurpose,
-			sp.NodeSelector).Scan(&id)
+			sp.NodeSelector, cloud).Scan(&id)
 		if code, constraint := pgCode(err); code == codeUniqueViolation {
 			return errPoolExists
 		} else if code == codeForeignKey && constraint == constraintPoolSpace {
@@ -426,13 +434,17 @@ func (s *Store) UpdatePool(ctx context.Context, space, name string, labels map[s
 			}
 		}
 		sp := spec
+		cloud, err := cloudColumn(sp.Cloud)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `UPDATE pools SET labels = $2, ipv4_mask_size = $3, ipv6_mask_size = $4, updated_at = $5,
 				mode = $6, pre_allocate = $7, pod_selector = $8, namespace_selector = $9, disabled = $10, skip_masquerade = $11,
-				max_blocks_per_node = $12, allow_special_purpose = $13, node_selector = $14
+				max_blocks_per_node = $12, allow_special_purpose = $13, node_selector = $14, cloud = $15
 			WHERE id = $1`,
 			prev.id, labelsOrEmpty(labels), maskOf(sp.IPv4), maskOf(sp.IPv6), s.now(), string(sp.Mode), preAllocateOf(sp),
 			sp.PodSelector, sp.NamespaceSelector, sp.Disabled, sp.SkipMasquerade, int32Of(sp.MaxBlocksPerNode), sp.AllowSpecialPurpose,
-			sp.NodeSelector); err != nil {
+			sp.NodeSelector, cloud); err != nil {
 			return err
 		}
 		if err := insertCIDRs(ctx, tx, prev.id, space, spec, have); err != nil {

@@ -1,0 +1,72 @@
+package api
+
+import (
+	"time"
+
+	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// cloudSpecFromAPI converts a pool's spec.cloud; nil stays nil. The
+// checks are CloudSpec.Validate's.
+func cloudSpecFromAPI(c *ipamv1.CloudSpec) *alloc.CloudSpec {
+	if c == nil {
+		return nil
+	}
+	out := &alloc.CloudSpec{
+		Provider:            alloc.CloudProvider(c.Provider),
+		Prefixes:            deref(c.Prefixes, false),
+		UsePrimaryAddress:   deref(c.UsePrimaryAddress, false),
+		FirstInterfaceIndex: deref(c.FirstInterfaceIndex, 0),
+		SubnetIDs:           deref(c.SubnetIDs, nil),
+		SubnetTags:          deref(c.SubnetTags, nil),
+		SecurityGroups:      deref(c.SecurityGroups, nil),
+		ReleaseDelay:        time.Duration(deref(c.ReleaseDelaySeconds, 0)) * time.Second,
+	}
+	if w := c.Watermarks; w != nil {
+		out.Watermarks = &alloc.Watermarks{PreAllocate: deref(w.PreAllocate, 0), MinAllocate: deref(w.MinAllocate, 0),
+			MaxAllocate: deref(w.MaxAllocate, 0), MaxAboveWatermark: deref(w.MaxAboveWatermark, 0)}
+	}
+	if t := c.WarmTargets; t != nil {
+		out.WarmTargets = &alloc.WarmTargets{WarmENI: deref(t.WarmENI, 0), WarmIP: deref(t.WarmIP, 0),
+			MinimumIP: deref(t.MinimumIP, 0), WarmPrefix: deref(t.WarmPrefix, 0)}
+	}
+	return out
+}
+
+// cloudSpecToAPI is the reverse; a zero release delay is shown as the
+// default it means.
+func cloudSpecToAPI(c *alloc.CloudSpec) *ipamv1.CloudSpec {
+	if c == nil {
+		return nil
+	}
+	delay := c.ReleaseDelay
+	if delay == 0 {
+		delay = alloc.DefaultCloudReleaseDelay
+	}
+	out := &ipamv1.CloudSpec{
+		Provider:            ipamv1.CloudSpecProvider(c.Provider),
+		Prefixes:            ptr(c.Prefixes),
+		UsePrimaryAddress:   ptr(c.UsePrimaryAddress),
+		FirstInterfaceIndex: ptr(c.FirstInterfaceIndex),
+		ReleaseDelaySeconds: ptr(int(delay / time.Second)),
+	}
+	if len(c.SubnetIDs) > 0 {
+		out.SubnetIDs = ptr(c.SubnetIDs)
+	}
+	if len(c.SubnetTags) > 0 {
+		out.SubnetTags = ptr(c.SubnetTags)
+	}
+	if len(c.SecurityGroups) > 0 {
+		out.SecurityGroups = ptr(c.SecurityGroups)
+	}
+	if w := c.Watermarks; w != nil {
+		out.Watermarks = &ipamv1.CloudWatermarks{PreAllocate: ptr(w.PreAllocate), MinAllocate: ptr(w.MinAllocate),
+			MaxAllocate: ptr(w.MaxAllocate), MaxAboveWatermark: ptr(w.MaxAboveWatermark)}
+	}
+	if t := c.WarmTargets; t != nil {
+		out.WarmTargets = &ipamv1.CloudWarmTargets{WarmENI: ptr(t.WarmENI), WarmIP: ptr(t.WarmIP),
+			MinimumIP: ptr(t.MinimumIP), WarmPrefix: ptr(t.WarmPrefix)}
+	}
+	return out
+}
