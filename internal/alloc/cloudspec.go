@@ -82,29 +82,38 @@ func (c CloudSpec) Validate(field string) error {
 		return err
 	}
 	if w := c.Watermarks; w != nil {
-		for _, v := range []struct {
-			name string
-			n    int
-		}{{"preAllocate", w.PreAllocate}, {"minAllocate", w.MinAllocate}, {"maxAllocate", w.MaxAllocate}, {"maxAboveWatermark", w.MaxAboveWatermark}} {
-			if v.n < 0 || v.n > MaxCloudTarget {
-				return Invalid(field+".watermarks."+v.name, "must be between 0 and %d", MaxCloudTarget)
-			}
+		if err := checkTargets(field+".watermarks.", namedInt{"preAllocate", w.PreAllocate}, namedInt{"minAllocate", w.MinAllocate},
+			namedInt{"maxAllocate", w.MaxAllocate}, namedInt{"maxAboveWatermark", w.MaxAboveWatermark}); err != nil {
+			return err
 		}
 	}
 	if t := c.WarmTargets; t != nil {
-		for _, v := range []struct {
-			name string
-			n    int
-		}{{"warmENI", t.WarmENI}, {"warmIP", t.WarmIP}, {"minimumIP", t.MinimumIP}, {"warmPrefix", t.WarmPrefix}} {
-			if v.n < 0 || v.n > MaxCloudTarget {
-				return Invalid(field+".warmTargets."+v.name, "must be between 0 and %d", MaxCloudTarget)
-			}
+		if err := checkTargets(field+".warmTargets.", namedInt{"warmENI", t.WarmENI}, namedInt{"warmIP", t.WarmIP},
+			namedInt{"minimumIP", t.MinimumIP}, namedInt{"warmPrefix", t.WarmPrefix}); err != nil {
+			return err
 		}
 	}
 	if c.ReleaseDelay < 0 || c.ReleaseDelay > MaxCloudReleaseDelay {
 		return Invalid(field+".releaseDelaySeconds", "must be between 0 (the default, %v) and %v", DefaultCloudReleaseDelay, MaxCloudReleaseDelay)
 	}
 	return c.validateCombination(field)
+}
+
+// namedInt is a sizing value and its field name.
+type namedInt struct {
+	name string
+	n    int
+}
+
+// checkTargets refuses the first value outside [0, MaxCloudTarget],
+// naming it under prefix.
+func checkTargets(prefix string, values ...namedInt) error {
+	for _, v := range values {
+		if v.n < 0 || v.n > MaxCloudTarget {
+			return Invalid(prefix+v.name, "must be between 0 and %d", MaxCloudTarget)
+		}
+	}
+	return nil
 }
 
 // validateCombination checks the fields against each other.

@@ -409,15 +409,22 @@ func (s *Store) ListBlocks(ctx context.Context, space, node string) ([]alloc.Blo
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (alloc.Block, error) { return scanBlock(r) })
 }
 
+// nodeAndPool answers the id of registered node and pool's allocation
+// settings, or the not-found error naming which is missing.
+func (s *Store) nodeAndPool(ctx context.Context, tx querier, space, node, pool string) (int64, allocPool, error) {
+	nodeID, err := s.nodeID(ctx, tx, space, node)
+	if err != nil {
+		return 0, allocPool{}, err
+	}
+	p, err := s.allocPool(ctx, tx, space, pool)
+	return nodeID, p, err
+}
+
 // CarveBlock carves a new block for a registered node from the pool.
 func (s *Store) CarveBlock(ctx context.Context, space, node, pool string, f alloc.Family) (alloc.Block, error) {
 	var cidr netip.Prefix
 	err := s.inTx(ctx, func(tx querier) error {
-		nodeID, err := s.nodeID(ctx, tx, space, node)
-		if err != nil {
-			return err
-		}
-		p, err := s.allocPool(ctx, tx, space, pool)
+		nodeID, p, err := s.nodeAndPool(ctx, tx, space, node, pool)
 		if err != nil {
 			return err
 		}

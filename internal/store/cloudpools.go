@@ -96,11 +96,7 @@ func (s *Store) RecordCloudBlocks(ctx context.Context, space, node, pool, iface 
 		return alloc.Invalid("interface", "a cloud block names the interface that holds it")
 	}
 	return s.inTx(ctx, func(tx querier) error {
-		nodeID, err := s.nodeID(ctx, tx, space, node)
-		if err != nil {
-			return err
-		}
-		p, err := s.allocPool(ctx, tx, space, pool)
+		nodeID, p, err := s.nodeAndPool(ctx, tx, space, node, pool)
 		if err != nil {
 			return err
 		}
