@@ -147,3 +147,157 @@ func recordCloudBlock(ctx context.Context, tx querier, space string, nodeID int6
 	}
 	return &alloc.Error{Kind: alloc.KindOverlap, Field: "prefixes", Detail: fmt.Sprintf("%s overlaps a block another node or pool holds", prefix)}
 }
+
+// Giving a cloud address back must never take one a Pod holds. A block is
+// first drained: its capacity drops to 0, which every statement that
+// leases reads as full (allocated < capacity), in a statement that does so
+// only while the block holds no lease row, held or cooling. The row lock
+// that statement takes serializes it with a lease in flight on the block
+// (which locks the block too), and READ COMMITTED re-reads the row after
+// the wait, so of the two exactly one wins. Only then does the worker ask
+// the cloud, and drop the block after, or restore it when the cloud
+// refused.
+
+// DrainCloudBlocks drains the node's cloud blocks of pool among prefixes
+// that hold no lease row, and answers those it drained; the others stay
+// as they are (a Pod took an address meanwhile).
+func (s *Store) DrainCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) ([]netip.Prefix, error) {
+	var drained []netip.Prefix
+	err := s.inTx(ctx, func(tx querier) error {
+		nodeID, p, err := s.nodeAndPool(ctx, tx, space, node, pool)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `UPDATE blocks SET capacity = 0
+			WHERE node_id = $1 AND pool_id = $2 AND source = 'cloud' AND cidr = ANY ($3::cidr[]) AND allocated = 0 AND capacity > 0
+			RETURNING cidr`, nodeID, p.id, masked(prefixes))
+		if err != nil {
+			return err
+		}
+		drained, err = pgx.CollectRows(rows, pgx.RowTo[netip.Prefix])
+		return err
+	})
+	return drained, err
+}
+
+// RestoreCloudBlocks gives drained cloud blocks of the node back their
+// capacity (every address of the prefix), when the cloud kept them.
+func (s *Store) RestoreCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) error {
+	return s.inTx(ctx, func(tx querier) error {
+		nodeID, p, err := s.nodeAndPool(ctx, tx, space, node, pool)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE blocks SET capacity = last_offset - first_offset + 1
+			WHERE node_id = $1 AND pool_id = $2 AND source = 'cloud' AND cidr = ANY ($3::cidr[]) AND capacity = 0`,
+			nodeID, p.id, masked(prefixes))
+		return err
+	})
+}
+
+// DropCloudBlocks deletes drained cloud blocks of the node, once the
+// cloud took their addresses back. A block among prefixes that is not
+// drained is KindInUse and deletes nothing.
+func (s *Store) DropCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) error {
+	return s.inTx(ctx, func(tx querier) error {
+		nodeID, p, err := s.nodeAndPool(ctx, tx, space, node, pool)
+		if err != nil {
+			return err
+		}
+		var live []netip.Prefix
+		rows, err := tx.Query(ctx, `SELECT cidr FROM blocks
+			WHERE node_id = $1 AND pool_id = $2 AND source = 'cloud' AND cidr = ANY ($3::cidr[]) AND (capacity > 0 OR allocated > 0)`,
+			nodeID, p.id, masked(prefixes))
+		if err != nil {
+			return err
+		}
+		if live, err = pgx.CollectRows(rows, pgx.RowTo[netip.Prefix]); err != nil {
+			return err
+		}
+		if len(live) > 0 {
+			return &alloc.Error{Kind: alloc.KindInUse, Field: "prefixes", Detail: fmt.Sprintf("%s is not drained: drain it before the cloud takes it back", live[0])}
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM blocks WHERE node_id = $1 AND pool_id = $2 AND source = 'cloud' AND cidr = ANY ($3::cidr[])`,
+			nodeID, p.id, masked(prefixes))
+		return err
+	})
+}
+
+func masked(ps []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, len(ps))
+	for i, p := range ps {
+		out[i] = p.Masked()
+	}
+	return out
+}
+
+// CloudNode is a node of a cloud pool as the capacity workers see it.
+type CloudNode struct {
+	Name       string
+	ProviderID string
+	// Blocks are its blocks of the pool, with the interface holding each.
+	Blocks []CloudBlock
+	// Used are the addresses of those blocks a lease row holds (pending,
+	// active, reserved or cooling): none of them may go back.
+	Used []netip.Addr
+}
+
+// CloudBlock is one recorded cloud block.
+type CloudBlock struct {
+	Prefix    netip.Prefix
+	Interface string
+	Drained   bool
+}
+
+// CloudNodes answers, by name, the nodes of the space that hold blocks
+// of cloud pool pool or whose providerID names the pool's cloud
+// (aws:// or azure://), with their blocks of the pool and the addresses
+// leases hold in them, in one snapshot.
+func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode, error) {
+	var out []CloudNode
+	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var id int64
+		var cloud []byte
+		err := tx.QueryRow(ctx, `SELECT id, cloud FROM pools WHERE space = $1 AND name = $2`, space, pool).Scan(&id, &cloud)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.notFoundIn(ctx, tx, space, "pool", "pool", pool)
+		} else if err != nil {
+			return err
+		}
+		spec, err := cloudSpecOf(cloud)
+		if err != nil {
+			return err
+		}
+		if spec == nil {
+			return alloc.Invalid("pool", "pool %q is no cloud pool", pool)
+		}
+		rows, err := tx.Query(ctx, `SELECT n.name, n.provider_id,
+				coalesce((SELECT json_agg(json_build_object('prefix', b.cidr, 'iface', b.cloud_interface, 'drained', b.capacity = 0) ORDER BY b.cidr)
+					FROM blocks b WHERE b.node_id = n.id AND b.pool_id = $2), '[]'),
+				coalesce((SELECT array_agg(l.addr ORDER BY l.addr) FROM leases l JOIN blocks b ON b.id = l.block_id
+					WHERE l.node_id = n.id AND b.pool_id = $2), '{}')
+			FROM nodes n WHERE n.space = $1
+			  AND (n.provider_id LIKE $3 OR EXISTS (SELECT 1 FROM blocks b WHERE b.node_id = n.id AND b.pool_id = $2))
+			ORDER BY n.name`, space, id, string(spec.Provider)+"://%")
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (CloudNode, error) {
+			var n CloudNode
+			var blocks []struct {
+				Prefix  netip.Prefix `json:"prefix"`
+				Iface   string       `json:"iface"`
+				Drained bool         `json:"drained"`
+			}
+			if err := r.Scan(&n.Name, &n.ProviderID, &blocks, &n.Used); err != nil {
+				return n, err
+			}
+			for _, b := range blocks {
+				n.Blocks = append(n.Blocks, CloudBlock{Prefix: b.Prefix, Interface: b.Iface, Drained: b.Drained})
+			}
+			return n, nil
+		})
+		return err
+	})
+	return out, err
+}

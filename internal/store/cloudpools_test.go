@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -133,4 +134,120 @@ func TestCloudPoolImmutable(t *testing.T) {
 	if err != nil || p.Spec.Cloud.Watermarks == nil || p.Spec.Cloud.Watermarks.PreAllocate != 16 {
 		t.Fatalf("update: %+v, %v", p.Spec.Cloud, err)
 	}
+}
+
+// cloudFixture is a cloud pool with node n1 holding 10.75.0.5/32,
+// 10.75.0.6/32 and 10.75.1.16/28 on eni-1.
+func cloudFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := newFixture(t, nil)
+	f.pool("default", alloc.PoolSpec{IPv4: fam(28, "10.75.0.0/16"), NodeLocal: alloc.DefaultNodeLocal, Cloud: &alloc.CloudSpec{Provider: alloc.CloudAWS}})
+	if _, _, err := f.s.PutNode(f.ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "n1", ProviderID: "aws:///eu-west-1a/i-0123456789abcdef0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.RecordCloudBlocks(f.ctx, alloc.DefaultSpace, "n1", "default", "eni-1", prefixes("10.75.0.5/32", "10.75.0.6/32", "10.75.1.16/28")); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestDrainCloudBlocks: only a block without a lease row drains; a
+// drained block is leased no more; it is restored, or dropped, and a block
+// not drained is never dropped.
+func TestDrainCloudBlocks(t *testing.T) {
+	f := cloudFixture(t)
+	// The lowest address first: 10.75.0.5 is leased.
+	if a := f.allocate(req("n1", "c1")); a.Leases[0].Addr != netip.MustParseAddr("10.75.0.5") {
+		t.Fatalf("leased %v", a.Leases[0].Addr)
+	}
+	all := prefixes("10.75.0.5/32", "10.75.0.6/32", "10.75.1.16/28")
+	drained, err := f.s.DrainCloudBlocks(f.ctx, alloc.DefaultSpace, "n1", "default", all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(drained, all[1:]) {
+		t.Fatalf("drained %v, want %v", drained, all[1:])
+	}
+	_, err = f.s.Allocate(f.ctx, req("n1", "c2"))
+	wantKind(t, err, alloc.KindPoolExhausted)
+	err = f.s.DropCloudBlocks(f.ctx, alloc.DefaultSpace, "n1", "default", all)
+	wantKind(t, err, alloc.KindInUse)
+	if n := f.count(`SELECT count(*) FROM blocks`); n != 3 {
+		t.Fatalf("a refused drop left %d blocks", n)
+	}
+	if err := f.s.RestoreCloudBlocks(f.ctx, alloc.DefaultSpace, "n1", "default", all[2:]); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.allocate(req("n1", "c2")); !all[2].Contains(a.Leases[0].Addr) {
+		t.Fatalf("after the restore, leased %v", a.Leases[0].Addr)
+	}
+	if err := f.s.DropCloudBlocks(f.ctx, alloc.DefaultSpace, "n1", "default", all[1:2]); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := f.s.CloudNodes(f.ctx, alloc.DefaultSpace, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 1 || len(nodes[0].Blocks) != 2 || nodes[0].Blocks[0].Prefix != all[0] || nodes[0].Blocks[0].Interface != "eni-1" ||
+		nodes[0].Blocks[0].Drained || len(nodes[0].Used) != 2 || nodes[0].ProviderID == "" {
+		t.Fatalf("cloud nodes %+v", nodes)
+	}
+}
+
+// TestDrainRacesALease: a lease in flight on a block holds its row; the
+// drain waits for it, reads the block again, and leaves it.
+func TestDrainRacesALease(t *testing.T) {
+	f := cloudFixture(t)
+	tx := f.otherTx(t)
+	if _, err := tx.Exec(f.ctx, `UPDATE blocks SET allocated = allocated + 1 WHERE cidr = '10.75.0.6/32'`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		drained []netip.Prefix
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := f.s.DrainCloudBlocks(f.ctx, alloc.DefaultSpace, "n1", "default", prefixes("10.75.0.6/32"))
+		done <- result{d, err}
+	}()
+	for f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%SET capacity = 0%'`) == 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("the drain did not wait for the lease in flight: %+v", r)
+		default:
+		}
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || len(r.drained) != 0 {
+		t.Fatalf("drained %v, %v: a block a lease took was drained", r.drained, r.err)
+	}
+}
+
+func TestCloudNodes(t *testing.T) {
+	f := cloudFixture(t)
+	for _, n := range []alloc.Node{
+		{Space: alloc.DefaultSpace, Name: "n2", ProviderID: "aws:///eu-west-1b/i-0fedcba987654321"},
+		{Space: alloc.DefaultSpace, Name: "n3", ProviderID: "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm"},
+		{Space: alloc.DefaultSpace, Name: "n4"},
+	} {
+		if _, _, err := f.s.PutNode(f.ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodes, err := f.s.CloudNodes(f.ctx, alloc.DefaultSpace, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 2 || nodes[0].Name != "n1" || nodes[1].Name != "n2" || len(nodes[0].Blocks) != 3 || len(nodes[1].Blocks) != 0 {
+		t.Fatalf("cloud nodes %+v", nodes)
+	}
+	f.pool("carved", alloc.PoolSpec{IPv4: fam(28, "10.76.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
+	_, err = f.s.CloudNodes(f.ctx, alloc.DefaultSpace, "carved")
+	wantKind(t, err, alloc.KindInvalid)
+	_, err = f.s.CloudNodes(f.ctx, alloc.DefaultSpace, "none")
+	wantKind(t, err, alloc.KindNotFound)
 }
