@@ -301,3 +301,30 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 	})
 	return out, err
 }
+
+// CloudPool is a cloud pool and its spec.cloud.
+type CloudPool struct {
+	Space, Name string
+	Cloud       alloc.CloudSpec
+}
+
+// CloudPools answers every cloud pool, by space and name.
+func (s *Store) CloudPools(ctx context.Context) ([]CloudPool, error) {
+	rows, err := s.db.Query(ctx, `SELECT space, name, cloud FROM pools WHERE cloud IS NOT NULL ORDER BY space, name`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (CloudPool, error) {
+		var p CloudPool
+		var b []byte
+		if err := r.Scan(&p.Space, &p.Name, &b); err != nil {
+			return p, err
+		}
+		c, err := cloudSpecOf(b)
+		if err != nil || c == nil {
+			return p, fmt.Errorf("pool %s/%s: spec.cloud: %v", p.Space, p.Name, err)
+		}
+		p.Cloud = *c
+		return p, nil
+	})
+}

@@ -1,0 +1,293 @@
+// Package capacity is the cloud capacity workers' pass over the cloud
+// pools: for each node of a pool, what the cloud gave it is recorded as
+// its blocks, one round of cloud.Reconciler adds what its sizing says it
+// lacks, and addresses in excess for the pool's release delay go back to
+// the cloud, drained first so that none a Pod holds can go.
+//
+// One replica at a time should run passes (the caller's leader
+// election); a pass is safe to repeat, and a pass cut short leaves
+// nothing the next one does not finish: an address the cloud gave but the
+// database does not hold yet is recorded by the next pass, a drained block
+// the cloud kept is restored.
+package capacity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/cloud"
+	"github.com/ipam-dev/ipam/internal/store"
+)
+
+// Store is what a pass needs of the database.
+type Store interface {
+	CloudPools(ctx context.Context) ([]store.CloudPool, error)
+	CloudNodes(ctx context.Context, space, pool string) ([]store.CloudNode, error)
+	RecordCloudBlocks(ctx context.Context, space, node, pool, iface string, prefixes []netip.Prefix) error
+	DrainCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) ([]netip.Prefix, error)
+	RestoreCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) error
+	DropCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) error
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Worker runs passes for the cloud pools of one provider.
+type Worker struct {
+	Store    Store
+	Provider alloc.CloudProvider
+	Cloud    cloud.Provider
+	// Interfaces creates interfaces (AWS); nil for a cloud that never
+	// does.
+	Interfaces cloud.InterfaceManager
+	// Tags go on created interfaces (the cluster's at least).
+	Tags map[string]string
+	Log  *slog.Logger
+	// Now is the clock of the release delay; time.Now when nil.
+	Now func() time.Time
+
+	mu         sync.Mutex
+	excess     map[string]time.Time // "space/pool/node/prefix" -> excess since
+	reconciler map[string]*cloud.Reconciler
+}
+
+// Pass runs one pass over every cloud pool of the worker's provider, node
+// by node, and answers the failures joined (a node that failed is tried
+// again at the next pass; the others go on).
+func (w *Worker) Pass(ctx context.Context) error {
+	pools, err := w.Store.CloudPools(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range pools {
+		if p.Cloud.Provider != w.Provider {
+			continue
+		}
+		nodes, err := w.Store.CloudNodes(ctx, p.Space, p.Name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pool %s/%s: %w", p.Space, p.Name, err))
+			continue
+		}
+		for _, n := range nodes {
+			if err := w.node(ctx, p, n); err != nil {
+				errs = append(errs, fmt.Errorf("pool %s/%s node %s: %w", p.Space, p.Name, n.Name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// node runs a pass for one node of pool p.
+func (w *Worker) node(ctx context.Context, p store.CloudPool, n store.CloudNode) error {
+	id := InstanceID(w.Provider, n.ProviderID)
+	if id == "" {
+		return fmt.Errorf("providerID %q names no %s instance", n.ProviderID, w.Provider)
+	}
+	inst, err := w.Cloud.Instance(ctx, id)
+	if cloud.KindOf(err) == cloud.KindNotFound {
+		// Gone, or not visible yet: nothing to create or give back for it.
+		w.logger().Info("cloud capacity: instance not found", "node", n.Name, "instance", id)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	opts := Options(p.Cloud)
+	if err := w.recordHeld(ctx, p, n, inst, opts); err != nil {
+		return err
+	}
+	used := map[netip.Addr]bool{}
+	for _, a := range n.Used {
+		used[a] = true
+	}
+	plan, added, err := w.reconcilerOf(p).Round(ctx, n.Name, cloud.NodeState{Instance: inst, Used: used})
+	if err != nil {
+		return err
+	}
+	if got := blocksOf(added.Addresses, added.Prefixes); len(got) > 0 {
+		if err := w.Store.RecordCloudBlocks(ctx, p.Space, n.Name, p.Name, added.Interface, got); err != nil {
+			return fmt.Errorf("recording what %s got: %w", added.Interface, err)
+		}
+	}
+	return w.release(ctx, p, n, plan.Release)
+}
+
+// recordHeld records what the node's interfaces (from the first
+// interface index) hold in the cloud that the database lacks: what a pass
+// cut short between the cloud's answer and its record left.
+func (w *Worker) recordHeld(ctx context.Context, p store.CloudPool, n store.CloudNode, inst cloud.Instance, opts cloud.PlanOptions) error {
+	have := map[netip.Prefix]bool{}
+	for _, b := range n.Blocks {
+		have[b.Prefix] = true
+	}
+	for _, f := range inst.Interfaces {
+		if f.DeviceIndex < opts.FirstDevice {
+			continue
+		}
+		addrs := f.Addresses
+		if opts.UsePrimary {
+			addrs = append([]netip.Addr{f.Primary}, addrs...)
+		}
+		var missing []netip.Prefix
+		for _, b := range blocksOf(addrs, f.Prefixes) {
+			if !have[b] {
+				missing = append(missing, b)
+			}
+		}
+		if len(missing) > 0 {
+			if err := w.Store.RecordCloudBlocks(ctx, p.Space, n.Name, p.Name, f.ID, missing); err != nil {
+				return fmt.Errorf("recording what %s holds: %w", f.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// release gives back, for the part of r excess for the pool's release
+// delay, what drains: drained, taken back by the cloud, then dropped (or
+// restored when the cloud refused).
+func (w *Worker) release(ctx context.Context, p store.CloudPool, n store.CloudNode, r *cloud.Release) error {
+	now := w.now()
+	delay := p.Cloud.ReleaseDelay
+	if delay == 0 {
+		delay = alloc.DefaultCloudReleaseDelay
+	}
+	prefix := p.Space + "/" + p.Name + "/" + n.Name + "/"
+	w.mu.Lock()
+	excessNow := map[string]bool{}
+	var due []netip.Prefix
+	if r != nil {
+		for _, b := range blocksOf(r.Addresses, r.Prefixes) {
+			key := prefix + b.String()
+			excessNow[key] = true
+			since, ok := w.excess[key]
+			if !ok {
+				if w.excess == nil {
+					w.excess = map[string]time.Time{}
+				}
+				w.excess[key], since = now, now
+			}
+			if now.Sub(since) >= delay {
+				due = append(due, b)
+			}
+		}
+	}
+	for key := range w.excess {
+		if strings.HasPrefix(key, prefix) && !excessNow[key] {
+			delete(w.excess, key) // needed again: the delay starts over
+		}
+	}
+	w.mu.Unlock()
+	if len(due) == 0 {
+		return nil
+	}
+	drained, err := w.Store.DrainCloudBlocks(ctx, p.Space, n.Name, p.Name, due)
+	if err != nil || len(drained) == 0 {
+		return err
+	}
+	var addrs []netip.Addr
+	var prefixes []netip.Prefix
+	for _, b := range drained {
+		if b.Bits() == 32 {
+			addrs = append(addrs, b.Addr())
+		} else {
+			prefixes = append(prefixes, b)
+		}
+	}
+	if err := w.Cloud.Unassign(ctx, r.Interface, addrs, prefixes); err != nil {
+		if rerr := w.Store.RestoreCloudBlocks(ctx, p.Space, n.Name, p.Name, drained); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	w.mu.Lock()
+	for _, b := range drained {
+		delete(w.excess, prefix+b.String())
+	}
+	w.mu.Unlock()
+	return w.Store.DropCloudBlocks(ctx, p.Space, n.Name, p.Name, drained)
+}
+
+func (w *Worker) reconcilerOf(p store.CloudPool) *cloud.Reconciler {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := p.Space + "/" + p.Name
+	if w.reconciler == nil {
+		w.reconciler = map[string]*cloud.Reconciler{}
+	}
+	r := w.reconciler[key]
+	if r == nil {
+		r = &cloud.Reconciler{Provider: w.Cloud, Interfaces: w.Interfaces, Tags: w.Tags, Now: w.Now}
+		w.reconciler[key] = r
+	}
+	// The pool's spec may have changed since: read it every pass.
+	r.Options = Options(p.Cloud)
+	r.Subnets = cloud.SubnetSelector{IDs: p.Cloud.SubnetIDs, Tags: p.Cloud.SubnetTags}
+	r.SecurityGroups = p.Cloud.SecurityGroups
+	return r
+}
+
+// Options are the plan options of a pool's spec.cloud: Cilium's
+// watermarks (their defaults when unset) or the VPC CNI's warm targets,
+// counted in /28s with prefixes.
+func Options(c alloc.CloudSpec) cloud.PlanOptions {
+	o := cloud.PlanOptions{Prefixes: c.Prefixes, UsePrimary: c.UsePrimaryAddress, FirstDevice: c.FirstInterfaceIndex}
+	switch {
+	case c.WarmTargets != nil:
+		t := *c.WarmTargets
+		t.Prefixes = c.Prefixes
+		o.Sizing.WarmTargets = &t
+	case c.Watermarks != nil:
+		o.Sizing.Watermarks = *c.Watermarks
+	}
+	return o
+}
+
+// InstanceID is the cloud's id of the instance a Kubernetes providerID
+// names: aws:///ZONE/i-... gives i-...; azure://RESOURCE-ID gives the
+// resource ID. "" when providerID is not of provider.
+func InstanceID(provider alloc.CloudProvider, providerID string) string {
+	rest, ok := strings.CutPrefix(providerID, string(provider)+"://")
+	if !ok || rest == "" {
+		return ""
+	}
+	if provider == alloc.CloudAzure {
+		return rest
+	}
+	id := rest[strings.LastIndexByte(rest, '/')+1:]
+	if !strings.HasPrefix(id, "i-") {
+		return ""
+	}
+	return id
+}
+
+// blocksOf is addresses as /32s, then prefixes, in order.
+func blocksOf(addrs []netip.Addr, prefixes []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(addrs)+len(prefixes))
+	for _, a := range addrs {
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	out = append(out, prefixes...)
+	return slices.Clip(out)
+}
+
+func (w *Worker) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
+}
+
+func (w *Worker) logger() *slog.Logger {
+	if w.Log != nil {
+		return w.Log
+	}
+	return slog.Default()
+}

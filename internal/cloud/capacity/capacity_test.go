@@ -1,0 +1,203 @@
+package capacity
+
+import (
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+	"time"
+
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/cloud"
+	"github.com/ipam-dev/ipam/internal/cloud/aws"
+	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
+	"github.com/ipam-dev/ipam/internal/pgtest"
+	"github.com/ipam-dev/ipam/internal/store"
+	"github.com/ipam-dev/ipam/internal/testclock"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Migrate) }
+
+// world is a store on a database of its own, an EC2 fake with one
+// m5.large, its node registered, and a worker over both.
+type world struct {
+	st    *store.Store
+	fake  *ec2fake.Server
+	w     *Worker
+	clock *testclock.Clock
+	eni0  string
+}
+
+func newWorld(t *testing.T, spec alloc.CloudSpec) *world {
+	t.Helper()
+	ctx := t.Context()
+	clk := testclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{LeaseExpiry: time.Hour, Cooldown: time.Second, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	fake := ec2fake.New()
+	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-0123456789abcdef0", VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix("10.90.0.0/24")})
+	inst, eni0, err := fake.AddInstance("m5.large", "subnet-0123456789abcdef0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(fake)
+	t.Cleanup(srv.Close)
+	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+		Retryer:     retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 1 })})
+	provider := aws.New(client, aws.Options{Wait: func(int) time.Duration { return 0 }})
+	if _, err := st.CreatePool(ctx, alloc.Pool{Space: alloc.DefaultSpace, Name: "eni",
+		Spec: alloc.PoolSpec{IPv4: &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.90.0.0/24")}, MaskSize: 28},
+			NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.PutNode(ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "n1", ProviderID: "aws:///eu-west-1a/" + inst}); err != nil {
+		t.Fatal(err)
+	}
+	w := &Worker{Store: st, Provider: alloc.CloudAWS, Cloud: provider, Interfaces: provider,
+		Tags: map[string]string{cloud.TagCluster: "test"}, Now: clk.Now}
+	return &world{st: st, fake: fake, w: w, clock: clk, eni0: eni0}
+}
+
+func (x *world) pass(t *testing.T) {
+	t.Helper()
+	if err := x.w.Pass(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (x *world) lease(t *testing.T, container string) (netip.Addr, error) {
+	t.Helper()
+	a, err := x.st.Allocate(t.Context(), alloc.LeaseRequest{Space: alloc.DefaultSpace, Node: "n1", Pool: "eni",
+		Owner: alloc.Owner{Namespace: "ns", Name: container}, Attachment: alloc.Attachment{ContainerID: container, Interface: "eth0"}})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return a.Leases[0].Addr, nil
+}
+
+func (x *world) blocks(t *testing.T) int {
+	t.Helper()
+	nodes, err := x.st.CloudNodes(t.Context(), alloc.DefaultSpace, "eni")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(nodes[0].Blocks)
+}
+
+// TestPassAddsAndRecords: a pass gives the node its pre-allocation from
+// the cloud, recorded as blocks the node then leases from; the next pass
+// adds what the leases used up.
+func TestPassAddsAndRecords(t *testing.T) {
+	x := newWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}})
+	if _, err := x.lease(t, "c0"); err == nil {
+		t.Fatal("a lease before the cloud gave any address")
+	}
+	x.pass(t)
+	held, _ := x.fake.Held(x.eni0)
+	if len(held) != 4 || x.blocks(t) != 4 {
+		t.Fatalf("the cloud holds %v, the store %d blocks", held, x.blocks(t))
+	}
+	for i := range 4 {
+		a, err := x.lease(t, "c"+string(rune('1'+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !containsAddr(held, a) {
+			t.Fatalf("leased %v, not one the cloud gave (%v)", a, held)
+		}
+	}
+	if _, err := x.lease(t, "c5"); err == nil {
+		t.Fatal("a fifth lease with four addresses")
+	}
+	x.pass(t)
+	if held, _ := x.fake.Held(x.eni0); len(held) != 8 || x.blocks(t) != 8 {
+		t.Fatalf("after the second pass the cloud holds %d, the store %d blocks", len(held), x.blocks(t))
+	}
+	if _, err := x.lease(t, "c5"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPassRecordsWhatACrashLeft: addresses the cloud gave but no pass
+// recorded (a worker stopped between the two) are recorded by the next.
+func TestPassRecordsWhatACrashLeft(t *testing.T) {
+	x := newWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 2}})
+	if _, err := x.w.Cloud.Assign(t.Context(), x.eni0, 3, false); err != nil {
+		t.Fatal(err)
+	}
+	x.pass(t)
+	if x.blocks(t) != 3 {
+		t.Fatalf("%d blocks, want the 3 the cloud holds", x.blocks(t))
+	}
+	if held, _ := x.fake.Held(x.eni0); len(held) != 3 {
+		t.Fatalf("the pass assigned more: %v", held)
+	}
+}
+
+// TestPassReleasesAfterTheDelay: addresses in excess go back only once
+// excess for the pool's delay, never one a lease holds, and a need in
+// between starts the delay over.
+func TestPassReleasesAfterTheDelay(t *testing.T) {
+	x := newWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 6}, ReleaseDelay: time.Minute})
+	x.pass(t)
+	a, err := x.lease(t, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fewer are needed now: 6 held, 1 used, pre-allocate 2: 3 in excess.
+	if _, err := x.st.UpdatePool(t.Context(), alloc.DefaultSpace, "eni", nil, alloc.PoolSpec{
+		IPv4: &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.90.0.0/24")}, MaskSize: 28}, NodeLocal: alloc.DefaultNodeLocal,
+		Cloud: &alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 2}, ReleaseDelay: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	x.pass(t)
+	if held, _ := x.fake.Held(x.eni0); len(held) != 6 {
+		t.Fatalf("released before the delay: %v", held)
+	}
+	x.clock.Advance(time.Minute)
+	x.pass(t)
+	held, _ := x.fake.Held(x.eni0)
+	if len(held) != 3 || x.blocks(t) != 3 || !containsAddr(held, a) {
+		t.Fatalf("after the delay the cloud holds %v (the lease holds %v), the store %d blocks", held, a, x.blocks(t))
+	}
+	if _, err := x.lease(t, "c2"); err != nil {
+		t.Fatalf("a lease from what stayed: %v", err)
+	}
+}
+
+func TestInstanceID(t *testing.T) {
+	for _, c := range []struct {
+		provider alloc.CloudProvider
+		id, want string
+	}{
+		{alloc.CloudAWS, "aws:///eu-west-1a/i-0123456789abcdef0", "i-0123456789abcdef0"},
+		{alloc.CloudAWS, "aws:///i-0123", "i-0123"},
+		{alloc.CloudAWS, "aws://", ""},
+		{alloc.CloudAWS, "aws:///eu-west-1a/", ""},
+		{alloc.CloudAWS, "gce://p/z/vm", ""},
+		{alloc.CloudAzure, "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm",
+			"/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm"},
+		{alloc.CloudAzure, "aws:///z/i-1", ""},
+	} {
+		if got := InstanceID(c.provider, c.id); got != c.want {
+			t.Errorf("InstanceID(%s, %q) = %q, want %q", c.provider, c.id, got, c.want)
+		}
+	}
+}
+
+func containsAddr(as []netip.Addr, a netip.Addr) bool {
+	for _, x := range as {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
