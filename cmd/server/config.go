@@ -14,6 +14,7 @@ import (
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/api"
 	"github.com/ipam-dev/ipam/internal/cilium"
+	"github.com/ipam-dev/ipam/internal/cloud"
 	"github.com/ipam-dev/ipam/internal/store"
 )
 
@@ -75,6 +76,15 @@ type config struct {
 	MaxInFlight    int
 	AdmissionQueue int
 	AdmissionWait  time.Duration
+	// Cloud capacity workers (cloud.go); off when CloudProvider is "".
+	CloudProvider     string
+	CloudInterval     time.Duration
+	CloudQPS          float64
+	CloudBurst        int
+	CloudCluster      string
+	AWSRegion         string
+	AWSEndpoint       string
+	AzureSubscription string
 }
 
 // admission is the API's admission control: MaxInFlight (default: the
@@ -155,6 +165,7 @@ func (c config) Validate() error {
 	if c.MaxInFlight < 0 {
 		errs = append(errs, errors.New("max-in-flight must not be negative"))
 	}
+	errs = append(errs, c.validateCloud()...)
 	if c.AdmissionQueue < 0 {
 		errs = append(errs, errors.New("admission-queue must not be negative"))
 	}
@@ -227,6 +238,14 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve the Go profiler at /debug/pprof/ on the API listener, to admins only")
 	fs.StringVar(&c.MetricsPrefix, "metrics-prefix", "", `prefix of the Cilium-named metrics (ipam_available_ips, ...), joined by "_": "cilium_operator" makes them cilium_operator_ipam_available_ips`)
 	fs.DurationVar(&c.UsageMetricsRefresh, "usage-metrics-refresh", 15*time.Second, "the most often a metrics scrape reads node and pool usage from the database")
+	fs.StringVar(&c.CloudProvider, "cloud-provider", "", "run the cloud capacity workers of this cloud (aws or azure) for its cloud pools: one replica at a time (a PostgreSQL advisory lock); empty runs none")
+	fs.DurationVar(&c.CloudInterval, "cloud-interval", 10*time.Second, "the time between two passes of the cloud capacity workers")
+	fs.Float64Var(&c.CloudQPS, "cloud-qps", cloud.DefaultQPS, "cloud API calls per second, every worker's together (Cilium's limit-ipam-api-qps)")
+	fs.IntVar(&c.CloudBurst, "cloud-burst", cloud.DefaultBurst, "cloud API calls at once above cloud-qps (Cilium's limit-ipam-api-burst)")
+	fs.StringVar(&c.CloudCluster, "cloud-cluster", "ipam", "the cluster's name, tagged on the interfaces the workers create (ipam-dev.io/cluster); the leak collector touches only those")
+	fs.StringVar(&c.AWSRegion, "aws-region", "", "the AWS region of the nodes (credentials come from the SDK's default chain: environment, web identity, instance role)")
+	fs.StringVar(&c.AWSEndpoint, "aws-endpoint", "", "an EC2 endpoint other than the region's (a VPC endpoint, a test server)")
+	fs.StringVar(&c.AzureSubscription, "azure-subscription", "", "the Azure subscription of the nodes (credentials: workload identity, managed identity or client secret, as the AZURE_* variables say)")
 	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "how long address history events are kept; 0 keeps them forever")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection from this cluster")
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")

@@ -253,6 +253,20 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 		defer close(gcDone)
 		runGC(gcCtx, st, cfg.GCInterval, cfg.UsageSampleEvery, log, gcm)
 	}()
+	cloudCtx, stopCloud := context.WithCancel(ctx)
+	cloudDone, err := startCloud(cloudCtx, cfg, st, log)
+	if err != nil {
+		stopCloud()
+		stopGC()
+		<-gcDone
+		return err
+	}
+	defer func() {
+		stopCloud()
+		if cloudDone != nil {
+			<-cloudDone
+		}
+	}()
 	if cfg.BlockTopUp {
 		// It ends with ctx, the transaction of a carve under way rolled
 		// back (what it leaves undone, Rebalance does), and serve returns

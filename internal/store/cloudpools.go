@@ -328,3 +328,30 @@ func (s *Store) CloudPools(ctx context.Context) ([]CloudPool, error) {
 		return p, nil
 	})
 }
+
+// cloudLockKey is the advisory lock key of the cloud capacity passes
+// ("ipamcld" in ASCII).
+const cloudLockKey = 0x69_70_61_6d_63_6c_64
+
+// WithCloudLock runs pass while this replica holds the cloud capacity
+// workers' session advisory lock, and answers whether it ran: one replica
+// at a time calls the clouds, the others find the lock taken and skip.
+// The lock goes with the pass's end, or with the connection if the
+// unlock fails.
+func (s *Store) WithCloudLock(ctx context.Context, pass func(context.Context) error) (bool, error) {
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	var mine bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, cloudLockKey).Scan(&mine); err != nil || !mine {
+		return false, err
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, cloudLockKey); err != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}()
+	return true, pass(ctx)
+}

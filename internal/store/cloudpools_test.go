@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"slices"
@@ -250,4 +251,24 @@ func TestCloudNodes(t *testing.T) {
 	wantKind(t, err, alloc.KindInvalid)
 	_, err = f.s.CloudNodes(f.ctx, alloc.DefaultSpace, "none")
 	wantKind(t, err, alloc.KindNotFound)
+}
+
+// TestWithCloudLock: while one replica's pass runs, another's is
+// skipped; after it, the lock is free.
+func TestWithCloudLock(t *testing.T) {
+	f := newFixture(t, nil)
+	inner := false
+	ran, err := f.s.WithCloudLock(f.ctx, func(ctx context.Context) error {
+		ran, err := f.s.WithCloudLock(ctx, func(context.Context) error { inner = true; return nil })
+		if err != nil || ran {
+			t.Errorf("a second pass while the first runs: ran %v, %v", ran, err)
+		}
+		return nil
+	})
+	if err != nil || !ran || inner {
+		t.Fatalf("ran %v inner %v: %v", ran, inner, err)
+	}
+	if ran, err := f.s.WithCloudLock(f.ctx, func(context.Context) error { return nil }); err != nil || !ran {
+		t.Fatalf("the lock was not given back: ran %v, %v", ran, err)
+	}
 }

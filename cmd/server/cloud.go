@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"golang.org/x/time/rate"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/cloud"
+	"github.com/ipam-dev/ipam/internal/cloud/aws"
+	"github.com/ipam-dev/ipam/internal/cloud/azure"
+	"github.com/ipam-dev/ipam/internal/cloud/capacity"
+	"github.com/ipam-dev/ipam/internal/store"
+)
+
+// startCloud starts the cloud capacity workers of cfg.CloudProvider: a
+// pass over its cloud pools every cfg.CloudInterval, by the replica that
+// holds the store's cloud lock, every call behind one token bucket. It
+// answers a channel closed once the workers stopped with ctx; nil when no
+// provider is configured.
+func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logger) (<-chan struct{}, error) {
+	if cfg.CloudProvider == "" {
+		return nil, nil
+	}
+	bucket := rate.NewLimiter(rate.Limit(cfg.CloudQPS), cfg.CloudBurst)
+	w := &capacity.Worker{Store: st, Provider: alloc.CloudProvider(cfg.CloudProvider), Log: log,
+		Tags: map[string]string{cloud.TagCluster: cfg.CloudCluster}}
+	switch w.Provider {
+	case alloc.CloudAWS:
+		awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.AWSRegion))
+		if err != nil {
+			return nil, fmt.Errorf("AWS configuration: %w", err)
+		}
+		client := ec2.NewFromConfig(awsCfg, func(o *ec2.Options) {
+			if cfg.AWSEndpoint != "" {
+				o.BaseEndpoint = &cfg.AWSEndpoint
+			}
+		})
+		p := aws.New(client, aws.Options{})
+		w.Cloud, w.Interfaces = cloud.NewLimited(p, bucket), cloud.NewLimitedInterfaces(p, bucket)
+	case alloc.CloudAzure:
+		// Workload identity, managed identity or a client secret, as the
+		// AZURE_* variables say.
+		cred, err := azidentity.NewDefaultAzureCredential(nil)
+		if err != nil {
+			return nil, fmt.Errorf("azure credential: %w", err)
+		}
+		p, err := azure.New(cfg.AzureSubscription, cred, &arm.ClientOptions{})
+		if err != nil {
+			return nil, err
+		}
+		w.Cloud = cloud.NewLimited(p, bucket)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(cfg.CloudInterval)
+		defer t.Stop()
+		for {
+			ran, err := st.WithCloudLock(ctx, w.Pass)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				log.Warn("cloud capacity pass", "provider", cfg.CloudProvider, "err", err)
+			case ran:
+				log.Debug("cloud capacity pass done", "provider", cfg.CloudProvider)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	log.Info("cloud capacity workers on", "provider", cfg.CloudProvider, "interval", cfg.CloudInterval.String(), "qps", cfg.CloudQPS, "burst", cfg.CloudBurst)
+	return done, nil
+}
+
+// validateCloud checks the cloud flags.
+func (c config) validateCloud() []error {
+	var errs []error
+	switch alloc.CloudProvider(c.CloudProvider) {
+	case "":
+		return nil
+	case alloc.CloudAWS:
+		if c.AWSRegion == "" {
+			errs = append(errs, errors.New("cloud-provider=aws needs aws-region"))
+		}
+	case alloc.CloudAzure:
+		if c.AzureSubscription == "" {
+			errs = append(errs, errors.New("cloud-provider=azure needs azure-subscription"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("cloud-provider must be aws or azure, not %q", c.CloudProvider))
+	}
+	if c.CloudInterval <= 0 {
+		errs = append(errs, errors.New("cloud-interval must be positive"))
+	}
+	if c.CloudQPS <= 0 || c.CloudBurst < 1 {
+		errs = append(errs, errors.New("cloud-qps must be positive and cloud-burst at least 1"))
+	}
+	if c.CloudCluster == "" {
+		errs = append(errs, errors.New("cloud-cluster must name the cluster (it tags the interfaces the workers create)"))
+	}
+	return errs
+}

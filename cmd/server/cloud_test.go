@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
+	"github.com/ipam-dev/ipam/internal/pgtest"
+)
+
+// TestCloudCapacityWorkers runs the server with the AWS workers against
+// the EC2 fake (the SDK's default credential chain, from the
+// environment): a cloud pool and a node registered through the API get
+// the node's pre-allocation from the cloud as its blocks, and a Pod's
+// lease is one of those addresses.
+func TestCloudCapacityWorkers(t *testing.T) {
+	fake := ec2fake.New()
+	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-0123456789abcdef0", VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix("10.95.0.0/24")})
+	inst, eni0, err := fake.AddInstance("m5.large", "subnet-0123456789abcdef0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec2srv := httptest.NewServer(fake)
+	defer ec2srv.Close()
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
+	base := startServer(t, pgtest.NewDatabase(t), "--cloud-provider", "aws", "--aws-region", "eu-west-1",
+		"--aws-endpoint", ec2srv.URL, "--cloud-interval", "50ms", "--cloud-cluster", "test")
+	send := func(method, path string, body any, want int) []byte {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest(method, base+path, bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out bytes.Buffer
+		_, _ = out.ReadFrom(res.Body)
+		if res.StatusCode != want {
+			t.Fatalf("%s %s: %d %s, want %d", method, path, res.StatusCode, out.String(), want)
+		}
+		return out.Bytes()
+	}
+	send("POST", "/v1/pools", map[string]any{"name": "eni", "spec": map[string]any{
+		"ipv4":  map[string]any{"cidrs": []string{"10.95.0.0/24"}, "maskSize": 28},
+		"cloud": map[string]any{"provider": "aws", "watermarks": map[string]any{"preAllocate": 4}},
+	}}, http.StatusCreated)
+	send("PUT", "/v1/nodes/n1", map[string]any{"providerID": "aws:///eu-west-1a/" + inst}, http.StatusCreated)
+	deadline := time.Now().Add(30 * time.Second)
+	var blocks ipamv1.BlockList
+	for {
+		if err := json.Unmarshal(send("GET", "/v1/nodes/n1/blocks", nil, http.StatusOK), &blocks); err != nil {
+			t.Fatal(err)
+		}
+		if len(blocks.Items) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no pre-allocation within 30 s: blocks %+v, EC2 calls: %d assigns", blocks.Items, fake.Calls("AssignPrivateIpAddresses"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	held, _ := fake.Held(eni0)
+	var a ipamv1.Allocation
+	body := map[string]any{"containerID": "c1", "interface": "eth0", "pool": "eni", "owner": map[string]any{"namespace": "ns", "name": "p"}}
+	if err := json.Unmarshal(send("POST", "/v1/nodes/n1/leases", body, http.StatusCreated), &a); err != nil {
+		t.Fatal(err)
+	}
+	addr := netip.MustParsePrefix(a.Addresses[0].Address).Addr()
+	if !slices.Contains(held, addr) {
+		t.Fatalf("leased %v, not one the cloud gave (%v)", addr, held)
+	}
+	for _, b := range blocks.Items {
+		if deref(b.Source) != "cloud" || !strings.HasSuffix(b.Cidr, "/32") {
+			t.Fatalf("block %+v", b)
+		}
+	}
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func TestCloudFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string // "" when valid
+	}{
+		{nil, ""},
+		{[]string{"--cloud-provider", "aws", "--aws-region", "eu-west-1"}, ""},
+		{[]string{"--cloud-provider", "azure", "--azure-subscription", "00000000-0000-0000-0000-000000000001"}, ""},
+		{[]string{"--cloud-provider", "gcp"}, "cloud-provider must be aws or azure"},
+		{[]string{"--cloud-provider", "aws"}, "needs aws-region"},
+		{[]string{"--cloud-provider", "azure"}, "needs azure-subscription"},
+		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-interval", "0s"}, "cloud-interval must be positive"},
+		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-qps", "0"}, "cloud-qps must be positive"},
+		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-cluster", ""}, "cloud-cluster must name the cluster"},
+	} {
+		cfg, err := parseConfig("serve", c.args, func(string) string { return "" })
+		if err == nil {
+			err = cfg.Validate()
+		}
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
