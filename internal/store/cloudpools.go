@@ -339,19 +339,28 @@ const cloudLockKey = 0x69_70_61_6d_63_6c_64
 // The lock goes with the pass's end, or with the connection if the
 // unlock fails.
 func (s *Store) WithCloudLock(ctx context.Context, pass func(context.Context) error) (bool, error) {
+	return s.withSessionLock(ctx, cloudLockKey, pass)
+}
+
+// withSessionLock runs fn while this replica holds session advisory lock
+// key, on a connection of its own, and answers whether it ran: taken
+// elsewhere, fn does not run. The lock goes when fn returns (with a fresh
+// context, even when ctx has ended), or with the connection if the unlock
+// fails.
+func (s *Store) withSessionLock(ctx context.Context, key int64, fn func(context.Context) error) (bool, error) {
 	conn, err := s.db.Acquire(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Release()
 	var mine bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, cloudLockKey).Scan(&mine); err != nil || !mine {
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&mine); err != nil || !mine {
 		return false, err
 	}
 	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, cloudLockKey); err != nil {
-			conn.Conn().Close(context.WithoutCancel(ctx))
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, key); err != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx)) // the session, and its lock, end with the connection
 		}
 	}()
-	return true, pass(ctx)
+	return true, fn(ctx)
 }

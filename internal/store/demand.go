@@ -273,21 +273,17 @@ type Rebalanced struct {
 // notes of a replica that stopped).
 func (s *Store) Rebalance(ctx context.Context) (Rebalanced, error) {
 	var out Rebalanced
-	conn, err := s.db.Acquire(ctx)
-	if err != nil {
-		return out, err
-	}
-	defer conn.Release()
-	var mine bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, rebalanceLockKey).Scan(&mine); err != nil || !mine {
-		return out, err
-	}
-	defer func() {
-		// A fresh context: the lock must go even when ctx has ended.
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, rebalanceLockKey); err != nil {
-			conn.Conn().Close(context.WithoutCancel(ctx)) // the session, and its lock, end with the connection
-		}
-	}()
+	_, err := s.withSessionLock(ctx, rebalanceLockKey, func(ctx context.Context) error {
+		var err error
+		out, err = s.rebalance(ctx)
+		return err
+	})
+	return out, err
+}
+
+// rebalance is Rebalance's pass, run under its lock.
+func (s *Store) rebalance(ctx context.Context) (Rebalanced, error) {
+	var out Rebalanced
 	usage, err := s.nodePoolUsage(ctx, s.db, nil, nil, nil)
 	if err != nil {
 		return out, err
