@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -97,14 +95,6 @@ func startFloorServer(p *benchPKI, delay time.Duration) (url string, stop func()
 	if err != nil {
 		return "", nil, err
 	}
-	caPEM, err := os.ReadFile(filepath.Join(p.dir, "ca.crt"))
-	if err != nil {
-		return "", nil, err
-	}
-	clientCAs := x509.NewCertPool()
-	if !clientCAs.AppendCertsFromPEM(caPEM) {
-		return "", nil, errors.New("ca.crt is no PEM")
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
@@ -113,7 +103,7 @@ func startFloorServer(p *benchPKI, delay time.Duration) (url string, stop func()
 		Handler:           (&floorServer{delay: delay}).routes(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: clientCAs,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: p.roots, // the benchmark's CA, as the service's --client-ca-file
 			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
 	}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()

@@ -81,7 +81,7 @@ func (t WarmTargets) Short(p WarmPool) int {
 	if t.ipTargets() {
 		short := max(t.WarmIP-avail, t.MinimumIP-p.Total, 0)
 		if t.Prefixes {
-			return ceilDiv(short, PrefixSize)
+			return PrefixesFor(short)
 		}
 		return short
 	}
@@ -94,7 +94,7 @@ func (t WarmTargets) Short(p WarmPool) int {
 		short = unit
 	}
 	if t.Prefixes {
-		return ceilDiv(short, PrefixSize)
+		return PrefixesFor(short)
 	}
 	return short
 }
@@ -116,7 +116,7 @@ func (t WarmTargets) Over(p WarmPool) int {
 	case !t.Prefixes:
 		return max(min(p.Total-p.Used-t.WarmIP, p.Total-t.MinimumIP), 0)
 	}
-	keep := max(ceilDiv(p.Used+t.WarmIP, PrefixSize), ceilDiv(t.MinimumIP, PrefixSize))
+	keep := max(PrefixesFor(p.Used+t.WarmIP), PrefixesFor(t.MinimumIP))
 	return max(min(p.FreePrefixes, p.Prefixes-keep), 0)
 }
 
@@ -130,5 +130,5 @@ func (t WarmTargets) SurplusInterface(p WarmPool) bool {
 	return p.Total-p.Used >= (t.warmENI()+1)*p.PerInterface
 }
 
-// ceilDiv is a / b rounded up, for a >= 0 and b > 0.
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
+// PrefixesFor is how many prefixes hold n addresses (n >= 0).
+func PrefixesFor(n int) int { return (n + PrefixSize - 1) / PrefixSize }

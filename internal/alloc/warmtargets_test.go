@@ -48,7 +48,7 @@ func settle(t *testing.T, w WarmTargets, in instance, pods int) (held int, stabl
 		}
 		if !w.ipTargets() && !w.Prefixes {
 			// A whole interface's worth at a time.
-			short = ceilDiv(short, in.perInterface) * in.perInterface
+			short = (short + in.perInterface - 1) / in.perInterface * in.perInterface
 		}
 		held = min(held+short, capacity)
 	}

@@ -1,5 +1,7 @@
 package cloud
 
+import "github.com/ipam-dev/ipam/internal/alloc"
+
 // Limits are an instance type's limits on network interfaces and their
 // addresses (EC2 DescribeInstanceTypes: MaximumNetworkInterfaces of the
 // default network card, Ipv4AddressesPerInterface,
@@ -18,7 +20,7 @@ type Limits struct {
 
 // IPv4PrefixSize is the number of addresses of a delegated IPv4 prefix
 // (a /28).
-const IPv4PrefixSize = 16
+const IPv4PrefixSize = alloc.PrefixSize
 
 // PodAddressesPerInterface is how many Pod addresses one interface can
 // hold: its IPv4 slots but the primary address (the interface's own),

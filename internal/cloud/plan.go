@@ -122,7 +122,10 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 	var plan Plan
 	var add, give int // in addresses, or prefixes with o.Prefixes
 	surplus := false
-	if t := o.Sizing.WarmTargets; t != nil {
+	if o.Sizing.WarmTargets != nil {
+		// Prefix mode is the pool's (o.Prefixes), whatever the targets say.
+		t := *o.Sizing.WarmTargets
+		t.Prefixes = o.Prefixes
 		maxPods := o.MaxPods
 		if maxPods == 0 {
 			maxPods = l.MaxPods()
@@ -137,7 +140,7 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 		w := o.Sizing.Watermarks
 		add, give = w.ToAllocate(held, used, s.Pending), w.Excess(held, used)
 		if o.Prefixes {
-			add, give = ceilDiv(add, IPv4PrefixSize), give/IPv4PrefixSize
+			add, give = alloc.PrefixesFor(add), give/IPv4PrefixSize
 		}
 	}
 
@@ -227,16 +230,13 @@ func pickDetach(ifaces []Interface, used map[netip.Addr]bool) string {
 	return ""
 }
 
-// usedIn counts the used addresses inside p.
+// usedIn counts the used addresses inside p (a /28: 16 lookups).
 func usedIn(p netip.Prefix, used map[netip.Addr]bool) int {
 	n := 0
-	for a := range used {
-		if used[a] && p.Contains(a) {
+	for a := p.Addr(); p.Contains(a); a = a.Next() {
+		if used[a] {
 			n++
 		}
 	}
 	return n
 }
-
-// ceilDiv is a / b rounded up, for a >= 0 and b > 0.
-func ceilDiv(a, b int) int { return (a + b - 1) / b }

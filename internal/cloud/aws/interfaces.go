@@ -95,7 +95,7 @@ func (p *Provider) CreateInterface(ctx context.Context, spec cloud.InterfaceSpec
 		}
 		return cloud.Interface{}, err
 	}
-	_, err = p.eventually(ctx, func() error {
+	err = p.eventually(ctx, func() error {
 		_, err := p.ec2.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{
 			NetworkInterfaceId: sdkaws.String(f.ID),
 			Attachment:         &types.NetworkInterfaceAttachmentChanges{AttachmentId: sdkaws.String(attachment), DeleteOnTermination: sdkaws.Bool(true)},
@@ -135,7 +135,7 @@ func (p *Provider) attach(ctx context.Context, id string, inst cloud.Instance, f
 	for try := 1; ; try++ {
 		device := freeDevice(inst, first)
 		var out *ec2.AttachNetworkInterfaceOutput
-		_, err := p.eventually(ctx, func() error {
+		err := p.eventually(ctx, func() error {
 			var err error
 			out, err = p.ec2.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{
 				NetworkInterfaceId: sdkaws.String(id), InstanceId: sdkaws.String(inst.ID), DeviceIndex: sdkaws.Int32(int32(device)),
@@ -174,7 +174,7 @@ func freeDevice(inst cloud.Instance, first int) int {
 // deleteNew deletes an interface just created, trying again while EC2
 // does not show it yet.
 func (p *Provider) deleteNew(ctx context.Context, id string) error {
-	_, err := p.eventually(ctx, func() error {
+	err := p.eventually(ctx, func() error {
 		_, err := p.ec2.DeleteNetworkInterface(ctx, &ec2.DeleteNetworkInterfaceInput{NetworkInterfaceId: sdkaws.String(id)})
 		return err
 	})
@@ -182,18 +182,17 @@ func (p *Provider) deleteNew(ctx context.Context, id string) error {
 }
 
 // eventually calls call until it succeeds, fails otherwise than with an
-// interface EC2 does not show, or has been tried eventualTries times; it
-// answers the tries.
-func (p *Provider) eventually(ctx context.Context, call func() error) (int, error) {
+// interface EC2 does not show (yet), or has been tried eventualTries
+// times.
+func (p *Provider) eventually(ctx context.Context, call func() error) error {
 	for try := 1; ; try++ {
 		err := call()
-		if err == nil || try == eventualTries || cloud.KindOf(classify(err)) != cloud.KindNotFound ||
-			!strings.HasPrefix(errorCode(err), "InvalidNetworkInterfaceID") {
-			return try, err
+		if err == nil || try == eventualTries || errorCode(err) != "InvalidNetworkInterfaceID.NotFound" {
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return try, ctx.Err()
+			return ctx.Err()
 		case <-time.After(p.opts.Wait(try)):
 		}
 	}

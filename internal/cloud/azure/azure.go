@@ -217,11 +217,8 @@ func (p *Provider) Assign(ctx context.Context, iface string, n int, prefixes boo
 	if isScaleSetNIC(rid) {
 		nic, err = p.changeScaleSetNIC(ctx, rid, func(c *armcompute.VirtualMachineScaleSetNetworkConfiguration) error {
 			first := firstScaleSetConfig(c)
-			if first == nil {
-				return fmt.Errorf("NIC %s has no IP configuration to copy", iface)
-			}
-			if len(c.Properties.IPConfigurations)+n > InterfaceAddressLimit {
-				return interfaceFull(iface, len(c.Properties.IPConfigurations), n)
+			if err := checkRoom(iface, first != nil, len(c.Properties.IPConfigurations), n); err != nil {
+				return err
 			}
 			for _, name := range names {
 				c.Properties.IPConfigurations = append(c.Properties.IPConfigurations, &armcompute.VirtualMachineScaleSetIPConfiguration{
@@ -238,11 +235,8 @@ func (p *Provider) Assign(ctx context.Context, iface string, n int, prefixes boo
 	} else {
 		nic, err = p.changeNIC(ctx, rid, func(nic *armnetwork.Interface) error {
 			first := firstConfig(nic)
-			if first == nil {
-				return fmt.Errorf("NIC %s has no IP configuration to copy", iface)
-			}
-			if len(nic.Properties.IPConfigurations)+n > InterfaceAddressLimit {
-				return interfaceFull(iface, len(nic.Properties.IPConfigurations), n)
+			if err := checkRoom(iface, first != nil, len(nic.Properties.IPConfigurations), n); err != nil {
+				return err
 			}
 			for _, name := range names {
 				nic.Properties.IPConfigurations = append(nic.Properties.IPConfigurations, &armnetwork.InterfaceIPConfiguration{
@@ -431,9 +425,17 @@ func firstScaleSetConfig(c *armcompute.VirtualMachineScaleSetNetworkConfiguratio
 	return nil
 }
 
-func interfaceFull(iface string, have, n int) error {
-	return &cloud.Error{Kind: cloud.KindInterfaceFull, Code: "InterfaceAddressLimit",
-		Message: fmt.Sprintf("NIC %s holds %d IP configurations; %d more pass the %d a NIC takes", iface, have, n, InterfaceAddressLimit)}
+// checkRoom refuses adding n configurations to NIC iface holding have,
+// or to one without a primary configuration to copy (hasFirst false).
+func checkRoom(iface string, hasFirst bool, have, n int) error {
+	if !hasFirst {
+		return fmt.Errorf("NIC %s has no IP configuration to copy", iface)
+	}
+	if have+n > InterfaceAddressLimit {
+		return &cloud.Error{Kind: cloud.KindInterfaceFull, Code: "InterfaceAddressLimit",
+			Message: fmt.Sprintf("NIC %s holds %d IP configurations; %d more pass the %d a NIC takes", iface, have, n, InterfaceAddressLimit)}
+	}
+	return nil
 }
 
 // configName is a new IP configuration's name.

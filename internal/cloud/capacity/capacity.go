@@ -53,9 +53,9 @@ type Worker struct {
 	// Now is the clock of the release delay; time.Now when nil.
 	Now func() time.Time
 
-	mu         sync.Mutex
-	excess     map[string]time.Time // "space/pool/node/prefix" -> excess since
-	reconciler map[string]*cloud.Reconciler
+	mu         sync.Mutex                            // guards excess and reconciler
+	excess     map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> excess since
+	reconciler map[string]*cloud.Reconciler          // "space/pool" -> its reconciler
 }
 
 // Pass runs one pass over every cloud pool of the worker's provider, node
@@ -99,15 +99,15 @@ func (w *Worker) node(ctx context.Context, p store.CloudPool, n store.CloudNode)
 	} else if err != nil {
 		return err
 	}
-	opts := Options(p.Cloud)
-	if err := w.recordHeld(ctx, p, n, inst, opts); err != nil {
+	rec := w.reconcilerOf(p)
+	if err := w.recordHeld(ctx, p, n, inst, rec.Options); err != nil {
 		return err
 	}
 	used := map[netip.Addr]bool{}
 	for _, a := range n.Used {
 		used[a] = true
 	}
-	plan, added, err := w.reconcilerOf(p).Round(ctx, n.Name, cloud.NodeState{Instance: inst, Used: used})
+	plan, added, err := rec.Round(ctx, n.Name, cloud.NodeState{Instance: inst, Used: used})
 	if err != nil {
 		return err
 	}
@@ -159,31 +159,28 @@ func (w *Worker) release(ctx context.Context, p store.CloudPool, n store.CloudNo
 	if delay == 0 {
 		delay = alloc.DefaultCloudReleaseDelay
 	}
-	prefix := p.Space + "/" + p.Name + "/" + n.Name + "/"
+	key := p.Space + "/" + p.Name + "/" + n.Name
 	w.mu.Lock()
-	excessNow := map[string]bool{}
+	if w.excess == nil {
+		w.excess = map[string]map[netip.Prefix]time.Time{}
+	}
+	// Only what is excess now keeps its time: an address needed in between
+	// starts the delay over.
+	was, current := w.excess[key], map[netip.Prefix]time.Time{}
 	var due []netip.Prefix
 	if r != nil {
 		for _, b := range blocksOf(r.Addresses, r.Prefixes) {
-			key := prefix + b.String()
-			excessNow[key] = true
-			since, ok := w.excess[key]
+			since, ok := was[b]
 			if !ok {
-				if w.excess == nil {
-					w.excess = map[string]time.Time{}
-				}
-				w.excess[key], since = now, now
+				since = now
 			}
+			current[b] = since
 			if now.Sub(since) >= delay {
 				due = append(due, b)
 			}
 		}
 	}
-	for key := range w.excess {
-		if strings.HasPrefix(key, prefix) && !excessNow[key] {
-			delete(w.excess, key) // needed again: the delay starts over
-		}
-	}
+	w.excess[key] = current
 	w.mu.Unlock()
 	if len(due) == 0 {
 		return nil
@@ -209,7 +206,7 @@ func (w *Worker) release(ctx context.Context, p store.CloudPool, n store.CloudNo
 	}
 	w.mu.Lock()
 	for _, b := range drained {
-		delete(w.excess, prefix+b.String())
+		delete(w.excess[key], b)
 	}
 	w.mu.Unlock()
 	return w.Store.DropCloudBlocks(ctx, p.Space, n.Name, p.Name, drained)
@@ -235,15 +232,13 @@ func (w *Worker) reconcilerOf(p store.CloudPool) *cloud.Reconciler {
 }
 
 // Options are the plan options of a pool's spec.cloud: Cilium's
-// watermarks (their defaults when unset) or the VPC CNI's warm targets,
-// counted in /28s with prefixes.
+// watermarks (their defaults when unset) or the VPC CNI's warm targets
+// (PlanNode counts them in /28s with prefixes).
 func Options(c alloc.CloudSpec) cloud.PlanOptions {
 	o := cloud.PlanOptions{Prefixes: c.Prefixes, UsePrimary: c.UsePrimaryAddress, FirstDevice: c.FirstInterfaceIndex}
 	switch {
 	case c.WarmTargets != nil:
-		t := *c.WarmTargets
-		t.Prefixes = c.Prefixes
-		o.Sizing.WarmTargets = &t
+		o.Sizing.WarmTargets = c.WarmTargets
 	case c.Watermarks != nil:
 		o.Sizing.Watermarks = *c.Watermarks
 	}

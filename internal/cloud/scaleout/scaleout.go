@@ -195,17 +195,21 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		// The workers' round: the nodes lacking most first, as many as
 		// the bucket and the parallelism allow.
-		order := slices.Clone(nodes)
-		slices.SortStableFunc(order, func(a, b *node) int { return cmp.Compare(need(b, cfg.Options), need(a, cfg.Options)) })
-		served := 0
-		for _, n := range order {
-			if served == cfg.Parallel {
-				break
-			}
+		order := make([]planned, len(nodes))
+		for i, n := range nodes {
 			plan, err := cloud.PlanNode(state(n), cfg.Options)
 			if err != nil {
 				return res, err
 			}
+			order[i] = planned{n, plan, need(n, plan)}
+		}
+		slices.SortStableFunc(order, func(a, b planned) int { return cmp.Compare(b.need, a.need) })
+		served := 0
+		for _, o := range order {
+			if served == cfg.Parallel {
+				break
+			}
+			n, plan := o.n, o.plan
 			cost := 0
 			switch {
 			case plan.Assign != nil:
@@ -342,12 +346,15 @@ func stopPod(n *node, rng *rand.Rand) {
 	delete(n.used, addrs[rng.IntN(len(addrs))])
 }
 
-// need is how much n lacks, to order the round.
-func need(n *node, o cloud.PlanOptions) int {
-	p, err := cloud.PlanNode(state(n), o)
-	if err != nil {
-		return 0
-	}
+// planned is a node and its plan at one step.
+type planned struct {
+	n    *node
+	plan cloud.Plan
+	need int
+}
+
+// need is how much n lacks by its plan p, to order the round.
+func need(n *node, p cloud.Plan) int {
 	switch {
 	case p.Assign != nil:
 		return p.Assign.Count + n.waiting
@@ -432,7 +439,7 @@ func dropHeld(n *node, r *cloud.Release) {
 // bucket (4 per second, burst 20) and 10% of the calls throttled.
 func DefaultConfig() Config {
 	return Config{Nodes: 1000, PodsPerNode: 30, InstanceType: "m5.large",
-		Options:   cloud.PlanOptions{Prefixes: true, Sizing: cloud.Sizing{WarmTargets: &alloc.WarmTargets{Prefixes: true, WarmPrefix: 1}}, MaxPods: 110},
+		Options:   cloud.PlanOptions{Prefixes: true, Sizing: cloud.Sizing{WarmTargets: &alloc.WarmTargets{WarmPrefix: 1}}, MaxPods: 110},
 		RampSteps: 300, ChurnSteps: 300, ChurnPerStep: 20, ThrottleRate: 0.1, QPS: cloud.DefaultQPS, Burst: cloud.DefaultBurst,
 		Parallel: 50, ReleaseDelay: 180 * time.Second, Seed: 1}
 }
