@@ -93,9 +93,20 @@ type Instance struct {
 // Interface is a network interface attached to an instance, and the
 // addresses it holds.
 type Interface struct {
-	ID          string
+	ID string
+	// Name is the interface's name where the cloud has one besides its
+	// ID (Azure's NIC name); MAC its hardware address.
+	Name, MAC   string
 	SubnetID    string
 	DeviceIndex int
+	// SubnetCIDR is its subnet's range, Gateway the subnet's gateway
+	// (Azure's: the subnet's first usable address), VPCCIDRs the ranges
+	// of its network (AWS: the VPC's CIDR blocks; Azure: the virtual
+	// network's address space). A provider fills them from cached reads
+	// of the subnet and network; Cilium's agent routes with them.
+	SubnetCIDR netip.Prefix
+	Gateway    netip.Addr
+	VPCCIDRs   []netip.Prefix
 	// Primary is the interface's own address (never a Pod's unless
 	// the node uses the primary address).
 	Primary netip.Addr
@@ -103,6 +114,8 @@ type Interface struct {
 	// prefixes (/28 for IPv4).
 	Addresses []netip.Addr
 	Prefixes  []netip.Prefix
+	// IPv6Prefixes are its delegated IPv6 prefixes (AWS's /80s).
+	IPv6Prefixes []netip.Prefix
 	// SecurityGroups are the interface's security group ids, Tags its
 	// tags.
 	SecurityGroups []string
