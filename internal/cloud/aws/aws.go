@@ -29,6 +29,7 @@ type EC2 interface {
 	AssignPrivateIpAddresses(context.Context, *ec2.AssignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error)
 	UnassignPrivateIpAddresses(context.Context, *ec2.UnassignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error)
 	DescribeSubnets(context.Context, *ec2.DescribeSubnetsInput, ...func(*ec2.Options)) (*ec2.DescribeSubnetsOutput, error)
+	DescribeVpcs(context.Context, *ec2.DescribeVpcsInput, ...func(*ec2.Options)) (*ec2.DescribeVpcsOutput, error)
 	CreateNetworkInterface(context.Context, *ec2.CreateNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.CreateNetworkInterfaceOutput, error)
 	AttachNetworkInterface(context.Context, *ec2.AttachNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.AttachNetworkInterfaceOutput, error)
 	ModifyNetworkInterfaceAttribute(context.Context, *ec2.ModifyNetworkInterfaceAttributeInput, ...func(*ec2.Options)) (*ec2.ModifyNetworkInterfaceAttributeOutput, error)
@@ -48,8 +49,12 @@ type Provider struct {
 	ec2  EC2
 	opts Options
 
-	mu     sync.Mutex              // guards limits
+	mu     sync.Mutex              // guards limits, subnets and vpcs
 	limits map[string]cloud.Limits // by instance type: they never change
+	// subnets and vpcs are the ranges of the subnets and the blocks of
+	// the VPCs interfaces were met in, by id (withNetworks).
+	subnets map[string]subnetInfo
+	vpcs    map[string][]netip.Prefix
 }
 
 // Options are a Provider's clock and waits.
@@ -74,7 +79,7 @@ func New(client EC2, opts Options) *Provider {
 	if opts.Wait == nil {
 		opts.Wait = func(n int) time.Duration { return time.Duration(n) * 500 * time.Millisecond }
 	}
-	return &Provider{ec2: client, opts: opts, limits: map[string]cloud.Limits{}}
+	return &Provider{ec2: client, opts: opts, limits: map[string]cloud.Limits{}, subnets: map[string]subnetInfo{}, vpcs: map[string][]netip.Prefix{}}
 }
 
 // Instance describes instance id: its type's limits (asked of EC2 once per
@@ -124,6 +129,9 @@ func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, err
 		}
 	}
 	slices.SortFunc(inst.Interfaces, func(a, b cloud.Interface) int { return a.DeviceIndex - b.DeviceIndex })
+	if err := p.withNetworks(ctx, inst.Interfaces); err != nil {
+		return cloud.Instance{}, err
+	}
 	return inst, nil
 }
 
@@ -179,7 +187,18 @@ func (p *Provider) Instances(ctx context.Context, vpc string) (map[string]cloud.
 			out[inst.ID] = inst
 		}
 	}
+	var all []cloud.Interface
+	for _, inst := range out {
+		all = append(all, inst.Interfaces...)
+	}
+	// One reading of the subnets and VPCs all the interfaces miss.
+	if err := p.withNetworks(ctx, all); err != nil {
+		return nil, err
+	}
 	for id, inst := range out {
+		if err := p.withNetworks(ctx, inst.Interfaces); err != nil {
+			return nil, err
+		}
 		slices.SortFunc(inst.Interfaces, func(a, b cloud.Interface) int { return a.DeviceIndex - b.DeviceIndex })
 		out[id] = inst
 	}
@@ -221,7 +240,7 @@ func (p *Provider) limitsOf(ctx context.Context, typ string) (cloud.Limits, erro
 // interfaceOf converts an EC2 interface; an address EC2 answers that is no
 // address is an error, never skipped.
 func interfaceOf(ni types.NetworkInterface) (cloud.Interface, error) {
-	f := cloud.Interface{ID: sdkaws.ToString(ni.NetworkInterfaceId), SubnetID: sdkaws.ToString(ni.SubnetId),
+	f := cloud.Interface{ID: sdkaws.ToString(ni.NetworkInterfaceId), MAC: sdkaws.ToString(ni.MacAddress), SubnetID: sdkaws.ToString(ni.SubnetId),
 		Attached: ni.Attachment != nil && sdkaws.ToString(ni.Attachment.InstanceId) != ""}
 	if ni.Attachment != nil {
 		f.DeviceIndex = int(sdkaws.ToInt32(ni.Attachment.DeviceIndex))
@@ -252,6 +271,13 @@ func interfaceOf(ni types.NetworkInterface) (cloud.Interface, error) {
 			return cloud.Interface{}, fmt.Errorf("interface %s: %w", f.ID, err)
 		}
 		f.Prefixes = append(f.Prefixes, prefix)
+	}
+	for _, p := range ni.Ipv6Prefixes {
+		prefix, err := netip.ParsePrefix(sdkaws.ToString(p.Ipv6Prefix))
+		if err != nil {
+			return cloud.Interface{}, fmt.Errorf("interface %s: %w", f.ID, err)
+		}
+		f.IPv6Prefixes = append(f.IPv6Prefixes, prefix)
 	}
 	return f, nil
 }

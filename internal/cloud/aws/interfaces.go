@@ -106,7 +106,11 @@ func (p *Provider) CreateInterface(ctx context.Context, spec cloud.InterfaceSpec
 		return cloud.Interface{}, fmt.Errorf("interface %s attached at device %d, but not marked for deletion with the instance: %w", f.ID, device, err)
 	}
 	f.DeviceIndex, f.Attached = device, true
-	return f, nil
+	created := []cloud.Interface{f}
+	if err := p.withNetworks(ctx, created); err != nil {
+		return cloud.Interface{}, fmt.Errorf("interface %s attached at device %d: %w", f.ID, device, err)
+	}
+	return created[0], nil
 }
 
 // checkSpec refuses a spec the instance's type cannot take, before any

@@ -195,6 +195,10 @@ type prefixItem struct {
 	Prefix string `xml:"ipv4Prefix"`
 }
 
+type ipv6PrefixItem struct {
+	Prefix string `xml:"ipv6Prefix"`
+}
+
 type attachmentItem struct {
 	ID                  string `xml:"attachmentId"`
 	InstanceID          string `xml:"instanceId"`
@@ -205,22 +209,24 @@ type attachmentItem struct {
 
 // ifaceItem is a network interface as EC2 describes it.
 type ifaceItem struct {
-	ID         string          `xml:"networkInterfaceId"`
-	SubnetID   string          `xml:"subnetId"`
-	VPC        string          `xml:"vpcId"`
-	Zone       string          `xml:"availabilityZone"`
-	Status     string          `xml:"status"`
-	Primary    string          `xml:"privateIpAddress"`
-	Attachment *attachmentItem `xml:"attachment,omitempty"`
-	Groups     []groupItem     `xml:"groupSet>item"`
-	Tags       []tagItem       `xml:"tagSet>item"`
-	Addresses  []addrItem      `xml:"privateIpAddressesSet>item"`
-	Prefixes   []prefixItem    `xml:"ipv4PrefixSet>item"`
+	ID         string           `xml:"networkInterfaceId"`
+	SubnetID   string           `xml:"subnetId"`
+	VPC        string           `xml:"vpcId"`
+	Zone       string           `xml:"availabilityZone"`
+	Status     string           `xml:"status"`
+	MAC        string           `xml:"macAddress"`
+	Primary    string           `xml:"privateIpAddress"`
+	Attachment *attachmentItem  `xml:"attachment,omitempty"`
+	Groups     []groupItem      `xml:"groupSet>item"`
+	Tags       []tagItem        `xml:"tagSet>item"`
+	Addresses  []addrItem       `xml:"privateIpAddressesSet>item"`
+	Prefixes   []prefixItem     `xml:"ipv4PrefixSet>item"`
+	IPv6       []ipv6PrefixItem `xml:"ipv6PrefixSet>item"`
 }
 
 func (s *Server) itemLocked(f *iface) ifaceItem {
 	sn := s.subnets[f.subnet]
-	it := ifaceItem{ID: f.id, SubnetID: f.subnet, VPC: sn.VPC, Zone: sn.Zone, Status: f.status, Primary: f.primary.String(),
+	it := ifaceItem{ID: f.id, SubnetID: f.subnet, VPC: sn.VPC, Zone: sn.Zone, Status: f.status, MAC: f.mac, Primary: f.primary.String(),
 		Addresses: []addrItem{{Address: f.primary.String(), Primary: true}}, Tags: tagItems(f.tags)}
 	if f.instance != "" {
 		status := "attached"
@@ -237,6 +243,9 @@ func (s *Server) itemLocked(f *iface) ifaceItem {
 	}
 	for _, p := range f.prefixes {
 		it.Prefixes = append(it.Prefixes, prefixItem{Prefix: p.String()})
+	}
+	for _, p := range f.ipv6Prefixes {
+		it.IPv6 = append(it.IPv6, ipv6PrefixItem{Prefix: p.String()})
 	}
 	return it
 }

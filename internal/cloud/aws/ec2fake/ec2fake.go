@@ -15,6 +15,7 @@
 // leaves it right after a create.
 //
 // Actions: DescribeInstances, DescribeInstanceTypes, DescribeSubnets,
+// DescribeVpcs,
 // DescribeNetworkInterfaces, CreateNetworkInterface,
 // AttachNetworkInterface, ModifyNetworkInterfaceAttribute,
 // DetachNetworkInterface, DeleteNetworkInterface,
@@ -80,9 +81,11 @@ type Server struct {
 	subnets   map[string]*subnet
 	instances map[string]*instance
 	ifaces    map[string]*iface
-	nextID    int
-	fault     func(action string) *APIError
-	calls     map[string]int
+	// vpcs are the CIDR blocks of each VPC, the primary first.
+	vpcs   map[string][]netip.Prefix
+	nextID int
+	fault  func(action string) *APIError
+	calls  map[string]int
 	// pageSize, when positive, bounds the items of one Describe page.
 	pageSize int
 	// invisible is how many calls naming a newly created interface
@@ -110,11 +113,14 @@ type instance struct {
 
 type iface struct {
 	id, subnet string
+	mac        string
 	primary    netip.Addr
 	addrs      []netip.Addr
 	prefixes   []netip.Prefix
-	groups     []string
-	tags       map[string]string
+	// ipv6Prefixes are its delegated IPv6 /80s.
+	ipv6Prefixes []netip.Prefix
+	groups       []string
+	tags         map[string]string
 	// status is available, in-use or detaching; an attached interface
 	// has an instance, device and attachment.
 	status              string
@@ -128,7 +134,8 @@ type iface struct {
 
 // New answers an empty fake.
 func New() *Server {
-	return &Server{subnets: map[string]*subnet{}, instances: map[string]*instance{}, ifaces: map[string]*iface{}, calls: map[string]int{}}
+	return &Server{subnets: map[string]*subnet{}, instances: map[string]*instance{}, ifaces: map[string]*iface{},
+		vpcs: map[string][]netip.Prefix{}, calls: map[string]int{}}
 }
 
 // AddSubnet adds a subnet.
@@ -137,6 +144,9 @@ func (s *Server) AddSubnet(sn Subnet) {
 	defer s.mu.Unlock()
 	sn.CIDR = sn.CIDR.Masked()
 	sn.Tags = maps.Clone(sn.Tags)
+	if _, ok := s.vpcs[sn.VPC]; !ok {
+		s.vpcs[sn.VPC] = []netip.Prefix{sn.CIDR}
+	}
 	s.subnets[sn.ID] = &subnet{Subnet: sn, used: map[netip.Addr]string{}, prefixes: map[netip.Prefix]string{}, hint: sn.CIDR.Addr(), prefixHint: sn.CIDR.Addr()}
 }
 
@@ -261,6 +271,7 @@ func (s *Server) Calls(action string) int {
 // Interface is what a test may read of an interface.
 type Interface struct {
 	ID                  string
+	MAC                 string
 	Status              string // available, in-use or detaching
 	Instance            string
 	Device              int
@@ -278,7 +289,7 @@ func (s *Server) Interfaces() []Interface {
 	var out []Interface
 	for _, id := range slices.Sorted(maps.Keys(s.ifaces)) {
 		f := s.ifaces[id]
-		out = append(out, Interface{ID: f.id, Status: f.status, Instance: f.instance, Device: f.device,
+		out = append(out, Interface{ID: f.id, MAC: f.mac, Status: f.status, Instance: f.instance, Device: f.device,
 			DeleteOnTermination: f.deleteOnTermination, Groups: slices.Clone(f.groups), Tags: maps.Clone(f.tags),
 			Addresses: slices.Clone(f.addrs), Prefixes: slices.Clone(f.prefixes)})
 	}
@@ -414,4 +425,17 @@ func (sn *subnet) freePrefixes(n int) []netip.Prefix {
 		p = netip.PrefixFrom(next, 28)
 	}
 	return out
+}
+
+// DelegateIPv6Prefix delegates IPv6 prefix p to interface id, as a test
+// sets up an interface that holds one.
+func (s *Server) DelegateIPv6Prefix(id string, p netip.Prefix) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.ifaces[id]
+	if !ok {
+		return fmt.Errorf("unknown interface %q", id)
+	}
+	f.ipv6Prefixes = append(f.ipv6Prefixes, p.Masked())
+	return nil
 }

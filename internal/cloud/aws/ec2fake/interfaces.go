@@ -20,7 +20,10 @@ func (s *Server) createLocked(subnetID string, groups []string, tags map[string]
 	if len(free) == 0 {
 		return nil, insufficientAddresses()
 	}
-	f := &iface{id: s.newIDLocked("eni"), subnet: subnetID, primary: free[0], groups: slices.Clone(groups), tags: tags, status: "available"}
+	id := s.newIDLocked("eni")
+	// A locally administered unicast MAC, unique as the id's counter.
+	mac := fmt.Sprintf("02:00:%02x:%02x:%02x:%02x", byte(s.nextID>>24), byte(s.nextID>>16), byte(s.nextID>>8), byte(s.nextID))
+	f := &iface{id: id, mac: mac, subnet: subnetID, primary: free[0], groups: slices.Clone(groups), tags: tags, status: "available"}
 	sn.take(free[0], f.id)
 	s.ifaces[f.id] = f
 	return f, nil

@@ -13,6 +13,7 @@ var actions = map[string]func(*Server, map[string][]string) (any, *APIError){
 	"DescribeInstances":               (*Server).describeInstancesLocked,
 	"DescribeInstanceTypes":           (*Server).describeInstanceTypesLocked,
 	"DescribeSubnets":                 (*Server).describeSubnetsLocked,
+	"DescribeVpcs":                    (*Server).describeVpcsLocked,
 	"DescribeNetworkInterfaces":       (*Server).describeNetworkInterfacesLocked,
 	"CreateNetworkInterface":          (*Server).createNetworkInterfaceLocked,
 	"AttachNetworkInterface":          (*Server).attachNetworkInterfaceLocked,
