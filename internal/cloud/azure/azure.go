@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
@@ -44,7 +46,9 @@ const configPrefix = "Cilium-"
 //     applicationSecurityGroups/joinIpConfiguration (each new
 //     configuration carries the NIC's groups);
 //   - on a scale set instance: its virtualMachines/read and write (the VM
-//     model), and the same joins.
+//     model), and the same joins;
+//   - the range of each NIC's subnet (subnets/read) and the address space
+//     of its virtual network (virtualNetworks/read), read once each.
 var RequiredActions = []string{
 	"Microsoft.Compute/virtualMachineScaleSets/read",
 	"Microsoft.Compute/virtualMachineScaleSets/virtualMachines/networkInterfaces/read",
@@ -55,14 +59,24 @@ var RequiredActions = []string{
 	"Microsoft.Network/networkInterfaces/read",
 	"Microsoft.Network/networkInterfaces/write",
 	"Microsoft.Network/virtualNetworks/subnets/join/action",
+	"Microsoft.Network/virtualNetworks/read",
 	"Microsoft.Network/virtualNetworks/subnets/read",
 }
 
 // Provider is the Azure cloud.Provider of one subscription.
 type Provider struct {
-	nics  *armnetwork.InterfacesClient
-	vms   *armcompute.VirtualMachinesClient
-	vmsVM *armcompute.VirtualMachineScaleSetVMsClient
+	nics    *armnetwork.InterfacesClient
+	subnets *armnetwork.SubnetsClient
+	vnets   *armnetwork.VirtualNetworksClient
+	vms     *armcompute.VirtualMachinesClient
+	vmsVM   *armcompute.VirtualMachineScaleSetVMsClient
+
+	mu sync.Mutex // guards subnetRanges and spaces
+	// subnetRanges are the ranges of the subnets NICs were met in, and
+	// spaces the address spaces of their virtual networks, by
+	// lower-cased resource ID (ARM's IDs are case-insensitive).
+	subnetRanges map[string]netip.Prefix
+	spaces       map[string][]netip.Prefix
 }
 
 var _ cloud.Provider = (*Provider)(nil)
@@ -74,6 +88,14 @@ func New(subscription string, cred azcore.TokenCredential, opts *arm.ClientOptio
 	if err != nil {
 		return nil, err
 	}
+	subnets, err := armnetwork.NewSubnetsClient(subscription, cred, opts)
+	if err != nil {
+		return nil, err
+	}
+	vnets, err := armnetwork.NewVirtualNetworksClient(subscription, cred, opts)
+	if err != nil {
+		return nil, err
+	}
 	vms, err := armcompute.NewVirtualMachinesClient(subscription, cred, opts)
 	if err != nil {
 		return nil, err
@@ -82,7 +104,8 @@ func New(subscription string, cred azcore.TokenCredential, opts *arm.ClientOptio
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{nics: nics, vms: vms, vmsVM: vmsVM}, nil
+	return &Provider{nics: nics, subnets: subnets, vnets: vnets, vms: vms, vmsVM: vmsVM,
+		subnetRanges: map[string]netip.Prefix{}, spaces: map[string][]netip.Prefix{}}, nil
 }
 
 // ProviderIDPrefix starts a Kubernetes node's providerID on Azure, before
@@ -143,6 +166,9 @@ func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, err
 			return cloud.Instance{}, err
 		}
 		f.DeviceIndex = i
+		if err := p.withNetwork(ctx, &f); err != nil {
+			return cloud.Instance{}, err
+		}
 		inst.Interfaces = append(inst.Interfaces, f)
 	}
 	return inst, nil
@@ -162,9 +188,17 @@ func boolRank(b bool) int {
 // interfaceOf converts a NIC: the primary IP configuration's address is
 // the interface's own, the others' are its addresses once provisioned.
 func interfaceOf(nic *armnetwork.Interface) (cloud.Interface, error) {
-	f := cloud.Interface{ID: str(nic.ID), Attached: true}
+	f := cloud.Interface{ID: str(nic.ID), Name: str(nic.Name), Attached: true}
 	if nic.Properties == nil {
 		return f, nil
+	}
+	if m := str(nic.Properties.MacAddress); m != "" {
+		// Azure writes 00-0D-3A-...; the agent and AWS use 00:0d:3a:...
+		hw, err := net.ParseMAC(m)
+		if err != nil {
+			return cloud.Interface{}, fmt.Errorf("NIC %s: MAC %w", f.ID, err)
+		}
+		f.MAC = hw.String()
 	}
 	for _, c := range nic.Properties.IPConfigurations {
 		if c.Properties == nil {

@@ -3,6 +3,7 @@
 // armnetwork's and armcompute's own types): standalone VMs and their NICs,
 // VM scale set instances with their VM models and NICs, subnets handing
 // out the lowest free address (the first four and the last reserved),
+// subnets and virtual networks to read, NICs with a MAC each,
 // long-running writes answered 201 with an Azure-AsyncOperation to poll,
 // ARM's error bodies, and a fault hook.
 //
@@ -58,24 +59,29 @@ type Server struct {
 	mu      sync.Mutex // guards every field below
 	base    string     // the server's URL, for operation links
 	subnets map[string]*subnet
-	nics    map[string]*nic // by lower-cased resource ID
-	vms     map[string][]string
-	sets    map[string]*setVM
-	ops     map[string]*operation
-	nextOp  int
-	fault   func(method, path string) *Error
-	calls   map[string]int
+	// vnets are the address spaces of the virtual networks, by
+	// lower-cased resource ID.
+	vnets  map[string][]netip.Prefix
+	nics   map[string]*nic // by lower-cased resource ID
+	vms    map[string][]string
+	sets   map[string]*setVM
+	ops    map[string]*operation
+	nextOp int
+	fault  func(method, path string) *Error
+	calls  map[string]int
 	// failNext makes the next n configurations provisioned end Failed.
 	failNext int
 }
 
 type subnet struct {
+	id    string
 	cidr  netip.Prefix
 	taken map[netip.Addr]bool
 }
 
 type nic struct {
 	id, name string
+	mac      string
 	primary  bool
 	configs  []*ipConfig
 }
@@ -101,7 +107,7 @@ type operation struct {
 
 // New answers an empty fake; SetBase must name its URL before a write.
 func New() *Server {
-	return &Server{subnets: map[string]*subnet{}, nics: map[string]*nic{}, vms: map[string][]string{}, sets: map[string]*setVM{},
+	return &Server{subnets: map[string]*subnet{}, vnets: map[string][]netip.Prefix{}, nics: map[string]*nic{}, vms: map[string][]string{}, sets: map[string]*setVM{},
 		ops: map[string]*operation{}, calls: map[string]int{}}
 }
 
@@ -119,11 +125,35 @@ func SubnetID(rg, vnet, name string) string {
 	return fmt.Sprintf("/subscriptions/%s/resourceGroups/%s/providers/Microsoft.Network/virtualNetworks/%s/subnets/%s", Subscription, rg, vnet, name)
 }
 
-// AddSubnet adds subnet id (see SubnetID) with cidr.
+// AddSubnet adds subnet id (see SubnetID) with cidr. A subnet of a
+// virtual network the fake does not know makes one whose address space is
+// the subnet's range.
 func (s *Server) AddSubnet(id string, cidr netip.Prefix) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.subnets[key(id)] = &subnet{cidr: cidr.Masked(), taken: map[netip.Addr]bool{}}
+	s.subnets[key(id)] = &subnet{id: id, cidr: cidr.Masked(), taken: map[netip.Addr]bool{}}
+	if vnet, _, ok := strings.Cut(key(id), "/subnets/"); ok {
+		if _, known := s.vnets[vnet]; !known {
+			s.vnets[vnet] = []netip.Prefix{cidr.Masked()}
+		}
+	}
+}
+
+// VirtualNetworkID is the resource ID of virtual network vnet in group rg.
+func VirtualNetworkID(rg, vnet string) string {
+	return fmt.Sprintf("/subscriptions/%s/resourceGroups/%s/providers/Microsoft.Network/virtualNetworks/%s", Subscription, rg, vnet)
+}
+
+// AddVirtualNetwork adds virtual network id (see VirtualNetworkID) with
+// the address space space.
+func (s *Server) AddVirtualNetwork(id string, space ...netip.Prefix) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	blocks := make([]netip.Prefix, len(space))
+	for i, p := range space {
+		blocks[i] = p.Masked()
+	}
+	s.vnets[key(id)] = blocks
 }
 
 // AddVM adds standalone VM name of group rg with one NIC in subnet, and
@@ -173,7 +203,10 @@ func (s *Server) newNICLocked(id, name, subnetID string) (*nic, error) {
 		return nil, fmt.Errorf("subnet %s is full", subnetID)
 	}
 	sn.taken[a] = true
-	return &nic{id: id, name: name, primary: true, configs: []*ipConfig{{name: "ipconfig1", subnet: subnetID, addr: a, primary: true,
+	// A MAC as Azure writes it, unique as the count of NICs.
+	n := len(s.nics) + 1
+	mac := fmt.Sprintf("00-0D-3A-%02X-%02X-%02X", byte(n>>16), byte(n>>8), byte(n))
+	return &nic{id: id, name: name, mac: mac, primary: true, configs: []*ipConfig{{name: "ipconfig1", subnet: subnetID, addr: a, primary: true,
 		state: string(armnetwork.ProvisioningStateSucceeded), asgs: []string{"/subscriptions/" + Subscription + "/resourceGroups/rg/providers/Microsoft.Network/applicationSecurityGroups/nodes"}}}}, nil
 }
 
@@ -259,6 +292,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.getSetVMLocked(w, path)
 	case strings.Contains(lower, "/virtualmachinescalesets/") && r.Method == http.MethodPut:
 		s.putSetVMLocked(w, r, path)
+	case strings.Contains(lower, "/providers/microsoft.network/virtualnetworks/") && strings.Contains(lower, "/subnets/") && r.Method == http.MethodGet:
+		s.getSubnetLocked(w, path)
+	case strings.Contains(lower, "/providers/microsoft.network/virtualnetworks/") && r.Method == http.MethodGet:
+		s.getVirtualNetworkLocked(w, path)
 	default:
 		writeError(w, &Error{Status: http.StatusNotFound, Code: "InvalidResourceType", Message: "The fake serves no " + r.Method + " " + path})
 	}
@@ -300,7 +337,7 @@ func (s *Server) getVMLocked(w http.ResponseWriter, path string) {
 
 // nicJSON is n as ARM answers it.
 func nicJSON(n *nic, state armnetwork.ProvisioningState) armnetwork.Interface {
-	out := armnetwork.Interface{ID: to.Ptr(n.id), Name: to.Ptr(n.name), Properties: &armnetwork.InterfacePropertiesFormat{Primary: to.Ptr(n.primary),
+	out := armnetwork.Interface{ID: to.Ptr(n.id), Name: to.Ptr(n.name), Properties: &armnetwork.InterfacePropertiesFormat{Primary: to.Ptr(n.primary), MacAddress: to.Ptr(n.mac),
 		ProvisioningState: to.Ptr(state)}}
 	for _, c := range n.configs {
 		cp := &armnetwork.InterfaceIPConfigurationPropertiesFormat{
@@ -318,6 +355,32 @@ func nicJSON(n *nic, state armnetwork.ProvisioningState) armnetwork.Interface {
 			&armnetwork.InterfaceIPConfiguration{ID: to.Ptr(n.id + "/ipConfigurations/" + c.name), Name: to.Ptr(c.name), Properties: cp})
 	}
 	return out
+}
+
+func (s *Server) getSubnetLocked(w http.ResponseWriter, path string) {
+	sn, ok := s.subnets[key(path)]
+	if !ok {
+		writeError(w, notFound("Microsoft.Network/virtualNetworks/subnets", path))
+		return
+	}
+	name := path[strings.LastIndex(path, "/")+1:]
+	writeJSON(w, http.StatusOK, armnetwork.Subnet{ID: to.Ptr(sn.id), Name: to.Ptr(name), Properties: &armnetwork.SubnetPropertiesFormat{
+		AddressPrefix: to.Ptr(sn.cidr.String()), ProvisioningState: to.Ptr(armnetwork.ProvisioningStateSucceeded)}})
+}
+
+func (s *Server) getVirtualNetworkLocked(w http.ResponseWriter, path string) {
+	space, ok := s.vnets[key(path)]
+	if !ok {
+		writeError(w, notFound("Microsoft.Network/virtualNetworks", path))
+		return
+	}
+	as := &armnetwork.AddressSpace{}
+	for _, p := range space {
+		as.AddressPrefixes = append(as.AddressPrefixes, to.Ptr(p.String()))
+	}
+	name := path[strings.LastIndex(path, "/")+1:]
+	writeJSON(w, http.StatusOK, armnetwork.VirtualNetwork{ID: to.Ptr(path), Name: to.Ptr(name), Properties: &armnetwork.VirtualNetworkPropertiesFormat{
+		AddressSpace: as, ProvisioningState: to.Ptr(armnetwork.ProvisioningStateSucceeded)}})
 }
 
 func (s *Server) getNICLocked(w http.ResponseWriter, path string) {
