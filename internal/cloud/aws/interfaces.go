@@ -202,7 +202,11 @@ func (p *Provider) eventually(ctx context.Context, call func() error) error {
 	}
 }
 
-// Detached answers the available interfaces carrying every tag of tags.
+// Detached answers the available interfaces carrying every tag of tags,
+// each value exactly. EC2 reads * and ? in a filter value as wildcards
+// (a cluster named prod-? would select prod-1's interfaces, and the
+// collector delete them): the tag filters only narrow what EC2 answers,
+// and every interface answered is checked against tags again here.
 func (p *Provider) Detached(ctx context.Context, tags map[string]string) ([]cloud.Interface, error) {
 	filters := []types.Filter{{Name: sdkaws.String("status"), Values: []string{string(types.NetworkInterfaceStatusAvailable)}}}
 	for _, k := range slices.Sorted(maps.Keys(tags)) {
@@ -220,10 +224,24 @@ func (p *Provider) Detached(ctx context.Context, tags map[string]string) ([]clou
 			if err != nil {
 				return nil, err
 			}
+			if !carries(f.Tags, tags) {
+				continue
+			}
 			out = append(out, f)
 		}
 	}
 	return out, nil
+}
+
+// carries reports whether have holds every tag of want with its exact
+// value.
+func carries(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // DetachInterface detaches interface id: its attachment, read from EC2,

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
 	"github.com/ipam-dev/ipam/internal/cloud"
 	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
 )
@@ -122,5 +126,55 @@ func TestDetachInterface(t *testing.T) {
 	}
 	if err := p.DeleteInterface(ctx, f.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCollectLeakedExactTags: clusters named prod-?, prod-* and prod-1
+// side by side, each with a leaked interface. EC2 (and the fake) read *
+// and ? in tag filter values as wildcards, so the filter for prod-?
+// selects prod-1's interface too, and prod-*'s all three: each
+// collection must delete its own cluster's interface and nothing else.
+func TestCollectLeakedExactTags(t *testing.T) {
+	ctx := context.Background()
+	fake, inst, _ := world(t, "c5.xlarge", "10.52.0.0/24")
+	p := newProvider(t, fake, 1)
+	t0 := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	p.opts.Now = func() time.Time { return t0 }
+	clusters := []string{"prod-?", "prod-*", "prod-1"}
+	leaked := map[string]string{}
+	for _, c := range clusters {
+		f, err := p.CreateInterface(ctx, cloud.InterfaceSpec{Instance: inst, Subnet: "subnet-a", Addresses: 1,
+			Tags: map[string]string{cloud.TagCluster: c}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.DetachInterface(ctx, f.ID); err != nil {
+			t.Fatal(err)
+		}
+		leaked[c] = f.ID
+	}
+	fake.FinishDetaches()
+	// The bug is there to be had: EC2's own answer for prod-* holds all
+	// three.
+	out, err := p.ec2.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{Filters: []types.Filter{
+		{Name: sdkaws.String("tag:" + cloud.TagCluster), Values: []string{"prod-*"}}, {Name: sdkaws.String("status"), Values: []string{"available"}},
+	}})
+	if err != nil || len(out.NetworkInterfaces) != 3 {
+		t.Fatalf("EC2's wildcard answer for prod-*: %d interfaces, %v; want all 3", len(out.NetworkInterfaces), err)
+	}
+	for _, c := range clusters {
+		got, err := p.Detached(ctx, map[string]string{cloud.TagCluster: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].ID != leaked[c] {
+			t.Errorf("cluster %s: detached %+v, want only %s", c, got, leaked[c])
+		}
+	}
+	for _, c := range clusters {
+		deleted, err := cloud.CollectLeaked(ctx, p, map[string]string{cloud.TagCluster: c}, cloud.DefaultLeakAge, t0.Add(time.Hour))
+		if err != nil || !slices.Equal(deleted, []string{leaked[c]}) {
+			t.Fatalf("collecting %s deleted %v (%v), want only %s", c, deleted, err, leaked[c])
+		}
 	}
 }

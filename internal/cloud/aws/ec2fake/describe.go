@@ -21,19 +21,68 @@ func tagItems(tags map[string]string) []tagItem {
 	return out
 }
 
-// matchTags reports whether tags pass the tag:KEY and tag-key filters of fs.
+// matchTags reports whether tags pass the tag:KEY and tag-key filters of
+// fs, their values read as EC2 reads them: with wildcards.
 func matchTags(fs map[string][]string, tags map[string]string) bool {
 	for name, values := range fs {
 		if key, ok := strings.CutPrefix(name, "tag:"); ok {
-			if v, has := tags[key]; !has || !slices.Contains(values, v) {
+			if v, has := tags[key]; !has || !anyWildcard(values, v) {
 				return false
 			}
 		}
-		if name == "tag-key" && !slices.ContainsFunc(values, func(k string) bool { _, has := tags[k]; return has }) {
+		if name == "tag-key" && !slices.ContainsFunc(values, func(pattern string) bool {
+			for k := range tags {
+				if wildcard(pattern, k) {
+					return true
+				}
+			}
+			return false
+		}) {
 			return false
 		}
 	}
 	return true
+}
+
+// anyWildcard reports whether s matches one of patterns.
+func anyWildcard(patterns []string, s string) bool {
+	return slices.ContainsFunc(patterns, func(p string) bool { return wildcard(p, s) })
+}
+
+// wildcard reports whether s matches pattern as EC2 matches a filter
+// value: * is any run of characters (none included), ? any one
+// character, and a backslash makes the next character (*, ? or \)
+// literal. EC2 applies this to every filter value, so a tag value holding
+// * or ? selects more than the resources carrying it.
+func wildcard(pattern, s string) bool {
+	p, v := []rune(pattern), []rune(s)
+	// Iterative matching with one backtrack point, the last *.
+	pi, vi, star, mark := 0, 0, -1, 0
+	for vi < len(v) {
+		switch {
+		case pi < len(p) && p[pi] == '*':
+			star, mark = pi, vi
+			pi++
+		case pi < len(p) && p[pi] == '?':
+			pi++
+			vi++
+		case pi+1 < len(p) && p[pi] == '\\' && p[pi+1] == v[vi]:
+			pi += 2
+			vi++
+		case pi < len(p) && p[pi] != '\\' && p[pi] == v[vi]:
+			pi++
+			vi++
+		case star >= 0:
+			pi, mark = star+1, mark+1
+			vi = mark
+		default:
+			return false
+		}
+	}
+	for pi < len(p) && p[pi] == '*' {
+		pi++
+	}
+	return pi == len(p)
 }
 
 // checkFilters refuses a filter the action does not know.
@@ -48,7 +97,7 @@ func checkFilters(fs map[string][]string, known ...string) *APIError {
 
 func matches(fs map[string][]string, name, value string) bool {
 	v, ok := fs[name]
-	return !ok || slices.Contains(v, value)
+	return !ok || anyWildcard(v, value)
 }
 
 func (s *Server) describeInstancesLocked(form map[string][]string) (any, *APIError) {
