@@ -75,6 +75,10 @@ type InterfaceManager interface {
 	// DeleteInterface deletes a detached interface; KindNotFound when it
 	// is gone already.
 	DeleteInterface(ctx context.Context, id string) error
+	// SecurityGroups answers the ids of the security groups of network
+	// vpc carrying every tag of tags with its exact value, sorted; none
+	// (and no error) when no group matches.
+	SecurityGroups(ctx context.Context, vpc string, tags map[string]string) ([]string, error)
 }
 
 // Instance is a cloud instance as the workers see it.

@@ -35,10 +35,15 @@ const (
 	// KindInvalid: the call itself was wrong (an address the interface
 	// does not hold).
 	KindInvalid
+	// KindNoSecurityGroup: the pool's security group tags match no group
+	// of the node's network, so no interface is created (rather than one
+	// with the primary's groups, which would open the Pods to what the
+	// node is open to): the pool's tags or the groups need fixing.
+	KindNoSecurityGroup
 )
 
 var kindNames = [...]string{"unknown", "not found", "interface full", "subnet full", "no contiguous prefix",
-	"attachment limit", "throttled", "invalid"}
+	"attachment limit", "throttled", "invalid", "no security group"}
 
 func (k Kind) String() string {
 	if k < 0 || int(k) >= len(kindNames) {

@@ -106,6 +106,15 @@ func (l *LimitedInterfaces) DetachInterface(ctx context.Context, id string) erro
 	return l.m.DetachInterface(ctx, id)
 }
 
+// SecurityGroups takes one token: the AWS provider caches its answer,
+// but the limiter cannot know whether this call hits the cache.
+func (l *LimitedInterfaces) SecurityGroups(ctx context.Context, vpc string, tags map[string]string) ([]string, error) {
+	if err := l.limiter.Wait(ctx); err != nil {
+		return nil, err
+	}
+	return l.m.SecurityGroups(ctx, vpc, tags)
+}
+
 func (l *LimitedInterfaces) DeleteInterface(ctx context.Context, id string) error {
 	if err := l.limiter.Wait(ctx); err != nil {
 		return err

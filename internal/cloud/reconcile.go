@@ -26,11 +26,14 @@ type Reconciler struct {
 	Interfaces InterfaceManager
 	Options    PlanOptions
 	// Subnets and SecurityGroups place new interfaces (ChooseSubnets,
-	// SecurityGroupsFor); Tags go on them (the cluster's, at least),
-	// with the node's name as TagNode.
-	Subnets        SubnetSelector
-	SecurityGroups []string
-	Tags           map[string]string
+	// SecurityGroupsFor); SecurityGroupTags, when SecurityGroups is
+	// empty, name the groups by tags instead (resolved in the instance's
+	// network by Interfaces.SecurityGroups); Tags go on them (the
+	// cluster's, at least), with the node's name as TagNode.
+	Subnets           SubnetSelector
+	SecurityGroups    []string
+	SecurityGroupTags map[string]string
+	Tags              map[string]string
 	// Now is the clock of the subnets' cooldown; time.Now when nil.
 	Now func() time.Time
 	// SubnetCooldown is DefaultSubnetCooldown when zero.
@@ -95,7 +98,19 @@ func (r *Reconciler) create(ctx context.Context, node string, inst Instance, n i
 	if r.Options.Prefixes {
 		need = n * IPv4PrefixSize
 	}
-	groups := SecurityGroupsFor(inst, r.SecurityGroups)
+	explicit := r.SecurityGroups
+	if len(explicit) == 0 && len(r.SecurityGroupTags) > 0 {
+		byTags, err := r.Interfaces.SecurityGroups(ctx, inst.VPC, r.SecurityGroupTags)
+		if err != nil {
+			return Interface{}, err
+		}
+		if len(byTags) == 0 {
+			return Interface{}, &Error{Kind: KindNoSecurityGroup, Code: "NoSecurityGroup",
+				Message: fmt.Sprintf("no security group of %s carries the tags %v: no interface created for %s", inst.VPC, r.SecurityGroupTags, inst.ID)}
+		}
+		explicit = byTags
+	}
+	groups := SecurityGroupsFor(inst, explicit)
 	if len(groups) == 0 {
 		return Interface{}, fmt.Errorf("instance %s: no security group to give a new interface (none configured, and no primary interface to copy)", inst.ID)
 	}

@@ -29,6 +29,7 @@ type EC2 interface {
 	AssignPrivateIpAddresses(context.Context, *ec2.AssignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error)
 	UnassignPrivateIpAddresses(context.Context, *ec2.UnassignPrivateIpAddressesInput, ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error)
 	DescribeSubnets(context.Context, *ec2.DescribeSubnetsInput, ...func(*ec2.Options)) (*ec2.DescribeSubnetsOutput, error)
+	DescribeSecurityGroups(context.Context, *ec2.DescribeSecurityGroupsInput, ...func(*ec2.Options)) (*ec2.DescribeSecurityGroupsOutput, error)
 	DescribeVpcs(context.Context, *ec2.DescribeVpcsInput, ...func(*ec2.Options)) (*ec2.DescribeVpcsOutput, error)
 	CreateNetworkInterface(context.Context, *ec2.CreateNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.CreateNetworkInterfaceOutput, error)
 	AttachNetworkInterface(context.Context, *ec2.AttachNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.AttachNetworkInterfaceOutput, error)
@@ -49,12 +50,14 @@ type Provider struct {
 	ec2  EC2
 	opts Options
 
-	mu     sync.Mutex              // guards limits, subnets and vpcs
+	mu     sync.Mutex              // guards limits, subnets, vpcs and groups
 	limits map[string]cloud.Limits // by instance type: they never change
 	// subnets and vpcs are the ranges of the subnets and the blocks of
 	// the VPCs interfaces were met in, by id (withNetworks).
 	subnets map[string]subnetInfo
 	vpcs    map[string][]netip.Prefix
+	// groups are SecurityGroups' answers, by groupsKey.
+	groups map[string]groupsEntry
 }
 
 // Options are a Provider's clock and waits.
@@ -79,7 +82,8 @@ func New(client EC2, opts Options) *Provider {
 	if opts.Wait == nil {
 		opts.Wait = func(n int) time.Duration { return time.Duration(n) * 500 * time.Millisecond }
 	}
-	return &Provider{ec2: client, opts: opts, limits: map[string]cloud.Limits{}, subnets: map[string]subnetInfo{}, vpcs: map[string][]netip.Prefix{}}
+	return &Provider{ec2: client, opts: opts, limits: map[string]cloud.Limits{}, subnets: map[string]subnetInfo{}, vpcs: map[string][]netip.Prefix{},
+		groups: map[string]groupsEntry{}}
 }
 
 // Instance describes instance id: its type's limits (asked of EC2 once per

@@ -15,7 +15,7 @@
 // leaves it right after a create.
 //
 // Actions: DescribeInstances, DescribeInstanceTypes, DescribeSubnets,
-// DescribeVpcs,
+// DescribeVpcs, DescribeSecurityGroups,
 // DescribeNetworkInterfaces, CreateNetworkInterface,
 // AttachNetworkInterface, ModifyNetworkInterfaceAttribute,
 // DetachNetworkInterface, DeleteNetworkInterface,
@@ -83,6 +83,7 @@ type Server struct {
 	ifaces    map[string]*iface
 	// vpcs are the CIDR blocks of each VPC, the primary first.
 	vpcs   map[string][]netip.Prefix
+	groups map[string]*securityGroup
 	nextID int
 	fault  func(action string) *APIError
 	calls  map[string]int
@@ -135,7 +136,7 @@ type iface struct {
 // New answers an empty fake.
 func New() *Server {
 	return &Server{subnets: map[string]*subnet{}, instances: map[string]*instance{}, ifaces: map[string]*iface{},
-		vpcs: map[string][]netip.Prefix{}, calls: map[string]int{}}
+		vpcs: map[string][]netip.Prefix{}, groups: map[string]*securityGroup{}, calls: map[string]int{}}
 }
 
 // AddSubnet adds a subnet.

@@ -14,6 +14,7 @@ var actions = map[string]func(*Server, map[string][]string) (any, *APIError){
 	"DescribeInstanceTypes":           (*Server).describeInstanceTypesLocked,
 	"DescribeSubnets":                 (*Server).describeSubnetsLocked,
 	"DescribeVpcs":                    (*Server).describeVpcsLocked,
+	"DescribeSecurityGroups":          (*Server).describeSecurityGroupsLocked,
 	"DescribeNetworkInterfaces":       (*Server).describeNetworkInterfacesLocked,
 	"CreateNetworkInterface":          (*Server).createNetworkInterfaceLocked,
 	"AttachNetworkInterface":          (*Server).attachNetworkInterfaceLocked,
