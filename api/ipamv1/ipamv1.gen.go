@@ -560,7 +560,10 @@ type CloudSpec struct {
 	// ReleaseDelaySeconds How long an address stays excess before it goes back to the cloud; 0 or absent is 180.
 	ReleaseDelaySeconds *int `json:"releaseDelaySeconds,omitempty"`
 
-	// SecurityGroups The security groups of new interfaces (AWS); none copies the primary interface's.
+	// SecurityGroupTags The security groups of the node's VPC carrying every tag, exactly (AWS). Tags that match no group create no interface.
+	SecurityGroupTags *map[string]string `json:"securityGroupTags,omitempty"`
+
+	// SecurityGroups The security groups of new interfaces (AWS); else securityGroupTags; else a copy of the primary interface's.
 	SecurityGroups *[]string `json:"securityGroups,omitempty"`
 
 	// SubnetIDs The subnets of new interfaces (AWS); else subnetTags; else the node's own subnet first.

@@ -48,9 +48,11 @@ type CloudSpec struct {
 	// with neither, the node's own subnet first (AWS).
 	SubnetIDs  []string
 	SubnetTags map[string]string
-	// SecurityGroups of new interfaces; none copies the primary
-	// interface's (AWS).
-	SecurityGroups []string
+	// SecurityGroups, else SecurityGroupTags (the VPC's groups carrying
+	// every tag), are those of new interfaces; with neither, a copy of
+	// the primary interface's (AWS).
+	SecurityGroups    []string
+	SecurityGroupTags map[string]string
 	// Watermarks size the nodes as Cilium's operator does, or WarmTargets
 	// as the VPC CNI does; at most one, Cilium's defaults when neither.
 	Watermarks  *Watermarks
@@ -128,6 +130,8 @@ func (c CloudSpec) validateCombination(field string) error {
 			return Invalid(field+".subnetIDs", "Azure adds addresses in the subnet of a NIC's primary configuration; no subnet is chosen")
 		case len(c.SecurityGroups) > 0:
 			return Invalid(field+".securityGroups", "Azure's new configurations carry their NIC's application security groups")
+		case len(c.SecurityGroupTags) > 0:
+			return Invalid(field+".securityGroupTags", "Azure's new configurations carry their NIC's application security groups")
 		case c.FirstInterfaceIndex != 0:
 			return Invalid(field+".firstInterfaceIndex", "Azure creates no interface")
 		}
@@ -135,6 +139,8 @@ func (c CloudSpec) validateCombination(field string) error {
 	switch {
 	case len(c.SubnetIDs) > 0 && len(c.SubnetTags) > 0:
 		return Invalid(field+".subnetTags", "name subnets by ids or by tags, not both")
+	case len(c.SecurityGroups) > 0 && len(c.SecurityGroupTags) > 0:
+		return Invalid(field+".securityGroupTags", "name security groups by ids or by tags, not both")
 	case c.Watermarks != nil && c.WarmTargets != nil:
 		return Invalid(field+".warmTargets", "size the nodes by watermarks or by warm targets, not both")
 	case c.Watermarks != nil && c.Watermarks.MaxAllocate > 0 && c.Watermarks.MaxAllocate < c.Watermarks.MinAllocate:
@@ -166,6 +172,14 @@ func (c CloudSpec) validateLists(field string) error {
 	for k, v := range c.SubnetTags {
 		if k == "" || len(k) > 128 || len(v) > 256 {
 			return Invalid(field+".subnetTags", "a tag key is 1 to 128 characters and its value at most 256 (%q)", k)
+		}
+	}
+	if len(c.SecurityGroupTags) > MaxCloudSubnetTags {
+		return Invalid(field+".securityGroupTags", "lists %d tags; at most %d", len(c.SecurityGroupTags), MaxCloudSubnetTags)
+	}
+	for k, v := range c.SecurityGroupTags {
+		if k == "" || len(k) > 128 || len(v) > 256 {
+			return Invalid(field+".securityGroupTags", "a tag key is 1 to 128 characters and its value at most 256 (%q)", k)
 		}
 	}
 	if len(c.SecurityGroups) > MaxSecurityGroups {

@@ -21,6 +21,7 @@ func cloudSpecFromAPI(c *ipamv1.CloudSpec) *alloc.CloudSpec {
 		SubnetIDs:           deref(c.SubnetIDs, nil),
 		SubnetTags:          deref(c.SubnetTags, nil),
 		SecurityGroups:      deref(c.SecurityGroups, nil),
+		SecurityGroupTags:   deref(c.SecurityGroupTags, nil),
 		ReleaseDelay:        time.Duration(deref(c.ReleaseDelaySeconds, 0)) * time.Second,
 	}
 	if w := c.Watermarks; w != nil {
@@ -59,6 +60,9 @@ func cloudSpecToAPI(c *alloc.CloudSpec) *ipamv1.CloudSpec {
 	}
 	if len(c.SecurityGroups) > 0 {
 		out.SecurityGroups = ptr(c.SecurityGroups)
+	}
+	if len(c.SecurityGroupTags) > 0 {
+		out.SecurityGroupTags = ptr(c.SecurityGroupTags)
 	}
 	if w := c.Watermarks; w != nil {
 		out.Watermarks = &ipamv1.CloudWatermarks{PreAllocate: ptr(w.PreAllocate), MinAllocate: ptr(w.MinAllocate),

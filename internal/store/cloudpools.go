@@ -25,6 +25,7 @@ type cloudJSON struct {
 	SubnetIDs           []string          `json:"subnetIDs,omitempty"`
 	SubnetTags          map[string]string `json:"subnetTags,omitempty"`
 	SecurityGroups      []string          `json:"securityGroups,omitempty"`
+	SecurityGroupTags   map[string]string `json:"securityGroupTags,omitempty"`
 	Watermarks          *watermarksJSON   `json:"watermarks,omitempty"`
 	WarmTargets         *warmTargetsJSON  `json:"warmTargets,omitempty"`
 	ReleaseDelaySeconds float64           `json:"releaseDelaySeconds,omitempty"`
@@ -51,7 +52,7 @@ func cloudColumn(c *alloc.CloudSpec) ([]byte, error) {
 	}
 	j := cloudJSON{Provider: string(c.Provider), Prefixes: c.Prefixes, UsePrimaryAddress: c.UsePrimaryAddress,
 		FirstInterfaceIndex: c.FirstInterfaceIndex, SubnetIDs: c.SubnetIDs, SubnetTags: c.SubnetTags,
-		SecurityGroups: c.SecurityGroups, ReleaseDelaySeconds: c.ReleaseDelay.Seconds()}
+		SecurityGroups: c.SecurityGroups, SecurityGroupTags: c.SecurityGroupTags, ReleaseDelaySeconds: c.ReleaseDelay.Seconds()}
 	if w := c.Watermarks; w != nil {
 		j.Watermarks = &watermarksJSON{PreAllocate: w.PreAllocate, MinAllocate: w.MinAllocate, MaxAllocate: w.MaxAllocate, MaxAboveWatermark: w.MaxAboveWatermark}
 	}
@@ -72,7 +73,7 @@ func cloudSpecOf(b []byte) (*alloc.CloudSpec, error) {
 	}
 	c := &alloc.CloudSpec{Provider: alloc.CloudProvider(j.Provider), Prefixes: j.Prefixes, UsePrimaryAddress: j.UsePrimaryAddress,
 		FirstInterfaceIndex: j.FirstInterfaceIndex, SubnetIDs: slices.Clone(j.SubnetIDs), SubnetTags: maps.Clone(j.SubnetTags),
-		SecurityGroups: slices.Clone(j.SecurityGroups), ReleaseDelay: time.Duration(j.ReleaseDelaySeconds * float64(time.Second))}
+		SecurityGroups: slices.Clone(j.SecurityGroups), SecurityGroupTags: maps.Clone(j.SecurityGroupTags), ReleaseDelay: time.Duration(j.ReleaseDelaySeconds * float64(time.Second))}
 	if w := j.Watermarks; w != nil {
 		c.Watermarks = &alloc.Watermarks{PreAllocate: w.PreAllocate, MinAllocate: w.MinAllocate, MaxAllocate: w.MaxAllocate, MaxAboveWatermark: w.MaxAboveWatermark}
 	}
