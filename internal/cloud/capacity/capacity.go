@@ -12,6 +12,7 @@
 package capacity
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,41 +53,102 @@ type Worker struct {
 	Log  *slog.Logger
 	// Now is the clock of the release delay; time.Now when nil.
 	Now func() time.Time
+	// Parallel is how many nodes a pass reads and serves at a time;
+	// DefaultParallel when 0. Every call still goes through Cloud's one
+	// token bucket (cloud.NewLimited).
+	Parallel int
 
 	mu         sync.Mutex                            // guards excess and reconciler
 	excess     map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> excess since
 	reconciler map[string]*cloud.Reconciler          // "space/pool" -> its reconciler
 }
 
-// Pass runs one pass over every cloud pool of the worker's provider, node
-// by node, and answers the failures joined (a node that failed is tried
-// again at the next pass; the others go on).
+// DefaultParallel is how many nodes a pass serves at a time when
+// Worker.Parallel is 0.
+const DefaultParallel = 8
+
+// Pass runs one pass over every cloud pool of the worker's provider and
+// answers the failures joined (a node that failed is tried again at the
+// next pass; the others go on). It reads every node first, then serves
+// them by largest deficit, Parallel at a time, so that under a token
+// bucket the nodes short of the most addresses get the cloud's calls
+// first (Cilium's operator queues the same way).
 func (w *Worker) Pass(ctx context.Context) error {
 	pools, err := w.Store.CloudPools(ctx)
 	if err != nil {
 		return err
 	}
 	var errs []error
+	var work []*nodeWork
 	for _, p := range pools {
 		if p.Cloud.Provider != w.Provider {
 			continue
 		}
+		// Every pool's settings are written here, before any round runs:
+		// the rounds below only read them.
+		rec := w.reconcilerOf(p)
 		nodes, err := w.Store.CloudNodes(ctx, p.Space, p.Name)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pool %s/%s: %w", p.Space, p.Name, err))
 			continue
 		}
 		for _, n := range nodes {
-			if err := w.node(ctx, p, n); err != nil {
-				errs = append(errs, fmt.Errorf("pool %s/%s node %s: %w", p.Space, p.Name, n.Name, err))
-			}
+			work = append(work, &nodeWork{pool: p, node: n, rec: rec})
 		}
 	}
+	errs = append(errs, w.each(ctx, work, w.read)...)
+	work = slices.DeleteFunc(work, func(x *nodeWork) bool { return !x.ready })
+	// Largest deficit first; the order of the store among equals, so that
+	// a pass is predictable.
+	slices.SortStableFunc(work, func(a, b *nodeWork) int { return cmp.Compare(b.deficit, a.deficit) })
+	errs = append(errs, w.each(ctx, work, w.serve)...)
 	return errors.Join(errs...)
 }
 
-// node runs a pass for one node of pool p.
-func (w *Worker) node(ctx context.Context, p store.CloudPool, n store.CloudNode) error {
+// nodeWork is one node of a pass: what its reading found, then its round.
+type nodeWork struct {
+	pool    store.CloudPool
+	node    store.CloudNode
+	rec     *cloud.Reconciler
+	inst    cloud.Instance
+	used    map[netip.Addr]bool
+	deficit int  // addresses the plan says the node lacks
+	ready   bool // read, and to be served
+}
+
+// each runs f over work, at most Parallel at a time, and answers the
+// failures, each named by its pool and node.
+func (w *Worker) each(ctx context.Context, work []*nodeWork, f func(context.Context, *nodeWork) error) []error {
+	par := w.Parallel
+	if par <= 0 {
+		par = DefaultParallel
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, par)
+	for _, x := range work {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := f(ctx, x); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("pool %s/%s node %s: %w", x.pool.Space, x.pool.Name, x.node.Name, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// read describes x's instance, records what the cloud holds that the
+// database lacks, and sizes the node's deficit.
+func (w *Worker) read(ctx context.Context, x *nodeWork) error {
+	p, n := x.pool, x.node
 	id := InstanceID(w.Provider, n.ProviderID)
 	if id == "" {
 		return fmt.Errorf("providerID %q names no %s instance", n.ProviderID, w.Provider)
@@ -99,15 +161,36 @@ func (w *Worker) node(ctx context.Context, p store.CloudPool, n store.CloudNode)
 	} else if err != nil {
 		return err
 	}
-	rec := w.reconcilerOf(p)
-	if err := w.recordHeld(ctx, p, n, inst, rec.Options); err != nil {
+	if err := w.recordHeld(ctx, p, n, inst, x.rec.Options); err != nil {
 		return err
 	}
-	used := map[netip.Addr]bool{}
+	x.inst, x.used = inst, map[netip.Addr]bool{}
 	for _, a := range n.Used {
-		used[a] = true
+		x.used[a] = true
 	}
-	plan, added, err := rec.Round(ctx, n.Name, cloud.NodeState{Instance: inst, Used: used})
+	plan, err := cloud.PlanNode(cloud.NodeState{Instance: inst, Used: x.used}, x.rec.Options)
+	if err != nil {
+		return err
+	}
+	units := 0
+	switch {
+	case plan.Assign != nil:
+		units = plan.Assign.Count
+	case plan.Create != nil:
+		units = plan.Create.Count
+	}
+	if x.rec.Options.Prefixes {
+		units *= cloud.IPv4PrefixSize
+	}
+	x.deficit, x.ready = units, true
+	return nil
+}
+
+// serve runs x's round: what its plan lacks is added and recorded, what
+// has been excess for the release delay goes back.
+func (w *Worker) serve(ctx context.Context, x *nodeWork) error {
+	p, n := x.pool, x.node
+	plan, added, err := x.rec.Round(ctx, n.Name, cloud.NodeState{Instance: x.inst, Used: x.used})
 	if err != nil {
 		return err
 	}
