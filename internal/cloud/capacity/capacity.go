@@ -311,6 +311,7 @@ func (w *Worker) reconcilerOf(p store.CloudPool) *cloud.Reconciler {
 	r.Options = Options(p.Cloud)
 	r.Subnets = cloud.SubnetSelector{IDs: p.Cloud.SubnetIDs, Tags: p.Cloud.SubnetTags}
 	r.SecurityGroups = p.Cloud.SecurityGroups
+	r.SecurityGroupTags = p.Cloud.SecurityGroupTags
 	return r
 }
 

@@ -3,6 +3,7 @@ package capacity
 import (
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -200,4 +201,35 @@ func containsAddr(as []netip.Addr, a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// TestPassSecurityGroupTags: a pool naming its interfaces' security
+// groups by tags gives a new interface the groups carrying them; tags
+// that match no group create no interface and fail the node's round.
+func TestPassSecurityGroupTags(t *testing.T) {
+	spec := alloc.CloudSpec{Provider: alloc.CloudAWS, FirstInterfaceIndex: 1, Watermarks: &alloc.Watermarks{PreAllocate: 2},
+		SecurityGroupTags: map[string]string{"role": "pods"}}
+	x := newWorld(t, spec)
+	err := x.w.Pass(t.Context())
+	if cloud.KindOf(err) != cloud.KindNoSecurityGroup {
+		t.Fatalf("a pass with no group tagged answered %v", err)
+	}
+	if n := x.fake.Calls("CreateNetworkInterface"); n != 0 || len(x.fake.Interfaces()) != 1 {
+		t.Fatalf("%d creates, %d interfaces without a group to give them", n, len(x.fake.Interfaces()))
+	}
+	// A world whose VPC has the group (the provider caches a lookup's
+	// answer for minutes, so the first world keeps its empty one).
+	x = newWorld(t, spec)
+	x.fake.AddSecurityGroup("sg-pods", "vpc-1", map[string]string{"role": "pods"})
+	x.fake.AddSecurityGroup("sg-other", "vpc-1", map[string]string{"role": "other"})
+	x.pass(t)
+	var created []ec2fake.Interface
+	for _, f := range x.fake.Interfaces() {
+		if f.ID != x.eni0 {
+			created = append(created, f)
+		}
+	}
+	if len(created) != 1 || !slices.Equal(created[0].Groups, []string{"sg-pods"}) || x.blocks(t) != 2 {
+		t.Fatalf("created %+v, %d blocks; want one interface in sg-pods and 2 blocks", created, x.blocks(t))
+	}
 }
