@@ -239,7 +239,10 @@ type CloudNode struct {
 	// Blocks are its blocks of the pool, with the interface holding each.
 	Blocks []CloudBlock
 	// Used are the addresses of those blocks a lease row holds (pending,
-	// active, reserved or cooling): none of them may go back.
+	// active, reserved, or released and still cooling down). An address
+	// whose cooldown ended is leasable at once, so the sizing counts it
+	// free; its row still keeps its block from draining until the purge,
+	// so it cannot go back to the cloud before then either.
 	Used []netip.Addr
 }
 
@@ -276,10 +279,10 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 				coalesce((SELECT json_agg(json_build_object('prefix', b.cidr, 'iface', b.cloud_interface, 'drained', b.capacity = 0) ORDER BY b.cidr)
 					FROM blocks b WHERE b.node_id = n.id AND b.pool_id = $2), '[]'),
 				coalesce((SELECT array_agg(l.addr ORDER BY l.addr) FROM leases l JOIN blocks b ON b.id = l.block_id
-					WHERE l.node_id = n.id AND b.pool_id = $2), '{}')
+					WHERE l.node_id = n.id AND b.pool_id = $2 AND NOT (l.state = 'released' AND l.cooldown_until <= $4)), '{}')
 			FROM nodes n WHERE n.space = $1
 			  AND (n.provider_id LIKE $3 OR EXISTS (SELECT 1 FROM blocks b WHERE b.node_id = n.id AND b.pool_id = $2))
-			ORDER BY n.name`, space, id, string(spec.Provider)+"://%")
+			ORDER BY n.name`, space, id, string(spec.Provider)+"://%", s.now())
 		if err != nil {
 			return err
 		}

@@ -272,3 +272,39 @@ func TestWithCloudLock(t *testing.T) {
 		t.Fatalf("the lock was not given back: ran %v, %v", ran, err)
 	}
 }
+
+// TestCloudNodesCooledAreFree: a released address counts as used while it
+// cools down and as free once its cooldown ended (it is leasable again at
+// once), yet its row still keeps its block from draining until the purge.
+// Counted used, every Pod replacement under WARM_IP_TARGET made the
+// workers assign an address and later give one back
+// (amazon-vpc-cni-k8s#730).
+func TestCloudNodesCooledAreFree(t *testing.T) {
+	f := cloudFixture(t)
+	a := f.allocate(req("n1", "c1")).Leases[0].Addr
+	used := func() []netip.Addr {
+		t.Helper()
+		nodes, err := f.s.CloudNodes(f.ctx, alloc.DefaultSpace, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nodes[0].Used
+	}
+	if u := used(); !slices.Equal(u, []netip.Addr{a}) {
+		t.Fatalf("leased: used %v", u)
+	}
+	if _, err := f.s.ReleaseAddress(f.ctx, alloc.DefaultSpace, a); err != nil {
+		t.Fatal(err)
+	}
+	if u := used(); !slices.Equal(u, []netip.Addr{a}) {
+		t.Fatalf("cooling: used %v", u)
+	}
+	f.clock.Advance(f.opts.Cooldown)
+	if u := used(); len(u) != 0 {
+		t.Fatalf("cooled: used %v, want none", u)
+	}
+	drained, err := f.s.DrainCloudBlocks(f.ctx, alloc.DefaultSpace, "n1", "default", []netip.Prefix{netip.PrefixFrom(a, 32)})
+	if err != nil || len(drained) != 0 {
+		t.Fatalf("a block with a cooled row drained: %v, %v", drained, err)
+	}
+}
