@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ type Store interface {
 	DrainCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) ([]netip.Prefix, error)
 	RestoreCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) error
 	DropCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) error
+	SetCloudInterfaces(ctx context.Context, space, node, instance string, ifaces []store.CloudInterface, readAt time.Time) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -58,7 +60,8 @@ type Worker struct {
 	// token bucket (cloud.NewLimited).
 	Parallel int
 
-	mu         sync.Mutex                            // guards excess and reconciler
+	mu         sync.Mutex                            // guards excess, reconciler and written
+	written    map[string][]store.CloudInterface     // "space/node" -> the reading last recorded
 	excess     map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> excess since
 	reconciler map[string]*cloud.Reconciler          // "space/pool" -> its reconciler
 }
@@ -164,6 +167,9 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	if err := w.recordHeld(ctx, p, n, inst, x.rec.Options); err != nil {
 		return err
 	}
+	if err := w.recordInterfaces(ctx, p, n, inst); err != nil {
+		return err
+	}
 	x.inst, x.used = inst, map[netip.Addr]bool{}
 	for _, a := range n.Used {
 		x.used[a] = true
@@ -230,6 +236,38 @@ func (w *Worker) recordHeld(ctx context.Context, p store.CloudPool, n store.Clou
 			}
 		}
 	}
+	return nil
+}
+
+// recordInterfaces records the node's interfaces as this reading shows
+// them (for the crd-mode controller's CiliumNode status), when they
+// differ from the reading this worker recorded last: a pass over an
+// unchanged node writes nothing. What the round then adds shows at the
+// next pass's reading.
+func (w *Worker) recordInterfaces(ctx context.Context, p store.CloudPool, n store.CloudNode, inst cloud.Instance) error {
+	ifaces := make([]store.CloudInterface, len(inst.Interfaces))
+	for i, f := range inst.Interfaces {
+		ifaces[i] = store.CloudInterface{ID: f.ID, Name: f.Name, MAC: f.MAC, DeviceIndex: f.DeviceIndex,
+			SubnetID: f.SubnetID, SubnetCIDR: f.SubnetCIDR, Gateway: f.Gateway, VPC: inst.VPC, VPCCIDRs: f.VPCCIDRs,
+			Zone: inst.Zone, Primary: f.Primary, Addresses: f.Addresses, Prefixes: f.Prefixes,
+			IPv6Prefixes: f.IPv6Prefixes, SecurityGroups: f.SecurityGroups, Tags: f.Tags}
+	}
+	key := p.Space + "/" + n.Name
+	w.mu.Lock()
+	same := w.written != nil && reflect.DeepEqual(w.written[key], ifaces)
+	w.mu.Unlock()
+	if same {
+		return nil
+	}
+	if err := w.Store.SetCloudInterfaces(ctx, p.Space, n.Name, inst.ID, ifaces, w.now()); err != nil {
+		return fmt.Errorf("recording the interfaces of %s: %w", inst.ID, err)
+	}
+	w.mu.Lock()
+	if w.written == nil {
+		w.written = map[string][]store.CloudInterface{}
+	}
+	w.written[key] = ifaces
+	w.mu.Unlock()
 	return nil
 }
 
