@@ -64,6 +64,7 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 		defer close(done)
 		t := time.NewTicker(cfg.CloudInterval)
 		defer t.Stop()
+		var collect capacity.CollectSchedule
 		for {
 			ran, err := st.WithCloudLock(ctx, w.Pass)
 			switch {
@@ -71,6 +72,20 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 				log.Warn("cloud capacity pass", "provider", cfg.CloudProvider, "err", err)
 			case ran:
 				log.Debug("cloud capacity pass done", "provider", cfg.CloudProvider)
+			}
+			// Leaked interfaces are collected by the leader only, and only
+			// on a cloud that creates them (AWS).
+			if collect.Due(ran, time.Now()) && w.Interfaces != nil {
+				_, cerr := st.WithCloudLock(ctx, func(ctx context.Context) error {
+					deleted, err := cloud.CollectLeaked(ctx, w.Interfaces, w.Tags, cloud.DefaultLeakAge, time.Now())
+					if len(deleted) > 0 {
+						log.Info("cloud capacity: leaked interfaces deleted", "provider", cfg.CloudProvider, "interfaces", deleted)
+					}
+					return err
+				})
+				if cerr != nil && ctx.Err() == nil {
+					log.Warn("cloud capacity: collecting leaked interfaces", "provider", cfg.CloudProvider, "err", cerr)
+				}
 			}
 			select {
 			case <-ctx.Done():
