@@ -118,6 +118,13 @@ func TestConcurrentReplicasNeverDuplicate(t *testing.T) {
 					body := ipamv1.LeaseRequest{ContainerID: a.cid, Interface: "eth0",
 						Owner: ipamv1.Owner{Namespace: "bench", Name: a.cid}}
 					r, err := c.AllocateLeaseWithResponse(ctx, a.node, nil, body)
+					// Admission control answers 503 before doing anything
+					// when no request slot came free (a loaded machine): a
+					// client retries it, as the CNI plugin does.
+					for try := 1; err == nil && r.StatusCode() == http.StatusServiceUnavailable && try <= 20; try++ {
+						time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+						r, err = c.AllocateLeaseWithResponse(ctx, a.node, nil, body)
+					}
 					if err != nil || r.JSON201 == nil {
 						errc <- fmt.Errorf("allocate %v: %v %d %s", a, err, r.StatusCode(), r.Body)
 						return
@@ -162,6 +169,10 @@ func TestConcurrentReplicasNeverDuplicate(t *testing.T) {
 				mu.Unlock()
 				delete(addrsOf, a)
 				r, err := c.ReleaseAttachmentWithResponse(ctx, a.node, a.cid, "eth0", nil)
+				for try := 1; err == nil && r.StatusCode() == http.StatusServiceUnavailable && try <= 20; try++ {
+					time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+					r, err = c.ReleaseAttachmentWithResponse(ctx, a.node, a.cid, "eth0", nil)
+				}
 				if err != nil || r.StatusCode() != http.StatusNoContent {
 					errc <- fmt.Errorf("release %v: %v %d %s", a, err, r.StatusCode(), r.Body)
 					return
