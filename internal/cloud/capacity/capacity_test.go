@@ -26,11 +26,13 @@ func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Migrate) }
 // world is a store on a database of its own, an EC2 fake with one
 // m5.large, its node registered, and a worker over both.
 type world struct {
-	st    *store.Store
-	fake  *ec2fake.Server
-	w     *Worker
-	clock *testclock.Clock
-	eni0  string
+	st       *store.Store
+	fake     *ec2fake.Server
+	provider *aws.Provider
+	w        *Worker
+	clock    *testclock.Clock
+	inst     string
+	eni0     string
 }
 
 func newWorld(t *testing.T, spec alloc.CloudSpec) *world {
@@ -53,7 +55,7 @@ func newWorld(t *testing.T, spec alloc.CloudSpec) *world {
 	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
 		Retryer:     retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 1 })})
-	provider := aws.New(client, aws.Options{Wait: func(int) time.Duration { return 0 }})
+	provider := aws.New(client, aws.Options{Now: clk.Now, Wait: func(int) time.Duration { return 0 }})
 	if _, err := st.CreatePool(ctx, alloc.Pool{Space: alloc.DefaultSpace, Name: "eni",
 		Spec: alloc.PoolSpec{IPv4: &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.90.0.0/24")}, MaskSize: 28},
 			NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec}}); err != nil {
@@ -64,7 +66,7 @@ func newWorld(t *testing.T, spec alloc.CloudSpec) *world {
 	}
 	w := &Worker{Store: st, Provider: alloc.CloudAWS, Cloud: provider, Interfaces: provider,
 		Tags: map[string]string{cloud.TagCluster: "test"}, Now: clk.Now}
-	return &world{st: st, fake: fake, w: w, clock: clk, eni0: eni0}
+	return &world{st: st, fake: fake, provider: provider, w: w, clock: clk, inst: inst, eni0: eni0}
 }
 
 func (x *world) pass(t *testing.T) {

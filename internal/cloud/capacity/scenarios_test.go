@@ -1,22 +1,15 @@
 package capacity
 
 import (
-	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"testing"
 	"time"
 
-	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
-
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/cloud"
 	"github.com/ipam-dev/ipam/internal/cloud/aws"
 	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
-	"github.com/ipam-dev/ipam/internal/pgtest"
 	"github.com/ipam-dev/ipam/internal/store"
 	"github.com/ipam-dev/ipam/internal/testclock"
 )
@@ -25,11 +18,9 @@ import (
 // capacity.Worker against the EC2 fake through the real SDK over TLS,
 // and a real PostgreSQL.
 
-const scenSubnet = "subnet-0123456789abcdef0"
-
 var scenTags = map[string]string{cloud.TagCluster: "test"}
 
-// scen is one m5.large (3 interfaces of 10 addresses) in a /24, its node
+// scen is newWorld's one m5.large (3 interfaces of 10 addresses) in a /24, its node
 // n1 in pool eni, a worker over both, and one clock for the store, the
 // provider's creation tags and the worker.
 type scen struct {
@@ -44,36 +35,8 @@ type scen struct {
 
 func newScen(t *testing.T, spec alloc.CloudSpec) *scen {
 	t.Helper()
-	ctx := t.Context()
-	clk := testclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{LeaseExpiry: time.Hour, Cooldown: time.Second, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	fake := ec2fake.New()
-	fake.AddSubnet(ec2fake.Subnet{ID: scenSubnet, VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix("10.90.0.0/24")})
-	inst, eni0, err := fake.AddInstance("m5.large", scenSubnet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewTLSServer(fake)
-	t.Cleanup(srv.Close)
-	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
-		Retryer:     retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 1 })})
-	provider := aws.New(client, aws.Options{Now: clk.Now, Wait: func(int) time.Duration { return 0 }})
-	if _, err := st.CreatePool(ctx, alloc.Pool{Space: alloc.DefaultSpace, Name: "eni",
-		Spec: alloc.PoolSpec{IPv4: &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.90.0.0/24")}, MaskSize: 28},
-			NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := st.PutNode(ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "n1", ProviderID: "aws:///eu-west-1a/" + inst}); err != nil {
-		t.Fatal(err)
-	}
-	x := &scen{st: st, fake: fake, provider: provider, clock: clk, inst: inst, eni0: eni0}
-	x.w = x.worker()
-	return x
+	x := newWorld(t, spec)
+	return &scen{st: x.st, fake: x.fake, provider: x.provider, w: x.w, clock: x.clock, inst: x.inst, eni0: x.eni0}
 }
 
 // worker is a new Worker value over the same store and cloud: what a
