@@ -1,17 +1,12 @@
 package capacity
 
 import (
-	"net/netip"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/cloud"
-	"github.com/ipam-dev/ipam/internal/cloud/aws"
-	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
-	"github.com/ipam-dev/ipam/internal/store"
-	"github.com/ipam-dev/ipam/internal/testclock"
 )
 
 // The scenarios of FACTS.md section 6, replayed at the workers' level:
@@ -20,39 +15,20 @@ import (
 
 var scenTags = map[string]string{cloud.TagCluster: "test"}
 
-// scen is newWorld's one m5.large (3 interfaces of 10 addresses) in a /24, its node
-// n1 in pool eni, a worker over both, and one clock for the store, the
-// provider's creation tags and the worker.
-type scen struct {
-	st       *store.Store
-	fake     *ec2fake.Server
-	provider *aws.Provider
-	w        *Worker
-	clock    *testclock.Clock
-	inst     string
-	eni0     string
-}
+// scen is newWorld's one m5.large (3 interfaces of 10 addresses) in a
+// /24, its node n1 in pool eni and a worker over both, with the helpers
+// the scenarios add.
+type scen struct{ *world }
 
 func newScen(t *testing.T, spec alloc.CloudSpec) *scen {
 	t.Helper()
-	x := newWorld(t, spec)
-	return &scen{st: x.st, fake: x.fake, provider: x.provider, w: x.w, clock: x.clock, inst: x.inst, eni0: x.eni0}
+	return &scen{newWorld(t, spec)}
 }
 
 // worker is a new Worker value over the same store and cloud: what a
 // restarted replica starts with (nothing in memory).
 func (x *scen) worker() *Worker {
 	return &Worker{Store: x.st, Provider: alloc.CloudAWS, Cloud: x.provider, Interfaces: x.provider, Tags: scenTags, Now: x.clock.Now}
-}
-
-func (x *scen) lease(t *testing.T, container string) (netip.Addr, error) {
-	t.Helper()
-	a, err := x.st.Allocate(t.Context(), alloc.LeaseRequest{Space: alloc.DefaultSpace, Node: "n1", Pool: "eni",
-		Owner: alloc.Owner{Namespace: "ns", Name: container}, Attachment: alloc.Attachment{ContainerID: container, Interface: "eth0"}})
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	return a.Leases[0].Addr, nil
 }
 
 // held is every secondary address the node's interfaces hold, and the
