@@ -99,6 +99,22 @@ func (t WarmTargets) Short(p WarmPool) int {
 	return short
 }
 
+// ShortAddresses is Short counted in addresses, in prefix mode too: what
+// a node whose subnet has no free aligned prefix asks as single addresses
+// instead (the address targets' exact shortfall, else Short's prefixes'
+// worth).
+func (t WarmTargets) ShortAddresses(p WarmPool) int {
+	switch {
+	case !t.Prefixes:
+		return t.Short(p)
+	case t.ipTargets():
+		u := t
+		u.Prefixes = false
+		return u.Short(p)
+	}
+	return t.Short(p) * PrefixSize
+}
+
 // Over is how much the node may give back: addresses, or prefixes in
 // prefix mode. With address targets: the unused addresses beyond
 // WARM_IP_TARGET, as long as the node keeps MINIMUM_IP_TARGET; in prefix

@@ -185,3 +185,25 @@ func TestWarmTargetsSurplusInterface(t *testing.T) {
 		t.Error("prefix mode gives back prefixes, not interfaces")
 	}
 }
+
+// TestShortAddresses: what a prefix node asks as single addresses when
+// its subnet has no free aligned /28: the address targets' exact need,
+// else the prefixes' worth.
+func TestShortAddresses(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		t    WarmTargets
+		p    WarmPool
+		want int
+	}{
+		{"addresses: Short itself", WarmTargets{WarmIP: 5}, WarmPool{Total: 3, Used: 1}, 3},
+		{"prefixes, WARM_IP_TARGET 5 with 2 free: 3 addresses, not a /28's 16", WarmTargets{WarmIP: 5, Prefixes: true}, WarmPool{Total: 16, Used: 14, Prefixes: 1}, 3},
+		{"prefixes, MINIMUM_IP_TARGET 20 with 16 held: 4", WarmTargets{MinimumIP: 20, Prefixes: true}, WarmPool{Total: 16, Used: 0, Prefixes: 1, FreePrefixes: 1}, 4},
+		{"prefixes, WARM_PREFIX_TARGET 1 with none free: a prefix's worth", WarmTargets{WarmPrefix: 1, Prefixes: true}, WarmPool{Total: 16, Used: 16, Prefixes: 1}, 16},
+		{"nothing short", WarmTargets{WarmIP: 2, Prefixes: true}, WarmPool{Total: 16, Used: 3, Prefixes: 1}, 0},
+	} {
+		if got := c.t.ShortAddresses(c.p); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}

@@ -66,11 +66,17 @@ type Plan struct {
 type Assignment struct {
 	Interface string
 	Count     int
+	// Fallback, with prefixes, is how many single addresses to ask
+	// instead when the subnet has no free aligned /28 (cilium#29634): the
+	// addresses the node lacks, within the slots Count fits in.
+	Fallback int
 }
 
 // Creation makes an interface with Count addresses or prefixes.
 type Creation struct {
 	Count int
+	// Fallback is Assignment's, for the new interface.
+	Fallback int
 }
 
 // Release gives back addresses and prefixes of one interface.
@@ -121,6 +127,7 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 
 	var plan Plan
 	var add, give int // in addresses, or prefixes with o.Prefixes
+	var short int     // the addresses the node lacks, for a fallback
 	surplus := false
 	if o.Sizing.WarmTargets != nil {
 		// Prefix mode is the pool's (o.Prefixes), whatever the targets say.
@@ -136,9 +143,11 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 		}
 		pool := alloc.WarmPool{Total: held, Used: used, Prefixes: prefixes, FreePrefixes: freePrefixes, PerInterface: per, MaxPods: maxPods}
 		add, give, surplus = t.Short(pool), t.Over(pool), t.SurplusInterface(pool)
+		short = t.ShortAddresses(pool)
 	} else {
 		w := o.Sizing.Watermarks
 		add, give = w.ToAllocate(held, used, s.Pending), w.Excess(held, used)
+		short = add
 		if o.Prefixes {
 			add, give = alloc.PrefixesFor(add), give/IPv4PrefixSize
 		}
@@ -146,6 +155,12 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 
 	if add > 0 {
 		plan.Assign, plan.Create, plan.Full = placeAdd(ifaces, s.Instance, add)
+		if o.Prefixes && plan.Assign != nil {
+			plan.Assign.Fallback = min(short, s.Instance.Limits.IPv4PerInterface-slotsOf(ifaces, plan.Assign.Interface))
+		}
+		if o.Prefixes && plan.Create != nil {
+			plan.Create.Fallback = min(short, s.Instance.Limits.IPv4PerInterface-1)
+		}
 	}
 	if give > 0 && add == 0 {
 		plan.Release = pickRelease(ifaces, s.Used, give, o.Prefixes)
@@ -204,6 +219,16 @@ func pickRelease(ifaces []Interface, used map[netip.Addr]bool, n int, prefixes b
 	best.Addresses = best.Addresses[:min(n, len(best.Addresses))]
 	best.Prefixes = best.Prefixes[:min(n, len(best.Prefixes))]
 	return best
+}
+
+// slotsOf is how many slots interface id takes.
+func slotsOf(ifaces []Interface, id string) int {
+	for _, f := range ifaces {
+		if f.ID == id {
+			return f.Slots()
+		}
+	}
+	return 0
 }
 
 func count(r *Release) int { return len(r.Addresses) + len(r.Prefixes) }

@@ -56,10 +56,11 @@ type Added struct {
 
 // Round plans a round for node in state s and makes its one add: to an
 // interface with room (a prefix request on a subnet without a free
-// aligned /28 falls back to single addresses), or to a new interface in
-// the first subnet with room (a subnet that answers full cools down and
-// the next is tried). It answers the plan and what was added; with
-// nothing to add, an empty Added.
+// aligned /28 falls back to single addresses, and the subnet is asked no
+// prefix for its cooldown), or to a new interface in the first subnet
+// with room (a subnet that answers full cools down and the next is
+// tried). It answers the plan and what was added; with nothing to add, an
+// empty Added.
 func (r *Reconciler) Round(ctx context.Context, node string, s NodeState) (Plan, Added, error) {
 	plan, err := PlanNode(s, r.Options)
 	if err != nil {
@@ -67,29 +68,54 @@ func (r *Reconciler) Round(ctx context.Context, node string, s NodeState) (Plan,
 	}
 	switch {
 	case plan.Assign != nil:
-		got, err := r.assign(ctx, plan.Assign.Interface, plan.Assign.Count)
+		got, err := r.assign(ctx, plan.Assign, subnetOf(s.Instance, plan.Assign.Interface))
 		return plan, Added{Interface: plan.Assign.Interface, Addresses: got.Addresses, Prefixes: got.Prefixes}, err
 	case plan.Create != nil && r.Interfaces != nil:
-		f, err := r.create(ctx, node, s.Instance, plan.Create.Count)
+		f, err := r.create(ctx, node, s.Instance, plan.Create)
 		return plan, Added{Interface: f.ID, Created: err == nil, NewInterface: f, Addresses: f.Addresses, Prefixes: f.Prefixes}, err
 	}
 	return plan, Added{}, nil
 }
 
-// assign adds n units to iface, falling back from prefixes to addresses.
-func (r *Reconciler) assign(ctx context.Context, iface string, n int) (Assigned, error) {
-	got, err := r.Provider.Assign(ctx, iface, n, r.Options.Prefixes)
-	if r.Options.Prefixes && KindOf(err) == KindNoContiguousPrefix {
-		// The subnet's free space is fragmented: single addresses, as
-		// many as the prefixes would have held, within the slots asked.
-		return r.Provider.Assign(ctx, iface, n, false)
+// assign makes a's add to an interface of subnet, falling back from
+// prefixes to single addresses on a fragmented subnet.
+func (r *Reconciler) assign(ctx context.Context, a *Assignment, subnet string) (Assigned, error) {
+	if !r.Options.Prefixes {
+		return r.Provider.Assign(ctx, a.Interface, a.Count, false)
 	}
-	return got, err
+	if !r.isCooling(fragmented(subnet)) {
+		got, err := r.Provider.Assign(ctx, a.Interface, a.Count, true)
+		if KindOf(err) != KindNoContiguousPrefix {
+			return got, err
+		}
+		// Free addresses, but no free aligned /28: ask the subnet no
+		// prefix for a while rather than twice a round.
+		r.cool(fragmented(subnet))
+	}
+	if a.Fallback <= 0 {
+		return Assigned{}, nil
+	}
+	return r.Provider.Assign(ctx, a.Interface, a.Fallback, false)
+}
+
+// fragmented is the cooling key of a subnet that had no free aligned
+// prefix.
+func fragmented(subnet string) string { return "prefixes " + subnet }
+
+// subnetOf is the subnet of inst's interface id.
+func subnetOf(inst Instance, id string) string {
+	for _, f := range inst.Interfaces {
+		if f.ID == id {
+			return f.SubnetID
+		}
+	}
+	return ""
 }
 
 // create makes a new interface with n units for node, trying the chosen
 // subnets in turn.
-func (r *Reconciler) create(ctx context.Context, node string, inst Instance, n int) (Interface, error) {
+func (r *Reconciler) create(ctx context.Context, node string, inst Instance, c *Creation) (Interface, error) {
+	n := c.Count
 	subnets, err := r.Interfaces.Subnets(ctx, inst.VPC, inst.Zone)
 	if err != nil {
 		return Interface{}, err
@@ -122,12 +148,20 @@ func (r *Reconciler) create(ctx context.Context, node string, inst Instance, n i
 	var errs []error
 	for _, sn := range ChooseSubnets(subnets, inst, r.Subnets, need, r.isCooling) {
 		spec := InterfaceSpec{Instance: inst.ID, Subnet: sn.ID, SecurityGroups: groups, Tags: tags, FirstDevice: r.Options.FirstDevice}
-		if r.Options.Prefixes {
+		if r.Options.Prefixes && !r.isCooling(fragmented(sn.ID)) {
 			spec.Prefixes = n
+		} else if r.Options.Prefixes {
+			spec.Addresses = c.Fallback
 		} else {
 			spec.Addresses = n
 		}
 		f, err := r.Interfaces.CreateInterface(ctx, spec)
+		if spec.Prefixes > 0 && KindOf(err) == KindNoContiguousPrefix && c.Fallback > 0 {
+			// The same subnet, with single addresses (cilium#29634).
+			r.cool(fragmented(sn.ID))
+			spec.Prefixes, spec.Addresses = 0, c.Fallback
+			f, err = r.Interfaces.CreateInterface(ctx, spec)
+		}
 		switch KindOf(err) {
 		case KindSubnetFull, KindNoContiguousPrefix:
 			r.cool(sn.ID)

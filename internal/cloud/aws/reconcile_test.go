@@ -81,7 +81,9 @@ func TestReconcilerNewInterfaceNextSubnet(t *testing.T) {
 }
 
 // TestReconcilerFallsBackToAddresses: on a subnet whose free space has no
-// aligned /28 left (cilium#29634) a prefix round gets single addresses.
+// aligned /28 left (cilium#29634) a prefix round gets single addresses,
+// as many as the node lacks; the subnet is asked no prefix again until
+// its cooldown ends.
 func TestReconcilerFallsBackToAddresses(t *testing.T) {
 	ctx := context.Background()
 	fake, inst, _ := world(t, "m5.large", "10.61.0.0/26")
@@ -90,19 +92,37 @@ func TestReconcilerFallsBackToAddresses(t *testing.T) {
 		fake.Take("subnet-a", netip.MustParseAddr(a))
 	}
 	p := newProvider(t, fake, 1)
-	rec := &cloud.Reconciler{Provider: p, Options: cloud.PlanOptions{Prefixes: true, Sizing: cloud.Sizing{Watermarks: alloc.Watermarks{PreAllocate: 8}}}}
-	described, err := p.Instance(ctx, inst)
-	if err != nil {
-		t.Fatal(err)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	rec := &cloud.Reconciler{Provider: p, Now: func() time.Time { return now },
+		Options: cloud.PlanOptions{Prefixes: true, Sizing: cloud.Sizing{Watermarks: alloc.Watermarks{PreAllocate: 6}}}}
+	round := func() (cloud.Added, int) {
+		t.Helper()
+		described, err := p.Instance(ctx, inst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Every address held is in use: the node lacks its pre-allocation.
+		used := map[netip.Addr]bool{}
+		for _, f := range described.Interfaces {
+			for _, a := range f.Addresses {
+				used[a] = true
+			}
+		}
+		before := fake.Calls("AssignPrivateIpAddresses")
+		_, added, err := rec.Round(ctx, "node", cloud.NodeState{Instance: described, Used: used})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(added.Prefixes) != 0 {
+			t.Fatalf("added prefixes %v on a fragmented subnet", added.Prefixes)
+		}
+		return added, fake.Calls("AssignPrivateIpAddresses") - before
 	}
-	_, added, err := rec.Round(ctx, "node", cloud.NodeState{Instance: described})
-	if err != nil {
-		t.Fatal(err)
+	if added, calls := round(); len(added.Addresses) != 6 || calls != 2 {
+		t.Fatalf("first round: %d addresses in %d calls, want 6 in 2 (the prefix refused, then the addresses)", len(added.Addresses), calls)
 	}
-	if len(added.Prefixes) != 0 || len(added.Addresses) != 1 {
-		t.Fatalf("added %+v: one address for the one /28 asked", added)
-	}
-	if n := fake.Calls("AssignPrivateIpAddresses"); n != 2 {
-		t.Fatalf("%d assigns, want 2 (the prefix refused, then the address)", n)
+	// The interface has 3 slots left (10 less the primary and 6).
+	if added, calls := round(); len(added.Addresses) != 3 || calls != 1 {
+		t.Fatalf("in the cooldown: %d addresses in %d calls, want 3 in 1 (no prefix asked)", len(added.Addresses), calls)
 	}
 }
