@@ -28,6 +28,7 @@ func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Migrate) }
 type world struct {
 	st       *store.Store
 	fake     *ec2fake.Server
+	srv      *httptest.Server
 	provider *aws.Provider
 	w        *Worker
 	clock    *testclock.Clock
@@ -66,7 +67,7 @@ func newWorld(t *testing.T, spec alloc.CloudSpec) *world {
 	}
 	w := &Worker{Store: st, Provider: alloc.CloudAWS, Cloud: provider, Interfaces: provider,
 		Tags: map[string]string{cloud.TagCluster: "test"}, Now: clk.Now}
-	return &world{st: st, fake: fake, provider: provider, w: w, clock: clk, inst: inst, eni0: eni0}
+	return &world{st: st, fake: fake, srv: srv, provider: provider, w: w, clock: clk, inst: inst, eni0: eni0}
 }
 
 func (x *world) pass(t *testing.T) {

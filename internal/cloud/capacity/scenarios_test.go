@@ -1,12 +1,21 @@
 package capacity
 
 import (
+	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/cloud"
+	"github.com/ipam-dev/ipam/internal/cloud/aws"
+	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
 )
 
 // The scenarios of FACTS.md section 6, replayed at the workers' level:
@@ -210,4 +219,188 @@ func TestScenarioLimitsRespected(t *testing.T) {
 		}
 	}
 	t.Logf("pass errors at the limit: %v", refused)
+}
+
+// retrying is a worker over the same fake whose SDK retries as the
+// server's does (the standard retryer: three attempts), without the
+// waits between them.
+func (x *scen) retrying() *Worker {
+	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(x.srv.URL), HTTPClient: x.srv.Client(),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
+			o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
+		})})
+	p := aws.New(client, aws.Options{Now: x.clock.Now, Wait: func(int) time.Duration { return 0 }})
+	w := x.worker()
+	w.Cloud, w.Interfaces = p, p
+	return w
+}
+
+// release ends the lease of container.
+func (x *scen) release(t *testing.T, container string) {
+	t.Helper()
+	if _, err := x.st.ReleaseAttachment(t.Context(), alloc.DefaultSpace, "n1", alloc.Attachment{ContainerID: container, Interface: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unattached counts the interfaces attached to nothing.
+func (x *scen) unattached() int {
+	n := 0
+	for _, f := range x.fake.Interfaces() {
+		if f.Instance == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestScenarioThrottlingAbsorbed (amazon-vpc-cni-k8s#123): with one EC2
+// call in three refused RequestLimitExceeded, the SDK's retries absorb
+// every refusal: each pass succeeds, every Pod gets an address, and the
+// node gets the interfaces it needs and not one more.
+func TestScenarioThrottlingAbsorbed(t *testing.T) {
+	x := newScen(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 6}})
+	var n atomic.Int64
+	x.fake.SetFault(func(string) *ec2fake.APIError {
+		if n.Add(1)%3 == 0 {
+			return ec2fake.Throttled()
+		}
+		return nil
+	})
+	w := x.retrying()
+	pods := 0
+	for pass := range 8 {
+		if err := w.Pass(t.Context()); err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+		for range 3 {
+			if _, err := x.lease(t, "c"+strconv.Itoa(pods)); err != nil {
+				t.Fatalf("pass %d: Pod %d got no address: %v", pass, pods, err)
+			}
+			pods++
+		}
+	}
+	addrs, ifaces := x.held()
+	if ifaces != 3 || addrs < pods || x.unattached() != 0 {
+		t.Fatalf("%d Pods: %d interfaces attached, %d addresses, %d unattached; want 3, >= %d, 0", pods, ifaces, addrs, x.unattached(), pods)
+	}
+	if c := x.fake.Calls("CreateNetworkInterface"); c > 2*3 {
+		t.Fatalf("%d creates for 2 interfaces: refused ones retried beyond the SDK's attempts", c)
+	}
+	if n.Load()/3 == 0 {
+		t.Fatal("no call was refused")
+	}
+}
+
+// TestScenarioThrottledAttachNoRunaway (amazon-vpc-cni-k8s#123): when
+// every attach is refused for the rate, past the SDK's retries, a pass
+// makes at most one interface for the node and deletes it again; none is
+// left attached to nothing, and the node never holds more interfaces
+// than it needs once the refusals stop.
+func TestScenarioThrottledAttachNoRunaway(t *testing.T) {
+	x := newScen(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 12}})
+	x.fake.SetFault(func(action string) *ec2fake.APIError {
+		if action == "AttachNetworkInterface" {
+			return ec2fake.Throttled()
+		}
+		return nil
+	})
+	const passes = 6
+	for range passes {
+		if err := x.w.Pass(t.Context()); err != nil && cloud.KindOf(err) != cloud.KindThrottled {
+			t.Fatalf("pass: %v, want a throttled refusal", err)
+		}
+		x.clock.Advance(time.Minute)
+	}
+	creates, deletes := x.fake.Calls("CreateNetworkInterface"), x.fake.Calls("DeleteNetworkInterface")
+	if creates > passes || deletes != creates || x.unattached() != 0 {
+		t.Fatalf("%d passes: %d creates, %d deletes, %d left unattached; want at most one create per pass, each deleted", passes, creates, deletes, x.unattached())
+	}
+	x.fake.SetFault(nil)
+	for range 3 {
+		x.pass(t)
+	}
+	if addrs, ifaces := x.held(); ifaces != 2 || addrs < 12 {
+		t.Fatalf("after the refusals: %d interfaces, %d addresses; want 2 and 12", ifaces, addrs)
+	}
+}
+
+// TestScenarioWarmIPChurnMakesNoCalls (amazon-vpc-cni-k8s#730, #2294):
+// with WARM_IP_TARGET and MINIMUM_IP_TARGET the node holds what its Pods
+// use plus the target, not a whole interface's worth; Pods replaced at a
+// steady count (their addresses through the cooldown and back) make no
+// EC2 call that changes anything.
+func TestScenarioWarmIPChurnMakesNoCalls(t *testing.T) {
+	x := newScen(t, alloc.CloudSpec{Provider: alloc.CloudAWS, WarmTargets: &alloc.WarmTargets{WarmIP: 2, MinimumIP: 4}, ReleaseDelay: time.Minute})
+	live := []string{}
+	next := 0
+	start := func() {
+		t.Helper()
+		c := "c" + strconv.Itoa(next)
+		next++
+		if _, err := x.lease(t, c); err != nil {
+			t.Fatalf("Pod %s: %v", c, err)
+		}
+		live = append(live, c)
+	}
+	x.pass(t)
+	for range 6 {
+		start()
+		x.pass(t)
+	}
+	for range 3 {
+		x.clock.Advance(time.Minute)
+		x.pass(t)
+	}
+	if addrs, ifaces := x.held(); addrs != 8 || ifaces != 1 {
+		t.Fatalf("6 Pods, WARM_IP_TARGET 2: the node holds %d addresses on %d interfaces, want 8 on 1", addrs, ifaces)
+	}
+	before := x.calls(mutating...)
+	for round := range 20 {
+		// Two Pods go, two come: the new ones take what the warm target
+		// kept, the old addresses cool down and count as free again.
+		for _, c := range live[:2] {
+			x.release(t, c)
+		}
+		live = live[2:]
+		start()
+		start()
+		x.clock.Advance(2 * time.Second)
+		if err := x.w.Pass(t.Context()); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+	after := x.calls(mutating...)
+	for _, a := range mutating {
+		if after[a] != before[a] {
+			t.Errorf("%s: %d calls over 20 rounds of churn at a steady 6 Pods, want 0", a, after[a]-before[a])
+		}
+	}
+}
+
+// TestScenarioFragmentedSubnetFallsBack (cilium#29634): a prefix pool on
+// a subnet with free addresses but no free aligned /28 gives the node
+// single addresses instead of "no more IPs", and its Pods get them.
+func TestScenarioFragmentedSubnetFallsBack(t *testing.T) {
+	x := newScen(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Prefixes: true, Watermarks: &alloc.Watermarks{PreAllocate: 4}})
+	subnet := netip.MustParsePrefix("10.90.0.0/24")
+	for a := subnet.Addr(); subnet.Contains(a); a = a.Next() {
+		if a.As4()[3]%16 == 9 {
+			x.fake.Take("subnet-0123456789abcdef0", a)
+		}
+	}
+	free := x.fake.FreeAddresses("subnet-0123456789abcdef0")
+	for range 2 {
+		x.pass(t)
+	}
+	held, prefixes := x.fake.Held(x.eni0)
+	if len(prefixes) != 0 || len(held) < 4 {
+		t.Fatalf("the node holds %v and prefixes %v on a subnet with no free /28 (%d addresses free): want single addresses", held, prefixes, free)
+	}
+	for i := range 4 {
+		if _, err := x.lease(t, "c"+strconv.Itoa(i)); err != nil {
+			t.Fatalf("Pod %d: %v", i, err)
+		}
+	}
 }
