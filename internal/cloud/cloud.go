@@ -126,6 +126,10 @@ type Interface struct {
 	Tags           map[string]string
 	// Attached reports whether it is attached to an instance.
 	Attached bool
+	// Detaching reports that the cloud is detaching it (the workers gave
+	// it back): it still takes its device index and counts against the
+	// instance's interfaces, but nothing on it is for Pods any more.
+	Detaching bool
 }
 
 // Slots is how many of the interface's address slots are taken: the

@@ -99,7 +99,9 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 		return Plan{}, fmt.Errorf("instance type %s takes no prefixes", s.Instance.Type)
 	}
 	ifaces := slices.Clone(s.Instance.Interfaces)
-	ifaces = slices.DeleteFunc(ifaces, func(f Interface) bool { return f.DeviceIndex < o.FirstDevice })
+	// Interfaces below FirstDevice, and those being detached, hold no
+	// Pod address; they still count against the instance's interfaces.
+	ifaces = slices.DeleteFunc(ifaces, func(f Interface) bool { return f.DeviceIndex < o.FirstDevice || f.Detaching })
 	slices.SortFunc(ifaces, func(a, b Interface) int { return cmp.Compare(a.DeviceIndex, b.DeviceIndex) })
 
 	var held, used, prefixes, freePrefixes int

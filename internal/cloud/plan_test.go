@@ -53,6 +53,7 @@ func TestPlanNode(t *testing.T) {
 	busy1 := eni(1, 20)
 	busy1.Addresses = busy1.Addresses[:9]
 	half := eni(1, 9)
+	leaving := func(f Interface) Interface { f.Detaching = true; return f }
 	pre := func(n int) Sizing { return Sizing{Watermarks: alloc.Watermarks{PreAllocate: n}} }
 	warm := func(t alloc.WarmTargets) Sizing { return Sizing{WarmTargets: &t} }
 	for _, c := range []struct {
@@ -75,6 +76,12 @@ func TestPlanNode(t *testing.T) {
 			PlanOptions{Sizing: pre(8)}, Plan{Create: &Creation{Count: 8}}},
 		{"every interface full, none left to add",
 			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{full0, full1, full2}}, Used: uses(uses(uses(nil, full0, 9), full1, 9), full2, 5)},
+			PlanOptions{Sizing: pre(8)}, Plan{Full: true}},
+		{"an interface being detached holds nothing for Pods: a new one",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{full0, leaving(eni(1, 9))}}, Used: uses(nil, full0, 9)},
+			PlanOptions{Sizing: pre(8)}, Plan{Create: &Creation{Count: 8}}},
+		{"interfaces being detached still count against the instance's",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{full0, leaving(eni(1, 9)), leaving(eni(2, 9))}}, Used: uses(nil, full0, 9)},
 			PlanOptions{Sizing: pre(8)}, Plan{Full: true}},
 		{"interfaces below the first device hold no Pod address",
 			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 0)}}},

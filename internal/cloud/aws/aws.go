@@ -248,6 +248,7 @@ func interfaceOf(ni types.NetworkInterface) (cloud.Interface, error) {
 		Attached: ni.Attachment != nil && sdkaws.ToString(ni.Attachment.InstanceId) != ""}
 	if ni.Attachment != nil {
 		f.DeviceIndex = int(sdkaws.ToInt32(ni.Attachment.DeviceIndex))
+		f.Detaching = ni.Attachment.Status == types.AttachmentStatusDetaching || ni.Attachment.Status == types.AttachmentStatusDetached
 	}
 	for _, g := range ni.Groups {
 		f.SecurityGroups = append(f.SecurityGroups, sdkaws.ToString(g.GroupId))

@@ -114,6 +114,14 @@ func TestDetachInterface(t *testing.T) {
 	if err := p.DetachInterface(ctx, f.ID); err != nil {
 		t.Fatal(err)
 	}
+	// The instance still shows it, at its device, as being detached.
+	described, err := p.Instance(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(described.Interfaces) != 2 || described.Interfaces[0].Detaching || !described.Interfaces[1].Detaching {
+		t.Fatalf("while it detaches the instance shows %+v", described.Interfaces)
+	}
 	if got, _ := p.Detached(ctx, tags); len(got) != 0 {
 		t.Fatalf("shown detached before the detach finished: %+v", got)
 	}

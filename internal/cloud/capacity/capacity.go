@@ -2,7 +2,8 @@
 // pools: for each node of a pool, what the cloud gave it is recorded as
 // its blocks, one round of cloud.Reconciler adds what its sizing says it
 // lacks, and addresses in excess for the pool's release delay go back to
-// the cloud, drained first so that none a Pod holds can go.
+// the cloud, drained first so that none a Pod holds can go; so does an
+// interface in surplus (the VPC CNI's WARM_ENI_TARGET), detached whole.
 //
 // One replica at a time should run passes (the caller's leader
 // election); a pass is safe to repeat, and a pass cut short leaves
@@ -60,10 +61,18 @@ type Worker struct {
 	// token bucket (cloud.NewLimited).
 	Parallel int
 
-	mu         sync.Mutex                            // guards excess, reconciler and written
+	mu         sync.Mutex                            // guards excess, surplus, reconciler and written
 	written    map[string][]store.CloudInterface     // "space/node" -> the reading last recorded
 	excess     map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> excess since
+	surplus    map[string]surplusSince               // "space/pool/node" -> the interface in surplus
 	reconciler map[string]*cloud.Reconciler          // "space/pool" -> its reconciler
+}
+
+// surplusSince is the interface a node has held in surplus, and since
+// when.
+type surplusSince struct {
+	id    string
+	since time.Time
 }
 
 // DefaultParallel is how many nodes a pass serves at a time when
@@ -205,7 +214,82 @@ func (w *Worker) serve(ctx context.Context, x *nodeWork) error {
 			return fmt.Errorf("recording what %s got: %w", added.Interface, err)
 		}
 	}
-	return w.release(ctx, p, n, plan.Release)
+	if err := w.release(ctx, p, n, plan.Release); err != nil {
+		return err
+	}
+	return w.detach(ctx, x, plan.Detach)
+}
+
+// detach gives back id, the interface x's node holds beyond its need (the
+// VPC CNI's WARM_ENI_TARGET: otherwise a node that once scaled up keeps
+// its interfaces' addresses from the subnet for good, amazon-vpc-cni-k8s
+// #2294), once it has been in surplus for the pool's release delay: all
+// its blocks drained, so that no Pod can take one meanwhile (a Pod that
+// took one keeps the interface), then the interface detached and its
+// blocks dropped. The collector deletes it once the cloud shows it
+// detached.
+func (w *Worker) detach(ctx context.Context, x *nodeWork, id string) error {
+	p, n := x.pool, x.node
+	key := p.Space + "/" + p.Name + "/" + n.Name
+	now := w.now()
+	w.mu.Lock()
+	if w.surplus == nil {
+		w.surplus = map[string]surplusSince{}
+	}
+	was := w.surplus[key]
+	if id == "" || w.Interfaces == nil {
+		delete(w.surplus, key)
+		w.mu.Unlock()
+		return nil
+	}
+	if was.id != id {
+		// A new surplus, or another interface: the delay starts now.
+		was = surplusSince{id: id, since: now}
+		w.surplus[key] = was
+	}
+	w.mu.Unlock()
+	if now.Sub(was.since) < releaseDelay(p) {
+		return nil
+	}
+	var f cloud.Interface
+	for _, g := range x.inst.Interfaces {
+		if g.ID == id {
+			f = g
+		}
+	}
+	addrs := f.Addresses
+	if x.rec.Options.UsePrimary {
+		addrs = append([]netip.Addr{f.Primary}, addrs...)
+	}
+	blocks := blocksOf(addrs, f.Prefixes)
+	drained, err := w.Store.DrainCloudBlocks(ctx, p.Space, n.Name, p.Name, blocks)
+	if err != nil {
+		return err
+	}
+	if len(drained) != len(blocks) {
+		// A Pod holds (or just held) one of its addresses: the interface
+		// stays, whole.
+		return w.Store.RestoreCloudBlocks(ctx, p.Space, n.Name, p.Name, drained)
+	}
+	if err := w.Interfaces.DetachInterface(ctx, id); err != nil {
+		if rerr := w.Store.RestoreCloudBlocks(ctx, p.Space, n.Name, p.Name, drained); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return fmt.Errorf("detaching %s, in surplus: %w", id, err)
+	}
+	w.mu.Lock()
+	delete(w.surplus, key)
+	w.mu.Unlock()
+	w.logger().Info("cloud capacity: interface in surplus detached", "node", n.Name, "interface", id, "addresses", len(blocks))
+	return w.Store.DropCloudBlocks(ctx, p.Space, n.Name, p.Name, drained)
+}
+
+// releaseDelay is the pool's release delay, or the default.
+func releaseDelay(p store.CloudPool) time.Duration {
+	if p.Cloud.ReleaseDelay == 0 {
+		return alloc.DefaultCloudReleaseDelay
+	}
+	return p.Cloud.ReleaseDelay
 }
 
 // recordHeld records what the node's interfaces (from the first
@@ -217,7 +301,7 @@ func (w *Worker) recordHeld(ctx context.Context, p store.CloudPool, n store.Clou
 		have[b.Prefix] = true
 	}
 	for _, f := range inst.Interfaces {
-		if f.DeviceIndex < opts.FirstDevice {
+		if f.DeviceIndex < opts.FirstDevice || f.Detaching {
 			continue
 		}
 		addrs := f.Addresses
@@ -245,12 +329,16 @@ func (w *Worker) recordHeld(ctx context.Context, p store.CloudPool, n store.Clou
 // unchanged node writes nothing. What the round then adds shows at the
 // next pass's reading.
 func (w *Worker) recordInterfaces(ctx context.Context, p store.CloudPool, n store.CloudNode, inst cloud.Instance) error {
-	ifaces := make([]store.CloudInterface, len(inst.Interfaces))
-	for i, f := range inst.Interfaces {
-		ifaces[i] = store.CloudInterface{ID: f.ID, Name: f.Name, MAC: f.MAC, DeviceIndex: f.DeviceIndex,
+	// An interface being detached holds nothing for Pods any more.
+	ifaces := make([]store.CloudInterface, 0, len(inst.Interfaces))
+	for _, f := range inst.Interfaces {
+		if f.Detaching {
+			continue
+		}
+		ifaces = append(ifaces, store.CloudInterface{ID: f.ID, Name: f.Name, MAC: f.MAC, DeviceIndex: f.DeviceIndex,
 			SubnetID: f.SubnetID, SubnetCIDR: f.SubnetCIDR, Gateway: f.Gateway, VPC: inst.VPC, VPCCIDRs: f.VPCCIDRs,
 			Zone: inst.Zone, Primary: f.Primary, Addresses: f.Addresses, Prefixes: f.Prefixes,
-			IPv6Prefixes: f.IPv6Prefixes, SecurityGroups: f.SecurityGroups, Tags: f.Tags}
+			IPv6Prefixes: f.IPv6Prefixes, SecurityGroups: f.SecurityGroups, Tags: f.Tags})
 	}
 	key := p.Space + "/" + n.Name
 	w.mu.Lock()
@@ -276,10 +364,7 @@ func (w *Worker) recordInterfaces(ctx context.Context, p store.CloudPool, n stor
 // restored when the cloud refused).
 func (w *Worker) release(ctx context.Context, p store.CloudPool, n store.CloudNode, r *cloud.Release) error {
 	now := w.now()
-	delay := p.Cloud.ReleaseDelay
-	if delay == 0 {
-		delay = alloc.DefaultCloudReleaseDelay
-	}
+	delay := releaseDelay(p)
 	key := p.Space + "/" + p.Name + "/" + n.Name
 	w.mu.Lock()
 	if w.excess == nil {

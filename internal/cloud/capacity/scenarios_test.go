@@ -404,3 +404,68 @@ func TestScenarioFragmentedSubnetFallsBack(t *testing.T) {
 		}
 	}
 }
+
+// TestScenarioWarmENIScaleDownGivesBack (amazon-vpc-cni-k8s#2294): sized
+// by WARM_ENI_TARGET=1, a node that scaled to three interfaces gives the
+// surplus one back once its Pods are gone (after the release delay, and
+// once: the cloud detaches asynchronously, and an interface detaching is
+// not given back twice), keeping one interface's worth free as the target
+// says, so the rest returns to the subnet instead of staying stranded;
+// the collector then deletes it.
+func TestScenarioWarmENIScaleDownGivesBack(t *testing.T) {
+	x := newScen(t, alloc.CloudSpec{Provider: alloc.CloudAWS, WarmTargets: &alloc.WarmTargets{WarmENI: 1}, ReleaseDelay: time.Minute})
+	var pods []string
+	for range 6 {
+		x.pass(t)
+		for len(pods) < 14 {
+			c := "c" + strconv.Itoa(len(pods))
+			if _, err := x.lease(t, c); err != nil {
+				break
+			}
+			pods = append(pods, c)
+		}
+	}
+	addrs0, ifaces0 := x.held()
+	if ifaces0 != 3 || addrs0 < 14 || len(pods) != 14 {
+		t.Fatalf("%d Pods on %d interfaces with %d addresses, want 14 on 3", len(pods), ifaces0, addrs0)
+	}
+	free := x.fake.FreeAddresses("subnet-0123456789abcdef0")
+	// The first Pod (on the primary interface's addresses) stays; the
+	// others go.
+	for _, c := range pods[1:] {
+		x.release(t, c)
+	}
+	x.clock.Advance(2 * time.Second)
+	if _, err := x.st.PurgeCooled(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	x.pass(t)
+	if _, ifaces := x.held(); ifaces != 3 {
+		t.Fatalf("%d interfaces before the release delay, want 3", ifaces)
+	}
+	for range 4 {
+		x.clock.Advance(time.Minute)
+		x.pass(t)
+	}
+	if c := x.fake.Calls("DetachNetworkInterface"); c != 1 {
+		t.Fatalf("%d detaches, want 1", c)
+	}
+	x.fake.FinishDetaches()
+	// 1 Pod, 18 held: 17 free, at least one interface's 9; without the
+	// second interface 8, fewer.
+	addrs, ifaces := x.held()
+	if ifaces != 2 || addrs != 18 {
+		t.Fatalf("after the scale-down %d interfaces with %d addresses, want 2 with 18", ifaces, addrs)
+	}
+	if _, err := x.lease(t, "after"); err != nil {
+		t.Fatalf("a Pod after the scale-down: %v", err)
+	}
+	got, err := cloud.CollectLeaked(t.Context(), x.provider, scenTags, cloud.DefaultLeakAge, x.clock.Now().Add(cloud.DefaultLeakAge))
+	if err != nil || len(got) != 1 {
+		t.Fatalf("collected %v (%v), want the detached interface", got, err)
+	}
+	// Back: the interface's secondary addresses and its primary.
+	if now, want := x.fake.FreeAddresses("subnet-0123456789abcdef0"), free+addrs0-18+1; now != want {
+		t.Fatalf("the subnet has %d free addresses, want %d", now, want)
+	}
+}
