@@ -3,6 +3,7 @@ package cloud
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -37,6 +38,10 @@ type NodeState struct {
 	Instance Instance
 	// Used are the node's cloud addresses Pods hold (from the leases).
 	Used map[netip.Addr]bool
+	// Reserved are addresses the node holds for itself, used by no Pod
+	// (a CiliumNode's pool, sized by the crd-mode controller): free for
+	// the sizing, but never given back by a plan.
+	Reserved map[netip.Addr]bool
 	// Pending is how many Pods wait for an address on the node.
 	Pending int
 }
@@ -165,10 +170,10 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 		}
 	}
 	if give > 0 && add == 0 {
-		plan.Release = pickRelease(ifaces, s.Used, give, o.Prefixes)
+		plan.Release = pickRelease(ifaces, kept(s), give, o.Prefixes)
 	}
 	if surplus && add == 0 {
-		plan.Detach = pickDetach(ifaces, s.Used)
+		plan.Detach = pickDetach(ifaces, kept(s))
 	}
 	return plan, nil
 }
@@ -221,6 +226,19 @@ func pickRelease(ifaces []Interface, used map[netip.Addr]bool, n int, prefixes b
 	best.Addresses = best.Addresses[:min(n, len(best.Addresses))]
 	best.Prefixes = best.Prefixes[:min(n, len(best.Prefixes))]
 	return best
+}
+
+// kept is what a plan never gives back: the used and reserved addresses.
+func kept(s NodeState) map[netip.Addr]bool {
+	if len(s.Reserved) == 0 {
+		return s.Used
+	}
+	out := maps.Clone(s.Used)
+	if out == nil {
+		out = map[netip.Addr]bool{}
+	}
+	maps.Copy(out, s.Reserved)
+	return out
 }
 
 // slotsOf is how many slots interface id takes.

@@ -238,12 +238,18 @@ type CloudNode struct {
 	ProviderID string
 	// Blocks are its blocks of the pool, with the interface holding each.
 	Blocks []CloudBlock
-	// Used are the addresses of those blocks a lease row holds (pending,
-	// active, reserved, or released and still cooling down). An address
+	// Used are the addresses of those blocks a Pod's lease row holds
+	// (pending, active, or released and still cooling down). An address
 	// whose cooldown ended is leasable at once, so the sizing counts it
 	// free; its row still keeps its block from draining until the purge,
 	// so it cannot go back to the cloud before then either.
 	Used []netip.Addr
+	// Reserved are those the node itself holds, used by no Pod: a
+	// CiliumNode's spec.ipam.pool in crd mode. The crd-mode controller
+	// sizes them by the node's own watermarks, so the cloud's sizing
+	// counts them free (else the cloud would hold Pods plus both
+	// pre-allocations); their rows keep them from going back.
+	Reserved []netip.Addr
 }
 
 // CloudBlock is one recorded cloud block.
@@ -279,7 +285,9 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 				coalesce((SELECT json_agg(json_build_object('prefix', b.cidr, 'iface', b.cloud_interface, 'drained', b.capacity = 0) ORDER BY b.cidr)
 					FROM blocks b WHERE b.node_id = n.id AND b.pool_id = $2), '[]'),
 				coalesce((SELECT array_agg(l.addr ORDER BY l.addr) FROM leases l JOIN blocks b ON b.id = l.block_id
-					WHERE l.node_id = n.id AND b.pool_id = $2 AND NOT (l.state = 'released' AND l.cooldown_until <= $4)), '{}')
+					WHERE l.node_id = n.id AND b.pool_id = $2 AND l.state <> 'reserved' AND NOT (l.state = 'released' AND l.cooldown_until <= $4)), '{}'),
+				coalesce((SELECT array_agg(l.addr ORDER BY l.addr) FROM leases l JOIN blocks b ON b.id = l.block_id
+					WHERE l.node_id = n.id AND b.pool_id = $2 AND l.state = 'reserved'), '{}')
 			FROM nodes n WHERE n.space = $1
 			  AND (n.provider_id LIKE $3 OR EXISTS (SELECT 1 FROM blocks b WHERE b.node_id = n.id AND b.pool_id = $2))
 			ORDER BY n.name`, space, id, string(spec.Provider)+"://%", s.now())
@@ -293,7 +301,7 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 				Iface   string       `json:"iface"`
 				Drained bool         `json:"drained"`
 			}
-			if err := r.Scan(&n.Name, &n.ProviderID, &blocks, &n.Used); err != nil {
+			if err := r.Scan(&n.Name, &n.ProviderID, &blocks, &n.Used, &n.Reserved); err != nil {
 				return n, err
 			}
 			for _, b := range blocks {

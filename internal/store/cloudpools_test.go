@@ -308,3 +308,30 @@ func TestCloudNodesCooledAreFree(t *testing.T) {
 		t.Fatalf("a block with a cooled row drained: %v, %v", drained, err)
 	}
 }
+
+// TestCloudNodesReserved: addresses a CiliumNode's pool reserves from the
+// node's cloud blocks are Reserved, not Used (the cloud's sizing counts
+// them free), and their blocks never drain; a Pod's lease is Used.
+func TestCloudNodesReserved(t *testing.T) {
+	f := cloudFixture(t)
+	reserved, err := f.s.ReserveNodeAddresses(f.ctx, alloc.DefaultSpace, "n1", nil, "default", alloc.IPv4, 2)
+	if err != nil || len(reserved) != 2 {
+		t.Fatalf("reserved %v, %v", reserved, err)
+	}
+	leased := f.allocate(req("n1", "c1")).Leases[0].Addr
+	nodes, err := f.s.CloudNodes(f.ctx, alloc.DefaultSpace, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Addr{reserved[0].Addr, reserved[1].Addr}
+	if n := nodes[0]; !slices.Equal(n.Used, []netip.Addr{leased}) || !slices.Equal(n.Reserved, want) {
+		t.Fatalf("used %v, reserved %v; want [%v] and %v", n.Used, n.Reserved, leased, want)
+	}
+	var blocks []netip.Prefix
+	for _, a := range want {
+		blocks = append(blocks, netip.PrefixFrom(a, 32))
+	}
+	if drained, err := f.s.DrainCloudBlocks(f.ctx, alloc.DefaultSpace, "n1", "default", blocks); err != nil || len(drained) != 0 {
+		t.Fatalf("reserved blocks drained: %v, %v", drained, err)
+	}
+}

@@ -119,13 +119,19 @@ func (w *Worker) Pass(ctx context.Context) error {
 
 // nodeWork is one node of a pass: what its reading found, then its round.
 type nodeWork struct {
-	pool    store.CloudPool
-	node    store.CloudNode
-	rec     *cloud.Reconciler
-	inst    cloud.Instance
-	used    map[netip.Addr]bool
-	deficit int  // addresses the plan says the node lacks
-	ready   bool // read, and to be served
+	pool     store.CloudPool
+	node     store.CloudNode
+	rec      *cloud.Reconciler
+	inst     cloud.Instance
+	used     map[netip.Addr]bool
+	reserved map[netip.Addr]bool
+	deficit  int  // addresses the plan says the node lacks
+	ready    bool // read, and to be served
+}
+
+// state is what the plan knows of x's node.
+func (x *nodeWork) state() cloud.NodeState {
+	return cloud.NodeState{Instance: x.inst, Used: x.used, Reserved: x.reserved}
 }
 
 // each runs f over work, at most Parallel at a time, and answers the
@@ -179,11 +185,14 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	if err := w.recordInterfaces(ctx, p, n, inst); err != nil {
 		return err
 	}
-	x.inst, x.used = inst, map[netip.Addr]bool{}
+	x.inst, x.used, x.reserved = inst, map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	for _, a := range n.Used {
 		x.used[a] = true
 	}
-	plan, err := cloud.PlanNode(cloud.NodeState{Instance: inst, Used: x.used}, x.rec.Options)
+	for _, a := range n.Reserved {
+		x.reserved[a] = true
+	}
+	plan, err := cloud.PlanNode(x.state(), x.rec.Options)
 	if err != nil {
 		return err
 	}
@@ -205,7 +214,7 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 // has been excess for the release delay goes back.
 func (w *Worker) serve(ctx context.Context, x *nodeWork) error {
 	p, n := x.pool, x.node
-	plan, added, err := x.rec.Round(ctx, n.Name, cloud.NodeState{Instance: x.inst, Used: x.used})
+	plan, added, err := x.rec.Round(ctx, n.Name, x.state())
 	if err != nil {
 		return err
 	}
