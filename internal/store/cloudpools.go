@@ -8,7 +8,9 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 
@@ -375,4 +377,64 @@ func (s *Store) withSessionLock(ctx context.Context, key int64, fn func(context.
 		}
 	}()
 	return true, fn(ctx)
+}
+
+// maxProviderIDLen bounds a providerID, as the API does.
+const maxProviderIDLen = 512
+
+// SetCiliumNodeProviderID records providerID (the Kubernetes Node's
+// spec.providerID, or one the crd-mode controller made of the
+// CiliumNode's instance id) as the node's when the pool its labels select
+// (as ReserveNodeAddresses selects it) is a cloud pool of that
+// providerID's cloud, and answers whether it is. Recorded, the node is one
+// of the pool's CloudNodes: the capacity workers give it the cloud's
+// addresses the CiliumNode's pool then reserves. A node of a carved pool
+// gets no providerID from here, so no cloud addresses. A node the store
+// does not know yet is left alone (false); so is one whose providerID is
+// already that.
+func (s *Store) SetCiliumNodeProviderID(ctx context.Context, space, node string, nodeLabels map[string]string, defaultPool, providerID string) (bool, error) {
+	if defaultPool == "" {
+		defaultPool = s.opts.DefaultPool
+	}
+	for _, err := range []error{
+		alloc.ValidateLabelName("space", space),
+		alloc.ValidateNodeName("node", node),
+		alloc.ValidateKubernetesLabels("labels", nodeLabels),
+		alloc.ValidateLabelName("defaultPool", defaultPool),
+	} {
+		if err != nil {
+			return false, err
+		}
+	}
+	if providerID == "" || len(providerID) > maxProviderIDLen || strings.ContainsFunc(providerID, unicode.IsControl) {
+		return false, alloc.Invalid("providerID", "must be 1 to %d characters, none a control character", maxProviderIDLen)
+	}
+	var isCloud bool
+	err := s.inTx(ctx, func(tx querier) error {
+		isCloud = false
+		var nodeID int64
+		err := tx.QueryRow(ctx, `SELECT id FROM nodes WHERE space = $1 AND name = $2`, space, node).Scan(&nodeID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		p, _, ok, err := s.nodePool(ctx, tx, space, node, nodeLabels, defaultPool, alloc.IPv4)
+		if err != nil || !ok || !p.cloud {
+			return err
+		}
+		var b []byte
+		if err := tx.QueryRow(ctx, `SELECT cloud FROM pools WHERE id = $1`, p.id).Scan(&b); err != nil {
+			return err
+		}
+		spec, err := cloudSpecOf(b)
+		if err != nil || spec == nil || !strings.HasPrefix(providerID, string(spec.Provider)+"://") {
+			return err
+		}
+		isCloud = true
+		_, err = tx.Exec(ctx, `UPDATE nodes SET provider_id = $2, updated_at = $3 WHERE id = $1 AND provider_id IS DISTINCT FROM $2`,
+			nodeID, providerID, s.now())
+		return err
+	})
+	return isCloud, err
 }

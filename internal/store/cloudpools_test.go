@@ -5,8 +5,11 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
@@ -333,5 +336,51 @@ func TestCloudNodesReserved(t *testing.T) {
 	}
 	if drained, err := f.s.DrainCloudBlocks(f.ctx, alloc.DefaultSpace, "n1", "default", blocks); err != nil || len(drained) != 0 {
 		t.Fatalf("reserved blocks drained: %v, %v", drained, err)
+	}
+}
+
+// TestSetCiliumNodeProviderID: a CiliumNode's providerID is recorded only
+// when its labels select a cloud pool of that cloud; then the pool's
+// CloudNodes list it.
+func TestSetCiliumNodeProviderID(t *testing.T) {
+	f := newFixture(t, nil)
+	f.pool("default", alloc.PoolSpec{IPv4: fam(24, "10.80.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
+	f.pool("eni", alloc.PoolSpec{IPv4: fam(28, "10.81.0.0/16"), NodeLocal: alloc.DefaultNodeLocal, Cloud: &alloc.CloudSpec{Provider: alloc.CloudAWS},
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "eni"}}})
+	for _, n := range []string{"n1", "n2"} {
+		if _, _, err := f.s.PutNode(f.ctx, alloc.Node{Space: alloc.DefaultSpace, Name: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onENI := map[string]string{"pool": "eni"}
+	for _, c := range []struct {
+		name, node string
+		labels     map[string]string
+		providerID string
+		want       bool
+	}{
+		{"a node of a carved pool", "n2", nil, "aws:///eu-west-1a/i-2", false},
+		{"a node of the cloud pool, another cloud's id", "n1", onENI, "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm", false},
+		{"a node the store does not know", "n3", onENI, "aws:///eu-west-1a/i-3", false},
+		{"a node of the cloud pool", "n1", onENI, "aws:///eu-west-1a/i-1", true},
+		{"again: nothing changes", "n1", onENI, "aws:///eu-west-1a/i-1", true},
+	} {
+		got, err := f.s.SetCiliumNodeProviderID(f.ctx, alloc.DefaultSpace, c.node, c.labels, "", c.providerID)
+		if err != nil || got != c.want {
+			t.Errorf("%s: %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+	nodes, err := f.s.CloudNodes(f.ctx, alloc.DefaultSpace, "eni")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 1 || nodes[0].Name != "n1" || nodes[0].ProviderID != "aws:///eu-west-1a/i-1" {
+		t.Fatalf("cloud nodes %+v, want n1 alone", nodes)
+	}
+	for _, bad := range []string{"", strings.Repeat("a", 513), "aws:///z/i-1\n"} {
+		_, err := f.s.SetCiliumNodeProviderID(f.ctx, alloc.DefaultSpace, "n1", onENI, "", bad)
+		if e := wantKind(t, err, alloc.KindInvalid); e.Field != "providerID" {
+			t.Errorf("%q: refused naming %q", bad, e.Field)
+		}
 	}
 }
