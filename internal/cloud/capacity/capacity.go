@@ -222,6 +222,12 @@ func (w *Worker) serve(ctx context.Context, x *nodeWork) error {
 		if err := w.Store.RecordCloudBlocks(ctx, p.Space, n.Name, p.Name, added.Interface, got); err != nil {
 			return fmt.Errorf("recording what %s got: %w", added.Interface, err)
 		}
+		// The reading with what the round added: the crd-mode controller
+		// routes a CiliumNode's new addresses by it, now rather than at
+		// the next pass.
+		if err := w.recordInterfaces(ctx, p, n, withAdded(x.inst, added)); err != nil {
+			return err
+		}
 	}
 	if err := w.release(ctx, p, n, plan.Release); err != nil {
 		return err
@@ -299,6 +305,23 @@ func releaseDelay(p store.CloudPool) time.Duration {
 		return alloc.DefaultCloudReleaseDelay
 	}
 	return p.Cloud.ReleaseDelay
+}
+
+// withAdded is inst as it is after a round added a.
+func withAdded(inst cloud.Instance, a cloud.Added) cloud.Instance {
+	ifaces := slices.Clone(inst.Interfaces)
+	if a.Created {
+		ifaces = append(ifaces, a.NewInterface)
+	}
+	for i, f := range ifaces {
+		if f.ID == a.Interface && !a.Created {
+			f.Addresses = append(slices.Clip(f.Addresses), a.Addresses...)
+			f.Prefixes = append(slices.Clip(f.Prefixes), a.Prefixes...)
+			ifaces[i] = f
+		}
+	}
+	inst.Interfaces = ifaces
+	return inst
 }
 
 // recordHeld records what the node's interfaces (from the first
