@@ -126,10 +126,23 @@ type crdFamily struct {
 // status.ipam.used and answers both in status.ipam.release-ips; the
 // ipv6-pool, ipv6-used and release-ipv6s fields of the type are not read
 // by it, so the operator leaves them alone.
+//
+// An agent in ipam.mode=eni (v1.20) leaves status.ipam.used empty and
+// lists what it uses in spec.ipam.pools.allocated instead: that is the
+// used map then.
 func crdFamilies(cn *ciliumv2.CiliumNode) []crdFamily {
+	used := cn.Status.IPAM.Used
+	if len(used) == 0 {
+		for _, a := range allocatedUse(cn.Spec.IPAM.Pools) {
+			if used == nil {
+				used = ipamtypes.AllocationMap{}
+			}
+			used[a.String()] = ipamtypes.AllocationIP{}
+		}
+	}
 	return []crdFamily{
-		{alloc.IPv4, ofFamily(cn.Spec.IPAM.Pool, alloc.IPv4), ofFamily(cn.Status.IPAM.Used, alloc.IPv4), ofFamily(cn.Status.IPAM.ReleaseIPs, alloc.IPv4)},
-		{alloc.IPv6, ofFamily(cn.Spec.IPAM.Pool, alloc.IPv6), ofFamily(cn.Status.IPAM.Used, alloc.IPv6), ofFamily(cn.Status.IPAM.ReleaseIPs, alloc.IPv6)},
+		{alloc.IPv4, ofFamily(cn.Spec.IPAM.Pool, alloc.IPv4), ofFamily(used, alloc.IPv4), ofFamily(cn.Status.IPAM.ReleaseIPs, alloc.IPv4)},
+		{alloc.IPv6, ofFamily(cn.Spec.IPAM.Pool, alloc.IPv6), ofFamily(used, alloc.IPv6), ofFamily(cn.Status.IPAM.ReleaseIPs, alloc.IPv6)},
 	}
 }
 
@@ -213,6 +226,9 @@ func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2
 		pool, release = mergeInto(pool, st.pool), mergeInto(release, st.release)
 	}
 	desired.Spec.IPAM.Pool, desired.Status.IPAM.ReleaseIPs = pool, release
+	if err := o.cloudRound(ctx, name, cn, desired, used); err != nil {
+		return 0, err
+	}
 	o.needs.Store(name, need)
 	desired.Status.IPAM.OperatorStatus.Error = strings.Join(opErrs, "; ")
 	if len(opErrs) > 0 && (requeue == 0 || requeue > retryUnserved) {

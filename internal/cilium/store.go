@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/store"
 )
 
 // Store is what the operator needs of the system of record. Every write
@@ -33,6 +34,13 @@ type Store interface {
 	ReleaseAllNodeAddresses(ctx context.Context, space, node string) (int, error)
 	// CiliumNodes names the nodes holding single addresses.
 	CiliumNodes(ctx context.Context, space string) ([]string, error)
+	// SetCiliumNodeProviderID records the node's providerID when its
+	// labels select a cloud pool of that cloud, and answers whether they
+	// do.
+	SetCiliumNodeProviderID(ctx context.Context, space, node string, labels map[string]string, defaultPool, providerID string) (bool, error)
+	// CloudInterfaces is the capacity workers' last reading of the
+	// node's cloud interfaces.
+	CloudInterfaces(ctx context.Context, space, node string) (store.CloudInterfaces, error)
 }
 
 // BlockStore is what the block modes (cluster-pool and multi-pool) need of

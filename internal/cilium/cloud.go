@@ -1,0 +1,204 @@
+package cilium
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	awstypes "github.com/cilium/cilium/pkg/aws/types"
+	azuretypes "github.com/cilium/cilium/pkg/azure/types"
+	iputil "github.com/cilium/cilium/pkg/ip"
+	ipamtypes "github.com/cilium/cilium/pkg/ipam/types"
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/store"
+)
+
+// A CiliumNode whose labels select a cloud pool holds the cloud's
+// addresses: the capacity workers give its instance's interfaces what the
+// pool's cloud sizing says and record them as the node's blocks, and the
+// crd-mode round reserves them into spec.ipam.pool as it reserves carved
+// ones. Three things differ, all done here:
+//
+//   - the node's providerID is recorded (the Kubernetes Node's, else one
+//     made of the CiliumNode's spec.instance-id), so that the workers
+//     serve its instance at all;
+//   - each spec.ipam.pool entry's resource is the interface holding the
+//     address (Cilium's agent finds its routing by it), and an address
+//     the workers' last reading of the interfaces does not show yet stays
+//     out of the pool until it does;
+//   - the status carries that reading, as Cilium's operator writes it:
+//     status.eni.enis on AWS, status.azure.interfaces on Azure.
+//
+// Cilium's agent in ipam.mode=eni (v1.20) allocates from the addresses
+// status.eni.enis lists, so each interface lists exactly the CiliumNode's
+// pool addresses it holds; the agent reports the ones in use in
+// spec.ipam.pools.allocated rather than status.ipam.used (usedOf).
+
+// providerID is the node's cloud id: the Kubernetes Node's
+// spec.providerID, else one made of the CiliumNode's spec.instance-id as
+// the cloud providers write it (aws:///ZONE/i-..., azure://RESOURCE-ID).
+func (o *Operator) providerID(name string, cn *ciliumv2.CiliumNode) string {
+	o.mu.Lock()
+	idx := o.kNode
+	o.mu.Unlock()
+	if idx != nil {
+		if obj, ok, _ := idx.GetByKey(name); ok {
+			if id := obj.(*corev1.Node).Spec.ProviderID; id != "" {
+				return id
+			}
+		}
+	}
+	id := cn.Spec.InstanceID
+	switch {
+	case strings.HasPrefix(id, "i-"):
+		return "aws:///" + cn.Spec.ENI.AvailabilityZone + "/" + id
+	case strings.HasPrefix(strings.ToLower(id), "/subscriptions/"):
+		return "azure://" + id
+	}
+	return ""
+}
+
+// cloudRound applies the cloud's part to desired after the round: it
+// records the node's providerID when its pool is a cloud pool, and then
+// sets each pool entry's resource and the status from the workers' last
+// reading. used are the addresses Pods use.
+func (o *Operator) cloudRound(ctx context.Context, name string, cn, desired *ciliumv2.CiliumNode, used map[netip.Addr]alloc.Owner) error {
+	pid := o.providerID(name, cn)
+	if pid == "" {
+		return nil
+	}
+	isCloud, err := o.store.SetCiliumNodeProviderID(ctx, o.cfg.Space, name, o.nodeLabels(name, cn), o.cfg.DefaultPool, pid)
+	if err != nil || !isCloud {
+		return err
+	}
+	reading, err := o.store.CloudInterfaces(ctx, o.cfg.Space, name)
+	if err != nil {
+		return fmt.Errorf("reading the node's cloud interfaces: %w", err)
+	}
+	pool := desired.Spec.IPAM.Pool
+	onIface := map[string][]netip.Addr{}
+	for ip, a := range pool {
+		addr, err := netip.ParseAddr(ip)
+		if err != nil {
+			continue
+		}
+		f := interfaceHolding(reading.Interfaces, addr)
+		switch {
+		case f != nil:
+			a.Resource = f.ID
+			pool[ip] = a
+			onIface[f.ID] = append(onIface[f.ID], addr)
+		case !inUse(used, addr):
+			// Not routable by the agent before the interface shows it.
+			delete(pool, ip)
+		}
+	}
+	if len(pool) == 0 {
+		desired.Spec.IPAM.Pool = nil
+	}
+	switch {
+	case strings.HasPrefix(pid, string(alloc.CloudAWS)+"://"):
+		desired.Status.ENI.ENIs = eniStatus(reading.Interfaces, onIface)
+	case strings.HasPrefix(pid, string(alloc.CloudAzure)+"://"):
+		desired.Status.Azure.Interfaces = azureStatus(reading.Interfaces, onIface)
+	}
+	return nil
+}
+
+func inUse(used map[netip.Addr]alloc.Owner, a netip.Addr) bool {
+	_, ok := used[a]
+	return ok
+}
+
+// interfaceHolding is the interface of ifaces that holds a (a secondary
+// address, the primary, or inside a prefix); nil when none does.
+func interfaceHolding(ifaces []store.CloudInterface, a netip.Addr) *store.CloudInterface {
+	for i := range ifaces {
+		f := &ifaces[i]
+		if f.Primary == a || slices.Contains(f.Addresses, a) || slices.Contains(f.IPv6Addresses, a) {
+			return f
+		}
+		for _, p := range f.Prefixes {
+			if p.Contains(a) {
+				return f
+			}
+		}
+		for _, p := range f.IPv6Prefixes {
+			if p.Contains(a) {
+				return f
+			}
+		}
+	}
+	return nil
+}
+
+// eniStatus is status.eni.enis: every interface of the reading with what
+// the agent routes by (MAC, device number, subnet, VPC ranges) and, as
+// its addresses, the node's pool addresses it holds (sorted), so that the
+// agent allocates those and no other.
+func eniStatus(ifaces []store.CloudInterface, pool map[string][]netip.Addr) map[string]awstypes.ENI {
+	if len(ifaces) == 0 {
+		return nil
+	}
+	out := make(map[string]awstypes.ENI, len(ifaces))
+	for _, f := range ifaces {
+		e := awstypes.ENI{ID: f.ID, IP: iputil.AddrFrom(f.Primary), MAC: f.MAC, AvailabilityZone: f.Zone, Number: f.DeviceIndex,
+			Subnet:         awstypes.AwsSubnet{ID: f.SubnetID, CIDR: iputil.PrefixFrom(f.SubnetCIDR)},
+			VPC:            awstypes.AwsVPC{ID: f.VPC},
+			SecurityGroups: slices.Clone(f.SecurityGroups), Tags: f.Tags}
+		if len(f.VPCCIDRs) > 0 {
+			e.VPC.PrimaryCIDR = iputil.PrefixFrom(f.VPCCIDRs[0])
+			for _, c := range f.VPCCIDRs {
+				e.VPC.CIDRs = append(e.VPC.CIDRs, iputil.PrefixFrom(c))
+			}
+		}
+		for _, a := range slices.SortedFunc(slices.Values(pool[f.ID]), netip.Addr.Compare) {
+			e.Addresses = append(e.Addresses, iputil.AddrFrom(a))
+		}
+		out[f.ID] = e
+	}
+	return out
+}
+
+// azureStatus is status.azure.interfaces: every NIC of the reading with
+// what the agent routes by (MAC, gateway, subnet range), its addresses
+// those of the node's pool it holds, Succeeded (the workers record only
+// those). The fields v1.20 deprecates (the interface's cidr, the
+// address's subnet, mirrors for older agents) are left out: the v1.20
+// agent reads subnet.cidr and subnet.id.
+func azureStatus(ifaces []store.CloudInterface, pool map[string][]netip.Addr) []azuretypes.AzureInterface {
+	var out []azuretypes.AzureInterface
+	for _, f := range ifaces {
+		ai := azuretypes.AzureInterface{ID: f.ID, IP: iputil.AddrFrom(f.Primary), Name: f.Name, MAC: f.MAC, State: "Succeeded",
+			Subnet:  azuretypes.AzureSubnet{ID: f.SubnetID, CIDR: iputil.PrefixFrom(f.SubnetCIDR)},
+			Gateway: iputil.AddrFrom(f.Gateway)}
+		if len(f.SecurityGroups) > 0 {
+			ai.SecurityGroup = f.SecurityGroups[0]
+		}
+		for _, a := range slices.SortedFunc(slices.Values(pool[f.ID]), netip.Addr.Compare) {
+			ai.Addresses = append(ai.Addresses, azuretypes.AzureAddress{IP: iputil.AddrFrom(a), State: "Succeeded"})
+		}
+		out = append(out, ai)
+	}
+	return out
+}
+
+// allocatedUse is what an agent in ipam.mode=eni (v1.20) reports in use:
+// the single-address CIDRs of spec.ipam.pools.allocated (it leaves
+// status.ipam.used empty).
+func allocatedUse(p ipamtypes.IPAMPoolSpec) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range p.Allocated {
+		for _, c := range a.CIDRs {
+			if c.IsValid() && c.IsSingleIP() {
+				out = append(out, c.Addr())
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,176 @@
+package cilium
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	iputil "github.com/cilium/cilium/pkg/ip"
+	ipamtypes "github.com/cilium/cilium/pkg/ipam/types"
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/cloud"
+	"github.com/ipam-dev/ipam/internal/cloud/aws"
+	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
+	"github.com/ipam-dev/ipam/internal/cloud/capacity"
+	"github.com/ipam-dev/ipam/internal/store"
+)
+
+// TestCRDCloudPoolENI: on a cloud pool, a CiliumNode known only by its
+// spec.instance-id gets the addresses the capacity workers give its
+// instance (EC2 fake, real SDK, real API server): the controller records
+// its providerID, names the ENI as each pool entry's resource, and lists
+// in status.eni.enis the ENI with what the agent routes by and exactly
+// the pool's addresses. The use an agent in ipam.mode=eni reports in
+// spec.ipam.pools.allocated becomes Pod leases, and the pool grows by it.
+func TestCRDCloudPoolENI(t *testing.T) {
+	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(28, "10.90.0.0/24"), NodeLocal: alloc.DefaultNodeLocal,
+		Cloud: &alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}}})
+	fake := ec2fake.New()
+	fake.AddVPC("vpc-1", netip.MustParsePrefix("10.90.0.0/16"), netip.MustParsePrefix("100.64.0.0/16"))
+	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-0123456789abcdef0", VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix("10.90.0.0/24")})
+	inst, eni0, err := fake.AddInstance("m5.large", "subnet-0123456789abcdef0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(fake)
+	t.Cleanup(srv.Close)
+	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+		Retryer:     retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 1 })})
+	provider := aws.New(client, aws.Options{Wait: func(int) time.Duration { return 0 }})
+	w := &capacity.Worker{Store: e.st, Provider: alloc.CloudAWS, Cloud: provider, Interfaces: provider,
+		Tags: map[string]string{cloud.TagCluster: "test"}}
+
+	e.operator("op-1", func(c *Config) { c.ExcessIPReleaseDelay = time.Hour })
+	cn := &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	cn.Spec.InstanceID = inst
+	cn.Spec.ENI.AvailabilityZone = "eu-west-1a"
+	cn.Spec.IPAM.PreAllocate = 4
+	if _, err := e.client.CiliumV2().CiliumNodes().Create(e.ctx, cn, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The workers pass every 200ms here (every minute in the server).
+	served := func(want int) func() (bool, string) {
+		last := time.Time{}
+		return func() (bool, string) {
+			if time.Since(last) > 200*time.Millisecond {
+				if err := w.Pass(e.ctx); err != nil {
+					return false, err.Error()
+				}
+				last = time.Now()
+			}
+			cn := e.get("node-a")
+			held, _ := fake.Held(eni0)
+			eni, ok := cn.Status.ENI.ENIs[eni0]
+			if len(cn.Spec.IPAM.Pool) != want || !ok {
+				ci, _ := e.st.CloudInterfaces(e.ctx, alloc.DefaultSpace, "node-a")
+				return false, fmt.Sprintf("pool %v, the store holds %v, the cloud holds %v, the reading %+v, status %+v, operator %q",
+					specPool(cn), e.heldByStore("node-a"), held, ci.Interfaces, cn.Status.ENI, cn.Status.IPAM.OperatorStatus.Error)
+			}
+			var listed []string
+			for _, a := range eni.Addresses {
+				listed = append(listed, a.String())
+			}
+			slices.Sort(listed)
+			return slices.Equal(listed, specPool(cn)), fmt.Sprintf("pool %v, status.eni.enis lists %v", specPool(cn), listed)
+		}
+	}
+	e.eventually(20*time.Second, "the pre-allocation from the cloud", served(4))
+
+	cn = e.get("node-a")
+	held, _ := fake.Held(eni0)
+	for ip, a := range cn.Spec.IPAM.Pool {
+		if a.Resource != eni0 || !slices.Contains(held, netip.MustParseAddr(ip)) {
+			t.Errorf("pool entry %s: resource %q; want %s, an address it holds (%v)", ip, a.Resource, eni0, held)
+		}
+	}
+	eni := cn.Status.ENI.ENIs[eni0]
+	if eni.ID != eni0 || eni.MAC == "" || eni.Number != 0 || eni.Subnet.ID != "subnet-0123456789abcdef0" ||
+		eni.Subnet.CIDR.Prefix != netip.MustParsePrefix("10.90.0.0/24") || eni.VPC.ID != "vpc-1" ||
+		eni.VPC.PrimaryCIDR.Prefix != netip.MustParsePrefix("10.90.0.0/16") || len(eni.VPC.CIDRs) != 2 || !eni.IP.IsValid() ||
+		slices.Contains(eni.Addresses, eni.IP) || eni.AvailabilityZone != "eu-west-1a" {
+		t.Fatalf("status.eni.enis[%s] = %+v", eni0, eni)
+	}
+	nodes, err := e.st.CloudNodes(e.ctx, alloc.DefaultSpace, "default")
+	if err != nil || len(nodes) != 1 || nodes[0].ProviderID != "aws:///eu-west-1a/"+inst {
+		t.Fatalf("cloud nodes %+v, %v", nodes, err)
+	}
+
+	// The agent (ipam.mode=eni, v1.20) takes two into use and says so in
+	// spec.ipam.pools.allocated; status.ipam.used stays empty.
+	inUse := specPool(cn)[:2]
+	var cidrs []iputil.Prefix
+	for _, ip := range inUse {
+		cidrs = append(cidrs, iputil.PrefixFrom(netip.PrefixFrom(netip.MustParseAddr(ip), 32)))
+	}
+	e.eventually(10*time.Second, "the agent's write", func() (bool, string) {
+		cn := e.get("node-a")
+		cn.Spec.IPAM.Pools = ipamtypes.IPAMPoolSpec{Allocated: []ipamtypes.IPAMPoolAllocation{{Pool: "default", CIDRs: cidrs}}}
+		_, err := e.client.CiliumV2().CiliumNodes().Update(e.ctx, cn, metav1.UpdateOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	e.eventually(20*time.Second, "the pool grown by the use", served(6))
+	for _, a := range mustHeld(t, e, "node-a") {
+		if want := slices.Contains(inUse, a.Addr.String()); (a.State == alloc.StateActive) != want {
+			t.Errorf("%s: %s in the store; in use by the agent: %v", a.Addr, a.State, want)
+		}
+	}
+	if held, _ := fake.Held(eni0); len(held) != 6 {
+		t.Fatalf("the cloud holds %v, want 6: the 2 used and both pre-allocations counted once", held)
+	}
+	e.consistent()
+}
+
+func mustHeld(t *testing.T, e *crdEnv, node string) []alloc.HeldAddress {
+	t.Helper()
+	as, err := e.st.NodeAddresses(e.ctx, alloc.DefaultSpace, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return as
+}
+
+// TestCloudStatusAndProviderID: the providerID made of a CiliumNode's
+// instance id, and status.azure.interfaces with what Cilium's agent
+// routes by (crd.go looks the interface up by the pool entry's resource
+// and needs its MAC, gateway and subnet range).
+func TestCloudStatusAndProviderID(t *testing.T) {
+	o := &Operator{}
+	for _, c := range []struct{ instance, zone, want string }{
+		{"i-0123456789abcdef0", "eu-west-1a", "aws:///eu-west-1a/i-0123456789abcdef0"},
+		{"/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/pool1/virtualMachines/0", "",
+			"azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/pool1/virtualMachines/0"},
+		{"node-a", "", ""},
+		{"", "", ""},
+	} {
+		cn := &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+		cn.Spec.InstanceID, cn.Spec.ENI.AvailabilityZone = c.instance, c.zone
+		if got := o.providerID("n", cn); got != c.want {
+			t.Errorf("instance %q: providerID %q, want %q", c.instance, got, c.want)
+		}
+	}
+	nic := store.CloudInterface{ID: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/nic0", Name: "nic0",
+		MAC: "00:0d:3a:00:00:01", SubnetID: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/nodes",
+		SubnetCIDR: netip.MustParsePrefix("10.96.0.0/24"), Gateway: netip.MustParseAddr("10.96.0.1"), Primary: netip.MustParseAddr("10.96.0.4"),
+		Addresses: []netip.Addr{netip.MustParseAddr("10.96.0.5"), netip.MustParseAddr("10.96.0.6")}}
+	got := azureStatus([]store.CloudInterface{nic}, map[string][]netip.Addr{nic.ID: {netip.MustParseAddr("10.96.0.6"), netip.MustParseAddr("10.96.0.5")}})
+	if len(got) != 1 {
+		t.Fatalf("interfaces %+v", got)
+	}
+	ai := got[0]
+	if ai.ID != nic.ID || ai.Name != "nic0" || ai.MAC != nic.MAC || ai.Gateway.Addr != nic.Gateway || ai.Subnet.CIDR.Prefix != nic.SubnetCIDR ||
+		ai.Subnet.ID != nic.SubnetID || ai.State != "Succeeded" || ai.IP.Addr != nic.Primary ||
+		len(ai.Addresses) != 2 || ai.Addresses[0].IP.Addr != netip.MustParseAddr("10.96.0.5") || ai.Addresses[0].State != "Succeeded" {
+		t.Fatalf("status.azure.interfaces[0] = %+v", ai)
+	}
+}
