@@ -46,6 +46,7 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 		})
 		p := aws.New(client, aws.Options{})
 		w.Cloud, w.Interfaces = cloud.NewLimited(p, bucket), cloud.NewLimitedInterfaces(p, bucket)
+		w.Inventory = cloud.NewLimitedInventory(p, bucket)
 	case alloc.CloudAzure:
 		// Workload identity, managed identity or a client secret, as the
 		// AZURE_* variables say.

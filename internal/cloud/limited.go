@@ -38,6 +38,29 @@ var (
 	_ InterfaceManager = (*LimitedInterfaces)(nil)
 )
 
+// LimitedInventory is an Inventory behind a bucket, as Limited: two
+// tokens a listing, one for the instances and one for their interfaces
+// (further pages are rare: a thousand instances, or interfaces, a page).
+type LimitedInventory struct {
+	inv     Inventory
+	limiter *rate.Limiter
+}
+
+var _ Inventory = (*LimitedInventory)(nil)
+
+// NewLimitedInventory answers inv behind limiter (share it with the
+// provider's Limited).
+func NewLimitedInventory(inv Inventory, limiter *rate.Limiter) *LimitedInventory {
+	return &LimitedInventory{inv: inv, limiter: limiter}
+}
+
+func (l *LimitedInventory) Instances(ctx context.Context, vpc string) (map[string]Instance, error) {
+	if err := l.limiter.WaitN(ctx, 2); err != nil {
+		return nil, err
+	}
+	return l.inv.Instances(ctx, vpc)
+}
+
 // NewLimited answers p behind limiter.
 func NewLimited(p Provider, limiter *rate.Limiter) *Limited {
 	return &Limited{p: p, limiter: limiter}

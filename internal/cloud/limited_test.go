@@ -31,12 +31,16 @@ func TestLimitedSpendsOneBucket(t *testing.T) {
 	defer srv.Close()
 	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")})
-	// Six tokens, and the next one in a day.
-	bucket := rate.NewLimiter(rate.Every(24*time.Hour), 6)
+	// Eight tokens, and the next one in a day.
+	bucket := rate.NewLimiter(rate.Every(24*time.Hour), 8)
 	provider := aws.New(client, aws.Options{})
-	p, m := cloud.NewLimited(provider, bucket), cloud.NewLimitedInterfaces(provider, bucket)
+	p, m, inv := cloud.NewLimited(provider, bucket), cloud.NewLimitedInterfaces(provider, bucket), cloud.NewLimitedInventory(provider, bucket)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// A listing takes two.
+	if got, err := inv.Instances(ctx, "vpc-1"); err != nil || len(got) != 1 {
+		t.Fatalf("listed %v, %v", got, err)
+	}
 	if _, err := p.Assign(ctx, eni, 1, false); err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +60,9 @@ func TestLimitedSpendsOneBucket(t *testing.T) {
 	}
 	if err := m.DeleteInterface(ctx, "eni-x"); err == nil {
 		t.Fatal("a call past the bucket went through")
+	}
+	if _, err := inv.Instances(ctx, "vpc-1"); err == nil {
+		t.Fatal("a listing past the bucket went through")
 	}
 	if got := fake.Calls("AssignPrivateIpAddresses") + fake.Calls("DescribeInstances"); got != calls {
 		t.Fatalf("%d calls reached EC2 past the bucket", got-calls)

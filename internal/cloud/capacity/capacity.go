@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -51,6 +52,11 @@ type Worker struct {
 	// Interfaces creates interfaces (AWS); nil for a cloud that never
 	// does.
 	Interfaces cloud.InterfaceManager
+	// Inventory, when set, describes every instance of a network at once:
+	// each pass lists the networks its nodes were seen in (a few pages
+	// for a thousand nodes) instead of describing each node's instance
+	// (two calls a node); a node not in the listing is described alone.
+	Inventory cloud.Inventory
 	// Tags go on created interfaces (the cluster's at least).
 	Tags map[string]string
 	Log  *slog.Logger
@@ -61,7 +67,8 @@ type Worker struct {
 	// token bucket (cloud.NewLimited).
 	Parallel int
 
-	mu         sync.Mutex                            // guards excess, surplus, reconciler and written
+	mu         sync.Mutex                            // guards excess, surplus, reconciler, written and vpcs
+	vpcs       map[string]bool                       // the networks nodes were seen in
 	written    map[string][]store.CloudInterface     // "space/node" -> the reading last recorded
 	excess     map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> excess since
 	surplus    map[string]surplusSince               // "space/pool/node" -> the interface in surplus
@@ -108,6 +115,11 @@ func (w *Worker) Pass(ctx context.Context) error {
 			work = append(work, &nodeWork{pool: p, node: n, rec: rec})
 		}
 	}
+	listed, lerrs := w.list(ctx)
+	errs = append(errs, lerrs...)
+	for _, x := range work {
+		x.listed = listed
+	}
 	errs = append(errs, w.each(ctx, work, w.read)...)
 	work = slices.DeleteFunc(work, func(x *nodeWork) bool { return !x.ready })
 	// Largest deficit first; the order of the store among equals, so that
@@ -115,6 +127,30 @@ func (w *Worker) Pass(ctx context.Context) error {
 	slices.SortStableFunc(work, func(a, b *nodeWork) int { return cmp.Compare(b.deficit, a.deficit) })
 	errs = append(errs, w.each(ctx, work, w.serve)...)
 	return errors.Join(errs...)
+}
+
+// list is this pass's inventory of the networks nodes were seen in, by
+// instance id: fresh each pass, so that a round never plans on what an
+// earlier round changed. A network whose listing fails is left out (its
+// nodes are described alone) and its failure answered.
+func (w *Worker) list(ctx context.Context) (map[string]cloud.Instance, []error) {
+	if w.Inventory == nil {
+		return nil, nil
+	}
+	w.mu.Lock()
+	vpcs := slices.Sorted(maps.Keys(w.vpcs))
+	w.mu.Unlock()
+	out := map[string]cloud.Instance{}
+	var errs []error
+	for _, vpc := range vpcs {
+		got, err := w.Inventory.Instances(ctx, vpc)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing the instances of %s: %w", vpc, err))
+			continue
+		}
+		maps.Copy(out, got)
+	}
+	return out, errs
 }
 
 // nodeWork is one node of a pass: what its reading found, then its round.
@@ -125,8 +161,9 @@ type nodeWork struct {
 	inst     cloud.Instance
 	used     map[netip.Addr]bool
 	reserved map[netip.Addr]bool
-	deficit  int  // addresses the plan says the node lacks
-	ready    bool // read, and to be served
+	listed   map[string]cloud.Instance // this pass's inventory, by instance id
+	deficit  int                       // addresses the plan says the node lacks
+	ready    bool                      // read, and to be served
 }
 
 // state is what the plan knows of x's node.
@@ -171,7 +208,11 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	if id == "" {
 		return fmt.Errorf("providerID %q names no %s instance", n.ProviderID, w.Provider)
 	}
-	inst, err := w.Cloud.Instance(ctx, id)
+	inst, ok := x.listed[id]
+	var err error
+	if !ok {
+		inst, err = w.Cloud.Instance(ctx, id)
+	}
 	if cloud.KindOf(err) == cloud.KindNotFound {
 		// Gone, or not visible yet: nothing to create or give back for it.
 		w.logger().Info("cloud capacity: instance not found", "node", n.Name, "instance", id)
@@ -179,6 +220,12 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	} else if err != nil {
 		return err
 	}
+	w.mu.Lock()
+	if w.vpcs == nil {
+		w.vpcs = map[string]bool{}
+	}
+	w.vpcs[inst.VPC] = true
+	w.mu.Unlock()
 	if err := w.recordHeld(ctx, p, n, inst, x.rec.Options); err != nil {
 		return err
 	}

@@ -24,7 +24,8 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Migrate) }
 
 // world is a store on a database of its own, an EC2 fake with one
-// m5.large, its node registered, and a worker over both.
+// m5.large, its node registered, and a worker over both (with the
+// provider as its Inventory, as in the server).
 type world struct {
 	st       *store.Store
 	fake     *ec2fake.Server
@@ -65,7 +66,8 @@ func newWorld(t *testing.T, spec alloc.CloudSpec) *world {
 	if _, _, err := st.PutNode(ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "n1", ProviderID: "aws:///eu-west-1a/" + inst}); err != nil {
 		t.Fatal(err)
 	}
-	w := &Worker{Store: st, Provider: alloc.CloudAWS, Cloud: provider, Interfaces: provider,
+	// As the server's: passes after the first list the network.
+	w := &Worker{Store: st, Provider: alloc.CloudAWS, Cloud: provider, Interfaces: provider, Inventory: provider,
 		Tags: map[string]string{cloud.TagCluster: "test"}, Now: clk.Now}
 	return &world{st: st, fake: fake, srv: srv, provider: provider, w: w, clock: clk, inst: inst, eni0: eni0}
 }

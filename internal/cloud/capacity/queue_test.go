@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -116,5 +117,53 @@ func TestPassBoundsParallelRounds(t *testing.T) {
 		if held, _ := x.fake.Held(eni); len(held) != 1 {
 			t.Fatalf("%s holds %v after the release", eni, held)
 		}
+	}
+}
+
+// TestPassListsInsteadOfDescribing: with an Inventory, a pass after the
+// first lists the nodes' network (one DescribeInstances and one
+// DescribeNetworkInterfaces for all of them) instead of describing each
+// node's instance, and serves them as well; a node the listing lacks is
+// described alone.
+func TestPassListsInsteadOfDescribing(t *testing.T) {
+	x := newWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 2}})
+	const nodes = 5
+	for i := 2; i <= nodes; i++ {
+		inst, _, err := x.fake.AddInstance("m5.large", "subnet-0123456789abcdef0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := x.st.PutNode(t.Context(), alloc.Node{Space: alloc.DefaultSpace, Name: "n" + strconv.Itoa(i), ProviderID: "aws:///eu-west-1a/" + inst}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	describes := func() (instances, ifaces int) {
+		return x.fake.Calls("DescribeInstances"), x.fake.Calls("DescribeNetworkInterfaces")
+	}
+	x.pass(t) // no network known yet: each node described
+	i0, f0 := describes()
+	if i0 < nodes {
+		t.Fatalf("the first pass made %d DescribeInstances for %d nodes", i0, nodes)
+	}
+	x.pass(t)
+	i1, f1 := describes()
+	if i1-i0 != 1 || f1-f0 != 1 {
+		t.Fatalf("a pass over %d nodes of one network: %d DescribeInstances, %d DescribeNetworkInterfaces; want 1 and 1", nodes, i1-i0, f1-f0)
+	}
+	held := 0
+	for _, f := range x.fake.Interfaces() {
+		if f.Instance != "" {
+			held += len(f.Addresses)
+		}
+	}
+	if held != 2*nodes {
+		t.Fatalf("%d addresses over %d nodes, want 2 each", held, nodes)
+	}
+	// A node whose instance is not in the listing (another network, or
+	// not running) is described alone.
+	x.fake.TerminateInstance(x.inst)
+	x.pass(t)
+	if i2, _ := describes(); i2-i1 != 2 {
+		t.Fatalf("with one instance gone: %d DescribeInstances, want the listing and the one node's", i2-i1)
 	}
 }

@@ -37,7 +37,7 @@ func newScen(t *testing.T, spec alloc.CloudSpec) *scen {
 // worker is a new Worker value over the same store and cloud: what a
 // restarted replica starts with (nothing in memory).
 func (x *scen) worker() *Worker {
-	return &Worker{Store: x.st, Provider: alloc.CloudAWS, Cloud: x.provider, Interfaces: x.provider, Tags: scenTags, Now: x.clock.Now}
+	return &Worker{Store: x.st, Provider: alloc.CloudAWS, Cloud: x.provider, Interfaces: x.provider, Inventory: x.provider, Tags: scenTags, Now: x.clock.Now}
 }
 
 // held is every secondary address the node's interfaces hold, and the
@@ -232,7 +232,7 @@ func (x *scen) retrying() *Worker {
 		})})
 	p := aws.New(client, aws.Options{Now: x.clock.Now, Wait: func(int) time.Duration { return 0 }})
 	w := x.worker()
-	w.Cloud, w.Interfaces = p, p
+	w.Cloud, w.Interfaces, w.Inventory = p, p, p
 	return w
 }
 
