@@ -67,7 +67,8 @@ type Worker struct {
 	// token bucket (cloud.NewLimited).
 	Parallel int
 
-	mu         sync.Mutex                            // guards excess, surplus, reconciler, written and vpcs
+	mu         sync.Mutex                            // guards excess, surplus, missing, reconciler, written and vpcs
+	missing    map[string]map[netip.Prefix]bool      // "space/pool/node" -> blocks the last reading lacked
 	vpcs       map[string]bool                       // the networks nodes were seen in
 	written    map[string][]store.CloudInterface     // "space/node" -> the reading last recorded
 	excess     map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> excess since
@@ -229,6 +230,9 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	if err := w.recordHeld(ctx, p, n, inst, x.rec.Options); err != nil {
 		return err
 	}
+	if err := w.settle(ctx, p, n, inst, x.rec.Options); err != nil {
+		return err
+	}
 	if err := w.recordInterfaces(ctx, p, n, inst); err != nil {
 		return err
 	}
@@ -371,6 +375,19 @@ func withAdded(inst cloud.Instance, a cloud.Added) cloud.Instance {
 	return inst
 }
 
+// podBlocks is what f holds for Pods, as blocks; nothing below the first
+// interface index or on an interface being detached.
+func podBlocks(f cloud.Interface, opts cloud.PlanOptions) []netip.Prefix {
+	if f.DeviceIndex < opts.FirstDevice || f.Detaching {
+		return nil
+	}
+	addrs := f.Addresses
+	if opts.UsePrimary {
+		addrs = append([]netip.Addr{f.Primary}, addrs...)
+	}
+	return blocksOf(addrs, f.Prefixes)
+}
+
 // recordHeld records what the node's interfaces (from the first
 // interface index) hold in the cloud that the database lacks: what a pass
 // cut short between the cloud's answer and its record left.
@@ -380,15 +397,8 @@ func (w *Worker) recordHeld(ctx context.Context, p store.CloudPool, n store.Clou
 		have[b.Prefix] = true
 	}
 	for _, f := range inst.Interfaces {
-		if f.DeviceIndex < opts.FirstDevice || f.Detaching {
-			continue
-		}
-		addrs := f.Addresses
-		if opts.UsePrimary {
-			addrs = append([]netip.Addr{f.Primary}, addrs...)
-		}
 		var missing []netip.Prefix
-		for _, b := range blocksOf(addrs, f.Prefixes) {
+		for _, b := range podBlocks(f, opts) {
 			if !have[b] {
 				missing = append(missing, b)
 			}
@@ -399,6 +409,86 @@ func (w *Worker) recordHeld(ctx context.Context, p store.CloudPool, n store.Clou
 			}
 		}
 	}
+	return nil
+}
+
+// settle squares the node's recorded blocks with the reading. A drained
+// block the cloud still holds (a pass stopped between the drain and the
+// cloud's call, or the restore after a refusal failed) is restored. A
+// block the cloud no longer holds (taken back outside the workers, or a
+// pass stopped between the cloud's call and the drop) is dropped once two
+// readings in a row lack it, so that an address EC2 lists late after its
+// assignment is not lost; one a Pod holds stays, and is logged: the
+// Pod's address no longer reaches the node.
+func (w *Worker) settle(ctx context.Context, p store.CloudPool, n store.CloudNode, inst cloud.Instance, opts cloud.PlanOptions) error {
+	inCloud := map[netip.Prefix]bool{}
+	for _, f := range inst.Interfaces {
+		for _, b := range podBlocks(f, opts) {
+			inCloud[b] = true
+		}
+	}
+	key := p.Space + "/" + p.Name + "/" + n.Name
+	var kept, gone []netip.Prefix
+	missing := map[netip.Prefix]bool{}
+	w.mu.Lock()
+	was := w.missing[key]
+	for _, b := range n.Blocks {
+		switch {
+		case inCloud[b.Prefix] && b.Drained:
+			kept = append(kept, b.Prefix)
+		case !inCloud[b.Prefix] && was[b.Prefix]:
+			gone = append(gone, b.Prefix)
+		case !inCloud[b.Prefix]:
+			missing[b.Prefix] = true
+		}
+	}
+	if w.missing == nil {
+		w.missing = map[string]map[netip.Prefix]bool{}
+	}
+	w.missing[key] = missing
+	w.mu.Unlock()
+	if len(kept) > 0 {
+		if err := w.Store.RestoreCloudBlocks(ctx, p.Space, n.Name, p.Name, kept); err != nil {
+			return fmt.Errorf("restoring the blocks the cloud kept: %w", err)
+		}
+		w.logger().Info("cloud capacity: drained blocks the cloud kept restored", "node", n.Name, "blocks", kept)
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	drained, err := w.Store.DrainCloudBlocks(ctx, p.Space, n.Name, p.Name, gone)
+	if err != nil {
+		return err
+	}
+	isDrained := map[netip.Prefix]bool{}
+	for _, b := range n.Blocks {
+		isDrained[b.Prefix] = b.Drained
+	}
+	var drop, leased []netip.Prefix
+	for _, b := range gone {
+		if isDrained[b] || slices.Contains(drained, b) {
+			drop = append(drop, b)
+		} else {
+			leased = append(leased, b)
+		}
+	}
+	if len(leased) > 0 {
+		// Kept so that the lease stays true to the store; the next
+		// readings log it again until the Pod goes.
+		w.mu.Lock()
+		for _, b := range leased {
+			w.missing[key][b] = true
+		}
+		w.mu.Unlock()
+		w.logger().Warn("cloud capacity: the cloud took back addresses Pods hold", "node", n.Name, "blocks", leased)
+	}
+	if len(drop) == 0 {
+		return nil
+	}
+	if err := w.Store.DropCloudBlocks(ctx, p.Space, n.Name, p.Name, drop); err != nil {
+		return fmt.Errorf("dropping the blocks the cloud took back: %w", err)
+	}
+	w.logger().Info("cloud capacity: blocks the cloud took back dropped", "node", n.Name, "blocks", drop)
 	return nil
 }
 

@@ -270,3 +270,77 @@ func TestPassRecordsInterfaces(t *testing.T) {
 		t.Fatalf("an unchanged reading was written again at %v", second.ReadAt)
 	}
 }
+
+// TestPassSettlesWithTheCloud: blocks the cloud took back outside the
+// workers are dropped once two readings agree, except one a Pod holds;
+// a drained block the cloud kept (a pass stopped after the drain) is
+// restored.
+func TestPassSettlesWithTheCloud(t *testing.T) {
+	x := newWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}})
+	x.pass(t)
+	held, _ := x.fake.Held(x.eni0)
+	if len(held) != 4 {
+		t.Fatalf("the cloud holds %v", held)
+	}
+	leased, err := x.lease(t, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var free netip.Addr
+	for _, a := range held {
+		if a != leased {
+			free = a
+			break
+		}
+	}
+	// Someone unassigns two addresses, the leased one among them, and
+	// they go to another interface of the subnet.
+	if err := x.provider.Unassign(t.Context(), x.eni0, []netip.Addr{leased, free}, nil); err != nil {
+		t.Fatal(err)
+	}
+	x.fake.Take("subnet-0123456789abcdef0", leased)
+	x.fake.Take("subnet-0123456789abcdef0", free)
+	recorded := func() map[netip.Prefix]bool {
+		t.Helper()
+		nodes, err := x.st.CloudNodes(t.Context(), alloc.DefaultSpace, "eni")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[netip.Prefix]bool{}
+		for _, b := range nodes[0].Blocks {
+			out[b.Prefix] = true
+		}
+		return out
+	}
+	x.pass(t)
+	if r := recorded(); !r[netip.PrefixFrom(free, 32)] || !r[netip.PrefixFrom(leased, 32)] {
+		t.Fatalf("dropped after one reading: %v", r)
+	}
+	x.pass(t)
+	if r := recorded(); r[netip.PrefixFrom(free, 32)] || !r[netip.PrefixFrom(leased, 32)] {
+		t.Fatalf("after two readings: %v; want %v dropped and the leased %v kept", r, free, leased)
+	}
+	// Every block recorded is one the cloud holds, but the leased one.
+	now, _ := x.fake.Held(x.eni0)
+	for b := range recorded() {
+		if !containsAddr(now, b.Addr()) && b.Addr() != leased {
+			t.Errorf("block %v recorded, the cloud holds %v", b, now)
+		}
+	}
+
+	// A pass stopped after draining a block it meant to give back.
+	some := netip.PrefixFrom(now[len(now)-1], 32)
+	if drained, err := x.st.DrainCloudBlocks(t.Context(), alloc.DefaultSpace, "n1", "eni", []netip.Prefix{some}); err != nil || len(drained) != 1 {
+		t.Fatalf("drained %v, %v", drained, err)
+	}
+	x.pass(t)
+	nodes, err := x.st.CloudNodes(t.Context(), alloc.DefaultSpace, "eni")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range nodes[0].Blocks {
+		if b.Prefix == some && b.Drained {
+			t.Fatalf("%v still drained after a pass; the cloud holds it", some)
+		}
+	}
+}
