@@ -255,3 +255,26 @@ func TestExhaustedSaysWhatIsCooling(t *testing.T) {
 		t.Errorf("got %q, retry after %s, want %s", e.Detail, e.RetryAfter, want)
 	}
 }
+
+// TestLargeIPv6Blocks: a carved pool of IPv6 /96 blocks (2^32 addresses
+// each, the largest a block may be) leases at once, from the block's
+// start and around its cursor.
+func TestLargeIPv6Blocks(t *testing.T) {
+	f := newFixture(t, nil)
+	f.pool("default", alloc.PoolSpec{IPv6: fam(96, "fd00:77::/80"), NodeLocal: alloc.DefaultNodeLocal})
+	first := f.allocate(req("n1", "c1")).Leases[0].Addr
+	if !netip.MustParsePrefix("fd00:77::/96").Contains(first) {
+		t.Fatalf("leased %v", first)
+	}
+	// The cursor at the block's last offset: the next lease takes it, and
+	// the one after wraps around to the start.
+	if _, err := f.s.db.Exec(f.ctx, `UPDATE blocks SET next_offset = last_offset`); err != nil {
+		t.Fatal(err)
+	}
+	last := f.allocate(req("n1", "c2")).Leases[0].Addr
+	wrapped := f.allocate(req("n1", "c3")).Leases[0].Addr
+	if !netip.MustParsePrefix("fd00:77::/96").Contains(last) || last.Compare(first) <= 0 ||
+		!netip.MustParsePrefix("fd00:77::/96").Contains(wrapped) || wrapped.Compare(last) >= 0 || wrapped == first {
+		t.Fatalf("leased %v, then %v at the cursor, then %v", first, last, wrapped)
+	}
+}

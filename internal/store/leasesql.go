@@ -258,12 +258,16 @@ const leaseBlockColumns = `id, cidr, set_masklen(cidr::inet, CASE WHEN family = 
 // The cursor makes the common case one index probe; a nearly full block
 // costs at most one probe per address of the block, never a scan of the
 // pool, and addresses are reused as late as possible (like host-local).
+// generate_series stands in a select list, where it yields rows as LIMIT
+// asks: in FROM, PostgreSQL materializes every row first, which for an
+// IPv6 /96 block (2^32 offsets) never ends.
 func freeOffsetsSQL(space, limit string) string {
 	return `LATERAL (
 			SELECT s.o, s.k FROM (
-				SELECT o, o - b.next_offset AS k FROM generate_series(b.next_offset, b.last_offset) o
+				SELECT o, o - b.next_offset AS k FROM (SELECT generate_series(b.next_offset, b.last_offset) AS o) g
 				UNION ALL
-				SELECT o, o - b.first_offset + b.last_offset - b.next_offset + 1 FROM generate_series(b.first_offset, b.next_offset - 1) o
+				SELECT o, o - b.first_offset + b.last_offset - b.next_offset + 1
+					FROM (SELECT generate_series(b.first_offset, b.next_offset - 1) AS o) g
 			) s
 			LEFT JOIN LATERAL (
 				-- LIMIT keeps this a per-offset probe of the (space, addr)
