@@ -547,8 +547,10 @@ type CiliumPoolState struct {
 // carves none of its CIDRs, which are the cloud subnets' IPv4 CIDRs
 // the addresses lie in; a lease on a node whose cloud addresses are
 // all in use is a 409 pool-exhausted while the workers add more.
-// IPv4 only, multi-pool only; whether a pool is a cloud pool, and its
-// provider, are immutable.
+// Multi-pool only. IPv4 is required; an AWS pool may list its
+// subnets' IPv6 CIDRs too (spec.ipv6, any maskSize): each node then
+// gets one /80 delegated by EC2, whose first /96 is its IPv6 block.
+// Whether a pool is a cloud pool, and its provider, are immutable.
 type CloudSpec struct {
 	// FirstInterfaceIndex The first interface (device index) holding Pod addresses (AWS).
 	FirstInterfaceIndex *int `json:"firstInterfaceIndex,omitempty"`
@@ -1178,8 +1180,10 @@ type PoolSpec struct {
 	// carves none of its CIDRs, which are the cloud subnets' IPv4 CIDRs
 	// the addresses lie in; a lease on a node whose cloud addresses are
 	// all in use is a 409 pool-exhausted while the workers add more.
-	// IPv4 only, multi-pool only; whether a pool is a cloud pool, and its
-	// provider, are immutable.
+	// Multi-pool only. IPv4 is required; an AWS pool may list its
+	// subnets' IPv6 CIDRs too (spec.ipv6, any maskSize): each node then
+	// gets one /80 delegated by EC2, whose first /96 is its IPv6 block.
+	// Whether a pool is a cloud pool, and its provider, are immutable.
 	Cloud *CloudSpec `json:"cloud,omitempty"`
 
 	// Disabled Carve no new block; leases of existing blocks go on.

@@ -61,7 +61,9 @@ func TestCloudSpecValidate(t *testing.T) {
 
 func TestPoolSpecValidateCloud(t *testing.T) {
 	v4 := &PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}, MaskSize: 28}
-	v6 := &PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("fd00::/48")}, MaskSize: 64}
+	// A VPC's IPv6 /56: nothing is carved of it, so Cilium's bound on
+	// carving (mask - CIDR <= 16) does not apply.
+	v6 := &PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("2600:1f18:aaaa:bb00::/56")}, MaskSize: 96}
 	cloud := &CloudSpec{Provider: CloudAWS, Prefixes: true}
 	for _, c := range []struct {
 		name  string
@@ -69,8 +71,9 @@ func TestPoolSpecValidateCloud(t *testing.T) {
 		field string
 	}{
 		{"an AWS pool of its subnets' CIDRs", PoolSpec{IPv4: v4, Cloud: cloud}, ""},
-		{"IPv6 too", PoolSpec{IPv4: v4, IPv6: v6, Cloud: cloud}, "spec.ipv6"},
-		{"IPv6 only", PoolSpec{IPv6: v6, Cloud: cloud}, "spec.ipv6"},
+		{"AWS, IPv6 too: its subnets' delegated /80s", PoolSpec{IPv4: v4, IPv6: v6, Cloud: cloud}, ""},
+		{"Azure, IPv6 too", PoolSpec{IPv4: v4, IPv6: v6, Cloud: &CloudSpec{Provider: CloudAzure}}, "spec.ipv6"},
+		{"IPv6 only", PoolSpec{IPv6: v6, Cloud: cloud}, "spec.ipv4"},
 		{"cluster-pool", PoolSpec{IPv4: v4, Cloud: cloud, Mode: ModeClusterPool}, "spec.mode"},
 		{"a bad cloud spec", PoolSpec{IPv4: v4, Cloud: &CloudSpec{Provider: "gcp"}}, "spec.cloud.provider"},
 	} {

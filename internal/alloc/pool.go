@@ -321,10 +321,10 @@ func (s PoolSpec) Validate() error {
 			return err
 		}
 		switch {
-		case s.IPv6 != nil:
-			return Invalid("spec.ipv6", "a cloud pool takes IPv4 addresses only")
+		case s.IPv6 != nil && c.Provider != CloudAWS:
+			return Invalid("spec.ipv6", "only an AWS cloud pool takes IPv6 (EC2's delegated /80 prefixes); %s gives IPv4 addresses", c.Provider)
 		case s.IPv4 == nil:
-			return Invalid("spec.ipv4", "a cloud pool lists its subnets' IPv4 CIDRs")
+			return Invalid("spec.ipv4", "a cloud pool lists its subnets' IPv4 CIDRs (and, on AWS, their IPv6 ones in spec.ipv6)")
 		case s.Mode == ModeClusterPool:
 			return Invalid("spec.mode", "a cloud pool carves no block, so it is no cluster-pool pool")
 		}
@@ -362,8 +362,14 @@ func (pf PoolFamily) validate(f Family, s PoolSpec) error {
 				return &Error{Kind: KindOverlap, Field: field, Detail: fmt.Sprintf("%s overlaps %s in the same list", c, pf.CIDRs[j])}
 			}
 		}
-		if err := checkMask(c, pf.MaskSize, field, base+".maskSize"); err != nil {
-			return err
+		check := checkMask(c, pf.MaskSize, field, base+".maskSize")
+		if s.Cloud != nil {
+			// Nothing is carved of a cloud pool's CIDRs (a VPC's IPv6 /56,
+			// say): only the block size bounds its mask.
+			check = checkMaskBounds(c, pf.MaskSize, base+".maskSize")
+		}
+		if check != nil {
+			return check
 		}
 	}
 	l := BlockLayout(netip.PrefixFrom(pf.CIDRs[0].Addr(), pf.MaskSize), s.AllowFirstIP, s.AllowLastIP, s.NodeLocal)

@@ -51,7 +51,11 @@ func ComputeSizing(cidr netip.Prefix, mask int, o SizingOptions, cidrField, mask
 }
 
 // checkMask holds the mask rules shared by pools and sizing.
-func checkMask(cidr netip.Prefix, mask int, cidrField, maskField string) error {
+// checkMaskBounds is what any pool's mask must be: within the family,
+// no shorter than the CIDR, and a block of at most 2^32 addresses. A
+// cloud pool, which carves nothing, is held to this only; checkMask adds
+// the bounds of carving.
+func checkMaskBounds(cidr netip.Prefix, mask int, maskField string) error {
 	bits := cidr.Addr().BitLen()
 	switch {
 	case mask < 0 || mask > bits:
@@ -60,6 +64,16 @@ func checkMask(cidr netip.Prefix, mask int, cidrField, maskField string) error {
 		return Invalid(maskField, "/%d is shorter than the CIDR %s", mask, cidr)
 	case bits-mask > maxBlockHostBits:
 		return Invalid(maskField, "/%d blocks are too large: a block holds at most 2^%d addresses (mask >= %d)", mask, maxBlockHostBits, bits-maxBlockHostBits)
+	}
+	return nil
+}
+
+func checkMask(cidr netip.Prefix, mask int, cidrField, maskField string) error {
+	if err := checkMaskBounds(cidr, mask, maskField); err != nil {
+		return err
+	}
+	bits := cidr.Addr().BitLen()
+	switch {
 	case bits == 128 && mask-cidr.Bits() > maxIPv6MaskDiff:
 		return Invalid(maskField, "mask /%d minus the CIDR length /%d exceeds %d (Cilium's clusterSubnetMaxDiff); use a longer CIDR or a shorter mask", mask, cidr.Bits(), maxIPv6MaskDiff)
 	case mask-cidr.Bits() > 62:

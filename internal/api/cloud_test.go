@@ -66,7 +66,10 @@ func TestCloudPoolAPIRefusals(t *testing.T) {
 		{map[string]any{"provider": "aws", "watermarks": map[string]any{}, "warmTargets": map[string]any{}}, false, "spec.cloud.warmTargets"},
 		{map[string]any{"provider": "aws", "warmTargets": map[string]any{"warmPrefix": 1}}, false, "spec.cloud.warmTargets.warmPrefix"},
 		{map[string]any{"provider": "aws", "releaseDelaySeconds": -1}, false, "spec.cloud.releaseDelaySeconds"},
-		{map[string]any{"provider": "aws"}, true, "spec.ipv6"},
+		// IPv6 on AWS is a delegated /80, of which the node leases a /96
+		// at most: a /64 block is too large for any pool.
+		{map[string]any{"provider": "aws"}, true, "spec.ipv6.maskSize"},
+		{map[string]any{"provider": "azure"}, true, "spec.ipv6"},
 	} {
 		spec := map[string]any{"ipv4": plFam(28, "10.81.0.0/16"), "cloud": c.cloud}
 		if c.ipv6 {
@@ -76,4 +79,7 @@ func TestCloudPoolAPIRefusals(t *testing.T) {
 		wantProblem(t, c.field, res, http.StatusBadRequest, "invalid-input", c.field)
 	}
 	e.plUnchanged(before)
+	// An AWS pool with its subnets' IPv6 range is a dual-stack cloud pool.
+	spec := map[string]any{"ipv4": plFam(28, "10.81.0.0/16"), "ipv6": plFam(96, "2600:1f18:aaaa:bb00::/56"), "cloud": map[string]any{"provider": "aws"}}
+	e.mustDo(http.StatusCreated, http.MethodPost, "/v1/pools", map[string]any{"name": "dual", "spec": spec}, nil)
 }

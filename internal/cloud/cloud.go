@@ -79,6 +79,11 @@ type InterfaceManager interface {
 	// vpc carrying every tag of tags with its exact value, sorted; none
 	// (and no error) when no group matches.
 	SecurityGroups(ctx context.Context, vpc string, tags map[string]string) ([]string, error)
+	// AssignIPv6Prefix delegates one IPv6 prefix of its subnet (EC2's
+	// /80) to interface iface and answers it: KindInvalid when the subnet
+	// has no IPv6 range or the type takes no prefix, KindInterfaceFull
+	// when the interface holds all it may.
+	AssignIPv6Prefix(ctx context.Context, iface string) (netip.Prefix, error)
 }
 
 // Instance is a cloud instance as the workers see it.

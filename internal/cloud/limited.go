@@ -144,3 +144,10 @@ func (l *LimitedInterfaces) DeleteInterface(ctx context.Context, id string) erro
 	}
 	return l.m.DeleteInterface(ctx, id)
 }
+
+func (l *LimitedInterfaces) AssignIPv6Prefix(ctx context.Context, iface string) (netip.Prefix, error) {
+	if err := l.limiter.Wait(ctx); err != nil {
+		return netip.Prefix{}, err
+	}
+	return l.m.AssignIPv6Prefix(ctx, iface)
+}

@@ -31,6 +31,10 @@ type PlanOptions struct {
 	// MaxPods bounds the addresses the VPC CNI's sizing asks for; 0 is
 	// the instance type's (Limits.MaxPods).
 	MaxPods int
+	// IPv6 gives each node an IPv6 prefix too (EC2's /80) on its first
+	// interface for Pods. It is not sized: one holds more than any node
+	// leases.
+	IPv6 bool
 }
 
 // NodeState is what the workers know of a node when they plan for it.

@@ -183,6 +183,14 @@ func (r *Reconciler) now() time.Time {
 	return time.Now()
 }
 
+// Cooling reports whether key (a subnet id, or a key of the caller's
+// making for it) is in its cooldown; Cool starts one. The workers cool a
+// subnet that delegated no IPv6 prefix with them.
+func (r *Reconciler) Cooling(key string) bool { return r.isCooling(key) }
+
+// Cool starts key's cooldown (see Cooling).
+func (r *Reconciler) Cool(key string) { r.cool(key) }
+
 func (r *Reconciler) isCooling(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -117,8 +117,12 @@ func (s *Store) RecordCloudBlocks(ctx context.Context, space, node, pool, iface 
 }
 
 func recordCloudBlock(ctx context.Context, tx querier, space string, nodeID int64, p allocPool, iface string, prefix netip.Prefix, now time.Time) error {
-	if !prefix.Addr().Is4() {
-		return alloc.Invalid("prefixes", "%s: a cloud pool takes IPv4 addresses only", prefix)
+	family, bits := 4, 32
+	if prefix.Addr().Is6() {
+		family, bits = 6, 128
+		if prefix.Bits() < MinIPv6CloudBits {
+			return alloc.Invalid("prefixes", "%s: an IPv6 cloud block is a /%d or longer (a block holds at most 2^32 addresses)", prefix, MinIPv6CloudBits)
+		}
 	}
 	var parentID int64
 	var parent netip.Prefix
@@ -130,11 +134,11 @@ func recordCloudBlock(ctx context.Context, tx querier, space string, nodeID int6
 	}
 	// Every address of a cloud block is the node's to lease: no network,
 	// broadcast or node-local address is set aside.
-	size := int64(1) << (32 - prefix.Bits())
+	size := int64(1) << (bits - prefix.Bits())
 	tag, err := tx.Exec(ctx, `INSERT INTO blocks (space, pool_id, pool_cidr_id, parent_cidr, node_id, family, cidr,
 			first_offset, last_offset, reserved, capacity, next_offset, created_at, source, cloud_interface)
-		VALUES ($1, $2, $3, $4, $5, 4, $6, 0, $7, '{}', $8, 0, $9, $10, $11) ON CONFLICT DO NOTHING`,
-		space, p.id, parentID, parent, nodeID, prefix, size-1, size, now, blockCloud, iface)
+		VALUES ($1, $2, $3, $4, $5, $12, $6, 0, $7, '{}', $8, 0, $9, $10, $11) ON CONFLICT DO NOTHING`,
+		space, p.id, parentID, parent, nodeID, prefix, size-1, size, now, blockCloud, iface, family)
 	if err != nil || tag.RowsAffected() == 1 {
 		return err
 	}
@@ -320,18 +324,23 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 type CloudPool struct {
 	Space, Name string
 	Cloud       alloc.CloudSpec
+	// IPv6: the pool lists IPv6 CIDRs, so its nodes get the cloud's IPv6
+	// prefixes too.
+	IPv6 bool
 }
 
 // CloudPools answers every cloud pool, by space and name.
 func (s *Store) CloudPools(ctx context.Context) ([]CloudPool, error) {
-	rows, err := s.db.Query(ctx, `SELECT space, name, cloud FROM pools WHERE cloud IS NOT NULL ORDER BY space, name`)
+	rows, err := s.db.Query(ctx, `SELECT space, name, cloud,
+			EXISTS (SELECT 1 FROM pool_cidrs c WHERE c.pool_id = pools.id AND family(c.cidr) = 6)
+		FROM pools WHERE cloud IS NOT NULL ORDER BY space, name`)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (CloudPool, error) {
 		var p CloudPool
 		var b []byte
-		if err := r.Scan(&p.Space, &p.Name, &b); err != nil {
+		if err := r.Scan(&p.Space, &p.Name, &b, &p.IPv6); err != nil {
 			return p, err
 		}
 		c, err := cloudSpecOf(b)
@@ -378,6 +387,11 @@ func (s *Store) withSessionLock(ctx context.Context, key int64, fn func(context.
 	}()
 	return true, fn(ctx)
 }
+
+// MinIPv6CloudBits is the shortest IPv6 cloud block: a block holds at
+// most 2^32 addresses (alloc.BlockLayout), so of an IPv6 /80 EC2
+// delegates the workers record its first /96.
+const MinIPv6CloudBits = 96
 
 // maxProviderIDLen bounds a providerID, as the API does.
 const maxProviderIDLen = 512

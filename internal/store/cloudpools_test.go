@@ -384,3 +384,52 @@ func TestSetCiliumNodeProviderID(t *testing.T) {
 		}
 	}
 }
+
+// TestCloudPoolIPv6: an AWS pool with IPv6 CIDRs records the first /96 of
+// a delegated /80 as the node's IPv6 block and leases dual-stack from the
+// cloud's addresses; a /80 itself, or an IPv6 block outside the pool, is
+// refused without recording anything.
+func TestCloudPoolIPv6(t *testing.T) {
+	f := newFixture(t, nil)
+	f.pool("default", alloc.PoolSpec{IPv4: fam(28, "10.76.0.0/16"), IPv6: fam(96, "2600:1f18:aaaa:bb00::/56"),
+		NodeLocal: alloc.DefaultNodeLocal, Cloud: &alloc.CloudSpec{Provider: alloc.CloudAWS}})
+	if _, _, err := f.s.PutNode(f.ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	pools, err := f.s.CloudPools(f.ctx)
+	if err != nil || len(pools) != 1 || !pools[0].IPv6 {
+		t.Fatalf("cloud pools %+v, %v; want one taking IPv6", pools, err)
+	}
+	for _, c := range []struct {
+		name   string
+		prefix string
+	}{
+		{"a whole /80", "2600:1f18:aaaa:bb01:1::/80"},
+		{"outside the pool", "2600:1f18:aaaa:cc01:1::/96"},
+	} {
+		err := f.s.RecordCloudBlocks(f.ctx, alloc.DefaultSpace, "n1", "default", "eni-1", prefixes("10.76.0.5/32", c.prefix))
+		wantKind(t, err, alloc.KindInvalid)
+		if n := f.count(`SELECT count(*) FROM blocks`); n != 0 {
+			t.Fatalf("%s: %d blocks recorded", c.name, n)
+		}
+	}
+	v6 := netip.MustParsePrefix("2600:1f18:aaaa:bb01:1::/96")
+	if err := f.s.RecordCloudBlocks(f.ctx, alloc.DefaultSpace, "n1", "default", "eni-1", prefixes("10.76.0.5/32", v6.String())); err != nil {
+		t.Fatal(err)
+	}
+	a := f.allocate(req("n1", "c1", alloc.IPv4, alloc.IPv6))
+	got := map[alloc.Family]netip.Addr{}
+	for _, l := range a.Leases {
+		got[l.Family] = l.Addr
+	}
+	if got[alloc.IPv4] != netip.MustParseAddr("10.76.0.5") || got[alloc.IPv6] != v6.Addr() {
+		t.Fatalf("leased %v; want 10.76.0.5 and %v", got, v6.Addr())
+	}
+	b := f.allocate(req("n1", "c2", alloc.IPv6))
+	if b.Leases[0].Addr != v6.Addr().Next() {
+		t.Fatalf("second IPv6 lease %v, want %v", b.Leases[0].Addr, v6.Addr().Next())
+	}
+	if n := f.count(`SELECT count(*) FROM blocks WHERE family = 6 AND source = 'cloud' AND capacity = 4294967296`); n != 1 {
+		t.Fatalf("%d IPv6 cloud blocks of 2^32 addresses, want 1", n)
+	}
+}

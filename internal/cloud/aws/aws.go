@@ -36,6 +36,7 @@ type EC2 interface {
 	ModifyNetworkInterfaceAttribute(context.Context, *ec2.ModifyNetworkInterfaceAttributeInput, ...func(*ec2.Options)) (*ec2.ModifyNetworkInterfaceAttributeOutput, error)
 	DetachNetworkInterface(context.Context, *ec2.DetachNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.DetachNetworkInterfaceOutput, error)
 	DeleteNetworkInterface(context.Context, *ec2.DeleteNetworkInterfaceInput, ...func(*ec2.Options)) (*ec2.DeleteNetworkInterfaceOutput, error)
+	AssignIpv6Addresses(context.Context, *ec2.AssignIpv6AddressesInput, ...func(*ec2.Options)) (*ec2.AssignIpv6AddressesOutput, error)
 }
 
 var (
@@ -339,12 +340,30 @@ func (p *Provider) Unassign(ctx context.Context, iface string, addrs []netip.Add
 	return nil
 }
 
+// AssignIPv6Prefix asks EC2 to delegate one IPv6 /80 of iface's subnet to
+// iface.
+func (p *Provider) AssignIPv6Prefix(ctx context.Context, iface string) (netip.Prefix, error) {
+	out, err := p.ec2.AssignIpv6Addresses(ctx, &ec2.AssignIpv6AddressesInput{NetworkInterfaceId: sdkaws.String(iface), Ipv6PrefixCount: sdkaws.Int32(1)})
+	if err != nil {
+		return netip.Prefix{}, classify(err)
+	}
+	if len(out.AssignedIpv6Prefixes) != 1 {
+		return netip.Prefix{}, fmt.Errorf("EC2 delegated %d IPv6 prefixes to %s, asked 1", len(out.AssignedIpv6Prefixes), iface)
+	}
+	got, err := netip.ParsePrefix(out.AssignedIpv6Prefixes[0])
+	if err != nil || !got.Addr().Is6() {
+		return netip.Prefix{}, fmt.Errorf("EC2 delegated %q to %s: no IPv6 prefix", out.AssignedIpv6Prefixes[0], iface)
+	}
+	return got, nil
+}
+
 // kinds are the EC2 error codes the workers act on.
 var kinds = map[string]cloud.Kind{
 	"InvalidInstanceID.NotFound":              cloud.KindNotFound,
 	"InvalidInstanceID.Malformed":             cloud.KindInvalid,
 	"InvalidNetworkInterfaceID.NotFound":      cloud.KindNotFound,
 	"PrivateIpAddressLimitExceeded":           cloud.KindInterfaceFull,
+	"Ipv6AddressLimitExceeded":                cloud.KindInterfaceFull,
 	"InsufficientFreeAddressesInSubnet":       cloud.KindSubnetFull,
 	"InsufficientCidrBlocks":                  cloud.KindNoContiguousPrefix,
 	"AttachmentLimitExceeded":                 cloud.KindAttachmentLimit,

@@ -323,3 +323,52 @@ func TestClassifyPrefixMessage(t *testing.T) {
 		t.Fatalf("a cancelled context: %v", err)
 	}
 }
+
+// TestAssignIPv6Prefix: EC2 delegates the lowest free /80 of the subnet's
+// /64 past the first, unique per subnet; a subnet without IPv6, a Xen
+// instance and an interface at its limit are refused with the kinds the
+// workers act on.
+func TestAssignIPv6Prefix(t *testing.T) {
+	ctx := context.Background()
+	fake, inst, eni := world(t, "t3.small", "10.7.0.0/24")
+	p := newProvider(t, fake, 1)
+	if _, err := p.AssignIPv6Prefix(ctx, eni); cloud.KindOf(err) != cloud.KindInvalid {
+		t.Fatalf("a subnet without IPv6: %v, want %v", err, cloud.KindInvalid)
+	}
+	fake.AddSubnetIPv6("subnet-a", netip.MustParsePrefix("2600:1f18:aaaa:bb01::/64"))
+	got, err := p.AssignIPv6Prefix(ctx, eni)
+	if want := netip.MustParsePrefix("2600:1f18:aaaa:bb01:1::/80"); err != nil || got != want {
+		t.Fatalf("delegated %v, %v; want %v", got, err, want)
+	}
+	eni1, err := fake.AttachInterface(inst, "subnet-a", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := p.AssignIPv6Prefix(ctx, eni1)
+	if want := netip.MustParsePrefix("2600:1f18:aaaa:bb01:2::/80"); err != nil || other != want {
+		t.Fatalf("second interface got %v, %v; want %v", other, err, want)
+	}
+	// t3.small: 4 IPv6 addresses per interface, a prefix counting as one.
+	for range 3 {
+		if _, err := p.AssignIPv6Prefix(ctx, eni); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.AssignIPv6Prefix(ctx, eni); cloud.KindOf(err) != cloud.KindInterfaceFull {
+		t.Fatalf("a fifth prefix: %v, want %v", err, cloud.KindInterfaceFull)
+	}
+	i, err := p.Instance(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range i.Interfaces {
+		if f.ID == eni1 && !slices.Equal(f.IPv6Prefixes, []netip.Prefix{other}) {
+			t.Fatalf("%s describes IPv6 prefixes %v, want [%v]", eni1, f.IPv6Prefixes, other)
+		}
+	}
+	fake2, _, eni2 := world(t, "t2.medium", "10.8.0.0/24")
+	fake2.AddSubnetIPv6("subnet-a", netip.MustParsePrefix("2600:1f18:aaaa:bb02::/64"))
+	if _, err := newProvider(t, fake2, 1).AssignIPv6Prefix(ctx, eni2); cloud.KindOf(err) != cloud.KindInvalid {
+		t.Fatalf("an IPv6 prefix on a Xen instance: %v, want %v", err, cloud.KindInvalid)
+	}
+}

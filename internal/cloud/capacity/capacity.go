@@ -283,7 +283,10 @@ func (w *Worker) serve(ctx context.Context, x *nodeWork) error {
 	if err := w.release(ctx, p, n, plan.Release); err != nil {
 		return err
 	}
-	return w.detach(ctx, x, plan.Detach)
+	if err := w.detach(ctx, x, plan.Detach); err != nil {
+		return err
+	}
+	return w.delegateIPv6(ctx, x)
 }
 
 // detach gives back id, the interface x's node holds beyond its need (the
@@ -385,8 +388,68 @@ func podBlocks(f cloud.Interface, opts cloud.PlanOptions) []netip.Prefix {
 	if opts.UsePrimary {
 		addrs = append([]netip.Addr{f.Primary}, addrs...)
 	}
-	return blocksOf(addrs, f.Prefixes)
+	out := blocksOf(addrs, f.Prefixes)
+	if opts.IPv6 {
+		for _, p := range f.IPv6Prefixes {
+			out = append(out, ipv6Block(p))
+		}
+	}
+	return out
 }
+
+// ipv6Block is the block a node leases from of an IPv6 prefix the cloud
+// delegated (EC2's /80): its first /96, as a block holds at most 2^32
+// addresses (store.MinIPv6CloudBits). 2^32 addresses are more than any
+// node leases.
+func ipv6Block(p netip.Prefix) netip.Prefix {
+	if p.Bits() >= store.MinIPv6CloudBits {
+		return p.Masked()
+	}
+	return netip.PrefixFrom(p.Addr(), store.MinIPv6CloudBits).Masked()
+}
+
+// delegateIPv6 gives x's node an IPv6 prefix when its pool takes IPv6 and
+// none of its interfaces for Pods has one: one call on the first of them,
+// the prefix recorded as its block. A subnet without an IPv6 range, or a
+// type that takes no prefix, is asked again only after the subnet
+// cooldown.
+func (w *Worker) delegateIPv6(ctx context.Context, x *nodeWork) error {
+	opts := x.rec.Options
+	if !opts.IPv6 || w.Interfaces == nil {
+		return nil
+	}
+	var first *cloud.Interface
+	for i := range x.inst.Interfaces {
+		f := &x.inst.Interfaces[i]
+		if f.DeviceIndex < opts.FirstDevice || f.Detaching {
+			continue
+		}
+		if len(f.IPv6Prefixes) > 0 {
+			return nil
+		}
+		if first == nil || f.DeviceIndex < first.DeviceIndex {
+			first = f
+		}
+	}
+	if first == nil || x.rec.Cooling(ipv6Key(first.SubnetID)) {
+		return nil
+	}
+	p, err := w.Interfaces.AssignIPv6Prefix(ctx, first.ID)
+	if err != nil {
+		if k := cloud.KindOf(err); k == cloud.KindInvalid || k == cloud.KindInterfaceFull || k == cloud.KindNoContiguousPrefix {
+			x.rec.Cool(ipv6Key(first.SubnetID))
+		}
+		return fmt.Errorf("delegating an IPv6 prefix to %s: %w", first.ID, err)
+	}
+	if err := w.Store.RecordCloudBlocks(ctx, x.pool.Space, x.node.Name, x.pool.Name, first.ID, []netip.Prefix{ipv6Block(p)}); err != nil {
+		return fmt.Errorf("recording the IPv6 prefix %s of %s: %w", p, first.ID, err)
+	}
+	first.IPv6Prefixes = append(first.IPv6Prefixes, p)
+	return w.recordInterfaces(ctx, x.pool, x.node, x.inst)
+}
+
+// ipv6Key is the cooling key of a subnet that delegated no IPv6 prefix.
+func ipv6Key(subnet string) string { return "ipv6 " + subnet }
 
 // recordHeld records what the node's interfaces (from the first
 // interface index) hold in the cloud that the database lacks: what a pass
@@ -601,6 +664,7 @@ func (w *Worker) reconcilerOf(p store.CloudPool) *cloud.Reconciler {
 	}
 	// The pool's spec may have changed since: read it every pass.
 	r.Options = Options(p.Cloud)
+	r.Options.IPv6 = p.IPv6
 	r.Subnets = cloud.SubnetSelector{IDs: p.Cloud.SubnetIDs, Tags: p.Cloud.SubnetTags}
 	r.SecurityGroups = p.Cloud.SecurityGroups
 	r.SecurityGroupTags = p.Cloud.SecurityGroupTags

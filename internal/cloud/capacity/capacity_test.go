@@ -4,6 +4,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +40,12 @@ type world struct {
 
 func newWorld(t *testing.T, spec alloc.CloudSpec) *world {
 	t.Helper()
+	return newWorldOf(t, spec, nil)
+}
+
+// newWorldOf is newWorld with the pool's IPv6 family v6 (none when nil).
+func newWorldOf(t *testing.T, spec alloc.CloudSpec, v6 *alloc.PoolFamily) *world {
+	t.Helper()
 	ctx := t.Context()
 	clk := testclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{LeaseExpiry: time.Hour, Cooldown: time.Second, Now: clk.Now})
@@ -60,7 +67,7 @@ func newWorld(t *testing.T, spec alloc.CloudSpec) *world {
 	provider := aws.New(client, aws.Options{Now: clk.Now, Wait: func(int) time.Duration { return 0 }})
 	if _, err := st.CreatePool(ctx, alloc.Pool{Space: alloc.DefaultSpace, Name: "eni",
 		Spec: alloc.PoolSpec{IPv4: &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.90.0.0/24")}, MaskSize: 28},
-			NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec}}); err != nil {
+			IPv6: v6, NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := st.PutNode(ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "n1", ProviderID: "aws:///eu-west-1a/" + inst}); err != nil {
@@ -342,5 +349,74 @@ func TestPassSettlesWithTheCloud(t *testing.T) {
 		if b.Prefix == some && b.Drained {
 			t.Fatalf("%v still drained after a pass; the cloud holds it", some)
 		}
+	}
+}
+
+// TestPassDelegatesIPv6: a pool with IPv6 CIDRs gets each node one /80
+// of its subnet's /64 on the first interface for Pods, its first /96
+// recorded as the node's IPv6 block: a Pod leases both families, and the
+// next passes ask for no more. A subnet without IPv6 is asked once per
+// cooldown, and its IPv4 addresses still come.
+func TestPassDelegatesIPv6(t *testing.T) {
+	v6 := &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("2600:1f18:aaaa:bb00::/56")}, MaskSize: 96}
+	x := newWorldOf(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 2}}, v6)
+	// The pass reports the subnet, once per cooldown.
+	if err := x.w.Pass(t.Context()); err == nil || !strings.Contains(err.Error(), "does not have an IPv6 CIDR block") {
+		t.Fatalf("a pool with IPv6 on a subnet without: %v", err)
+	}
+	if held, _ := x.fake.Held(x.eni0); len(held) != 2 {
+		t.Fatalf("without IPv6 in the subnet, the cloud holds %v", held)
+	}
+	calls := x.fake.Calls("AssignIpv6Addresses")
+	if calls != 1 {
+		t.Fatalf("%d AssignIpv6Addresses calls, want 1", calls)
+	}
+	x.pass(t)
+	if got := x.fake.Calls("AssignIpv6Addresses"); got != calls {
+		t.Fatalf("a subnet without IPv6 was asked again within its cooldown (%d calls)", got)
+	}
+	x.fake.AddSubnetIPv6("subnet-0123456789abcdef0", netip.MustParsePrefix("2600:1f18:aaaa:bb01::/64"))
+	x.clock.Advance(10 * time.Minute)
+	x.pass(t)
+	inst, err := x.provider.Instance(t.Context(), x.inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delegated := netip.MustParsePrefix("2600:1f18:aaaa:bb01:1::/80")
+	if !slices.Equal(inst.Interfaces[0].IPv6Prefixes, []netip.Prefix{delegated}) {
+		t.Fatalf("the cloud delegated %v to %s, want [%v]", inst.Interfaces[0].IPv6Prefixes, x.eni0, delegated)
+	}
+	a, err := x.st.Allocate(t.Context(), alloc.LeaseRequest{Space: alloc.DefaultSpace, Node: "n1", Pool: "eni",
+		Owner: alloc.Owner{Namespace: "ns", Name: "c1"}, Attachment: alloc.Attachment{ContainerID: "c1", Interface: "eth0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	families := map[alloc.Family]netip.Addr{}
+	for _, l := range a.Leases {
+		families[l.Family] = l.Addr
+	}
+	if !delegated.Contains(families[alloc.IPv6]) || !families[alloc.IPv4].IsValid() {
+		t.Fatalf("leased %v; want an IPv4 address and one of %v", families, delegated)
+	}
+	calls = x.fake.Calls("AssignIpv6Addresses")
+	for range 3 {
+		x.clock.Advance(time.Minute)
+		x.pass(t)
+	}
+	if got := x.fake.Calls("AssignIpv6Addresses"); got != calls {
+		t.Fatalf("%d more AssignIpv6Addresses calls with a prefix held", got-calls)
+	}
+	nodes, err := x.st.CloudNodes(t.Context(), alloc.DefaultSpace, "eni")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v6blocks []netip.Prefix
+	for _, b := range nodes[0].Blocks {
+		if b.Prefix.Addr().Is6() {
+			v6blocks = append(v6blocks, b.Prefix)
+		}
+	}
+	if want := netip.MustParsePrefix("2600:1f18:aaaa:bb01:1::/96"); !slices.Equal(v6blocks, []netip.Prefix{want}) {
+		t.Fatalf("IPv6 blocks %v after settling passes, want [%v]", v6blocks, want)
 	}
 }

@@ -72,7 +72,9 @@ type Subnet struct {
 	VPC  string
 	Zone string
 	CIDR netip.Prefix
-	Tags map[string]string
+	// IPv6CIDR is the subnet's IPv6 /64, if it has one (AddSubnetIPv6).
+	IPv6CIDR netip.Prefix
+	Tags     map[string]string
 }
 
 // Server is the fake endpoint. Its zero value is not usable: use New.

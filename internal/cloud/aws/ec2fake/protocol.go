@@ -23,6 +23,7 @@ var actions = map[string]func(*Server, map[string][]string) (any, *APIError){
 	"DeleteNetworkInterface":          (*Server).deleteNetworkInterfaceLocked,
 	"AssignPrivateIpAddresses":        (*Server).assignLocked,
 	"UnassignPrivateIpAddresses":      (*Server).unassignLocked,
+	"AssignIpv6Addresses":             (*Server).assignIPv6Locked,
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
