@@ -59,6 +59,7 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 			return nil, err
 		}
 		w.Cloud = cloud.NewLimited(p, bucket)
+		w.Inventory = cloud.NewLimitedInventory(p, bucket)
 	}
 	done := make(chan struct{})
 	go func() {

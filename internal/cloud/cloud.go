@@ -42,7 +42,8 @@ type Provider interface {
 // resync, a few paginated calls for a thousand nodes instead of two per
 // node.
 type Inventory interface {
-	// Instances answers the running instances of network vpc by id, as
+	// Instances answers the running instances of network vpc (an
+	// Instance's VPC: an EC2 VPC, an Azure resource group) by id, as
 	// Provider.Instance describes each.
 	Instances(ctx context.Context, vpc string) (map[string]Instance, error)
 }
@@ -91,7 +92,8 @@ type Instance struct {
 	ID   string
 	Type string
 	// VPC, Zone and SubnetID are where the instance runs (its primary
-	// interface's subnet).
+	// interface's subnet). VPC is what Inventory lists it by: on Azure,
+	// its resource group ("/subscriptions/<id>/resourceGroups/<name>").
 	VPC, Zone, SubnetID string
 	// Limits are those of the instance's type.
 	Limits Limits

@@ -41,6 +41,9 @@ const configPrefix = "Cilium-"
 //   - Instance: virtualMachines/read (a VM), networkInterfaces/read (its
 //     NICs), virtualMachineScaleSets/read and its virtualMachines'
 //     networkInterfaces/read (a scale set instance's NICs);
+//   - Instances: networkInterfaces/read (the group's NICs),
+//     virtualMachineScaleSets/read (its sets) and their
+//     networkInterfaces/read (each set's NICs);
 //   - Assign and Unassign on a VM: networkInterfaces/read and write, and
 //     for the configurations written subnets/read and join, and
 //     applicationSecurityGroups/joinIpConfiguration (each new
@@ -50,6 +53,7 @@ const configPrefix = "Cilium-"
 //   - the range of each NIC's subnet (subnets/read) and the address space
 //     of its virtual network (virtualNetworks/read), read once each.
 var RequiredActions = []string{
+	"Microsoft.Compute/virtualMachineScaleSets/networkInterfaces/read",
 	"Microsoft.Compute/virtualMachineScaleSets/read",
 	"Microsoft.Compute/virtualMachineScaleSets/virtualMachines/networkInterfaces/read",
 	"Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
@@ -69,6 +73,7 @@ type Provider struct {
 	subnets *armnetwork.SubnetsClient
 	vnets   *armnetwork.VirtualNetworksClient
 	vms     *armcompute.VirtualMachinesClient
+	sets    *armcompute.VirtualMachineScaleSetsClient
 	vmsVM   *armcompute.VirtualMachineScaleSetVMsClient
 
 	mu sync.Mutex // guards subnetRanges and spaces
@@ -100,11 +105,15 @@ func New(subscription string, cred azcore.TokenCredential, opts *arm.ClientOptio
 	if err != nil {
 		return nil, err
 	}
+	sets, err := armcompute.NewVirtualMachineScaleSetsClient(subscription, cred, opts)
+	if err != nil {
+		return nil, err
+	}
 	vmsVM, err := armcompute.NewVirtualMachineScaleSetVMsClient(subscription, cred, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{nics: nics, subnets: subnets, vnets: vnets, vms: vms, vmsVM: vmsVM,
+	return &Provider{nics: nics, subnets: subnets, vnets: vnets, vms: vms, sets: sets, vmsVM: vmsVM,
 		subnetRanges: map[string]netip.Prefix{}, spaces: map[string][]netip.Prefix{}}, nil
 }
 
@@ -154,11 +163,21 @@ func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, err
 	default:
 		return cloud.Instance{}, &cloud.Error{Kind: cloud.KindInvalid, Code: "InvalidResourceType", Message: fmt.Sprintf("%s is no VM nor scale set instance", id)}
 	}
-	inst := cloud.Instance{ID: id, Type: rid.ResourceType.String(),
+	return p.instanceOf(ctx, id, rid, nics)
+}
+
+// instanceOf is the instance id (rid parsed) with NICs nics.
+func (p *Provider) instanceOf(ctx context.Context, id string, rid *arm.ResourceID, nics []*armnetwork.Interface) (cloud.Instance, error) {
+	inst := cloud.Instance{ID: id, Type: rid.ResourceType.String(), VPC: groupID(rid),
 		Limits: cloud.Limits{Interfaces: len(nics), IPv4PerInterface: InterfaceAddressLimit}}
-	// The primary NIC is device 0, the others follow in their order.
+	// The primary NIC is device 0, the others follow by resource ID, so
+	// that a listing (Instances) numbers them as a Get does.
+	nics = slices.Clone(nics)
 	slices.SortStableFunc(nics, func(a, b *armnetwork.Interface) int {
-		return boolRank(isPrimaryNIC(b)) - boolRank(isPrimaryNIC(a))
+		if c := boolRank(isPrimaryNIC(b)) - boolRank(isPrimaryNIC(a)); c != 0 {
+			return c
+		}
+		return strings.Compare(strings.ToLower(str(a.ID)), strings.ToLower(str(b.ID)))
 	})
 	for i, nic := range nics {
 		f, err := interfaceOf(nic)

@@ -53,6 +53,10 @@ type armRequest struct {
 	at           time.Time
 }
 
+// azureGroup is the nodes' resource group, spelled as AKS's are: the
+// nodes' providerIDs spell it lower-cased.
+const azureGroup = "MC_rg_cluster_westeurope"
+
 func newAzureWorld(t *testing.T, spec alloc.CloudSpec, vms int, retry policy.RetryOptions) *azureWorld {
 	t.Helper()
 	ctx := t.Context()
@@ -63,10 +67,10 @@ func newAzureWorld(t *testing.T, spec alloc.CloudSpec, vms int, retry policy.Ret
 	}
 	t.Cleanup(st.Close)
 	x.st, x.fake = st, armfake.New()
-	subnet := armfake.SubnetID("rg", "vnet", "nodes")
+	subnet := armfake.SubnetID(azureGroup, "vnet", "nodes")
 	x.fake.AddSubnet(subnet, netip.MustParsePrefix("10.96.0.0/24"))
 	for i := range vms {
-		vm, nic, err := x.fake.AddScaleSetVM("rg", "pool1", strconv.Itoa(i), subnet, true)
+		vm, nic, err := x.fake.AddScaleSetVM(azureGroup, "pool1", strconv.Itoa(i), subnet, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,11 +100,14 @@ func newAzureWorld(t *testing.T, spec alloc.CloudSpec, vms int, retry policy.Ret
 		t.Fatal(err)
 	}
 	for i, vm := range x.vms {
-		if _, _, err := st.PutNode(ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "vmss-" + strconv.Itoa(i), ProviderID: azure.ProviderIDPrefix + vm}); err != nil {
+		// As AKS's kubelets write it: the group lower-cased.
+		pid := azure.ProviderIDPrefix + strings.Replace(vm, azureGroup, strings.ToLower(azureGroup), 1)
+		if _, _, err := st.PutNode(ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "vmss-" + strconv.Itoa(i), ProviderID: pid}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	x.w = &Worker{Store: st, Provider: alloc.CloudAzure, Cloud: provider, Now: x.clock.Now}
+	// As the server's: passes after the first list the resource group.
+	x.w = &Worker{Store: st, Provider: alloc.CloudAzure, Cloud: provider, Inventory: provider, Now: x.clock.Now}
 	return x
 }
 
@@ -230,7 +237,7 @@ func TestScenarioAzureThrottleStorm(t *testing.T) {
 	if w := writesTo(steady); len(w) != 0 {
 		t.Fatalf("passes with nothing to change wrote %v", w)
 	}
-	prefix := strings.ToLower("/subscriptions/" + armfake.Subscription + "/resourceGroups/rg/")
+	prefix := strings.ToLower("/subscriptions/" + armfake.Subscription + "/resourceGroups/" + azureGroup + "/")
 	for _, r := range append(storm, steady...) {
 		if p := strings.ToLower(r.path); !strings.HasPrefix(p, prefix) && !strings.HasPrefix(p, "/operations/") {
 			t.Errorf("%s %s: a request outside the nodes' resource group", r.method, r.path)
@@ -262,6 +269,58 @@ func TestScenarioAzureThrottleStorm(t *testing.T) {
 	for i, nic := range x.nics {
 		if n := len(x.fake.Addresses(nic)); n != 1+4 {
 			t.Fatalf("vm %d after the storm: %d IP configurations, want its primary and 4", i, n)
+		}
+	}
+}
+
+// TestPassAzureLists: once a pass has seen the nodes' resource group, a
+// pass reads it with three lists (its NICs, its scale sets, the set's
+// NICs) instead of one NIC list per node, and serves every node from it.
+func TestPassAzureLists(t *testing.T) {
+	const vms = 20
+	x := newAzureWorld(t, alloc.CloudSpec{Provider: alloc.CloudAzure, Watermarks: &alloc.Watermarks{PreAllocate: 2}}, vms, policy.RetryOptions{MaxRetries: -1})
+	if err := x.w.Pass(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, nic := range x.nics {
+		if n := len(x.fake.Addresses(nic)); n != 1+2 {
+			t.Fatalf("%s has %d configurations after the first pass, want 3", nic, n)
+		}
+	}
+	start := x.count()
+	x.clock.Advance(time.Minute)
+	if err := x.w.Pass(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	reqs := x.since(start)
+	if len(reqs) != 3 {
+		t.Fatalf("a steady pass over %d nodes made %d requests, want 3 lists: %v", vms, len(reqs), reqs)
+	}
+	for _, r := range reqs {
+		if r.method != http.MethodGet || !strings.HasSuffix(strings.ToLower(r.path), "networkinterfaces") && !strings.HasSuffix(strings.ToLower(r.path), "virtualmachinescalesets") {
+			t.Fatalf("a steady pass made %s %s", r.method, r.path)
+		}
+	}
+	// A node whose addresses ran out is served from the listing too: one
+	// write, no read of its own.
+	for i := range 2 {
+		if _, err := x.st.Allocate(t.Context(), alloc.LeaseRequest{Space: alloc.DefaultSpace, Node: "vmss-7", Pool: "nics",
+			Owner: alloc.Owner{Namespace: "ns", Name: "p"}, Attachment: alloc.Attachment{ContainerID: "c" + strconv.Itoa(i), Interface: "eth0"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start = x.count()
+	if err := x.w.Pass(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(x.fake.Addresses(x.nics[7])); n != 1+4 {
+		t.Fatalf("the drained node's NIC has %d configurations, want 5", n)
+	}
+	// The write reads the instance's model (and polls its operation),
+	// but no pass lists a node's NICs alone.
+	for _, r := range x.since(start) {
+		if strings.HasSuffix(strings.ToLower(r.path), "/virtualmachines/7/networkinterfaces") {
+			t.Fatalf("the pass listed the node's NICs alone: %s %s", r.method, r.path)
 		}
 	}
 }

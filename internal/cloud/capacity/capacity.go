@@ -131,7 +131,7 @@ func (w *Worker) Pass(ctx context.Context) error {
 }
 
 // list is this pass's inventory of the networks nodes were seen in, by
-// instance id: fresh each pass, so that a round never plans on what an
+// lower-cased instance id: fresh each pass, so that a round never plans on what an
 // earlier round changed. A network whose listing fails is left out (its
 // nodes are described alone) and its failure answered.
 func (w *Worker) list(ctx context.Context) (map[string]cloud.Instance, []error) {
@@ -149,7 +149,9 @@ func (w *Worker) list(ctx context.Context) (map[string]cloud.Instance, []error) 
 			errs = append(errs, fmt.Errorf("listing the instances of %s: %w", vpc, err))
 			continue
 		}
-		maps.Copy(out, got)
+		for id, inst := range got {
+			out[strings.ToLower(id)] = inst
+		}
 	}
 	return out, errs
 }
@@ -209,7 +211,9 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	if id == "" {
 		return fmt.Errorf("providerID %q names no %s instance", n.ProviderID, w.Provider)
 	}
-	inst, ok := x.listed[id]
+	// Azure's resource IDs are case-insensitive (a providerID may spell
+	// the group otherwise than ARM lists it); EC2's are lower case.
+	inst, ok := x.listed[strings.ToLower(id)]
 	var err error
 	if !ok {
 		inst, err = w.Cloud.Instance(ctx, id)

@@ -69,6 +69,8 @@ type Server struct {
 	nextOp int
 	fault  func(method, path string) *Error
 	calls  map[string]int
+	// pageSize bounds the items of a list's page (SetPageSize).
+	pageSize int
 	// failNext makes the next n configurations provisioned end Failed.
 	failNext int
 }
@@ -81,6 +83,7 @@ type subnet struct {
 
 type nic struct {
 	id, name string
+	vm       string // the resource ID of the VM or scale set instance it is on
 	mac      string
 	primary  bool
 	configs  []*ipConfig
@@ -167,6 +170,7 @@ func (s *Server) AddVM(rg, name, subnetID string) (vmID, nicID string, err error
 	if err != nil {
 		return "", "", err
 	}
+	n.vm = vmID
 	s.nics[key(nicID)] = n
 	s.vms[key(vmID)] = []string{nicID}
 	return vmID, nicID, nil
@@ -184,6 +188,7 @@ func (s *Server) AddScaleSetVM(rg, set, instance, subnetID string, gallery bool)
 	if err != nil {
 		return "", "", err
 	}
+	n.vm = vmID
 	s.nics[key(nicID)] = n
 	v := &setVM{nics: []string{nicID}}
 	if gallery {
@@ -241,6 +246,19 @@ func (s *Server) Calls(method, suffix string) int {
 	return s.calls[method+" "+strings.ToLower(suffix)]
 }
 
+// Requests answers how many requests of method the fake received in all.
+func (s *Server) Requests(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, c := range s.calls {
+		if strings.HasPrefix(k, method+" ") {
+			n += c
+		}
+	}
+	return n
+}
+
 // Addresses answers the addresses of NIC id's configurations by name.
 func (s *Server) Addresses(id string) map[string]netip.Addr {
 	s.mu.Lock()
@@ -282,6 +300,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.pollLocked(w, strings.TrimPrefix(lower, "/operations/"))
 	case r.Method == http.MethodGet && strings.Contains(lower, "/providers/microsoft.compute/virtualmachines/"):
 		s.getVMLocked(w, path)
+	case r.Method == http.MethodGet && strings.HasSuffix(lower, "/providers/microsoft.network/networkinterfaces"):
+		s.listGroupNICsLocked(w, r, path)
+	case r.Method == http.MethodGet && strings.HasSuffix(lower, "/providers/microsoft.compute/virtualmachinescalesets"):
+		s.listSetsLocked(w, r, path)
+	case r.Method == http.MethodGet && isSetNICList(lower):
+		s.listSetAllNICsLocked(w, r, path)
 	case strings.Contains(lower, "/virtualmachinescalesets/") && strings.HasSuffix(lower, "/networkinterfaces") && r.Method == http.MethodGet:
 		s.listSetNICsLocked(w, path)
 	case strings.Contains(lower, "/networkinterfaces/") && r.Method == http.MethodGet:
@@ -339,6 +363,9 @@ func (s *Server) getVMLocked(w http.ResponseWriter, path string) {
 func nicJSON(n *nic, state armnetwork.ProvisioningState) armnetwork.Interface {
 	out := armnetwork.Interface{ID: to.Ptr(n.id), Name: to.Ptr(n.name), Properties: &armnetwork.InterfacePropertiesFormat{Primary: to.Ptr(n.primary), MacAddress: to.Ptr(n.mac),
 		ProvisioningState: to.Ptr(state)}}
+	if n.vm != "" {
+		out.Properties.VirtualMachine = &armnetwork.SubResource{ID: to.Ptr(n.vm)}
+	}
 	for _, c := range n.configs {
 		cp := &armnetwork.InterfaceIPConfigurationPropertiesFormat{
 			Primary: to.Ptr(c.primary), Subnet: &armnetwork.Subnet{ID: to.Ptr(c.subnet)},
