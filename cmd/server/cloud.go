@@ -2,12 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	azcloud "github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -48,13 +55,18 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 		w.Cloud, w.Interfaces = cloud.NewLimited(p, bucket), cloud.NewLimitedInterfaces(p, bucket)
 		w.Inventory = cloud.NewLimitedInventory(p, bucket)
 	case alloc.CloudAzure:
+		opts, err := cfg.azureClientOptions()
+		if err != nil {
+			return nil, err
+		}
 		// Workload identity, managed identity or a client secret, as the
 		// AZURE_* variables say.
-		cred, err := azidentity.NewDefaultAzureCredential(nil)
+		cred, err := azidentity.NewDefaultAzureCredential(&azidentity.DefaultAzureCredentialOptions{ClientOptions: opts,
+			DisableInstanceDiscovery: cfg.AzureAuthorityHost != ""})
 		if err != nil {
 			return nil, fmt.Errorf("azure credential: %w", err)
 		}
-		p, err := azure.New(cfg.AzureSubscription, cred, &arm.ClientOptions{})
+		p, err := azure.New(cfg.AzureSubscription, cred, &arm.ClientOptions{ClientOptions: opts})
 		if err != nil {
 			return nil, err
 		}
@@ -100,6 +112,42 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 	return done, nil
 }
 
+// azureClouds are the clouds --azure-cloud names.
+var azureClouds = map[string]azcloud.Configuration{
+	"public": azcloud.AzurePublic, "china": azcloud.AzureChina, "usgovernment": azcloud.AzureGovernment,
+}
+
+// azureClientOptions are the options of the Azure credential and
+// clients: the cloud of --azure-cloud, or the endpoint and authority of
+// --azure-endpoint and --azure-authority-host (with the public cloud's
+// ARM audience), trusting --azure-ca-file's CAs too.
+func (c config) azureClientOptions() (policy.ClientOptions, error) {
+	var opts policy.ClientOptions
+	opts.Cloud = azureClouds[c.AzureCloud]
+	if c.AzureEndpoint != "" {
+		arm := opts.Cloud.Services[azcloud.ResourceManager]
+		opts.Cloud = azcloud.Configuration{ActiveDirectoryAuthorityHost: c.AzureAuthorityHost,
+			Services: map[azcloud.ServiceName]azcloud.ServiceConfiguration{azcloud.ResourceManager: {Endpoint: c.AzureEndpoint, Audience: arm.Audience}}}
+	}
+	if c.AzureCAFile != "" {
+		pem, err := os.ReadFile(c.AzureCAFile)
+		if err != nil {
+			return opts, fmt.Errorf("azure-ca-file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return opts, fmt.Errorf("azure-ca-file %s holds no PEM certificate", c.AzureCAFile)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		opts.Transport = &http.Client{Transport: tr}
+	}
+	return opts, nil
+}
+
 // validateCloud checks the cloud flags.
 func (c config) validateCloud() []error {
 	var errs []error
@@ -113,6 +161,17 @@ func (c config) validateCloud() []error {
 	case alloc.CloudAzure:
 		if c.AzureSubscription == "" {
 			errs = append(errs, errors.New("cloud-provider=azure needs azure-subscription"))
+		}
+		if _, ok := azureClouds[c.AzureCloud]; !ok {
+			errs = append(errs, fmt.Errorf("azure-cloud must be public, china or usgovernment, not %q", c.AzureCloud))
+		}
+		for _, u := range []struct{ flag, value string }{{"azure-endpoint", c.AzureEndpoint}, {"azure-authority-host", c.AzureAuthorityHost}} {
+			if p, err := url.Parse(u.value); u.value != "" && (err != nil || p.Scheme != "https" || p.Host == "") {
+				errs = append(errs, fmt.Errorf("%s must be an https URL, not %q", u.flag, u.value))
+			}
+		}
+		if (c.AzureEndpoint == "") != (c.AzureAuthorityHost == "") {
+			errs = append(errs, errors.New("azure-endpoint and azure-authority-host go together (a private cloud's ARM and Entra ID)"))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("cloud-provider must be aws or azure, not %q", c.CloudProvider))

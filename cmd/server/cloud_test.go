@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
+	"github.com/ipam-dev/ipam/internal/cloud/azure/armfake"
 	"github.com/ipam-dev/ipam/internal/pgtest"
 )
 
@@ -37,23 +41,7 @@ func TestCloudCapacityWorkers(t *testing.T) {
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
 	base := startServer(t, pgtest.NewDatabase(t), "--cloud-provider", "aws", "--aws-region", "eu-west-1",
 		"--aws-endpoint", ec2srv.URL, "--cloud-interval", "50ms", "--cloud-cluster", "test")
-	send := func(method, path string, body any, want int) []byte {
-		t.Helper()
-		b, _ := json.Marshal(body)
-		req, _ := http.NewRequest(method, base+path, bytes.NewReader(b))
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var out bytes.Buffer
-		_, _ = out.ReadFrom(res.Body)
-		if res.StatusCode != want {
-			t.Fatalf("%s %s: %d %s, want %d", method, path, res.StatusCode, out.String(), want)
-		}
-		return out.Bytes()
-	}
+	send := sender(t, base)
 	send("POST", "/v1/pools", map[string]any{"name": "eni", "spec": map[string]any{
 		"ipv4":  map[string]any{"cidrs": []string{"10.95.0.0/24"}, "maskSize": 28},
 		"cloud": map[string]any{"provider": "aws", "watermarks": map[string]any{"preAllocate": 4}},
@@ -90,6 +78,102 @@ func TestCloudCapacityWorkers(t *testing.T) {
 	}
 }
 
+// sender answers a function that sends body as JSON to the server at
+// base and answers the response's body, failing t unless its status is
+// want.
+func sender(t *testing.T, base string) func(method, path string, body any, want int) []byte {
+	return func(method, path string, body any, want int) []byte {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest(method, base+path, bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out bytes.Buffer
+		_, _ = out.ReadFrom(res.Body)
+		if res.StatusCode != want {
+			t.Fatalf("%s %s: %d %s, want %d", method, path, res.StatusCode, out.String(), want)
+		}
+		return out.Bytes()
+	}
+}
+
+// TestCloudCapacityWorkersAzure runs the server with the Azure workers
+// against the ARM fake as a private cloud (--azure-endpoint,
+// --azure-authority-host, --azure-ca-file), signing in as
+// DefaultAzureCredential does from AZURE_CLIENT_SECRET: the fake issues
+// the token and ARM refuses requests without one. A scale set node
+// registered through the API gets its pre-allocation as IP
+// configurations, recorded as its blocks; later passes list its scale
+// set rather than reading the node; a Pod leases one of its addresses.
+func TestCloudCapacityWorkersAzure(t *testing.T) {
+	fake := armfake.New()
+	subnet := armfake.SubnetID("MC_rg_cluster", "vnet", "nodes")
+	fake.AddSubnet(subnet, netip.MustParsePrefix("10.97.0.0/24"))
+	vm, nic, err := fake.AddScaleSetVM("MC_rg_cluster", "pool1", "0", subnet, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	armsrv := httptest.NewTLSServer(fake)
+	defer armsrv.Close()
+	fake.SetBase(armsrv.URL)
+	fake.SetClient("00000000-0000-0000-0000-0000000000c1", "s3cret")
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: armsrv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AZURE_TENANT_ID", armfake.Tenant)
+	t.Setenv("AZURE_CLIENT_ID", "00000000-0000-0000-0000-0000000000c1")
+	t.Setenv("AZURE_CLIENT_SECRET", "s3cret")
+	for _, k := range []string{"AZURE_FEDERATED_TOKEN_FILE", "AZURE_TOKEN_CREDENTIALS", "AZURE_CLIENT_CERTIFICATE_PATH", "AZURE_AUTHORITY_HOST"} {
+		t.Setenv(k, "") // restored after the test
+		os.Unsetenv(k)
+	}
+	base := startServer(t, pgtest.NewDatabase(t), "--cloud-provider", "azure", "--azure-subscription", armfake.Subscription,
+		"--azure-endpoint", armsrv.URL, "--azure-authority-host", armsrv.URL, "--azure-ca-file", ca,
+		"--cloud-interval", "50ms", "--cloud-cluster", "test")
+	send := sender(t, base)
+	send("POST", "/v1/pools", map[string]any{"name": "nics", "spec": map[string]any{
+		"ipv4":  map[string]any{"cidrs": []string{"10.97.0.0/24"}, "maskSize": 28},
+		"cloud": map[string]any{"provider": "azure", "watermarks": map[string]any{"preAllocate": 3}},
+	}}, http.StatusCreated)
+	// As AKS's kubelet writes it: the group lower-cased.
+	send("PUT", "/v1/nodes/n1", map[string]any{"providerID": "azure://" + strings.Replace(vm, "MC_rg_cluster", "mc_rg_cluster", 1)}, http.StatusCreated)
+	deadline := time.Now().Add(30 * time.Second)
+	var blocks ipamv1.BlockList
+	for {
+		if err := json.Unmarshal(send("GET", "/v1/nodes/n1/blocks", nil, http.StatusOK), &blocks); err != nil {
+			t.Fatal(err)
+		}
+		// Blocks, and a later pass that listed the scale set's NICs.
+		if len(blocks.Items) == 3 && fake.Calls(http.MethodGet, "pool1/networkInterfaces") > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("within 30 s: blocks %+v, %d tokens, %d set listings", blocks.Items, fake.Tokens(), fake.Calls(http.MethodGet, "pool1/networkInterfaces"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if fake.Tokens() < 1 {
+		t.Fatal("ARM was reached without a token from the authority")
+	}
+	given := map[netip.Addr]bool{}
+	for _, a := range fake.Addresses(nic) {
+		given[a] = true
+	}
+	var a ipamv1.Allocation
+	body := map[string]any{"containerID": "c1", "interface": "eth0", "pool": "nics", "owner": map[string]any{"namespace": "ns", "name": "p"}}
+	if err := json.Unmarshal(send("POST", "/v1/nodes/n1/leases", body, http.StatusCreated), &a); err != nil {
+		t.Fatal(err)
+	}
+	if addr := netip.MustParsePrefix(a.Addresses[0].Address).Addr(); !given[addr] {
+		t.Fatalf("leased %v, not one Azure gave (%v)", addr, given)
+	}
+}
+
 func deref[T any](p *T) T {
 	var zero T
 	if p == nil {
@@ -109,6 +193,12 @@ func TestCloudFlags(t *testing.T) {
 		{[]string{"--cloud-provider", "gcp"}, "cloud-provider must be aws or azure"},
 		{[]string{"--cloud-provider", "aws"}, "needs aws-region"},
 		{[]string{"--cloud-provider", "azure"}, "needs azure-subscription"},
+		{[]string{"--cloud-provider", "azure", "--azure-subscription", "s", "--azure-cloud", "china"}, ""},
+		{[]string{"--cloud-provider", "azure", "--azure-subscription", "s", "--azure-cloud", "mars"}, "azure-cloud must be public, china or usgovernment"},
+		{[]string{"--cloud-provider", "azure", "--azure-subscription", "s", "--azure-endpoint", "https://arm.local"}, "go together"},
+		{[]string{"--cloud-provider", "azure", "--azure-subscription", "s", "--azure-endpoint", "http://arm.local", "--azure-authority-host", "https://login.local"}, "azure-endpoint must be an https URL"},
+		{[]string{"--cloud-provider", "azure", "--azure-subscription", "s", "--azure-endpoint", "https://arm.local", "--azure-authority-host", "login.local"}, "azure-authority-host must be an https URL"},
+		{[]string{"--cloud-provider", "azure", "--azure-subscription", "s", "--azure-endpoint", "https://arm.local", "--azure-authority-host", "https://login.local"}, ""},
 		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-interval", "0s"}, "cloud-interval must be positive"},
 		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-qps", "0"}, "cloud-qps must be positive"},
 		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-cluster", ""}, "cloud-cluster must name the cluster"},

@@ -85,6 +85,11 @@ type config struct {
 	AWSRegion         string
 	AWSEndpoint       string
 	AzureSubscription string
+	// AzureCloud is the Azure cloud (public, china, usgovernment);
+	// AzureEndpoint and AzureAuthorityHost override its ARM endpoint and
+	// Entra ID host (a private cloud such as Azure Stack Hub, a test
+	// server), AzureCAFile adds the CAs their certificates chain to.
+	AzureCloud, AzureEndpoint, AzureAuthorityHost, AzureCAFile string
 }
 
 // admission is the API's admission control: MaxInFlight (default: the
@@ -246,6 +251,10 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.StringVar(&c.AWSRegion, "aws-region", "", "the AWS region of the nodes (credentials come from the SDK's default chain: environment, web identity, instance role)")
 	fs.StringVar(&c.AWSEndpoint, "aws-endpoint", "", "an EC2 endpoint other than the region's (a VPC endpoint, a test server)")
 	fs.StringVar(&c.AzureSubscription, "azure-subscription", "", "the Azure subscription of the nodes (credentials: workload identity, managed identity or client secret, as the AZURE_* variables say)")
+	fs.StringVar(&c.AzureCloud, "azure-cloud", "public", "the Azure cloud: public, china or usgovernment")
+	fs.StringVar(&c.AzureEndpoint, "azure-endpoint", "", "an Azure Resource Manager endpoint other than the cloud's (a private cloud, a test server); needs azure-authority-host")
+	fs.StringVar(&c.AzureAuthorityHost, "azure-authority-host", "", "the Microsoft Entra ID host that issues azure-endpoint's tokens (https://...); its instance discovery is skipped")
+	fs.StringVar(&c.AzureCAFile, "azure-ca-file", "", "PEM file of CAs to trust, beside the system's, for Azure's endpoints (a private cloud's)")
 	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "how long address history events are kept; 0 keeps them forever")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection from this cluster")
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")

@@ -71,6 +71,10 @@ type Server struct {
 	calls  map[string]int
 	// pageSize bounds the items of a list's page (SetPageSize).
 	pageSize int
+	// clientID and clientSecret are the one client the authority knows,
+	// tokens those it issued (entra.go); nil tokens: ARM takes any.
+	clientID, clientSecret string
+	tokens                 map[string]bool
 	// failNext makes the next n configurations provisioned end Failed.
 	failNext int
 }
@@ -294,6 +298,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, e)
 			return
 		}
+	}
+	if s.serveEntraLocked(w, r, path) {
+		return
+	}
+	if !s.authorizedLocked(r) {
+		writeError(w, &Error{Status: http.StatusUnauthorized, Code: "InvalidAuthenticationToken", Message: "The access token is invalid."})
+		return
 	}
 	switch {
 	case strings.HasPrefix(lower, "/operations/"):
