@@ -78,14 +78,7 @@ func (s *Server) listGroupNICsLocked(w http.ResponseWriter, r *http.Request, pat
 			ids = append(ids, n.id)
 		}
 	}
-	slices.Sort(ids)
-	var all []*armnetwork.Interface
-	for _, id := range ids {
-		n := nicJSON(s.nics[key(id)], armnetwork.ProvisioningStateSucceeded)
-		all = append(all, &n)
-	}
-	items, next := page(s, r, path, all)
-	writeJSON(w, http.StatusOK, armnetwork.InterfaceListResult{Value: items, NextLink: next})
+	s.writeNICsLocked(w, r, path, ids)
 }
 
 // setIDs are the resource IDs of the scale sets of group (groupOf), as
@@ -136,6 +129,11 @@ func (s *Server) listSetAllNICsLocked(w http.ResponseWriter, r *http.Request, pa
 		writeError(w, notFound("Microsoft.Compute/virtualMachineScaleSets", strings.TrimSuffix(path, "/networkInterfaces")))
 		return
 	}
+	s.writeNICsLocked(w, r, path, ids)
+}
+
+// writeNICsLocked answers the page r asks of the NICs ids, by ID.
+func (s *Server) writeNICsLocked(w http.ResponseWriter, r *http.Request, path string, ids []string) {
 	slices.Sort(ids)
 	var all []*armnetwork.Interface
 	for _, id := range ids {
