@@ -36,8 +36,10 @@ import (
 //
 // Cilium's agent in ipam.mode=eni (v1.20) allocates from the addresses
 // status.eni.enis lists, so each interface lists exactly the CiliumNode's
-// pool addresses it holds; the agent reports the ones in use in
-// spec.ipam.pools.allocated rather than status.ipam.used (usedOf).
+// pool addresses it holds; the agent reports the ones it keeps (in use
+// or spare) in spec.ipam.pools.allocated rather than status.ipam.used
+// (allocatedUse), and gives one back by leaving it out of that list for
+// the release delay (multiPoolAgent).
 
 // providerID is the node's cloud id: the Kubernetes Node's
 // spec.providerID, else one made of the CiliumNode's spec.instance-id as

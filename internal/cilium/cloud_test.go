@@ -33,61 +33,11 @@ import (
 // the pool's addresses. The use an agent in ipam.mode=eni reports in
 // spec.ipam.pools.allocated becomes Pod leases, and the pool grows by it.
 func TestCRDCloudPoolENI(t *testing.T) {
-	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(28, "10.90.0.0/24"), NodeLocal: alloc.DefaultNodeLocal,
-		Cloud: &alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}}})
-	fake := ec2fake.New()
-	fake.AddVPC("vpc-1", netip.MustParsePrefix("10.90.0.0/16"), netip.MustParsePrefix("100.64.0.0/16"))
-	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-0123456789abcdef0", VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix("10.90.0.0/24")})
-	inst, eni0, err := fake.AddInstance("m5.large", "subnet-0123456789abcdef0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewTLSServer(fake)
-	t.Cleanup(srv.Close)
-	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
-		Retryer:     retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 1 })})
-	provider := aws.New(client, aws.Options{Wait: func(int) time.Duration { return 0 }})
-	w := &capacity.Worker{Store: e.st, Provider: alloc.CloudAWS, Cloud: provider, Interfaces: provider,
-		Tags: map[string]string{cloud.TagCluster: "test"}}
-
-	e.operator("op-1", func(c *Config) { c.ExcessIPReleaseDelay = time.Hour })
-	cn := &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
-	cn.Spec.InstanceID = inst
-	cn.Spec.ENI.AvailabilityZone = "eu-west-1a"
-	cn.Spec.IPAM.PreAllocate = 4
-	if _, err := e.client.CiliumV2().CiliumNodes().Create(e.ctx, cn, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The workers pass every 200ms here (every minute in the server).
-	served := func(want int) func() (bool, string) {
-		last := time.Time{}
-		return func() (bool, string) {
-			if time.Since(last) > 200*time.Millisecond {
-				if err := w.Pass(e.ctx); err != nil {
-					return false, err.Error()
-				}
-				last = time.Now()
-			}
-			cn := e.get("node-a")
-			held, _ := fake.Held(eni0)
-			eni, ok := cn.Status.ENI.ENIs[eni0]
-			if len(cn.Spec.IPAM.Pool) != want || !ok {
-				ci, _ := e.st.CloudInterfaces(e.ctx, alloc.DefaultSpace, "node-a")
-				return false, fmt.Sprintf("pool %v, the store holds %v, the cloud holds %v, the reading %+v, status %+v, operator %q",
-					specPool(cn), e.heldByStore("node-a"), held, ci.Interfaces, cn.Status.ENI, cn.Status.IPAM.OperatorStatus.Error)
-			}
-			var listed []string
-			for _, a := range eni.Addresses {
-				listed = append(listed, a.String())
-			}
-			slices.Sort(listed)
-			return slices.Equal(listed, specPool(cn)), fmt.Sprintf("pool %v, status.eni.enis lists %v", specPool(cn), listed)
-		}
-	}
+	x := newENIWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}}, time.Hour)
+	e, fake, inst, eni0, served := x.e, x.fake, x.inst, x.eni0, x.served
 	e.eventually(20*time.Second, "the pre-allocation from the cloud", served(4))
 
-	cn = e.get("node-a")
+	cn := e.get("node-a")
 	held, _ := fake.Held(eni0)
 	for ip, a := range cn.Spec.IPAM.Pool {
 		if a.Resource != eni0 || !slices.Contains(held, netip.MustParseAddr(ip)) {
@@ -127,6 +77,143 @@ func TestCRDCloudPoolENI(t *testing.T) {
 	}
 	if held, _ := fake.Held(eni0); len(held) != 6 {
 		t.Fatalf("the cloud holds %v, want 6: the 2 used and both pre-allocations counted once", held)
+	}
+	e.consistent()
+}
+
+// eniWorld is a CiliumNode node-a of instance inst (one m5.large in the
+// EC2 fake, its first interface eni0) on the default pool, a cloud pool
+// of spec, with the crd-mode operator (excess released after delay) and
+// the capacity workers over the real SDK and API server.
+type eniWorld struct {
+	e          *crdEnv
+	fake       *ec2fake.Server
+	w          *capacity.Worker
+	inst, eni0 string
+	// served answers a condition: the workers have passed (every 200ms),
+	// the node's pool holds want addresses and status.eni.enis lists
+	// exactly them.
+	served func(want int) func() (bool, string)
+}
+
+func newENIWorld(t *testing.T, spec alloc.CloudSpec, delay time.Duration) *eniWorld {
+	t.Helper()
+	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(28, "10.90.0.0/24"), NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec})
+	fake := ec2fake.New()
+	fake.AddVPC("vpc-1", netip.MustParsePrefix("10.90.0.0/16"), netip.MustParsePrefix("100.64.0.0/16"))
+	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-0123456789abcdef0", VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix("10.90.0.0/24")})
+	inst, eni0, err := fake.AddInstance("m5.large", "subnet-0123456789abcdef0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(fake)
+	t.Cleanup(srv.Close)
+	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+		Retryer:     retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 1 })})
+	provider := aws.New(client, aws.Options{Wait: func(int) time.Duration { return 0 }})
+	w := &capacity.Worker{Store: e.st, Provider: alloc.CloudAWS, Cloud: provider, Interfaces: provider,
+		Tags: map[string]string{cloud.TagCluster: "test"}}
+
+	e.operator("op-1", func(c *Config) { c.ExcessIPReleaseDelay = delay })
+	cn := &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	cn.Spec.InstanceID = inst
+	cn.Spec.ENI.AvailabilityZone = "eu-west-1a"
+	cn.Spec.IPAM.PreAllocate = 4
+	if _, err := e.client.CiliumV2().CiliumNodes().Create(e.ctx, cn, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The workers pass every 200ms here (every minute in the server).
+	served := func(want int) func() (bool, string) {
+		last := time.Time{}
+		return func() (bool, string) {
+			if time.Since(last) > 200*time.Millisecond {
+				if err := w.Pass(e.ctx); err != nil {
+					return false, err.Error()
+				}
+				last = time.Now()
+			}
+			cn := e.get("node-a")
+			held, _ := fake.Held(eni0)
+			eni, ok := cn.Status.ENI.ENIs[eni0]
+			if len(cn.Spec.IPAM.Pool) != want || !ok {
+				ci, _ := e.st.CloudInterfaces(e.ctx, alloc.DefaultSpace, "node-a")
+				return false, fmt.Sprintf("pool %v, the store holds %v, the cloud holds %v, the reading %+v, status %+v, operator %q",
+					specPool(cn), e.heldByStore("node-a"), held, ci.Interfaces, cn.Status.ENI, cn.Status.IPAM.OperatorStatus.Error)
+			}
+			var listed []string
+			for _, a := range eni.Addresses {
+				listed = append(listed, a.String())
+			}
+			slices.Sort(listed)
+			return slices.Equal(listed, specPool(cn)), fmt.Sprintf("pool %v, status.eni.enis lists %v", specPool(cn), listed)
+		}
+	}
+	return &eniWorld{e: e, fake: fake, w: w, inst: inst, eni0: eni0, served: served}
+}
+
+// TestCRDCloudPoolENIGivesBack: an agent in ipam.mode=eni (v1.20's
+// multi-pool allocator: spec.ipam.pools.requested set, status.ipam.used
+// empty) answers no release handshake; it releases an address by leaving
+// it out of spec.ipam.pools.allocated. After the release delay the
+// controller gives such excess back (no release-ips written), and the
+// capacity workers then unassign it from the ENI, as Cilium's operator
+// does (operator/pkg/ipam/nodemanager handleMultiPoolCIDRRelease). An
+// address back in allocated before the delay stays.
+func TestCRDCloudPoolENIGivesBack(t *testing.T) {
+	x := newENIWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}, ReleaseDelay: time.Second}, 2*time.Second)
+	e := x.e
+	e.eventually(20*time.Second, "the pre-allocation from the cloud", x.served(4))
+	// The agent, as v1.20's multi-pool manager writes it: its demand in
+	// requested, the /32s it keeps (used and spare) in allocated.
+	agent := func(keep []string, needed int) {
+		t.Helper()
+		var cidrs []iputil.Prefix
+		for _, ip := range keep {
+			cidrs = append(cidrs, iputil.PrefixFrom(netip.PrefixFrom(netip.MustParseAddr(ip), 32)))
+		}
+		e.eventually(10*time.Second, "the agent's write", func() (bool, string) {
+			cn := e.get("node-a")
+			cn.Spec.IPAM.Pools = ipamtypes.IPAMPoolSpec{
+				Requested: []ipamtypes.IPAMPoolRequest{{Pool: "default", Needed: ipamtypes.IPAMPoolDemand{IPv4Addrs: needed}}},
+				Allocated: []ipamtypes.IPAMPoolAllocation{{Pool: "default", CIDRs: cidrs}}}
+			_, err := e.client.CiliumV2().CiliumNodes().Update(e.ctx, cn, metav1.UpdateOptions{})
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	// It keeps all four: the pool grows by four more.
+	agent(specPool(e.get("node-a")), 8)
+	e.eventually(20*time.Second, "the pool grown by the agent's use", x.served(8))
+	all := specPool(e.get("node-a"))
+	// Pods go: it keeps one, and re-keeps a second just before the delay.
+	agent(all[:1], 5)
+	time.Sleep(time.Second)
+	agent(all[:2], 6)
+	// Held 8, the agent keeps 2, pre-allocation 4: 2 are excess and go
+	// back, never one the agent keeps.
+	e.eventually(20*time.Second, "the excess given back", x.served(6))
+	cn := e.get("node-a")
+	for _, ip := range all[:2] {
+		if _, ok := cn.Spec.IPAM.Pool[ip]; !ok {
+			t.Fatalf("%s, kept by the agent, left the pool %v", ip, specPool(cn))
+		}
+	}
+	if len(cn.Status.IPAM.ReleaseIPs) != 0 {
+		t.Fatalf("release-ips %v written for a multi-pool agent", cn.Status.IPAM.ReleaseIPs)
+	}
+	// The workers unassign the two from the ENI after the pool's delay.
+	e.eventually(20*time.Second, "the ENI gives them back", func() (bool, string) {
+		if err := x.w.Pass(e.ctx); err != nil {
+			return false, err.Error()
+		}
+		held, _ := x.fake.Held(x.eni0)
+		return len(held) == 6, fmt.Sprintf("the cloud holds %v", held)
+	})
+	held, _ := x.fake.Held(x.eni0)
+	for _, ip := range specPool(e.get("node-a")) {
+		if !slices.Contains(held, netip.MustParseAddr(ip)) {
+			t.Fatalf("%s is in the pool, not on the ENI (%v)", ip, held)
+		}
 	}
 	e.consistent()
 }

@@ -146,6 +146,29 @@ func crdFamilies(cn *ciliumv2.CiliumNode) []crdFamily {
 	}
 }
 
+// multiPoolAgent: the node's agent allocates with Cilium's multi-pool
+// allocator (ipam.mode=eni since v1.20), as Cilium's operator tells it
+// (nodemanager isMultiPoolNodeLocked): it asks for the default pool in
+// spec.ipam.pools.requested and leaves status.ipam.used empty. Such an
+// agent answers no release handshake: it releases an address by leaving
+// it out of spec.ipam.pools.allocated, and the operator gives it back
+// once it stayed out for the release delay.
+func multiPoolAgent(cn *ciliumv2.CiliumNode) bool {
+	if len(cn.Status.IPAM.Used) > 0 {
+		return false
+	}
+	for _, r := range cn.Spec.IPAM.Pools.Requested {
+		if r.Pool == defaultAgentPool {
+			return true
+		}
+	}
+	return false
+}
+
+// defaultAgentPool is the pool a Cilium agent in ipam.mode=eni asks for
+// (defaults.IPAMDefaultIPPool).
+const defaultAgentPool = "default"
+
 // ofFamily keeps the entries of m keyed by an address of family f; a key
 // that is no address goes to IPv4's share, where it is reported and
 // dropped.
@@ -365,14 +388,21 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 		}
 	}
 	var requeue time.Duration
+	multiPool := multiPoolAgent(cn)
 	for _, a := range excess {
-		if _, busy := fam.release[a.String()]; busy {
+		if _, busy := fam.release[a.String()]; busy && !multiPool {
 			continue
 		}
 		if wait := since[a].Add(o.cfg.ExcessIPReleaseDelay).Sub(now); wait > 0 {
 			if requeue == 0 || wait < requeue {
 				requeue = wait
 			}
+			continue
+		}
+		if multiPool {
+			// Out of spec.ipam.pools.allocated for the whole delay: the
+			// agent released it, as Cilium's operator takes it.
+			toRelease = append(toRelease, a)
 			continue
 		}
 		release[a.String()] = releaseMarked
@@ -408,7 +438,8 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 	if len(pool) == 0 {
 		pool = nil
 	}
-	if len(release) == 0 {
+	if len(release) == 0 || multiPool {
+		// A multi-pool agent reads no release-ips.
 		release = nil
 	}
 	return familyResult{pool: pool, release: release, requeue: requeue, needed: needed}
