@@ -20,6 +20,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
@@ -394,9 +395,41 @@ func (p *Provider) getNIC(ctx context.Context, rid *arm.ResourceID) (*armnetwork
 	return &nic.Interface, nil
 }
 
+// writeTries bounds the reads and writes of one change to a NIC whose
+// writes keep losing to others' (412 on If-Match).
+const writeTries = 4
+
+// withIfMatch is ctx whose requests carry If-Match etag (none when etag
+// is empty): ARM refuses the write with 412 when the resource changed
+// since it was read.
+func withIfMatch(ctx context.Context, etag *string) context.Context {
+	if str(etag) == "" {
+		return ctx
+	}
+	return policy.WithHTTPHeader(ctx, http.Header{"If-Match": {*etag}})
+}
+
+// isStale reports whether err is ARM's 412: the resource changed since
+// the read the write was made of.
+func isStale(err error) bool {
+	var re *azcore.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusPreconditionFailed
+}
+
 // changeNIC reads a standalone VM's NIC, changes it with change and writes
-// it back, waiting for the operation; it answers the NIC as written.
+// it back with the read's etag, waiting for the operation; it answers the
+// NIC as written. A write refused because the NIC changed in between
+// (another writer's change would be lost) is made again from a new read.
 func (p *Provider) changeNIC(ctx context.Context, rid *arm.ResourceID, change func(*armnetwork.Interface) error) (*armnetwork.Interface, error) {
+	for try := 1; ; try++ {
+		nic, err := p.changeNICOnce(ctx, rid, change)
+		if !isStale(err) || try == writeTries {
+			return nic, classifyStale(err)
+		}
+	}
+}
+
+func (p *Provider) changeNICOnce(ctx context.Context, rid *arm.ResourceID, change func(*armnetwork.Interface) error) (*armnetwork.Interface, error) {
 	got, err := p.nics.Get(ctx, rid.ResourceGroupName, rid.Name, nil)
 	if err != nil {
 		return nil, classify(err)
@@ -408,8 +441,10 @@ func (p *Provider) changeNIC(ctx context.Context, rid *arm.ResourceID, change fu
 	if err := change(&nic); err != nil {
 		return nil, err
 	}
-	poller, err := p.nics.BeginCreateOrUpdate(ctx, rid.ResourceGroupName, rid.Name, nic, nil)
-	if err != nil {
+	poller, err := p.nics.BeginCreateOrUpdate(withIfMatch(ctx, nic.Etag), rid.ResourceGroupName, rid.Name, nic, nil)
+	if isStale(err) {
+		return nil, err
+	} else if err != nil {
 		return nil, classify(err)
 	}
 	done, err := poller.PollUntilDone(ctx, nil)
@@ -424,8 +459,18 @@ func (p *Provider) changeNIC(ctx context.Context, rid *arm.ResourceID, change fu
 // model back, waiting for the operation, then answers the NIC as it is
 // now. The model is written without its image reference: an instance
 // made from a Compute Gallery image refuses an update naming the image to
-// anyone without read access to the gallery.
+// anyone without read access to the gallery. As changeNIC, it writes
+// with the read's etag and starts over from a new read on a 412.
 func (p *Provider) changeScaleSetNIC(ctx context.Context, rid *arm.ResourceID, change func(*armcompute.VirtualMachineScaleSetNetworkConfiguration) error) (*armnetwork.Interface, error) {
+	for try := 1; ; try++ {
+		nic, err := p.changeScaleSetNICOnce(ctx, rid, change)
+		if !isStale(err) || try == writeTries {
+			return nic, classifyStale(err)
+		}
+	}
+}
+
+func (p *Provider) changeScaleSetNICOnce(ctx context.Context, rid *arm.ResourceID, change func(*armcompute.VirtualMachineScaleSetNetworkConfiguration) error) (*armnetwork.Interface, error) {
 	rg, set, instance := rid.ResourceGroupName, rid.Parent.Parent.Name, rid.Parent.Name
 	got, err := p.vmsVM.Get(ctx, rg, set, instance, nil)
 	if err != nil {
@@ -450,8 +495,10 @@ func (p *Provider) changeScaleSetNIC(ctx context.Context, rid *arm.ResourceID, c
 	if vm.Properties.StorageProfile != nil {
 		vm.Properties.StorageProfile.ImageReference = nil
 	}
-	poller, err := p.vmsVM.BeginUpdate(ctx, rg, set, instance, vm, nil)
-	if err != nil {
+	poller, err := p.vmsVM.BeginUpdate(ctx, rg, set, instance, vm, &armcompute.VirtualMachineScaleSetVMsClientBeginUpdateOptions{IfMatch: vm.Etag})
+	if isStale(err) {
+		return nil, err
+	} else if err != nil {
 		return nil, classify(err)
 	}
 	if _, err := poller.PollUntilDone(ctx, nil); err != nil {
@@ -527,6 +574,15 @@ func classify(err error) error {
 		kind = cloud.KindThrottled
 	}
 	return &cloud.Error{Kind: kind, Code: re.ErrorCode, Message: fmt.Sprintf("HTTP %d", re.StatusCode), Err: err}
+}
+
+// classifyStale is classify for a change's last error, which may be a
+// 412 left unclassified for the retry.
+func classifyStale(err error) error {
+	if isStale(err) {
+		return classify(err)
+	}
+	return err
 }
 
 func str(p *string) string {

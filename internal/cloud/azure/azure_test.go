@@ -32,9 +32,20 @@ var subnetA = armfake.SubnetID("rg", "vnet", "nodes")
 // of the real SDK pointed at it, retrying up to retries times.
 func newWorld(t *testing.T, cidr string, retries int32) (*armfake.Server, *Provider) {
 	t.Helper()
+	return newWorldVia(t, cidr, retries, nil)
+}
+
+// newWorldVia is newWorld with every request passed through via (when
+// not nil) before the fake.
+func newWorldVia(t *testing.T, cidr string, retries int32, via func(fake *armfake.Server, next http.Handler) http.Handler) (*armfake.Server, *Provider) {
+	t.Helper()
 	fake := armfake.New()
 	fake.AddSubnet(subnetA, netip.MustParsePrefix(cidr))
-	srv := httptest.NewTLSServer(fake)
+	var h http.Handler = fake
+	if via != nil {
+		h = via(fake, fake)
+	}
+	srv := httptest.NewTLSServer(h)
 	t.Cleanup(srv.Close)
 	fake.SetBase(srv.URL)
 	p, err := New(armfake.Subscription, staticToken{}, &arm.ClientOptions{ClientOptions: policy.ClientOptions{

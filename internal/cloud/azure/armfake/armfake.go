@@ -5,7 +5,8 @@
 // out the lowest free address (the first four and the last reserved),
 // subnets and virtual networks to read, NICs with a MAC each,
 // long-running writes answered 201 with an Azure-AsyncOperation to poll,
-// ARM's error bodies, and a fault hook.
+// ETags with If-Match, paged lists, an Entra ID authority, ARM's error
+// bodies, and a fault hook.
 //
 // Faithful where the workers depend on it: a NIC's IP configurations get
 // addresses when the write provisions, so a subnet that ran out fails the
@@ -91,6 +92,9 @@ type nic struct {
 	mac      string
 	primary  bool
 	configs  []*ipConfig
+	// etag counts the NIC's accepted writes (its own, or its scale set
+	// instance's model's): ARM's ETag of both (etag.go).
+	etag int
 }
 
 type ipConfig struct {
@@ -372,8 +376,8 @@ func (s *Server) getVMLocked(w http.ResponseWriter, path string) {
 
 // nicJSON is n as ARM answers it.
 func nicJSON(n *nic, state armnetwork.ProvisioningState) armnetwork.Interface {
-	out := armnetwork.Interface{ID: to.Ptr(n.id), Name: to.Ptr(n.name), Properties: &armnetwork.InterfacePropertiesFormat{Primary: to.Ptr(n.primary), MacAddress: to.Ptr(n.mac),
-		ProvisioningState: to.Ptr(state)}}
+	out := armnetwork.Interface{ID: to.Ptr(n.id), Name: to.Ptr(n.name), Etag: to.Ptr(n.etagValue()),
+		Properties: &armnetwork.InterfacePropertiesFormat{Primary: to.Ptr(n.primary), MacAddress: to.Ptr(n.mac), ProvisioningState: to.Ptr(state)}}
 	if n.vm != "" {
 		out.Properties.VirtualMachine = &armnetwork.SubResource{ID: to.Ptr(n.vm)}
 	}
@@ -578,12 +582,17 @@ func (s *Server) putNICLocked(w http.ResponseWriter, r *http.Request, path strin
 		}
 		want = append(want, wc)
 	}
+	if e := ifMatch(r, n.etagValue()); e != nil {
+		writeError(w, e)
+		return
+	}
+	n.etag++
 	s.applyLocked(w, n, want, http.StatusCreated, nicJSON(n, armnetwork.ProvisioningStateUpdating))
 }
 
 // setVMJSON is a scale set instance's VM model as ARM answers it.
 func (s *Server) setVMJSON(path string, vm *setVM, state string) armcompute.VirtualMachineScaleSetVM {
-	out := armcompute.VirtualMachineScaleSetVM{ID: to.Ptr(path), Properties: &armcompute.VirtualMachineScaleSetVMProperties{
+	out := armcompute.VirtualMachineScaleSetVM{ID: to.Ptr(path), Etag: to.Ptr(s.nics[key(vm.nics[0])].etagValue()), Properties: &armcompute.VirtualMachineScaleSetVMProperties{
 		ProvisioningState:           to.Ptr(state),
 		NetworkProfileConfiguration: &armcompute.VirtualMachineScaleSetVMNetworkProfileConfiguration{},
 		StorageProfile:              &armcompute.StorageProfile{},
@@ -673,6 +682,11 @@ func (s *Server) putSetVMLocked(w http.ResponseWriter, r *http.Request, path str
 		}
 		want = append(want, wc)
 	}
+	if e := ifMatch(r, n.etagValue()); e != nil {
+		writeError(w, e)
+		return
+	}
+	n.etag++
 	s.applyLocked(w, n, want, http.StatusAccepted, s.setVMJSON(path, vm, "Updating"))
 }
 
