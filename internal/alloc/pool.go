@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -280,13 +281,32 @@ type PoolFamilyStatus struct {
 // Free is what can still be leased without carving.
 func (s PoolFamilyStatus) Free() int64 { return max(s.AddressesTotal-s.Leased-s.Cooling, 0) }
 
-// BlocksPossible is the number of blocks of the family's mask its CIDRs hold.
+// BlocksPossible is the number of blocks of the family's mask its CIDRs
+// hold, at most math.MaxInt64: a cloud pool's CIDRs (a VPC's IPv6 /56,
+// blocks of /96) hold more than an int64 counts, as nothing is carved of
+// them to bound it.
 func (pf PoolFamily) BlocksPossible() int64 {
 	var n int64
 	for _, c := range pf.CIDRs {
-		n += int64(1) << (pf.MaskSize - c.Bits())
+		d := pf.MaskSize - c.Bits()
+		if d >= 63 || n > math.MaxInt64-int64(1)<<d {
+			return math.MaxInt64
+		}
+		n += int64(1) << d
 	}
 	return n
+}
+
+// SaturatingMul is a*b for a, b >= 0, math.MaxInt64 when that does not
+// fit: what a pool's counts of blocks times addresses per block are.
+func SaturatingMul(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
 }
 
 // Validate checks the spec alone (overlap with other pools is the store's

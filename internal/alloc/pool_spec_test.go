@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"strings"
 	"testing"
@@ -349,6 +350,40 @@ func TestSpecialPurposeOverlap(t *testing.T) {
 		spec.AllowSpecialPurpose = true
 		if err := spec.Validate(); err != nil && strings.Contains(err.Error(), "special-purpose") {
 			t.Errorf("%s allowed: %v", c.cidr, err)
+		}
+	}
+}
+
+// TestBlocksPossibleSaturates: a pool's count of blocks, and of blocks
+// times addresses, saturate at math.MaxInt64 rather than wrap: a cloud
+// pool's IPv6 CIDRs (nothing carved of them) hold more than an int64.
+func TestBlocksPossibleSaturates(t *testing.T) {
+	fam := func(mask int, cidrs ...string) PoolFamily {
+		pf := PoolFamily{MaskSize: mask}
+		for _, c := range cidrs {
+			pf.CIDRs = append(pf.CIDRs, netip.MustParsePrefix(c))
+		}
+		return pf
+	}
+	for _, c := range []struct {
+		pf   PoolFamily
+		want int64
+	}{
+		{fam(28, "10.0.0.0/16"), 4096},
+		{fam(28, "10.0.0.0/16", "10.1.0.0/24"), 4096 + 16},
+		{fam(96, "2600:1f18:aaaa:bb00::/56"), 1 << 40},
+		{fam(96, "2600:1f18::/32"), math.MaxInt64},
+		{fam(126, "2600:1f18::/64", "2600:1f19::/64"), math.MaxInt64},
+	} {
+		if got := c.pf.BlocksPossible(); got != c.want {
+			t.Errorf("%v /%d: %d blocks, want %d", c.pf.CIDRs, c.pf.MaskSize, got, c.want)
+		}
+	}
+	for _, c := range []struct{ a, b, want int64 }{
+		{3, 4, 12}, {0, math.MaxInt64, 0}, {1 << 40, 1 << 32, math.MaxInt64}, {1 << 31, 1 << 31, 1 << 62},
+	} {
+		if got := SaturatingMul(c.a, c.b); got != c.want {
+			t.Errorf("SaturatingMul(%d, %d) = %d, want %d", c.a, c.b, got, c.want)
 		}
 	}
 }

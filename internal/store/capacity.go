@@ -67,14 +67,14 @@ func (s *Store) SampleUsage(ctx context.Context, every time.Duration) (int64, er
 const sampleLockKey int64 = 0x697061_6d7375
 
 // possibleAddresses is what family f of a pool could lease with every
-// block carved.
+// block carved, at most math.MaxInt64 (see BlocksPossible).
 func possibleAddresses(spec alloc.PoolSpec, f alloc.Family) int64 {
 	pf := spec.Family(f)
 	if pf == nil || len(pf.CIDRs) == 0 {
 		return 0
 	}
 	l := alloc.BlockLayout(netip.PrefixFrom(pf.CIDRs[0].Addr(), pf.MaskSize), spec.AllowFirstIP, spec.AllowLastIP, spec.NodeLocal)
-	return pf.BlocksPossible() * l.Capacity
+	return alloc.SaturatingMul(pf.BlocksPossible(), l.Capacity)
 }
 
 // PoolCapacity reports, per family, what the pool holds and can still

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -431,5 +432,17 @@ func TestCloudPoolIPv6(t *testing.T) {
 	}
 	if n := f.count(`SELECT count(*) FROM blocks WHERE family = 6 AND source = 'cloud' AND capacity = 4294967296`); n != 1 {
 		t.Fatalf("%d IPv6 cloud blocks of 2^32 addresses, want 1", n)
+	}
+	// The /56 holds 2^40 blocks of /96: the counts saturate, and the
+	// usage sample (whose capacity must be >= 0) is taken.
+	if n, err := f.s.SampleUsage(f.ctx, time.Minute); err != nil || n != 2 {
+		t.Fatalf("usage samples: %d, %v; want 2", n, err)
+	}
+	c, err := f.s.PoolCapacity(f.ctx, alloc.DefaultSpace, "default", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[alloc.IPv6].BlocksPossible != 1<<40 || c[alloc.IPv6].AddressesPossible != math.MaxInt64 || c[alloc.IPv6].Leased != 2 {
+		t.Fatalf("IPv6 capacity %+v", c[alloc.IPv6])
 	}
 }
