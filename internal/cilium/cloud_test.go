@@ -98,10 +98,24 @@ type eniWorld struct {
 
 func newENIWorld(t *testing.T, spec alloc.CloudSpec, delay time.Duration) *eniWorld {
 	t.Helper()
-	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(28, "10.90.0.0/24"), NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec})
+	return newENIWorldV6(t, spec, delay, netip.Prefix{})
+}
+
+// newENIWorldV6 is newENIWorld with IPv6: the pool takes v6 (the VPC's
+// range) and the subnet has v6's first /64, when v6 is valid.
+func newENIWorldV6(t *testing.T, spec alloc.CloudSpec, delay time.Duration, v6 netip.Prefix) *eniWorld {
+	t.Helper()
+	pool := alloc.PoolSpec{IPv4: v4(28, "10.90.0.0/24"), NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec}
+	if v6.IsValid() {
+		pool.IPv6 = &alloc.PoolFamily{CIDRs: []netip.Prefix{v6}, MaskSize: 96}
+	}
+	e := newCRDEnv(t, pool)
 	fake := ec2fake.New()
 	fake.AddVPC("vpc-1", netip.MustParsePrefix("10.90.0.0/16"), netip.MustParsePrefix("100.64.0.0/16"))
 	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-0123456789abcdef0", VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix("10.90.0.0/24")})
+	if v6.IsValid() {
+		fake.AddSubnetIPv6("subnet-0123456789abcdef0", netip.PrefixFrom(v6.Addr(), 64))
+	}
 	inst, eni0, err := fake.AddInstance("m5.large", "subnet-0123456789abcdef0")
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +164,33 @@ func newENIWorld(t *testing.T, spec alloc.CloudSpec, delay time.Duration) *eniWo
 		}
 	}
 	return &eniWorld{e: e, fake: fake, w: w, inst: inst, eni0: eni0, served: served}
+}
+
+// TestCRDCloudPoolENIIPv6: on an AWS pool with IPv6, the CiliumNode's
+// pool holds the pre-allocation of both families, the IPv6 addresses out
+// of the /80 EC2 delegated to its ENI, and status.eni.enis lists them
+// (as /128s the v1.20 agent allocates those alone).
+func TestCRDCloudPoolENIIPv6(t *testing.T) {
+	x := newENIWorldV6(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}}, time.Hour,
+		netip.MustParsePrefix("2600:1f18:aaaa:bb00::/56"))
+	e := x.e
+	e.eventually(20*time.Second, "both families' pre-allocation", x.served(8))
+	delegated := netip.MustParsePrefix("2600:1f18:aaaa:bb00:1::/80")
+	cn := e.get("node-a")
+	v6 := 0
+	for ip, a := range cn.Spec.IPAM.Pool {
+		addr := netip.MustParseAddr(ip)
+		if addr.Is6() {
+			v6++
+			if !delegated.Contains(addr) || a.Resource != x.eni0 {
+				t.Errorf("pool entry %s (resource %q): not of %v on %s", ip, a.Resource, delegated, x.eni0)
+			}
+		}
+	}
+	if v6 != 4 {
+		t.Fatalf("%d IPv6 pool entries, want 4: %v", v6, specPool(cn))
+	}
+	e.consistent()
 }
 
 // TestCRDCloudPoolENIGivesBack: an agent in ipam.mode=eni (v1.20's
