@@ -1,0 +1,129 @@
+package alloc
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestParseLBBlock(t *testing.T) {
+	for _, c := range []struct {
+		cidr, start, stop string
+		want              string // the block, or the field of the refusal
+		ok                bool
+	}{
+		{"10.0.10.0/24", "", "", "10.0.10.0/24", true},
+		{"", "10.0.10.5", "10.0.10.9", "10.0.10.5-10.0.10.9", true},
+		{"", "10.0.10.5", "", "10.0.10.5-10.0.10.5", true},
+		{"", "fd00::1", "fd00::ff", "fd00::1-fd00::ff", true},
+		{"10.0.10.0/24", "10.0.10.1", "", "b", false},
+		{"10.0.10.1/24", "", "", "b.cidr", false},
+		{"", "", "10.0.10.9", "b", false},
+		{"", "", "", "b", false},
+		{"", "10.0.10.300", "", "b.start", false},
+		{"", "10.0.10.1", "fe80::1%eth0", "b.stop", false},
+		{"", "::ffff:10.0.0.1", "", "b.start", false},
+	} {
+		got, err := ParseLBBlock("b", c.cidr, c.start, c.stop)
+		var ae *Error
+		switch {
+		case c.ok && (err != nil || got.String() != c.want):
+			t.Errorf("%q %q %q: %v, %v; want %s", c.cidr, c.start, c.stop, got, err, c.want)
+		case !c.ok && (!errors.As(err, &ae) || ae.Field != c.want || ae.Kind != KindInvalid):
+			t.Errorf("%q %q %q: %v, want invalid %s", c.cidr, c.start, c.stop, err, c.want)
+		}
+	}
+}
+
+func TestLBPoolSpecValidate(t *testing.T) {
+	cidr := func(s string) LBBlock { return LBBlock{CIDR: netip.MustParsePrefix(s)} }
+	rng := func(a, b string) LBBlock { return LBBlock{Start: netip.MustParseAddr(a), Stop: netip.MustParseAddr(b)} }
+	many := make([]LBBlock, MaxLBBlocks+1)
+	for i := range many {
+		many[i] = LBBlock{Start: netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), Stop: netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})}
+	}
+	for _, c := range []struct {
+		name  string
+		spec  LBPoolSpec
+		kind  Kind
+		field string
+	}{
+		{"a CIDR and a range, both families", LBPoolSpec{Blocks: []LBBlock{cidr("10.0.10.0/24"), rng("fd00::1", "fd00::ff")}}, "", ""},
+		{"no block", LBPoolSpec{}, KindInvalid, "spec.blocks"},
+		{"too many blocks", LBPoolSpec{Blocks: many}, KindInvalid, "spec.blocks"},
+		{"both cidr and range", LBPoolSpec{Blocks: []LBBlock{{CIDR: netip.MustParsePrefix("10.0.0.0/24"), Start: netip.MustParseAddr("10.0.0.1")}}}, KindInvalid, "spec.blocks[0]"},
+		{"host bits", LBPoolSpec{Blocks: []LBBlock{cidr("10.0.10.0/24"), {CIDR: netip.MustParsePrefix("10.0.11.1/24")}}}, KindInvalid, "spec.blocks[1].cidr"},
+		{"a start alone", LBPoolSpec{Blocks: []LBBlock{{Start: netip.MustParseAddr("10.0.0.1")}}}, KindInvalid, "spec.blocks[0]"},
+		{"mixed families", LBPoolSpec{Blocks: []LBBlock{rng("10.0.0.1", "fd00::1")}}, KindInvalid, "spec.blocks[0].stop"},
+		{"stop before start", LBPoolSpec{Blocks: []LBBlock{rng("10.0.0.9", "10.0.0.1")}}, KindInvalid, "spec.blocks[0].stop"},
+		{"blocks overlap", LBPoolSpec{Blocks: []LBBlock{cidr("10.0.10.0/24"), rng("10.0.9.250", "10.0.10.1")}}, KindOverlap, "spec.blocks[1]"},
+		{"a bad selector", LBPoolSpec{Blocks: []LBBlock{cidr("10.0.10.0/24")}, ServiceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bad key!": "x"}}}, KindInvalid, "spec.serviceSelector"},
+	} {
+		err := c.spec.Validate()
+		var ae *Error
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.field != "" && (!errors.As(err, &ae) || ae.Field != c.field || ae.Kind != c.kind):
+			t.Errorf("%s: %v, want %s on %s", c.name, err, c.kind, c.field)
+		}
+	}
+}
+
+// TestLBPoolRanges: allowFirstLastIPs No keeps the first and last address
+// of CIDR blocks out, except of blocks of one or two addresses, and never
+// touches a start/stop range.
+func TestLBPoolRanges(t *testing.T) {
+	s := LBPoolSpec{ReserveFirstLast: true, Blocks: []LBBlock{
+		{CIDR: netip.MustParsePrefix("10.0.10.0/30")},
+		{CIDR: netip.MustParsePrefix("10.0.11.0/31")},
+		{CIDR: netip.MustParsePrefix("10.0.12.7/32")},
+		{CIDR: netip.MustParsePrefix("fd00::/126")},
+		{Start: netip.MustParseAddr("10.0.13.0"), Stop: netip.MustParseAddr("10.0.13.255")},
+	}}
+	want := []string{"10.0.10.1-10.0.10.2", "10.0.11.0-10.0.11.1", "10.0.12.7-10.0.12.7", "fd00::1-fd00::2", "10.0.13.0-10.0.13.255"}
+	got := s.Ranges()
+	for i, r := range got {
+		if r.String() != want[i] {
+			t.Errorf("block %d: %s, want %s", i, r, want[i])
+		}
+	}
+	for a, offered := range map[string]bool{"10.0.10.0": false, "10.0.10.3": false, "10.0.10.1": true, "10.0.11.1": true, "10.0.13.0": true, "10.0.14.0": false} {
+		if s.Offers(netip.MustParseAddr(a)) != offered {
+			t.Errorf("%s offered: %v, want %v", a, !offered, offered)
+		}
+	}
+	s.ReserveFirstLast = false
+	if r := s.Ranges()[0].String(); r != "10.0.10.0-10.0.10.3" {
+		t.Errorf("allowFirstLastIPs Yes: %s", r)
+	}
+}
+
+// TestLBPoolSelects: the selector sees the Service's labels and the
+// synthetic namespace and name labels, which win over labels of the same
+// key; no selector selects every Service.
+func TestLBPoolSelects(t *testing.T) {
+	for _, c := range []struct {
+		sel       *metav1.LabelSelector
+		ns, name  string
+		svcLabels map[string]string
+		want      bool
+	}{
+		{nil, "a", "web", nil, true},
+		{&metav1.LabelSelector{MatchLabels: map[string]string{"color": "blue"}}, "a", "web", map[string]string{"color": "blue"}, true},
+		{&metav1.LabelSelector{MatchLabels: map[string]string{"color": "blue"}}, "a", "web", map[string]string{"color": "red"}, false},
+		{&metav1.LabelSelector{MatchLabels: map[string]string{LabelServiceNamespace: "tenant-a"}}, "tenant-a", "web", nil, true},
+		{&metav1.LabelSelector{MatchLabels: map[string]string{LabelServiceNamespace: "tenant-a"}}, "tenant-b", "web",
+			map[string]string{LabelServiceNamespace: "tenant-a"}, false},
+		{&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: LabelServiceName, Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "api"}}}},
+			"a", "api", nil, true},
+		{&metav1.LabelSelector{}, "a", "web", nil, true},
+	} {
+		got, err := LBPoolSpec{ServiceSelector: c.sel}.Selects(c.ns, c.name, c.svcLabels)
+		if err != nil || got != c.want {
+			t.Errorf("%v on %s/%s %v: %v, %v; want %v", c.sel, c.ns, c.name, c.svcLabels, got, err, c.want)
+		}
+	}
+}
