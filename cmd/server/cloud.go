@@ -18,6 +18,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/time/rate"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -33,10 +35,15 @@ import (
 // holds the store's cloud lock, every call behind one token bucket. It
 // answers a channel closed once the workers stopped with ctx; nil when no
 // provider is configured.
-func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logger) (<-chan struct{}, error) {
+func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logger, meter metric.Meter) (<-chan struct{}, error) {
 	if cfg.CloudProvider == "" {
 		return nil, nil
 	}
+	m, err := newCloudMetrics(meter, cfg.CloudProvider)
+	if err != nil {
+		return nil, err
+	}
+	observe := cloud.WithObserver(m)
 	bucket := rate.NewLimiter(rate.Limit(cfg.CloudQPS), cfg.CloudBurst)
 	w := &capacity.Worker{Store: st, Provider: alloc.CloudProvider(cfg.CloudProvider), Log: log,
 		Tags: map[string]string{cloud.TagCluster: cfg.CloudCluster}}
@@ -52,8 +59,8 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 			}
 		})
 		p := aws.New(client, aws.Options{})
-		w.Cloud, w.Interfaces = cloud.NewLimited(p, bucket), cloud.NewLimitedInterfaces(p, bucket)
-		w.Inventory = cloud.NewLimitedInventory(p, bucket)
+		w.Cloud, w.Interfaces = cloud.NewLimited(p, bucket, observe), cloud.NewLimitedInterfaces(p, bucket, observe)
+		w.Inventory = cloud.NewLimitedInventory(p, bucket, observe)
 	case alloc.CloudAzure:
 		opts, err := cfg.azureClientOptions()
 		if err != nil {
@@ -70,8 +77,8 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 		if err != nil {
 			return nil, err
 		}
-		w.Cloud = cloud.NewLimited(p, bucket)
-		w.Inventory = cloud.NewLimitedInventory(p, bucket)
+		w.Cloud = cloud.NewLimited(p, bucket, observe)
+		w.Inventory = cloud.NewLimitedInventory(p, bucket, observe)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -83,9 +90,13 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 			ran, err := st.WithCloudLock(ctx, w.Pass)
 			switch {
 			case err != nil && ctx.Err() == nil:
+				m.pass(ctx, "failed")
 				log.Warn("cloud capacity pass", "provider", cfg.CloudProvider, "err", err)
 			case ran:
+				m.pass(ctx, "ok")
 				log.Debug("cloud capacity pass done", "provider", cfg.CloudProvider)
+			case err == nil:
+				m.pass(ctx, "standby") // another replica holds the lock
 			}
 			// Leaked interfaces are collected by the leader only, and only
 			// on a cloud that creates them (AWS).
@@ -146,6 +157,63 @@ func (c config) azureClientOptions() (policy.ClientOptions, error) {
 		opts.Transport = &http.Client{Transport: tr}
 	}
 	return opts, nil
+}
+
+// cloudMetrics are the workers' instruments, named as Cilium's operator
+// names its EC2 ones (ec2_api_duration_seconds, ..._rate_limit_...):
+// every cloud call by operation and outcome with its duration, the time
+// it waited for the bucket, and the passes by outcome.
+type cloudMetrics struct {
+	provider attribute.KeyValue
+	duration metric.Float64Histogram
+	waited   metric.Float64Histogram
+	passes   metric.Int64Counter
+}
+
+var cloudBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+func newCloudMetrics(meter metric.Meter, provider string) (*cloudMetrics, error) {
+	m := &cloudMetrics{provider: attribute.String("provider", provider)}
+	var err, e error
+	m.duration, e = meter.Float64Histogram("ipam_cloud_api_duration_seconds",
+		metric.WithDescription("Cloud API calls of the capacity workers by operation and outcome (ok, a cloud.Kind such as throttled, or canceled when the bucket kept it from the cloud), with their duration."),
+		metric.WithExplicitBucketBoundaries(cloudBuckets...))
+	err = errors.Join(err, e)
+	m.waited, e = meter.Float64Histogram("ipam_cloud_api_rate_limit_duration_seconds",
+		metric.WithDescription("Time each cloud API call waited for the shared token bucket (--cloud-qps, --cloud-burst)."),
+		metric.WithExplicitBucketBoundaries(cloudBuckets...))
+	err = errors.Join(err, e)
+	m.passes, e = meter.Int64Counter("ipam_cloud_passes", metric.WithUnit("{pass}"),
+		metric.WithDescription("Capacity worker passes by outcome: ok, failed (the log says why), standby (another replica holds the lock)."))
+	err = errors.Join(err, e)
+	if err != nil {
+		return nil, fmt.Errorf("cloud metrics: %w", err)
+	}
+	// Every outcome's series from the start, at 0.
+	for _, o := range []string{"ok", "failed", "standby"} {
+		m.passes.Add(context.Background(), 0, metric.WithAttributes(m.provider, attribute.String("outcome", o)))
+	}
+	return m, nil
+}
+
+// pass counts a pass of outcome.
+func (m *cloudMetrics) pass(ctx context.Context, outcome string) {
+	m.passes.Add(ctx, 1, metric.WithAttributes(m.provider, attribute.String("outcome", outcome)))
+}
+
+// ObserveCall records one call (cloud.CallObserver).
+func (m *cloudMetrics) ObserveCall(op string, waited, took time.Duration, err error) {
+	outcome := "ok"
+	switch {
+	case err != nil && took == 0:
+		outcome = "canceled"
+	case err != nil:
+		outcome = cloud.KindOf(err).String()
+	}
+	ctx := context.Background()
+	operation := attribute.String("operation", op)
+	m.waited.Record(ctx, waited.Seconds(), metric.WithAttributes(m.provider, operation))
+	m.duration.Record(ctx, took.Seconds(), metric.WithAttributes(m.provider, operation, attribute.String("outcome", outcome)))
 }
 
 // validateCloud checks the cloud flags.

@@ -76,6 +76,19 @@ func TestCloudCapacityWorkers(t *testing.T) {
 			t.Fatalf("block %+v", b)
 		}
 	}
+	// The calls and passes are metrics, by operation and outcome.
+	metrics := string(send("GET", "/metrics", nil, http.StatusOK))
+	for _, series := range []string{
+		`ipam_cloud_api_duration_seconds_count{operation="Assign",outcome="ok",provider="aws"}`,
+		`ipam_cloud_api_rate_limit_duration_seconds_count{operation="Assign",provider="aws"}`,
+		`ipam_cloud_passes_total{outcome="ok",provider="aws"}`,
+		`ipam_cloud_passes_total{outcome="failed",provider="aws"}`,
+	} {
+		v, ok := sample(metrics, series)
+		if !ok || (v == "0" && !strings.Contains(series, "failed")) {
+			t.Errorf("%s: %q, %v", series, v, ok)
+		}
+	}
 }
 
 // sender answers a function that sends body as JSON to the server at

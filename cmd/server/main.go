@@ -254,7 +254,7 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 		runGC(gcCtx, st, cfg.GCInterval, cfg.UsageSampleEvery, log, gcm)
 	}()
 	cloudCtx, stopCloud := context.WithCancel(ctx)
-	cloudDone, err := startCloud(cloudCtx, cfg, st, log)
+	cloudDone, err := startCloud(cloudCtx, cfg, st, log, metrics.Meter())
 	if err != nil {
 		stopCloud()
 		stopGC()

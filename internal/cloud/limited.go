@@ -3,6 +3,7 @@ package cloud
 import (
 	"context"
 	"net/netip"
+	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -23,14 +24,63 @@ const (
 // bucket. A call whose context ends while it waits fails with the
 // context's error and never reaches the cloud.
 type Limited struct {
-	p       Provider
-	limiter *rate.Limiter
+	p Provider
+	bucket
 }
 
 // LimitedInterfaces is an InterfaceManager behind a bucket, as Limited.
 type LimitedInterfaces struct {
-	m       InterfaceManager
-	limiter *rate.Limiter
+	m InterfaceManager
+	bucket
+}
+
+// CallObserver hears of every call a limited wrapper makes: the
+// operation (the wrapper's method), the time it waited for tokens, the
+// time the call itself took, and its error (nil on success; a context
+// error with took 0 when it never reached the cloud). The server counts
+// them as metrics.
+type CallObserver interface {
+	ObserveCall(op string, waited, took time.Duration, err error)
+}
+
+// Option configures a limited wrapper.
+type Option func(*bucket)
+
+// WithObserver makes o hear of every call.
+func WithObserver(o CallObserver) Option { return func(b *bucket) { b.observer = o } }
+
+// bucket is the token bucket of a limited wrapper, and who hears of its
+// calls.
+type bucket struct {
+	limiter  *rate.Limiter
+	observer CallObserver
+}
+
+func newBucket(limiter *rate.Limiter, opts []Option) bucket {
+	b := bucket{limiter: limiter}
+	for _, o := range opts {
+		o(&b)
+	}
+	return b
+}
+
+// call runs fn once tokens are taken, and tells the observer.
+func (b *bucket) call(ctx context.Context, op string, tokens int, fn func() error) error {
+	start := time.Now()
+	if err := b.limiter.WaitN(ctx, min(tokens, b.limiter.Burst())); err != nil {
+		b.observe(op, time.Since(start), 0, err)
+		return err
+	}
+	waited := time.Since(start)
+	err := fn()
+	b.observe(op, waited, time.Since(start)-waited, err)
+	return err
+}
+
+func (b *bucket) observe(op string, waited, took time.Duration, err error) {
+	if b.observer != nil {
+		b.observer.ObserveCall(op, waited, took, err)
+	}
 }
 
 var (
@@ -42,112 +92,87 @@ var (
 // tokens a listing, one for the instances and one for their interfaces
 // (further pages are rare: a thousand instances, or interfaces, a page).
 type LimitedInventory struct {
-	inv     Inventory
-	limiter *rate.Limiter
+	inv Inventory
+	bucket
 }
 
 var _ Inventory = (*LimitedInventory)(nil)
 
 // NewLimitedInventory answers inv behind limiter (share it with the
 // provider's Limited).
-func NewLimitedInventory(inv Inventory, limiter *rate.Limiter) *LimitedInventory {
-	return &LimitedInventory{inv: inv, limiter: limiter}
+func NewLimitedInventory(inv Inventory, limiter *rate.Limiter, opts ...Option) *LimitedInventory {
+	return &LimitedInventory{inv: inv, bucket: newBucket(limiter, opts)}
 }
 
-func (l *LimitedInventory) Instances(ctx context.Context, vpc string) (map[string]Instance, error) {
-	if err := l.limiter.WaitN(ctx, 2); err != nil {
-		return nil, err
-	}
-	return l.inv.Instances(ctx, vpc)
+func (l *LimitedInventory) Instances(ctx context.Context, vpc string) (out map[string]Instance, err error) {
+	err = l.call(ctx, "Instances", 2, func() error { out, err = l.inv.Instances(ctx, vpc); return err })
+	return out, err
 }
 
 // NewLimited answers p behind limiter.
-func NewLimited(p Provider, limiter *rate.Limiter) *Limited {
-	return &Limited{p: p, limiter: limiter}
+func NewLimited(p Provider, limiter *rate.Limiter, opts ...Option) *Limited {
+	return &Limited{p: p, bucket: newBucket(limiter, opts)}
 }
 
 // NewLimitedInterfaces answers m behind limiter (share it with the
 // provider's Limited).
-func NewLimitedInterfaces(m InterfaceManager, limiter *rate.Limiter) *LimitedInterfaces {
-	return &LimitedInterfaces{m: m, limiter: limiter}
+func NewLimitedInterfaces(m InterfaceManager, limiter *rate.Limiter, opts ...Option) *LimitedInterfaces {
+	return &LimitedInterfaces{m: m, bucket: newBucket(limiter, opts)}
 }
 
-func (l *Limited) Instance(ctx context.Context, id string) (Instance, error) {
-	if err := l.limiter.Wait(ctx); err != nil {
-		return Instance{}, err
-	}
-	return l.p.Instance(ctx, id)
+func (l *Limited) Instance(ctx context.Context, id string) (out Instance, err error) {
+	err = l.call(ctx, "Instance", 1, func() error { out, err = l.p.Instance(ctx, id); return err })
+	return out, err
 }
 
-func (l *Limited) Assign(ctx context.Context, iface string, n int, prefixes bool) (Assigned, error) {
-	if err := l.limiter.Wait(ctx); err != nil {
-		return Assigned{}, err
-	}
-	return l.p.Assign(ctx, iface, n, prefixes)
+func (l *Limited) Assign(ctx context.Context, iface string, n int, prefixes bool) (out Assigned, err error) {
+	err = l.call(ctx, "Assign", 1, func() error { out, err = l.p.Assign(ctx, iface, n, prefixes); return err })
+	return out, err
 }
 
 func (l *Limited) Unassign(ctx context.Context, iface string, addrs []netip.Addr, prefixes []netip.Prefix) error {
-	if err := l.limiter.Wait(ctx); err != nil {
-		return err
-	}
-	return l.p.Unassign(ctx, iface, addrs, prefixes)
+	return l.call(ctx, "Unassign", 1, func() error { return l.p.Unassign(ctx, iface, addrs, prefixes) })
 }
 
-func (l *LimitedInterfaces) Subnets(ctx context.Context, vpc, zone string) ([]Subnet, error) {
-	if err := l.limiter.Wait(ctx); err != nil {
-		return nil, err
-	}
-	return l.m.Subnets(ctx, vpc, zone)
+func (l *LimitedInterfaces) Subnets(ctx context.Context, vpc, zone string) (out []Subnet, err error) {
+	err = l.call(ctx, "Subnets", 1, func() error { out, err = l.m.Subnets(ctx, vpc, zone); return err })
+	return out, err
 }
 
 // CreateInterface takes the tokens of the calls it makes at least (a
 // description, the create, the attach, the attribute change) before it
 // starts, so a create never stops halfway for the bucket.
-func (l *LimitedInterfaces) CreateInterface(ctx context.Context, spec InterfaceSpec) (Interface, error) {
-	if err := l.limiter.WaitN(ctx, min(createCalls, l.limiter.Burst())); err != nil {
-		return Interface{}, err
-	}
-	return l.m.CreateInterface(ctx, spec)
+func (l *LimitedInterfaces) CreateInterface(ctx context.Context, spec InterfaceSpec) (out Interface, err error) {
+	err = l.call(ctx, "CreateInterface", createCalls, func() error { out, err = l.m.CreateInterface(ctx, spec); return err })
+	return out, err
 }
 
 // createCalls is the least number of API calls of a CreateInterface.
 const createCalls = 4
 
-func (l *LimitedInterfaces) Detached(ctx context.Context, tags map[string]string) ([]Interface, error) {
-	if err := l.limiter.Wait(ctx); err != nil {
-		return nil, err
-	}
-	return l.m.Detached(ctx, tags)
+func (l *LimitedInterfaces) Detached(ctx context.Context, tags map[string]string) (out []Interface, err error) {
+	err = l.call(ctx, "Detached", 1, func() error { out, err = l.m.Detached(ctx, tags); return err })
+	return out, err
 }
 
 // DetachInterface takes the tokens of its two calls (a description and
 // the detach).
 func (l *LimitedInterfaces) DetachInterface(ctx context.Context, id string) error {
-	if err := l.limiter.WaitN(ctx, min(2, l.limiter.Burst())); err != nil {
-		return err
-	}
-	return l.m.DetachInterface(ctx, id)
+	return l.call(ctx, "DetachInterface", 2, func() error { return l.m.DetachInterface(ctx, id) })
 }
 
 // SecurityGroups takes one token: the AWS provider caches its answer,
 // but the limiter cannot know whether this call hits the cache.
-func (l *LimitedInterfaces) SecurityGroups(ctx context.Context, vpc string, tags map[string]string) ([]string, error) {
-	if err := l.limiter.Wait(ctx); err != nil {
-		return nil, err
-	}
-	return l.m.SecurityGroups(ctx, vpc, tags)
+func (l *LimitedInterfaces) SecurityGroups(ctx context.Context, vpc string, tags map[string]string) (out []string, err error) {
+	err = l.call(ctx, "SecurityGroups", 1, func() error { out, err = l.m.SecurityGroups(ctx, vpc, tags); return err })
+	return out, err
 }
 
 func (l *LimitedInterfaces) DeleteInterface(ctx context.Context, id string) error {
-	if err := l.limiter.Wait(ctx); err != nil {
-		return err
-	}
-	return l.m.DeleteInterface(ctx, id)
+	return l.call(ctx, "DeleteInterface", 1, func() error { return l.m.DeleteInterface(ctx, id) })
 }
 
-func (l *LimitedInterfaces) AssignIPv6Prefix(ctx context.Context, iface string) (netip.Prefix, error) {
-	if err := l.limiter.Wait(ctx); err != nil {
-		return netip.Prefix{}, err
-	}
-	return l.m.AssignIPv6Prefix(ctx, iface)
+func (l *LimitedInterfaces) AssignIPv6Prefix(ctx context.Context, iface string) (out netip.Prefix, err error) {
+	err = l.call(ctx, "AssignIPv6Prefix", 1, func() error { out, err = l.m.AssignIPv6Prefix(ctx, iface); return err })
+	return out, err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,5 +68,62 @@ func TestLimitedSpendsOneBucket(t *testing.T) {
 	}
 	if got := fake.Calls("AssignPrivateIpAddresses") + fake.Calls("DescribeInstances"); got != calls {
 		t.Fatalf("%d calls reached EC2 past the bucket", got-calls)
+	}
+}
+
+// recorder is a CallObserver keeping what it heard.
+type recorder struct {
+	mu    sync.Mutex
+	calls []string // "op kind" ("ok" for no error, "ctx" when it never reached the cloud)
+}
+
+func (r *recorder) ObserveCall(op string, waited, took time.Duration, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	outcome := "ok"
+	switch {
+	case err != nil && took == 0:
+		outcome = "ctx"
+	case err != nil:
+		outcome = cloud.KindOf(err).String()
+	}
+	r.calls = append(r.calls, op+" "+outcome)
+}
+
+// TestLimitedObserves: the observer hears of every call, by operation,
+// with its error's kind, and of a call the bucket kept from the cloud.
+func TestLimitedObserves(t *testing.T) {
+	fake := ec2fake.New()
+	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-a", VPC: "vpc-1", Zone: "z", CIDR: netip.MustParsePrefix("10.0.0.0/24")})
+	_, eni, err := fake.AddInstance("m5.large", "subnet-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(fake)
+	defer srv.Close()
+	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")})
+	bucket := rate.NewLimiter(rate.Every(24*time.Hour), 4)
+	provider := aws.New(client, aws.Options{})
+	var rec recorder
+	p := cloud.NewLimited(provider, bucket, cloud.WithObserver(&rec))
+	inv := cloud.NewLimitedInventory(provider, bucket, cloud.WithObserver(&rec))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := p.Assign(ctx, eni, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Instance(ctx, "i-0000000000000dead"); cloud.KindOf(err) != cloud.KindNotFound {
+		t.Fatalf("an unknown instance: %v", err)
+	}
+	if _, err := inv.Instances(ctx, "vpc-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unassign(ctx, eni, nil, nil); err == nil {
+		t.Fatal("a call past the bucket went through")
+	}
+	want := []string{"Assign ok", "Instance " + cloud.KindNotFound.String(), "Instances ok", "Unassign ctx"}
+	if !slices.Equal(rec.calls, want) {
+		t.Fatalf("observed %v, want %v", rec.calls, want)
 	}
 }
