@@ -26,21 +26,8 @@ import (
 // the node's pre-allocation from the cloud as its blocks, and a Pod's
 // lease is one of those addresses.
 func TestCloudCapacityWorkers(t *testing.T) {
-	fake := ec2fake.New()
-	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-0123456789abcdef0", VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix("10.95.0.0/24")})
-	inst, eni0, err := fake.AddInstance("m5.large", "subnet-0123456789abcdef0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ec2srv := httptest.NewServer(fake)
-	defer ec2srv.Close()
-	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
-	base := startServer(t, pgtest.NewDatabase(t), "--cloud-provider", "aws", "--aws-region", "eu-west-1",
-		"--aws-endpoint", ec2srv.URL, "--cloud-interval", "50ms", "--cloud-cluster", "test")
+	fake, flags, inst, eni0 := awsFake(t)
+	base := startServer(t, pgtest.NewDatabase(t), flags...)
 	send := sender(t, base)
 	send("POST", "/v1/pools", map[string]any{"name": "eni", "spec": map[string]any{
 		"ipv4":  map[string]any{"cidrs": []string{"10.95.0.0/24"}, "maskSize": 28},
@@ -89,6 +76,31 @@ func TestCloudCapacityWorkers(t *testing.T) {
 			t.Errorf("%s: %q, %v", series, v, ok)
 		}
 	}
+}
+
+// awsFake serves an EC2 fake with one m5.large in subnet
+// 10.95.0.0/24, gives the SDK's default chain static credentials from
+// the environment, and answers the fake, the server flags that run the
+// AWS workers against it (a pass every 50ms), the instance and its first
+// interface.
+func awsFake(t *testing.T) (fake *ec2fake.Server, flags []string, inst, eni0 string) {
+	t.Helper()
+	fake = ec2fake.New()
+	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-0123456789abcdef0", VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix("10.95.0.0/24")})
+	inst, eni0, err := fake.AddInstance("m5.large", "subnet-0123456789abcdef0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec2srv := httptest.NewServer(fake)
+	t.Cleanup(ec2srv.Close)
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
+	flags = []string{"--cloud-provider", "aws", "--aws-region", "eu-west-1",
+		"--aws-endpoint", ec2srv.URL, "--cloud-interval", "50ms", "--cloud-cluster", "test"}
+	return fake, flags, inst, eni0
 }
 
 // sender answers a function that sends body as JSON to the server at

@@ -23,8 +23,19 @@ var metricNameRE = regexp.MustCompile(`\b(?:ipam|process|go)_[a-z0-9_]+\b`)
 // releases, a growing pool with a forecast).
 func TestOperationsKitUsesExportedMetrics(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
-	base := startServer(t, dbURL, "--usage-metrics-refresh", "1ms")
+	// With the AWS workers against the EC2 fake, so that their metrics
+	// exist: a cloud pool and a node of it.
+	_, cloudFlags, inst, _ := awsFake(t)
+	base := startServer(t, dbURL, append([]string{"--usage-metrics-refresh", "1ms"}, cloudFlags...)...)
 	mustCall(t, 201, "POST", base+"/v1/pools", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":28}}}`)
+	mustCall(t, 201, "POST", base+"/v1/pools", `{"name":"eni","spec":{"ipv4":{"cidrs":["10.95.0.0/24"],"maskSize":28},"cloud":{"provider":"aws"}}}`)
+	mustCall(t, 201, "PUT", base+"/v1/nodes/cloud-n1", `{"providerID":"aws:///eu-west-1a/`+inst+`"}`)
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(mustCall(t, 200, "GET", base+"/metrics", ""), "ipam_cloud_api_duration_seconds_count"); {
+		if time.Now().After(deadline) {
+			t.Fatal("no cloud call within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for i := range 3 {
 		mustCall(t, 201, "POST", base+"/v1/nodes/n1/leases",
 			fmt.Sprintf(`{"containerID":"c%d","interface":"eth0","owner":{"namespace":"ns","name":"p%d"}}`, i, i))
