@@ -19,23 +19,30 @@ import (
 	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
 )
 
-// TestLimitedSpendsOneBucket: every call takes a token first; once the
-// bucket is empty a call whose context cannot wait for the next token
-// fails without reaching the cloud.
-func TestLimitedSpendsOneBucket(t *testing.T) {
-	fake := ec2fake.New()
+// ec2World is an EC2 fake with one m5.large in subnet-a, and the AWS
+// provider on the real SDK calling it.
+func ec2World(t *testing.T) (fake *ec2fake.Server, provider *aws.Provider, inst, eni string) {
+	t.Helper()
+	fake = ec2fake.New()
 	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-a", VPC: "vpc-1", Zone: "z", CIDR: netip.MustParsePrefix("10.0.0.0/24")})
 	inst, eni, err := fake.AddInstance("m5.large", "subnet-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewTLSServer(fake)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")})
+	return fake, aws.New(client, aws.Options{}), inst, eni
+}
+
+// TestLimitedSpendsOneBucket: every call takes a token first; once the
+// bucket is empty a call whose context cannot wait for the next token
+// fails without reaching the cloud.
+func TestLimitedSpendsOneBucket(t *testing.T) {
+	fake, provider, inst, eni := ec2World(t)
 	// Eight tokens, and the next one in a day.
 	bucket := rate.NewLimiter(rate.Every(24*time.Hour), 8)
-	provider := aws.New(client, aws.Options{})
 	p, m, inv := cloud.NewLimited(provider, bucket), cloud.NewLimitedInterfaces(provider, bucket), cloud.NewLimitedInventory(provider, bucket)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -93,18 +100,8 @@ func (r *recorder) ObserveCall(op string, waited, took time.Duration, err error)
 // TestLimitedObserves: the observer hears of every call, by operation,
 // with its error's kind, and of a call the bucket kept from the cloud.
 func TestLimitedObserves(t *testing.T) {
-	fake := ec2fake.New()
-	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-a", VPC: "vpc-1", Zone: "z", CIDR: netip.MustParsePrefix("10.0.0.0/24")})
-	_, eni, err := fake.AddInstance("m5.large", "subnet-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewTLSServer(fake)
-	defer srv.Close()
-	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")})
+	_, provider, _, eni := ec2World(t)
 	bucket := rate.NewLimiter(rate.Every(24*time.Hour), 4)
-	provider := aws.New(client, aws.Options{})
 	var rec recorder
 	p := cloud.NewLimited(provider, bucket, cloud.WithObserver(&rec))
 	inv := cloud.NewLimitedInventory(provider, bucket, cloud.WithObserver(&rec))
