@@ -511,7 +511,10 @@ func TestLaunchWithoutBinaries(t *testing.T) {
 // with the tail of its output, and leaves nothing behind.
 func TestStartFailureShowsLog(t *testing.T) {
 	binDir := requireBinDir(t)
-	before, _ := filepath.Glob(filepath.Join(os.TempDir(), "kubetest-*"))
+	// This process's directories only (kubetest-PID-*): the other test
+	// packages, run at the same time by go test ./..., make their own.
+	mine := filepath.Join(os.TempDir(), fmt.Sprintf("kubetest-%d-*", os.Getpid()))
+	before, _ := filepath.Glob(mine)
 	began := time.Now()
 	c, err := start(binDir, WithAPIServerFlags("--no-such-flag"))
 	if err == nil {
@@ -521,7 +524,7 @@ func TestStartFailureShowsLog(t *testing.T) {
 	if !strings.Contains(err.Error(), "kube-apiserver exited during start") || !strings.Contains(err.Error(), "unknown flag: --no-such-flag") {
 		t.Fatalf("start: %v; want the API server's exit and its complaint", err)
 	}
-	after, _ := filepath.Glob(filepath.Join(os.TempDir(), "kubetest-*"))
+	after, _ := filepath.Glob(mine)
 	for _, d := range after {
 		if fi, err := os.Stat(d); err == nil && fi.ModTime().After(began) && !slices.Contains(before, d) {
 			t.Errorf("a failed start left %s behind", d)
