@@ -83,14 +83,14 @@ func (r *Reconciler) assign(ctx context.Context, a *Assignment, subnet string) (
 	if !r.Options.Prefixes {
 		return r.Provider.Assign(ctx, a.Interface, a.Count, false)
 	}
-	if !r.isCooling(fragmented(subnet)) {
+	if !r.Cooling(fragmented(subnet)) {
 		got, err := r.Provider.Assign(ctx, a.Interface, a.Count, true)
 		if KindOf(err) != KindNoContiguousPrefix {
 			return got, err
 		}
 		// Free addresses, but no free aligned /28: ask the subnet no
 		// prefix for a while rather than twice a round.
-		r.cool(fragmented(subnet))
+		r.Cool(fragmented(subnet))
 	}
 	if a.Fallback <= 0 {
 		return Assigned{}, nil
@@ -146,9 +146,9 @@ func (r *Reconciler) create(ctx context.Context, node string, inst Instance, c *
 	}
 	tags[TagNode] = node
 	var errs []error
-	for _, sn := range ChooseSubnets(subnets, inst, r.Subnets, need, r.isCooling) {
+	for _, sn := range ChooseSubnets(subnets, inst, r.Subnets, need, r.Cooling) {
 		spec := InterfaceSpec{Instance: inst.ID, Subnet: sn.ID, SecurityGroups: groups, Tags: tags, FirstDevice: r.Options.FirstDevice}
-		if r.Options.Prefixes && !r.isCooling(fragmented(sn.ID)) {
+		if r.Options.Prefixes && !r.Cooling(fragmented(sn.ID)) {
 			spec.Prefixes = n
 		} else if r.Options.Prefixes {
 			spec.Addresses = c.Fallback
@@ -158,13 +158,13 @@ func (r *Reconciler) create(ctx context.Context, node string, inst Instance, c *
 		f, err := r.Interfaces.CreateInterface(ctx, spec)
 		if spec.Prefixes > 0 && KindOf(err) == KindNoContiguousPrefix && c.Fallback > 0 {
 			// The same subnet, with single addresses (cilium#29634).
-			r.cool(fragmented(sn.ID))
+			r.Cool(fragmented(sn.ID))
 			spec.Prefixes, spec.Addresses = 0, c.Fallback
 			f, err = r.Interfaces.CreateInterface(ctx, spec)
 		}
 		switch KindOf(err) {
 		case KindSubnetFull, KindNoContiguousPrefix:
-			r.cool(sn.ID)
+			r.Cool(sn.ID)
 			errs = append(errs, err)
 			continue
 		}
@@ -186,18 +186,14 @@ func (r *Reconciler) now() time.Time {
 // Cooling reports whether key (a subnet id, or a key of the caller's
 // making for it) is in its cooldown; Cool starts one. The workers cool a
 // subnet that delegated no IPv6 prefix with them.
-func (r *Reconciler) Cooling(key string) bool { return r.isCooling(key) }
-
-// Cool starts key's cooldown (see Cooling).
-func (r *Reconciler) Cool(key string) { r.cool(key) }
-
-func (r *Reconciler) isCooling(id string) bool {
+func (r *Reconciler) Cooling(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.now().Before(r.cooling[id])
 }
 
-func (r *Reconciler) cool(id string) {
+// Cool starts id's cooldown (see Cooling).
+func (r *Reconciler) Cool(id string) {
 	d := r.SubnetCooldown
 	if d == 0 {
 		d = DefaultSubnetCooldown

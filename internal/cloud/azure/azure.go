@@ -421,8 +421,14 @@ func isStale(err error) bool {
 // NIC as written. A write refused because the NIC changed in between
 // (another writer's change would be lost) is made again from a new read.
 func (p *Provider) changeNIC(ctx context.Context, rid *arm.ResourceID, change func(*armnetwork.Interface) error) (*armnetwork.Interface, error) {
+	return untilFresh(func() (*armnetwork.Interface, error) { return p.changeNICOnce(ctx, rid, change) })
+}
+
+// untilFresh runs once again while ARM refuses its write as stale (412),
+// at most writeTries times, and answers its last result, classified.
+func untilFresh(once func() (*armnetwork.Interface, error)) (*armnetwork.Interface, error) {
 	for try := 1; ; try++ {
-		nic, err := p.changeNICOnce(ctx, rid, change)
+		nic, err := once()
 		if !isStale(err) || try == writeTries {
 			return nic, classifyStale(err)
 		}
@@ -462,12 +468,7 @@ func (p *Provider) changeNICOnce(ctx context.Context, rid *arm.ResourceID, chang
 // anyone without read access to the gallery. As changeNIC, it writes
 // with the read's etag and starts over from a new read on a 412.
 func (p *Provider) changeScaleSetNIC(ctx context.Context, rid *arm.ResourceID, change func(*armcompute.VirtualMachineScaleSetNetworkConfiguration) error) (*armnetwork.Interface, error) {
-	for try := 1; ; try++ {
-		nic, err := p.changeScaleSetNICOnce(ctx, rid, change)
-		if !isStale(err) || try == writeTries {
-			return nic, classifyStale(err)
-		}
-	}
+	return untilFresh(func() (*armnetwork.Interface, error) { return p.changeScaleSetNICOnce(ctx, rid, change) })
 }
 
 func (p *Provider) changeScaleSetNICOnce(ctx context.Context, rid *arm.ResourceID, change func(*armcompute.VirtualMachineScaleSetNetworkConfiguration) error) (*armnetwork.Interface, error) {

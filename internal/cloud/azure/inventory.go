@@ -47,8 +47,8 @@ func (p *Provider) Instances(ctx context.Context, group string) (map[string]clou
 				continue
 			}
 			vm := str(n.Properties.VirtualMachine.ID)
-			byVM[strings.ToLower(vm)] = append(byVM[strings.ToLower(vm)], n)
-			spelled[strings.ToLower(vm)] = vm
+			k := strings.ToLower(vm)
+			byVM[k], spelled[k] = append(byVM[k], n), vm
 		}
 	}
 	nics := p.nics.NewListPager(rg, nil)

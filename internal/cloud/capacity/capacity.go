@@ -131,9 +131,9 @@ func (w *Worker) Pass(ctx context.Context) error {
 }
 
 // list is this pass's inventory of the networks nodes were seen in, by
-// lower-cased instance id: fresh each pass, so that a round never plans on what an
-// earlier round changed. A network whose listing fails is left out (its
-// nodes are described alone) and its failure answered.
+// lower-cased instance id: fresh each pass, so that a round never plans
+// on what an earlier round changed. A network whose listing fails is
+// left out (its nodes are described alone) and its failure answered.
 func (w *Worker) list(ctx context.Context) (map[string]cloud.Instance, []error) {
 	if w.Inventory == nil {
 		return nil, nil
