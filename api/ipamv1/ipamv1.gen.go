@@ -27,6 +27,9 @@ const (
 	EventConfirm      AddressEventKind = "confirm"
 	EventCooldownEnd  AddressEventKind = "cooldown-end"
 	EventExpire       AddressEventKind = "expire"
+	EventLBPoolCreate AddressEventKind = "lbpool-create"
+	EventLBPoolDelete AddressEventKind = "lbpool-delete"
+	EventLBPoolUpdate AddressEventKind = "lbpool-update"
 	EventLease        AddressEventKind = "lease"
 	EventPoolCreate   AddressEventKind = "pool-create"
 	EventPoolDelete   AddressEventKind = "pool-delete"
@@ -48,6 +51,12 @@ func (e AddressEventKind) Valid() bool {
 	case EventCooldownEnd:
 		return true
 	case EventExpire:
+		return true
+	case EventLBPoolCreate:
+		return true
+	case EventLBPoolDelete:
+		return true
+	case EventLBPoolUpdate:
 		return true
 	case EventLease:
 		return true
@@ -132,6 +141,7 @@ func (e CloudSpecProvider) Valid() bool {
 
 // Defines values for ConsistencyFindingKind.
 const (
+	FindingAddressRangeOverlap  ConsistencyFindingKind = "address-range-overlap"
 	FindingBlockCounter         ConsistencyFindingKind = "block-counter"
 	FindingBlockOutsidePool     ConsistencyFindingKind = "block-outside-pool"
 	FindingBlockOverlap         ConsistencyFindingKind = "block-overlap"
@@ -143,12 +153,15 @@ const (
 	FindingLeaseState           ConsistencyFindingKind = "lease-state"
 	FindingMissingNode          ConsistencyFindingKind = "missing-node"
 	FindingMissingPool          ConsistencyFindingKind = "missing-pool"
+	FindingPoolCIDRClaim        ConsistencyFindingKind = "pool-cidr-claim"
 	FindingPoolCIDROverlap      ConsistencyFindingKind = "pool-cidr-overlap"
 )
 
 // Valid indicates whether the value is a known member of the ConsistencyFindingKind enum.
 func (e ConsistencyFindingKind) Valid() bool {
 	switch e {
+	case FindingAddressRangeOverlap:
+		return true
 	case FindingBlockCounter:
 		return true
 	case FindingBlockOutsidePool:
@@ -171,6 +184,8 @@ func (e ConsistencyFindingKind) Valid() bool {
 		return true
 	case FindingMissingPool:
 		return true
+	case FindingPoolCIDRClaim:
+		return true
 	case FindingPoolCIDROverlap:
 		return true
 	default:
@@ -190,6 +205,24 @@ func (e Family) Valid() bool {
 	case Ipv4:
 		return true
 	case Ipv6:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LBPoolSpecAllowFirstLastIPs.
+const (
+	AllowFirstLastNo  LBPoolSpecAllowFirstLastIPs = "No"
+	AllowFirstLastYes LBPoolSpecAllowFirstLastIPs = "Yes"
+)
+
+// Valid indicates whether the value is a known member of the LBPoolSpecAllowFirstLastIPs enum.
+func (e LBPoolSpecAllowFirstLastIPs) Valid() bool {
+	switch e {
+	case AllowFirstLastNo:
+		return true
+	case AllowFirstLastYes:
 		return true
 	default:
 		return false
@@ -725,6 +758,95 @@ type Holding struct {
 
 	// To When the holding ended; absent while it lasts.
 	To *time.Time `json:"to,omitempty"`
+}
+
+// LBBlock A `cidr` (canonical), or a range from `start` to `stop` (inclusive;
+// `stop` left out: `start` alone), of one family.
+type LBBlock struct {
+	Cidr  *string `json:"cidr,omitempty"`
+	Start *string `json:"start,omitempty"`
+	Stop  *string `json:"stop,omitempty"`
+}
+
+// LBFamilyStatus defines model for LBFamilyStatus.
+type LBFamilyStatus struct {
+	// Total Addresses the pool's blocks may give (at most 2^63-1; an IPv6 /64 holds more).
+	Total int64 `json:"total"`
+}
+
+// LBPool defines model for LBPool.
+type LBPool struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	Labels    Labels       `json:"labels"`
+	Name      string       `json:"name"`
+	Space     string       `json:"space"`
+	Spec      LBPoolSpec   `json:"spec"`
+	Status    LBPoolStatus `json:"status"`
+	UpdatedAt time.Time    `json:"updatedAt"`
+}
+
+// LBPoolList defines model for LBPoolList.
+type LBPoolList struct {
+	Continue *string  `json:"continue,omitempty"`
+	Items    []LBPool `json:"items"`
+}
+
+// LBPoolRequest defines model for LBPoolRequest.
+type LBPoolRequest struct {
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	Labels *Labels `json:"labels,omitempty"`
+
+	// Name A DNS label.
+	Name string     `json:"name"`
+	Spec LBPoolSpec `json:"spec"`
+}
+
+// LBPoolSpec defines model for LBPoolSpec.
+type LBPoolSpec struct {
+	// AllowFirstLastIPs "No" keeps the first and last address of each CIDR block of
+	// more than two addresses out (network and broadcast); ranges
+	// are given whole.
+	AllowFirstLastIPs *LBPoolSpecAllowFirstLastIPs `json:"allowFirstLastIPs,omitempty"`
+
+	// Blocks No two blocks of a pool overlap.
+	Blocks []LBBlock `json:"blocks"`
+
+	// Disabled No new addresses; those given stay.
+	Disabled *bool `json:"disabled,omitempty"`
+
+	// ServiceSelector The Services the pool serves, by their labels plus the
+	// synthetic `io.kubernetes.service.namespace` and
+	// `io.kubernetes.service.name`; absent or empty, every Service.
+	ServiceSelector *LabelSelector `json:"serviceSelector,omitempty"`
+}
+
+// LBPoolSpecAllowFirstLastIPs "No" keeps the first and last address of each CIDR block of
+// more than two addresses out (network and broadcast); ranges
+// are given whole.
+type LBPoolSpecAllowFirstLastIPs string
+
+// LBPoolStatus defines model for LBPoolStatus.
+type LBPoolStatus struct {
+	// Conflict Why the pool is conflicting, naming both blocks and the other pool.
+	Conflict *string `json:"conflict,omitempty"`
+
+	// Conflicting A block overlaps a block of an older VIP pool (Cilium's
+	// cilium.io/PoolConflict): the pool gives no address.
+	Conflicting bool            `json:"conflicting"`
+	Ipv4        *LBFamilyStatus `json:"ipv4,omitempty"`
+	Ipv6        *LBFamilyStatus `json:"ipv6,omitempty"`
+}
+
+// LBPoolUpdate defines model for LBPoolUpdate.
+type LBPoolUpdate struct {
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	Labels *Labels `json:"labels,omitempty"`
+
+	// Name The pool's name, as in the path (a pool cannot be renamed); optional.
+	Name *string    `json:"name,omitempty"`
+	Spec LBPoolSpec `json:"spec"`
 }
 
 // LabelSelector A Kubernetes label selector; an empty one matches everything.
@@ -1582,6 +1704,51 @@ type ListHistoryParams struct {
 	Continue *ContinueParam `form:"continue,omitempty" json:"continue,omitempty"`
 }
 
+// ListLBPoolsParams defines parameters for ListLBPools.
+type ListLBPoolsParams struct {
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+
+	// Limit Page size, 1 to 1000; default 100.
+	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Continue The `continue` token of the previous page.
+	Continue *ContinueParam `form:"continue,omitempty" json:"continue,omitempty"`
+}
+
+// CreateLBPoolParams defines parameters for CreateLBPool.
+type CreateLBPoolParams struct {
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+
+	// DryRun Check and answer what the request would do, writing nothing.
+	DryRun *DryRunParam `form:"dryRun,omitempty" json:"dryRun,omitempty"`
+}
+
+// DeleteLBPoolParams defines parameters for DeleteLBPool.
+type DeleteLBPoolParams struct {
+	// DryRun Check and answer what the request would do, writing nothing.
+	DryRun *DryRunParam `form:"dryRun,omitempty" json:"dryRun,omitempty"`
+
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
+// GetLBPoolParams defines parameters for GetLBPool.
+type GetLBPoolParams struct {
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
+// UpdateLBPoolParams defines parameters for UpdateLBPool.
+type UpdateLBPoolParams struct {
+	// DryRun Check and answer what the request would do, writing nothing.
+	DryRun *DryRunParam `form:"dryRun,omitempty" json:"dryRun,omitempty"`
+
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
 // ListLeasesParams defines parameters for ListLeases.
 type ListLeasesParams struct {
 	// Space Address space; default `default`.
@@ -1827,6 +1994,12 @@ type ListTokensParams struct {
 	Continue *ContinueParam `form:"continue,omitempty" json:"continue,omitempty"`
 }
 
+// CreateLBPoolJSONRequestBody defines body for CreateLBPool for application/json ContentType.
+type CreateLBPoolJSONRequestBody = LBPoolRequest
+
+// UpdateLBPoolJSONRequestBody defines body for UpdateLBPool for application/json ContentType.
+type UpdateLBPoolJSONRequestBody = LBPoolUpdate
+
 // PutNodeJSONRequestBody defines body for PutNode for application/json ContentType.
 type PutNodeJSONRequestBody = NodeSpec
 
@@ -1988,6 +2161,81 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/history (the `ListHistory` operationId).
 	ListHistory(ctx context.Context, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListLBPools List VIP pools with their status.
+	//
+	// Corresponds with GET /v1/lb-pools (the `ListLBPools` operationId).
+	ListLBPools(ctx context.Context, params *ListLBPoolsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateLBPoolWithBody Create a VIP pool.
+	//
+	// A block overlapping a Pod pool CIDR of the space is refused (409
+	// overlap naming `spec.blocks[i]`). A block overlapping a block of
+	// another VIP pool does not refuse the pool: as in Cilium, the newer
+	// of two overlapping pools is marked conflicting
+	// (`status.conflicting`, `status.conflict` says why) and gives no
+	// address until the overlap is gone. Creating a pool that exists
+	// with the same labels and spec answers it again (201, an idempotent
+	// retry); with other labels or spec, 409. With dryRun=true nothing
+	// is written: the answer is the pool as it would be created (200).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/lb-pools (the `CreateLBPool` operationId).
+	CreateLBPoolWithBody(ctx context.Context, params *CreateLBPoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateLBPool Create a VIP pool.
+	//
+	// A block overlapping a Pod pool CIDR of the space is refused (409
+	// overlap naming `spec.blocks[i]`). A block overlapping a block of
+	// another VIP pool does not refuse the pool: as in Cilium, the newer
+	// of two overlapping pools is marked conflicting
+	// (`status.conflicting`, `status.conflict` says why) and gives no
+	// address until the overlap is gone. Creating a pool that exists
+	// with the same labels and spec answers it again (201, an idempotent
+	// retry); with other labels or spec, 409. With dryRun=true nothing
+	// is written: the answer is the pool as it would be created (200).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/lb-pools (the `CreateLBPool` operationId).
+	CreateLBPool(ctx context.Context, params *CreateLBPoolParams, body CreateLBPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteLBPool Delete a VIP pool; a pool it alone kept conflicting gives again.
+	//
+	// Corresponds with DELETE /v1/lb-pools/{pool} (the `DeleteLBPool` operationId).
+	DeleteLBPool(ctx context.Context, pool PoolNameParam, params *DeleteLBPoolParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetLBPool One VIP pool with its status.
+	//
+	// Corresponds with GET /v1/lb-pools/{pool} (the `GetLBPool` operationId).
+	GetLBPool(ctx context.Context, pool PoolNameParam, params *GetLBPoolParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateLBPoolWithBody Replace a VIP pool's labels and spec.
+	//
+	// Every field may change. The conflict marks of every VIP pool of the
+	// space are settled again: an edit that moves a pool onto another
+	// marks the newer of the two, one that moves it off lifts the mark.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/lb-pools/{pool} (the `UpdateLBPool` operationId).
+	UpdateLBPoolWithBody(ctx context.Context, pool PoolNameParam, params *UpdateLBPoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateLBPool Replace a VIP pool's labels and spec.
+	//
+	// Every field may change. The conflict marks of every VIP pool of the
+	// space are settled again: an edit that moves a pool onto another
+	// marks the newer of the two, one that moves it off lifts the mark.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/lb-pools/{pool} (the `UpdateLBPool` operationId).
+	UpdateLBPool(ctx context.Context, pool PoolNameParam, params *UpdateLBPoolParams, body UpdateLBPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLeases List leases, filtered.
 	//
@@ -2442,6 +2690,151 @@ func (c *Client) CheckConsistency(ctx context.Context, reqEditors ...RequestEdit
 // Corresponds with GET /v1/history (the `ListHistory` operationId).
 func (c *Client) ListHistory(ctx context.Context, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListHistoryRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListLBPools List VIP pools with their status.
+//
+// Corresponds with GET /v1/lb-pools (the `ListLBPools` operationId).
+func (c *Client) ListLBPools(ctx context.Context, params *ListLBPoolsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListLBPoolsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateLBPoolWithBody Create a VIP pool.
+//
+// A block overlapping a Pod pool CIDR of the space is refused (409
+// overlap naming `spec.blocks[i]`). A block overlapping a block of
+// another VIP pool does not refuse the pool: as in Cilium, the newer
+// of two overlapping pools is marked conflicting
+// (`status.conflicting`, `status.conflict` says why) and gives no
+// address until the overlap is gone. Creating a pool that exists
+// with the same labels and spec answers it again (201, an idempotent
+// retry); with other labels or spec, 409. With dryRun=true nothing
+// is written: the answer is the pool as it would be created (200).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/lb-pools (the `CreateLBPool` operationId).
+func (c *Client) CreateLBPoolWithBody(ctx context.Context, params *CreateLBPoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateLBPoolRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateLBPool Create a VIP pool.
+//
+// A block overlapping a Pod pool CIDR of the space is refused (409
+// overlap naming `spec.blocks[i]`). A block overlapping a block of
+// another VIP pool does not refuse the pool: as in Cilium, the newer
+// of two overlapping pools is marked conflicting
+// (`status.conflicting`, `status.conflict` says why) and gives no
+// address until the overlap is gone. Creating a pool that exists
+// with the same labels and spec answers it again (201, an idempotent
+// retry); with other labels or spec, 409. With dryRun=true nothing
+// is written: the answer is the pool as it would be created (200).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/lb-pools (the `CreateLBPool` operationId).
+func (c *Client) CreateLBPool(ctx context.Context, params *CreateLBPoolParams, body CreateLBPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateLBPoolRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteLBPool Delete a VIP pool; a pool it alone kept conflicting gives again.
+//
+// Corresponds with DELETE /v1/lb-pools/{pool} (the `DeleteLBPool` operationId).
+func (c *Client) DeleteLBPool(ctx context.Context, pool PoolNameParam, params *DeleteLBPoolParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteLBPoolRequest(c.Server, pool, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetLBPool One VIP pool with its status.
+//
+// Corresponds with GET /v1/lb-pools/{pool} (the `GetLBPool` operationId).
+func (c *Client) GetLBPool(ctx context.Context, pool PoolNameParam, params *GetLBPoolParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetLBPoolRequest(c.Server, pool, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateLBPoolWithBody Replace a VIP pool's labels and spec.
+//
+// Every field may change. The conflict marks of every VIP pool of the
+// space are settled again: an edit that moves a pool onto another
+// marks the newer of the two, one that moves it off lifts the mark.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/lb-pools/{pool} (the `UpdateLBPool` operationId).
+func (c *Client) UpdateLBPoolWithBody(ctx context.Context, pool PoolNameParam, params *UpdateLBPoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateLBPoolRequestWithBody(c.Server, pool, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateLBPool Replace a VIP pool's labels and spec.
+//
+// Every field may change. The conflict marks of every VIP pool of the
+// space are settled again: an edit that moves a pool onto another
+// marks the newer of the two, one that moves it off lifts the mark.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/lb-pools/{pool} (the `UpdateLBPool` operationId).
+func (c *Client) UpdateLBPool(ctx context.Context, pool PoolNameParam, params *UpdateLBPoolParams, body UpdateLBPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateLBPoolRequest(c.Server, pool, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3628,6 +4021,383 @@ func NewListHistoryRequest(server string, params *ListHistoryParams) (*http.Requ
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewListLBPoolsRequest constructs an http.Request for the ListLBPools method
+func NewListLBPoolsRequest(server string, params *ListLBPoolsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lb-pools")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Continue != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "continue", *params.Continue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateLBPoolRequest calls the generic CreateLBPool builder with application/json body
+func NewCreateLBPoolRequest(server string, params *CreateLBPoolParams, body CreateLBPoolJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateLBPoolRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewCreateLBPoolRequestWithBody constructs an http.Request for the CreateLBPool method, with any body, and a specified content type
+func NewCreateLBPoolRequestWithBody(server string, params *CreateLBPoolParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lb-pools")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.DryRun != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dryRun", *params.DryRun, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteLBPoolRequest constructs an http.Request for the DeleteLBPool method
+func NewDeleteLBPoolRequest(server string, pool PoolNameParam, params *DeleteLBPoolParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pool", pool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lb-pools/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.DryRun != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dryRun", *params.DryRun, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetLBPoolRequest constructs an http.Request for the GetLBPool method
+func NewGetLBPoolRequest(server string, pool PoolNameParam, params *GetLBPoolParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pool", pool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lb-pools/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUpdateLBPoolRequest calls the generic UpdateLBPool builder with application/json body
+func NewUpdateLBPoolRequest(server string, pool PoolNameParam, params *UpdateLBPoolParams, body UpdateLBPoolJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateLBPoolRequestWithBody(server, pool, params, "application/json", bodyReader)
+}
+
+// NewUpdateLBPoolRequestWithBody constructs an http.Request for the UpdateLBPool method, with any body, and a specified content type
+func NewUpdateLBPoolRequestWithBody(server string, pool PoolNameParam, params *UpdateLBPoolParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pool", pool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/lb-pools/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.DryRun != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dryRun", *params.DryRun, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -5967,6 +6737,87 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/history (the `ListHistory` operationId).
 	ListHistoryWithResponse(ctx context.Context, params *ListHistoryParams, reqEditors ...RequestEditorFn) (*ListHistoryResponse, error)
 
+	// ListLBPoolsWithResponse List VIP pools with their status.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/lb-pools (the `ListLBPools` operationId).
+	ListLBPoolsWithResponse(ctx context.Context, params *ListLBPoolsParams, reqEditors ...RequestEditorFn) (*ListLBPoolsResponse, error)
+
+	// CreateLBPoolWithBodyWithResponse Create a VIP pool.
+	//
+	// A block overlapping a Pod pool CIDR of the space is refused (409
+	// overlap naming `spec.blocks[i]`). A block overlapping a block of
+	// another VIP pool does not refuse the pool: as in Cilium, the newer
+	// of two overlapping pools is marked conflicting
+	// (`status.conflicting`, `status.conflict` says why) and gives no
+	// address until the overlap is gone. Creating a pool that exists
+	// with the same labels and spec answers it again (201, an idempotent
+	// retry); with other labels or spec, 409. With dryRun=true nothing
+	// is written: the answer is the pool as it would be created (200).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lb-pools (the `CreateLBPool` operationId).
+	CreateLBPoolWithBodyWithResponse(ctx context.Context, params *CreateLBPoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateLBPoolResponse, error)
+
+	// CreateLBPoolWithResponse Create a VIP pool.
+	//
+	// A block overlapping a Pod pool CIDR of the space is refused (409
+	// overlap naming `spec.blocks[i]`). A block overlapping a block of
+	// another VIP pool does not refuse the pool: as in Cilium, the newer
+	// of two overlapping pools is marked conflicting
+	// (`status.conflicting`, `status.conflict` says why) and gives no
+	// address until the overlap is gone. Creating a pool that exists
+	// with the same labels and spec answers it again (201, an idempotent
+	// retry); with other labels or spec, 409. With dryRun=true nothing
+	// is written: the answer is the pool as it would be created (200).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/lb-pools (the `CreateLBPool` operationId).
+	CreateLBPoolWithResponse(ctx context.Context, params *CreateLBPoolParams, body CreateLBPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateLBPoolResponse, error)
+
+	// DeleteLBPoolWithResponse Delete a VIP pool; a pool it alone kept conflicting gives again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/lb-pools/{pool} (the `DeleteLBPool` operationId).
+	DeleteLBPoolWithResponse(ctx context.Context, pool PoolNameParam, params *DeleteLBPoolParams, reqEditors ...RequestEditorFn) (*DeleteLBPoolResponse, error)
+
+	// GetLBPoolWithResponse One VIP pool with its status.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/lb-pools/{pool} (the `GetLBPool` operationId).
+	GetLBPoolWithResponse(ctx context.Context, pool PoolNameParam, params *GetLBPoolParams, reqEditors ...RequestEditorFn) (*GetLBPoolResponse, error)
+
+	// UpdateLBPoolWithBodyWithResponse Replace a VIP pool's labels and spec.
+	//
+	// Every field may change. The conflict marks of every VIP pool of the
+	// space are settled again: an edit that moves a pool onto another
+	// marks the newer of the two, one that moves it off lifts the mark.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/lb-pools/{pool} (the `UpdateLBPool` operationId).
+	UpdateLBPoolWithBodyWithResponse(ctx context.Context, pool PoolNameParam, params *UpdateLBPoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateLBPoolResponse, error)
+
+	// UpdateLBPoolWithResponse Replace a VIP pool's labels and spec.
+	//
+	// Every field may change. The conflict marks of every VIP pool of the
+	// space are settled again: an edit that moves a pool onto another
+	// marks the newer of the two, one that moves it off lifts the mark.
+	// With dryRun=true nothing is written: the answer is the pool as it
+	// would be.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/lb-pools/{pool} (the `UpdateLBPool` operationId).
+	UpdateLBPoolWithResponse(ctx context.Context, pool PoolNameParam, params *UpdateLBPoolParams, body UpdateLBPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateLBPoolResponse, error)
+
 	// ListLeasesWithResponse List leases, filtered.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -6959,6 +7810,603 @@ func (r ListHistoryResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListHistoryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListLBPoolsResponse429Headers the declared response headers of an HTTP 429 response for ListLBPools
+type ListLBPoolsResponse429Headers struct {
+	RetryAfter *int
+}
+
+// ListLBPoolsResponse503Headers the declared response headers of an HTTP 503 response for ListLBPools
+type ListLBPoolsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListLBPoolsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LBPoolList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListLBPoolsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListLBPoolsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListLBPoolsResponse) GetJSON200() *LBPoolList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListLBPoolsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListLBPoolsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListLBPoolsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListLBPoolsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListLBPoolsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListLBPoolsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListLBPoolsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListLBPoolsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListLBPoolsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListLBPoolsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListLBPoolsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateLBPoolResponse409Headers the declared response headers of an HTTP 409 response for CreateLBPool
+type CreateLBPoolResponse409Headers struct {
+	RetryAfter *int
+}
+
+// CreateLBPoolResponse429Headers the declared response headers of an HTTP 429 response for CreateLBPool
+type CreateLBPoolResponse429Headers struct {
+	RetryAfter *int
+}
+
+// CreateLBPoolResponse503Headers the declared response headers of an HTTP 503 response for CreateLBPool
+type CreateLBPoolResponse503Headers struct {
+	RetryAfter *int
+}
+
+type CreateLBPoolResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LBPool
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *LBPool
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CreateLBPoolResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateLBPoolResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateLBPoolResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateLBPoolResponse) GetJSON200() *LBPool {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateLBPoolResponse) GetJSON201() *LBPool {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateLBPoolResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateLBPoolResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateLBPoolResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CreateLBPoolResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateLBPoolResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateLBPoolResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateLBPoolResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateLBPoolResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateLBPoolResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateLBPoolResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateLBPoolResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateLBPoolResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateLBPoolResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateLBPoolResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteLBPoolResponse409Headers the declared response headers of an HTTP 409 response for DeleteLBPool
+type DeleteLBPoolResponse409Headers struct {
+	RetryAfter *int
+}
+
+// DeleteLBPoolResponse429Headers the declared response headers of an HTTP 429 response for DeleteLBPool
+type DeleteLBPoolResponse429Headers struct {
+	RetryAfter *int
+}
+
+// DeleteLBPoolResponse503Headers the declared response headers of an HTTP 503 response for DeleteLBPool
+type DeleteLBPoolResponse503Headers struct {
+	RetryAfter *int
+}
+
+type DeleteLBPoolResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LBPool
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *DeleteLBPoolResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteLBPoolResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteLBPoolResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteLBPoolResponse) GetJSON200() *LBPool {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteLBPoolResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteLBPoolResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteLBPoolResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteLBPoolResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r DeleteLBPoolResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteLBPoolResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteLBPoolResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteLBPoolResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteLBPoolResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteLBPoolResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteLBPoolResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteLBPoolResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetLBPoolResponse429Headers the declared response headers of an HTTP 429 response for GetLBPool
+type GetLBPoolResponse429Headers struct {
+	RetryAfter *int
+}
+
+// GetLBPoolResponse503Headers the declared response headers of an HTTP 503 response for GetLBPool
+type GetLBPoolResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetLBPoolResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LBPool
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetLBPoolResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetLBPoolResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetLBPoolResponse) GetJSON200() *LBPool {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetLBPoolResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetLBPoolResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetLBPoolResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetLBPoolResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetLBPoolResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetLBPoolResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetLBPoolResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetLBPoolResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetLBPoolResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetLBPoolResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetLBPoolResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// UpdateLBPoolResponse409Headers the declared response headers of an HTTP 409 response for UpdateLBPool
+type UpdateLBPoolResponse409Headers struct {
+	RetryAfter *int
+}
+
+// UpdateLBPoolResponse429Headers the declared response headers of an HTTP 429 response for UpdateLBPool
+type UpdateLBPoolResponse429Headers struct {
+	RetryAfter *int
+}
+
+// UpdateLBPoolResponse503Headers the declared response headers of an HTTP 503 response for UpdateLBPool
+type UpdateLBPoolResponse503Headers struct {
+	RetryAfter *int
+}
+
+type UpdateLBPoolResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LBPool
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *UpdateLBPoolResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *UpdateLBPoolResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *UpdateLBPoolResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateLBPoolResponse) GetJSON200() *LBPool {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateLBPoolResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateLBPoolResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateLBPoolResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpdateLBPoolResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r UpdateLBPoolResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UpdateLBPoolResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateLBPoolResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r UpdateLBPoolResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r UpdateLBPoolResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UpdateLBPoolResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateLBPoolResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateLBPoolResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateLBPoolResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateLBPoolResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -10540,6 +11988,129 @@ func (c *ClientWithResponses) ListHistoryWithResponse(ctx context.Context, param
 	return ParseListHistoryResponse(rsp)
 }
 
+// ListLBPoolsWithResponse List VIP pools with their status.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/lb-pools (the `ListLBPools` operationId).
+func (c *ClientWithResponses) ListLBPoolsWithResponse(ctx context.Context, params *ListLBPoolsParams, reqEditors ...RequestEditorFn) (*ListLBPoolsResponse, error) {
+	rsp, err := c.ListLBPools(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListLBPoolsResponse(rsp)
+}
+
+// CreateLBPoolWithBodyWithResponse Create a VIP pool.
+//
+// A block overlapping a Pod pool CIDR of the space is refused (409
+// overlap naming `spec.blocks[i]`). A block overlapping a block of
+// another VIP pool does not refuse the pool: as in Cilium, the newer
+// of two overlapping pools is marked conflicting
+// (`status.conflicting`, `status.conflict` says why) and gives no
+// address until the overlap is gone. Creating a pool that exists
+// with the same labels and spec answers it again (201, an idempotent
+// retry); with other labels or spec, 409. With dryRun=true nothing
+// is written: the answer is the pool as it would be created (200).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lb-pools (the `CreateLBPool` operationId).
+func (c *ClientWithResponses) CreateLBPoolWithBodyWithResponse(ctx context.Context, params *CreateLBPoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateLBPoolResponse, error) {
+	rsp, err := c.CreateLBPoolWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateLBPoolResponse(rsp)
+}
+
+// CreateLBPoolWithResponse Create a VIP pool.
+//
+// A block overlapping a Pod pool CIDR of the space is refused (409
+// overlap naming `spec.blocks[i]`). A block overlapping a block of
+// another VIP pool does not refuse the pool: as in Cilium, the newer
+// of two overlapping pools is marked conflicting
+// (`status.conflicting`, `status.conflict` says why) and gives no
+// address until the overlap is gone. Creating a pool that exists
+// with the same labels and spec answers it again (201, an idempotent
+// retry); with other labels or spec, 409. With dryRun=true nothing
+// is written: the answer is the pool as it would be created (200).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/lb-pools (the `CreateLBPool` operationId).
+func (c *ClientWithResponses) CreateLBPoolWithResponse(ctx context.Context, params *CreateLBPoolParams, body CreateLBPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateLBPoolResponse, error) {
+	rsp, err := c.CreateLBPool(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateLBPoolResponse(rsp)
+}
+
+// DeleteLBPoolWithResponse Delete a VIP pool; a pool it alone kept conflicting gives again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/lb-pools/{pool} (the `DeleteLBPool` operationId).
+func (c *ClientWithResponses) DeleteLBPoolWithResponse(ctx context.Context, pool PoolNameParam, params *DeleteLBPoolParams, reqEditors ...RequestEditorFn) (*DeleteLBPoolResponse, error) {
+	rsp, err := c.DeleteLBPool(ctx, pool, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteLBPoolResponse(rsp)
+}
+
+// GetLBPoolWithResponse One VIP pool with its status.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/lb-pools/{pool} (the `GetLBPool` operationId).
+func (c *ClientWithResponses) GetLBPoolWithResponse(ctx context.Context, pool PoolNameParam, params *GetLBPoolParams, reqEditors ...RequestEditorFn) (*GetLBPoolResponse, error) {
+	rsp, err := c.GetLBPool(ctx, pool, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetLBPoolResponse(rsp)
+}
+
+// UpdateLBPoolWithBodyWithResponse Replace a VIP pool's labels and spec.
+//
+// Every field may change. The conflict marks of every VIP pool of the
+// space are settled again: an edit that moves a pool onto another
+// marks the newer of the two, one that moves it off lifts the mark.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/lb-pools/{pool} (the `UpdateLBPool` operationId).
+func (c *ClientWithResponses) UpdateLBPoolWithBodyWithResponse(ctx context.Context, pool PoolNameParam, params *UpdateLBPoolParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateLBPoolResponse, error) {
+	rsp, err := c.UpdateLBPoolWithBody(ctx, pool, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateLBPoolResponse(rsp)
+}
+
+// UpdateLBPoolWithResponse Replace a VIP pool's labels and spec.
+//
+// Every field may change. The conflict marks of every VIP pool of the
+// space are settled again: an edit that moves a pool onto another
+// marks the newer of the two, one that moves it off lifts the mark.
+// With dryRun=true nothing is written: the answer is the pool as it
+// would be.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/lb-pools/{pool} (the `UpdateLBPool` operationId).
+func (c *ClientWithResponses) UpdateLBPoolWithResponse(ctx context.Context, pool PoolNameParam, params *UpdateLBPoolParams, body UpdateLBPoolJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateLBPoolResponse, error) {
+	rsp, err := c.UpdateLBPool(ctx, pool, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateLBPoolResponse(rsp)
+}
+
 // ListLeasesWithResponse List leases, filtered.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -11710,6 +13281,585 @@ func ParseListHistoryResponse(rsp *http.Response) (*ListHistoryResponse, error) 
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListHistoryResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListLBPoolsResponse parses an HTTP response from a ListLBPoolsWithResponse call
+func ParseListLBPoolsResponse(rsp *http.Response) (*ListLBPoolsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListLBPoolsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LBPoolList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListLBPoolsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListLBPoolsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateLBPoolResponse parses an HTTP response from a CreateLBPoolWithResponse call
+func ParseCreateLBPoolResponse(rsp *http.Response) (*CreateLBPoolResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateLBPoolResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LBPool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest LBPool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 409:
+		var headers CreateLBPoolResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateLBPoolResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateLBPoolResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteLBPoolResponse parses an HTTP response from a DeleteLBPoolWithResponse call
+func ParseDeleteLBPoolResponse(rsp *http.Response) (*DeleteLBPoolResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteLBPoolResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LBPool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 409:
+		var headers DeleteLBPoolResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteLBPoolResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers DeleteLBPoolResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetLBPoolResponse parses an HTTP response from a GetLBPoolWithResponse call
+func ParseGetLBPoolResponse(rsp *http.Response) (*GetLBPoolResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetLBPoolResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LBPool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers GetLBPoolResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetLBPoolResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseUpdateLBPoolResponse parses an HTTP response from a UpdateLBPoolWithResponse call
+func ParseUpdateLBPoolResponse(rsp *http.Response) (*UpdateLBPoolResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateLBPoolResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LBPool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 409:
+		var headers UpdateLBPoolResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers UpdateLBPoolResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers UpdateLBPoolResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -15069,6 +17219,21 @@ type ServerInterface interface {
 	// ListHistory The history of one owner (a Pod) or one node.
 	// (GET /v1/history)
 	ListHistory(w http.ResponseWriter, r *http.Request, params ListHistoryParams)
+	// ListLBPools List VIP pools with their status.
+	// (GET /v1/lb-pools)
+	ListLBPools(w http.ResponseWriter, r *http.Request, params ListLBPoolsParams)
+	// CreateLBPool Create a VIP pool.
+	// (POST /v1/lb-pools)
+	CreateLBPool(w http.ResponseWriter, r *http.Request, params CreateLBPoolParams)
+	// DeleteLBPool Delete a VIP pool; a pool it alone kept conflicting gives again.
+	// (DELETE /v1/lb-pools/{pool})
+	DeleteLBPool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params DeleteLBPoolParams)
+	// GetLBPool One VIP pool with its status.
+	// (GET /v1/lb-pools/{pool})
+	GetLBPool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params GetLBPoolParams)
+	// UpdateLBPool Replace a VIP pool's labels and spec.
+	// (PUT /v1/lb-pools/{pool})
+	UpdateLBPool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params UpdateLBPoolParams)
 	// ListLeases List leases, filtered.
 	// (GET /v1/leases)
 	ListLeases(w http.ResponseWriter, r *http.Request, params ListLeasesParams)
@@ -15207,6 +17372,36 @@ func (_ Unimplemented) CheckConsistency(w http.ResponseWriter, r *http.Request) 
 // ListHistory The history of one owner (a Pod) or one node.
 // (GET /v1/history)
 func (_ Unimplemented) ListHistory(w http.ResponseWriter, r *http.Request, params ListHistoryParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListLBPools List VIP pools with their status.
+// (GET /v1/lb-pools)
+func (_ Unimplemented) ListLBPools(w http.ResponseWriter, r *http.Request, params ListLBPoolsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateLBPool Create a VIP pool.
+// (POST /v1/lb-pools)
+func (_ Unimplemented) CreateLBPool(w http.ResponseWriter, r *http.Request, params CreateLBPoolParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DeleteLBPool Delete a VIP pool; a pool it alone kept conflicting gives again.
+// (DELETE /v1/lb-pools/{pool})
+func (_ Unimplemented) DeleteLBPool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params DeleteLBPoolParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetLBPool One VIP pool with its status.
+// (GET /v1/lb-pools/{pool})
+func (_ Unimplemented) GetLBPool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params GetLBPoolParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// UpdateLBPool Replace a VIP pool's labels and spec.
+// (PUT /v1/lb-pools/{pool})
+func (_ Unimplemented) UpdateLBPool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params UpdateLBPoolParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -15753,6 +17948,263 @@ func (siw *ServerInterfaceWrapper) ListHistory(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListHistory(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListLBPools operation middleware
+func (siw *ServerInterfaceWrapper) ListLBPools(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListLBPoolsParams
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "continue" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "continue", r.URL.Query(), &params.Continue, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "continue"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "continue", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListLBPools(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateLBPool operation middleware
+func (siw *ServerInterfaceWrapper) CreateLBPool(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateLBPoolParams
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "dryRun" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dryRun", r.URL.Query(), &params.DryRun, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dryRun"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dryRun", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateLBPool(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteLBPool operation middleware
+func (siw *ServerInterfaceWrapper) DeleteLBPool(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "pool" -------------
+	var pool PoolNameParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "pool", chi.URLParam(r, "pool"), &pool, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pool", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DeleteLBPoolParams
+
+	// ------------- Optional query parameter "dryRun" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dryRun", r.URL.Query(), &params.DryRun, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dryRun"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dryRun", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteLBPool(w, r, pool, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetLBPool operation middleware
+func (siw *ServerInterfaceWrapper) GetLBPool(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "pool" -------------
+	var pool PoolNameParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "pool", chi.URLParam(r, "pool"), &pool, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pool", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetLBPoolParams
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetLBPool(w, r, pool, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateLBPool operation middleware
+func (siw *ServerInterfaceWrapper) UpdateLBPool(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "pool" -------------
+	var pool PoolNameParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "pool", chi.URLParam(r, "pool"), &pool, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pool", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params UpdateLBPoolParams
+
+	// ------------- Optional query parameter "dryRun" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dryRun", r.URL.Query(), &params.DryRun, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dryRun"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dryRun", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateLBPool(w, r, pool, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -17525,6 +19977,21 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/pools/{pool}/capacity", wrapper.GetPoolCapacity)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/lb-pools", wrapper.ListLBPools)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/lb-pools", wrapper.CreateLBPool)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/lb-pools/{pool}", wrapper.DeleteLBPool)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/lb-pools/{pool}", wrapper.GetLBPool)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/v1/lb-pools/{pool}", wrapper.UpdateLBPool)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/nodes", wrapper.ListNodes)
 	})
 	r.Group(func(r chi.Router) {
@@ -18419,6 +20886,859 @@ type ListHistorydefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListHistorydefaultApplicationProblemPlusJSONResponse) VisitListHistoryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLBPoolsRequestObject struct {
+	Params ListLBPoolsParams
+}
+
+type ListLBPoolsResponseObject interface {
+	VisitListLBPoolsResponse(w http.ResponseWriter) error
+}
+
+type ListLBPools200JSONResponse LBPoolList
+
+func (response ListLBPools200JSONResponse) VisitListLBPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLBPools400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ListLBPools400ApplicationProblemPlusJSONResponse) VisitListLBPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLBPools401ApplicationProblemPlusJSONResponse struct {
+	UnauthenticatedApplicationProblemPlusJSONResponse
+}
+
+func (response ListLBPools401ApplicationProblemPlusJSONResponse) VisitListLBPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLBPools403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListLBPools403ApplicationProblemPlusJSONResponse) VisitListLBPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLBPools404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListLBPools404ApplicationProblemPlusJSONResponse) VisitListLBPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLBPools429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListLBPools429ApplicationProblemPlusJSONResponse) VisitListLBPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLBPools503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListLBPools503ApplicationProblemPlusJSONResponse) VisitListLBPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLBPoolsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListLBPoolsdefaultApplicationProblemPlusJSONResponse) VisitListLBPoolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPoolRequestObject struct {
+	Params CreateLBPoolParams
+	Body   *CreateLBPoolJSONRequestBody
+}
+
+type CreateLBPoolResponseObject interface {
+	VisitCreateLBPoolResponse(w http.ResponseWriter) error
+}
+
+type CreateLBPool200JSONResponse LBPool
+
+func (response CreateLBPool200JSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPool201JSONResponse LBPool
+
+func (response CreateLBPool201JSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPool400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response CreateLBPool400ApplicationProblemPlusJSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPool401ApplicationProblemPlusJSONResponse struct {
+	UnauthenticatedApplicationProblemPlusJSONResponse
+}
+
+func (response CreateLBPool401ApplicationProblemPlusJSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPool403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response CreateLBPool403ApplicationProblemPlusJSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPool404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response CreateLBPool404ApplicationProblemPlusJSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPool409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response CreateLBPool409ApplicationProblemPlusJSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPool413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response CreateLBPool413ApplicationProblemPlusJSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPool415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response CreateLBPool415ApplicationProblemPlusJSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPool429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response CreateLBPool429ApplicationProblemPlusJSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPool503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response CreateLBPool503ApplicationProblemPlusJSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateLBPooldefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateLBPooldefaultApplicationProblemPlusJSONResponse) VisitCreateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteLBPoolRequestObject struct {
+	Pool   PoolNameParam `json:"pool"`
+	Params DeleteLBPoolParams
+}
+
+type DeleteLBPoolResponseObject interface {
+	VisitDeleteLBPoolResponse(w http.ResponseWriter) error
+}
+
+type DeleteLBPool200JSONResponse LBPool
+
+func (response DeleteLBPool200JSONResponse) VisitDeleteLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteLBPool204Response struct {
+}
+
+func (response DeleteLBPool204Response) VisitDeleteLBPoolResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DeleteLBPool400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteLBPool400ApplicationProblemPlusJSONResponse) VisitDeleteLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteLBPool401ApplicationProblemPlusJSONResponse struct {
+	UnauthenticatedApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteLBPool401ApplicationProblemPlusJSONResponse) VisitDeleteLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteLBPool403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteLBPool403ApplicationProblemPlusJSONResponse) VisitDeleteLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteLBPool404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteLBPool404ApplicationProblemPlusJSONResponse) VisitDeleteLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteLBPool409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteLBPool409ApplicationProblemPlusJSONResponse) VisitDeleteLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteLBPool429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteLBPool429ApplicationProblemPlusJSONResponse) VisitDeleteLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteLBPool503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteLBPool503ApplicationProblemPlusJSONResponse) VisitDeleteLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteLBPooldefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeleteLBPooldefaultApplicationProblemPlusJSONResponse) VisitDeleteLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLBPoolRequestObject struct {
+	Pool   PoolNameParam `json:"pool"`
+	Params GetLBPoolParams
+}
+
+type GetLBPoolResponseObject interface {
+	VisitGetLBPoolResponse(w http.ResponseWriter) error
+}
+
+type GetLBPool200JSONResponse LBPool
+
+func (response GetLBPool200JSONResponse) VisitGetLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLBPool400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetLBPool400ApplicationProblemPlusJSONResponse) VisitGetLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLBPool401ApplicationProblemPlusJSONResponse struct {
+	UnauthenticatedApplicationProblemPlusJSONResponse
+}
+
+func (response GetLBPool401ApplicationProblemPlusJSONResponse) VisitGetLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLBPool403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetLBPool403ApplicationProblemPlusJSONResponse) VisitGetLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLBPool404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetLBPool404ApplicationProblemPlusJSONResponse) VisitGetLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLBPool429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetLBPool429ApplicationProblemPlusJSONResponse) VisitGetLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLBPool503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetLBPool503ApplicationProblemPlusJSONResponse) VisitGetLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLBPooldefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetLBPooldefaultApplicationProblemPlusJSONResponse) VisitGetLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateLBPoolRequestObject struct {
+	Pool   PoolNameParam `json:"pool"`
+	Params UpdateLBPoolParams
+	Body   *UpdateLBPoolJSONRequestBody
+}
+
+type UpdateLBPoolResponseObject interface {
+	VisitUpdateLBPoolResponse(w http.ResponseWriter) error
+}
+
+type UpdateLBPool200JSONResponse LBPool
+
+func (response UpdateLBPool200JSONResponse) VisitUpdateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateLBPool400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateLBPool400ApplicationProblemPlusJSONResponse) VisitUpdateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateLBPool401ApplicationProblemPlusJSONResponse struct {
+	UnauthenticatedApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateLBPool401ApplicationProblemPlusJSONResponse) VisitUpdateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateLBPool403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateLBPool403ApplicationProblemPlusJSONResponse) VisitUpdateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateLBPool404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateLBPool404ApplicationProblemPlusJSONResponse) VisitUpdateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateLBPool409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateLBPool409ApplicationProblemPlusJSONResponse) VisitUpdateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateLBPool413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateLBPool413ApplicationProblemPlusJSONResponse) VisitUpdateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateLBPool415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateLBPool415ApplicationProblemPlusJSONResponse) VisitUpdateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateLBPool429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateLBPool429ApplicationProblemPlusJSONResponse) VisitUpdateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateLBPool503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response UpdateLBPool503ApplicationProblemPlusJSONResponse) VisitUpdateLBPoolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateLBPooldefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UpdateLBPooldefaultApplicationProblemPlusJSONResponse) VisitUpdateLBPoolResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -23277,6 +26597,21 @@ type StrictServerInterface interface {
 	// ListHistory The history of one owner (a Pod) or one node.
 	// (GET /v1/history)
 	ListHistory(ctx context.Context, request ListHistoryRequestObject) (ListHistoryResponseObject, error)
+	// ListLBPools List VIP pools with their status.
+	// (GET /v1/lb-pools)
+	ListLBPools(ctx context.Context, request ListLBPoolsRequestObject) (ListLBPoolsResponseObject, error)
+	// CreateLBPool Create a VIP pool.
+	// (POST /v1/lb-pools)
+	CreateLBPool(ctx context.Context, request CreateLBPoolRequestObject) (CreateLBPoolResponseObject, error)
+	// DeleteLBPool Delete a VIP pool; a pool it alone kept conflicting gives again.
+	// (DELETE /v1/lb-pools/{pool})
+	DeleteLBPool(ctx context.Context, request DeleteLBPoolRequestObject) (DeleteLBPoolResponseObject, error)
+	// GetLBPool One VIP pool with its status.
+	// (GET /v1/lb-pools/{pool})
+	GetLBPool(ctx context.Context, request GetLBPoolRequestObject) (GetLBPoolResponseObject, error)
+	// UpdateLBPool Replace a VIP pool's labels and spec.
+	// (PUT /v1/lb-pools/{pool})
+	UpdateLBPool(ctx context.Context, request UpdateLBPoolRequestObject) (UpdateLBPoolResponseObject, error)
 	// ListLeases List leases, filtered.
 	// (GET /v1/leases)
 	ListLeases(ctx context.Context, request ListLeasesRequestObject) (ListLeasesResponseObject, error)
@@ -23583,6 +26918,153 @@ func (sh *strictHandler) ListHistory(w http.ResponseWriter, r *http.Request, par
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ListHistoryResponseObject); ok {
 		if err := validResponse.VisitListHistoryResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListLBPools operation middleware
+func (sh *strictHandler) ListLBPools(w http.ResponseWriter, r *http.Request, params ListLBPoolsParams) {
+	var request ListLBPoolsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListLBPools(ctx, request.(ListLBPoolsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListLBPools")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListLBPoolsResponseObject); ok {
+		if err := validResponse.VisitListLBPoolsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// CreateLBPool operation middleware
+func (sh *strictHandler) CreateLBPool(w http.ResponseWriter, r *http.Request, params CreateLBPoolParams) {
+	var request CreateLBPoolRequestObject
+
+	request.Params = params
+
+	var body CreateLBPoolJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateLBPool(ctx, request.(CreateLBPoolRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateLBPool")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(CreateLBPoolResponseObject); ok {
+		if err := validResponse.VisitCreateLBPoolResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DeleteLBPool operation middleware
+func (sh *strictHandler) DeleteLBPool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params DeleteLBPoolParams) {
+	var request DeleteLBPoolRequestObject
+
+	request.Pool = pool
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DeleteLBPool(ctx, request.(DeleteLBPoolRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeleteLBPool")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DeleteLBPoolResponseObject); ok {
+		if err := validResponse.VisitDeleteLBPoolResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetLBPool operation middleware
+func (sh *strictHandler) GetLBPool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params GetLBPoolParams) {
+	var request GetLBPoolRequestObject
+
+	request.Pool = pool
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetLBPool(ctx, request.(GetLBPoolRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetLBPool")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetLBPoolResponseObject); ok {
+		if err := validResponse.VisitGetLBPoolResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// UpdateLBPool operation middleware
+func (sh *strictHandler) UpdateLBPool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params UpdateLBPoolParams) {
+	var request UpdateLBPoolRequestObject
+
+	request.Pool = pool
+	request.Params = params
+
+	var body UpdateLBPoolJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.UpdateLBPool(ctx, request.(UpdateLBPoolRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UpdateLBPool")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(UpdateLBPoolResponseObject); ok {
+		if err := validResponse.VisitUpdateLBPoolResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -41,6 +41,12 @@ const (
 	// FindingLeaseState: a lease whose state contradicts its timestamps
 	// (a pending lease without expiry, a released one without cooldown...).
 	FindingLeaseState FindingKind = "lease-state"
+	// FindingPoolCIDRClaim: a Pod pool CIDR without its address range
+	// (the claim that keeps VIP blocks off it), or with another range.
+	FindingPoolCIDRClaim FindingKind = "pool-cidr-claim"
+	// FindingAddressRangeOverlap: a VIP block overlaps a Pod pool CIDR,
+	// or two VIP blocks of pools not marked conflicting overlap.
+	FindingAddressRangeOverlap FindingKind = "address-range-overlap"
 )
 
 // Finding is one broken invariant and the rows concerned, named as a

@@ -32,6 +32,11 @@ const (
 	EventPoolCreate   EventKind = "pool-create"
 	EventPoolUpdate   EventKind = "pool-update"
 	EventPoolDelete   EventKind = "pool-delete"
+	// VIP pool events; a change of a pool's conflict mark is an update
+	// whose Reason says "conflict: ..." or "conflict resolved".
+	EventLBPoolCreate EventKind = "lbpool-create"
+	EventLBPoolUpdate EventKind = "lbpool-update"
+	EventLBPoolDelete EventKind = "lbpool-delete"
 )
 
 // Ends reports whether the event ends a holding of the address.

@@ -1,9 +1,13 @@
 package alloc
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
+	"math/bits"
 	"net/netip"
 	"slices"
+	"time"
 
 	"go4.org/netipx"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -165,4 +169,146 @@ func (s LBPoolSpec) Selects(namespace, name string, svcLabels map[string]string)
 	}
 	set[LabelServiceNamespace], set[LabelServiceName] = namespace, name
 	return sel.Matches(set), nil
+}
+
+// LBPool is a named VIP pool of an address space.
+type LBPool struct {
+	Space     string
+	Name      string
+	Labels    map[string]string
+	Spec      LBPoolSpec
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// Status is filled by reads.
+	Status LBPoolStatus
+}
+
+// LBPoolStatus is what a read finds.
+type LBPoolStatus struct {
+	// Conflict says why the pool gives nothing: a block overlaps one of
+	// an older pool (Cilium's cilium.io/PoolConflict). Empty: it gives.
+	Conflict string
+	// Families counts each family the pool's blocks hold.
+	Families map[Family]LBFamilyStatus
+}
+
+// Conflicting reports whether the pool is marked conflicting.
+func (s LBPoolStatus) Conflicting() bool { return s.Conflict != "" }
+
+// LBFamilyStatus counts one family of a VIP pool, at most math.MaxInt64
+// (an IPv6 /64 block holds more).
+type LBFamilyStatus struct {
+	Total int64 // addresses the pool may give (Ranges)
+	Used  int64 // addresses given
+}
+
+// Available is what the pool may still give.
+func (s LBFamilyStatus) Available() int64 { return max(s.Total-s.Used, 0) }
+
+// Totals counts the addresses of Ranges per family.
+func (s LBPoolSpec) Totals() map[Family]int64 {
+	out := map[Family]int64{}
+	for _, r := range s.Ranges() {
+		f := FamilyOf(r.From())
+		out[f] = saturatingAdd(out[f], RangeSize(r))
+	}
+	return out
+}
+
+// RangeSize is the number of addresses of r, at most math.MaxInt64.
+func RangeSize(r netipx.IPRange) int64 {
+	if !r.IsValid() {
+		return 0
+	}
+	a, b := r.From().As16(), r.To().As16()
+	hiA, loA := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])
+	hiB, loB := binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
+	lo, borrow := bits.Sub64(loB, loA, 0)
+	hi, _ := bits.Sub64(hiB, hiA, borrow)
+	if hi != 0 || lo >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(lo) + 1
+}
+
+func saturatingAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// LBPoolBlocks is one VIP pool as the conflict settlement sees it.
+type LBPoolBlocks struct {
+	Name   string
+	Blocks []LBBlock
+	// Conflict is the pool's mark before the settlement; empty: none.
+	Conflict string
+}
+
+// SettleLBConflicts answers each pool's mark after a change, for pools
+// in creation order (oldest first), as Cilium's operator settles them
+// (operator/pkg/lbipam settleConflicts), with marks sticky:
+//   - a pool not marked that overlaps another pool not marked: the newer
+//     of the two is marked, naming the blocks and the older pool;
+//   - a marked pool is unmarked once it overlaps no pool left unmarked,
+//     oldest first; a mark that stays names the overlap that keeps it.
+//
+// Cilium unmarks a pool only when it overlaps no pool at all, so two
+// marked pools that overlap only each other (both newer than a pool since
+// deleted) stay marked and give nothing for ever; here the older of them
+// comes back. Either way the unmarked pools never overlap one another,
+// which is what the database's exclusion constraint holds.
+func SettleLBConflicts(pools []LBPoolBlocks) []string {
+	ranges := make([][]netipx.IPRange, len(pools))
+	marks := make([]string, len(pools))
+	for i, p := range pools {
+		marks[i] = p.Conflict
+		for _, b := range p.Blocks {
+			ranges[i] = append(ranges[i], b.Range())
+		}
+	}
+	// overlap answers the first block of pool i overlapping a block of
+	// pool j, as a mark for i.
+	overlap := func(i, j int) (string, bool) {
+		for bi, ri := range ranges[i] {
+			for bj, rj := range ranges[j] {
+				if ri.Overlaps(rj) {
+					return fmt.Sprintf("block %s overlaps block %s of pool %q", pools[i].Blocks[bi], pools[j].Blocks[bj], pools[j].Name), true
+				}
+			}
+		}
+		return "", false
+	}
+	for i := range pools {
+		for j := range i {
+			if marks[i] != "" {
+				break
+			}
+			if marks[j] != "" {
+				continue
+			}
+			if m, ok := overlap(i, j); ok {
+				marks[i] = m
+			}
+		}
+	}
+	for i := range pools {
+		if marks[i] == "" {
+			continue
+		}
+		// A mark that stays names the overlap that keeps it.
+		mark := ""
+		for j := range pools {
+			if j == i || marks[j] != "" {
+				continue
+			}
+			if m, ok := overlap(i, j); ok {
+				mark = m
+				break
+			}
+		}
+		marks[i] = mark
+	}
+	return marks
 }

@@ -2,9 +2,11 @@ package alloc
 
 import (
 	"errors"
+	"math"
 	"net/netip"
 	"testing"
 
+	"go4.org/netipx"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -126,4 +128,103 @@ func TestLBPoolSelects(t *testing.T) {
 			t.Errorf("%v on %s/%s %v: %v, %v; want %v", c.sel, c.ns, c.name, c.svcLabels, got, err, c.want)
 		}
 	}
+}
+
+func TestRangeSize(t *testing.T) {
+	for r, want := range map[string]int64{
+		"10.0.0.0/24":             256,
+		"10.0.0.7/32":             1,
+		"0.0.0.0/0":               1 << 32,
+		"fd00::/64":               math.MaxInt64, // 2^64 saturates
+		"fd00::/65":               math.MaxInt64, // 2^63 does too
+		"fd00::/66":               1 << 62,
+		"fd00::/120":              256,
+		"10.0.0.250-10.0.1.4":     11,
+		"fd00::ffff-fd00::1:0001": 3,
+	} {
+		rng, err := netipx.ParseIPRange(r)
+		if err != nil {
+			p := netip.MustParsePrefix(r)
+			rng = netipx.RangeOfPrefix(p)
+		}
+		if got := RangeSize(rng); got != want {
+			t.Errorf("%s: %d, want %d", r, got, want)
+		}
+	}
+	s := LBPoolSpec{ReserveFirstLast: true, Blocks: []LBBlock{
+		{CIDR: netip.MustParsePrefix("10.0.10.0/24")},
+		{Start: netip.MustParseAddr("10.0.20.100"), Stop: netip.MustParseAddr("10.0.20.200")},
+		{CIDR: netip.MustParsePrefix("fd00::/64")},
+	}}
+	if got := s.Totals(); got[IPv4] != 254+101 || got[IPv6] != math.MaxInt64 {
+		t.Errorf("totals %v", got)
+	}
+}
+
+// TestSettleLBConflicts: the newer of two overlapping pools is marked and
+// names the older; marks stay until the pool overlaps no unmarked pool.
+func TestSettleLBConflicts(t *testing.T) {
+	pool := func(name, conflict string, blocks ...string) LBPoolBlocks {
+		p := LBPoolBlocks{Name: name, Conflict: conflict}
+		for _, b := range blocks {
+			if r, err := netipx.ParseIPRange(b); err == nil {
+				p.Blocks = append(p.Blocks, LBBlock{Start: r.From(), Stop: r.To()})
+			} else {
+				p.Blocks = append(p.Blocks, LBBlock{CIDR: netip.MustParsePrefix(b)})
+			}
+		}
+		return p
+	}
+	const marked = "marked before"
+	for _, c := range []struct {
+		name  string
+		pools []LBPoolBlocks
+		want  []string // "" not marked, else the mark
+	}{
+		{"disjoint", []LBPoolBlocks{pool("a", "", "10.0.10.0/24"), pool("b", "", "10.0.11.0/24")}, []string{"", ""}},
+		{"the newer is marked", []LBPoolBlocks{pool("a", "", "10.0.10.0/24"), pool("b", "", "10.0.11.0/24", "10.0.10.100-10.0.10.200")},
+			[]string{"", `block 10.0.10.100-10.0.10.200 overlaps block 10.0.10.0/24 of pool "a"`}},
+		{"an older pool edited onto a newer one marks the newer", []LBPoolBlocks{pool("a", "", "10.0.10.0/24", "10.0.11.5-10.0.11.5"), pool("b", "", "10.0.11.0/24")},
+			[]string{"", `block 10.0.11.0/24 overlaps block 10.0.11.5-10.0.11.5 of pool "a"`}},
+		{"a mark sticks while the overlap stays", []LBPoolBlocks{pool("a", marked, "10.0.10.0/24"), pool("b", "", "10.0.10.0/25")},
+			[]string{`block 10.0.10.0/24 overlaps block 10.0.10.0/25 of pool "b"`, ""}},
+		{"a mark goes when the overlap goes", []LBPoolBlocks{pool("a", "", "10.0.10.0/24"), pool("b", marked, "10.0.11.0/25")},
+			[]string{"", ""}},
+		{"a pool overlapping only a marked one is not marked", []LBPoolBlocks{pool("a", "", "10.0.10.0/24"), pool("b", marked, "10.0.10.0/23"),
+			pool("c", "", "10.0.11.0/24")}, []string{"", `block 10.0.10.0/23 overlaps block 10.0.10.0/24 of pool "a"`, ""}},
+		{"two marked pools overlapping only each other: the older comes back", []LBPoolBlocks{pool("b", marked, "10.0.10.0/24"),
+			pool("c", marked, "10.0.10.128/25")}, []string{"", `block 10.0.10.128/25 overlaps block 10.0.10.0/24 of pool "b"`}},
+		{"families never overlap", []LBPoolBlocks{pool("a", "", "10.0.0.0/8"), pool("b", "", "::a00:0/104")}, []string{"", ""}},
+	} {
+		got := SettleLBConflicts(c.pools)
+		for i, w := range c.want {
+			if got[i] != w {
+				t.Errorf("%s: pool %s: %q, want %q", c.name, c.pools[i].Name, got[i], w)
+			}
+		}
+	}
+	// Whatever the marks before, the unmarked pools never overlap.
+	all := []LBPoolBlocks{pool("a", "", "10.0.0.0/24"), pool("b", marked, "10.0.0.0/25"), pool("c", "", "10.0.0.128/25"),
+		pool("d", marked, "10.0.1.0/24"), pool("e", "", "10.0.0.0/16")}
+	marks := SettleLBConflicts(all)
+	for i := range all {
+		for j := range i {
+			if marks[i] == "" && marks[j] == "" {
+				if _, ok := overlapping(all[i], all[j]); ok {
+					t.Errorf("unmarked %s and %s overlap: %q", all[i].Name, all[j].Name, marks)
+				}
+			}
+		}
+	}
+}
+
+func overlapping(a, b LBPoolBlocks) (string, bool) {
+	for _, x := range a.Blocks {
+		for _, y := range b.Blocks {
+			if x.Range().Overlaps(y.Range()) {
+				return x.String(), true
+			}
+		}
+	}
+	return "", false
 }

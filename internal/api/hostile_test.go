@@ -308,6 +308,14 @@ var hostileBodies = map[string]string{
 		"podSelector": {"matchLabels": {"app": "a"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]},
 		"namespaceSelector": {"matchLabels": {"team": "a"}, "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod"]}]},
 		"nodeSelector": {"matchLabels": {"rack": "a"}, "matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}}}`,
+	"createLBPool": `{"name": "vip-new", "labels": {"team": "a"}, "spec": {
+		"blocks": [{"cidr": "192.168.20.0/24"}, {"start": "192.168.21.1", "stop": "192.168.21.9"}],
+		"serviceSelector": {"matchLabels": {"color": "blue"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]},
+		"allowFirstLastIPs": "No", "disabled": false}}`,
+	"updateLBPool": `{"name": "default", "labels": {"team": "a"}, "spec": {
+		"blocks": [{"cidr": "192.168.10.0/24"}, {"start": "fd10::1", "stop": "fd10::ff"}],
+		"serviceSelector": {"matchLabels": {"color": "blue"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]},
+		"allowFirstLastIPs": "No", "disabled": true}}`,
 	"putNode": `{"labels": {"zone": "a"}, "addresses": [{"type": "InternalIP", "address": "192.168.0.1"}],
 		"providerID": "aws:///zone-a/i-1", "podCIDRs": ["10.0.7.0/24"]}`,
 	"allocateLease": `{"owner": {"namespace": "ns", "name": "pod9", "uid": "u-9"}, "containerID": "c9", "interface": "eth0",

@@ -178,6 +178,10 @@ func TestRequestLimits(t *testing.T) {
 		return cidrPool("reservedRanges", []any{map[string]any{"start": start, "end": end}})
 	}
 
+	lbPool := func(name string, blocks ...any) map[string]any {
+		return map[string]any{"name": name, "spec": map[string]any{"blocks": blocks}}
+	}
+
 	type limitCase struct {
 		method, path string
 		body         any
@@ -210,6 +214,14 @@ func TestRequestLimits(t *testing.T) {
 		"path:name":            {"DELETE", "/v1/tokens/" + long(64), nil, "name"},
 
 		"SpaceRequest.name": {"POST", "/v1/spaces", map[string]any{"name": long(64)}, "name"},
+		"LBPoolRequest.name": {"POST", "/v1/lb-pools", lbPool(long(64), map[string]any{"cidr": "192.168.9.0/24"}), "name"},
+		"LBPoolUpdate.name":  {"PUT", "/v1/lb-pools/default", lbPool(long(64), map[string]any{"cidr": "192.168.9.0/24"}), "name"},
+		"LBBlock.cidr":       {"POST", "/v1/lb-pools", lbPool("limits", map[string]any{"cidr": long(65)}), "spec.blocks[0].cidr"},
+		"LBBlock.start":      {"POST", "/v1/lb-pools", lbPool("limits", map[string]any{"start": long(65)}), "spec.blocks[0].start"},
+		"LBBlock.stop":       {"POST", "/v1/lb-pools", lbPool("limits", map[string]any{"start": "192.168.9.1", "stop": long(65)}), "spec.blocks[0].stop"},
+		"LBPoolSpec.blocks": {"POST", "/v1/lb-pools", lbPool("limits", many(257, func(i int) any {
+			return map[string]any{"start": fmt.Sprintf("192.168.%d.%d", 100+i/256, i%256)}
+		})...), "spec.blocks"},
 		"PoolRequest.name":  {"POST", "/v1/pools", pool4(long(64), 24, "10.50.0.0/16"), "name"},
 		"PoolUpdate.name":   {"PUT", "/v1/pools/default", pool4(long(64), 24, "10.50.0.0/16"), "name"},
 		"Labels": {"POST", "/v1/pools", map[string]any{"name": "limits", "labels": labels(129),

@@ -26,7 +26,7 @@ const public alloc.Role = ""
 // spec lacks.
 //
 // The roles: admin everything (tokens and address spaces only
-// admins); operator pools, nodes, blocks and leases; viewer every read; a
+// admins); operator pools (Pod and VIP), nodes, blocks and leases; viewer every read; a
 // node its own node's leases and blocks (what the CNI plugin and a node
 // agent use), but not deleting its node, which releases everything and is
 // an operator's decision.
@@ -45,6 +45,12 @@ var operations = map[string]access{
 	"updatePool":      {http.MethodPut, "/v1/pools/{pool}", alloc.RoleOperator, false},
 	"deletePool":      {http.MethodDelete, "/v1/pools/{pool}", alloc.RoleOperator, false},
 	"getPoolCapacity": {http.MethodGet, "/v1/pools/{pool}/capacity", alloc.RoleViewer, false},
+
+	"listLBPools":  {http.MethodGet, "/v1/lb-pools", alloc.RoleViewer, false},
+	"createLBPool": {http.MethodPost, "/v1/lb-pools", alloc.RoleOperator, false},
+	"getLBPool":    {http.MethodGet, "/v1/lb-pools/{pool}", alloc.RoleViewer, false},
+	"updateLBPool": {http.MethodPut, "/v1/lb-pools/{pool}", alloc.RoleOperator, false},
+	"deleteLBPool": {http.MethodDelete, "/v1/lb-pools/{pool}", alloc.RoleOperator, false},
 
 	"listNodes":    {http.MethodGet, "/v1/nodes", alloc.RoleViewer, false},
 	"getNode":      {http.MethodGet, "/v1/nodes/{node}", alloc.RoleViewer, true},

@@ -283,6 +283,8 @@ func TestRoleTable(t *testing.T) {
 	must(201, "POST", "/v1/spaces", `{"name":"tenant2"}`)
 	must(201, "POST", "/v1/pools?space=tenant2", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24}}}`)
 	must(201, "PUT", "/v1/nodes/node-a?space=tenant2", `{}`)
+	must(201, "POST", "/v1/lb-pools", `{"name":"vip","spec":{"blocks":[{"cidr":"192.168.1.0/24"}]}}`)
+	must(201, "POST", "/v1/lb-pools?space=tenant2", `{"name":"vip","spec":{"blocks":[{"cidr":"192.168.1.0/24"}]}}`)
 	leaseBody := func(cid string) string {
 		return `{"owner":{"namespace":"ns","name":"pod-` + cid + `"},"containerID":"` + cid + `","interface":"eth0"}`
 	}
@@ -318,6 +320,14 @@ func TestRoleTable(t *testing.T) {
 			return nil
 		}},
 		"getPoolCapacity": {path: "/v1/pools/default/capacity"},
+		"listLBPools":     {path: "/v1/lb-pools"},
+		"createLBPool":    {path: "/v1/lb-pools", body: `{"name":"vip2","spec":{"blocks":[{"cidr":"192.168.2.0/24"}]}}`},
+		"getLBPool":       {path: "/v1/lb-pools/vip"},
+		"updateLBPool":    {path: "/v1/lb-pools/vip", body: `{"spec":{"blocks":[{"cidr":"192.168.1.0/24"}],"disabled":true}}`},
+		"deleteLBPool": {path: "/v1/lb-pools/doomed", setup: func(string) map[string]string {
+			must(201, "POST", "/v1/lb-pools", `{"name":"doomed","spec":{"blocks":[{"start":"192.168.3.1"}]}}`)
+			return nil
+		}},
 		"listNodes":       {path: "/v1/nodes"},
 		"getNode":         {path: "/v1/nodes/{node}"},
 		"putNode":         {path: "/v1/nodes/{node}", body: `{"labels":{"zone":"a"}}`},

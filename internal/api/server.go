@@ -29,6 +29,7 @@ type Server struct {
 	sizingHandlers
 	spaceHandlers
 	poolHandlers
+	lbPoolHandlers
 	nodeHandlers
 	blockHandlers
 	leaseHandlers
@@ -52,6 +53,7 @@ type Stores struct {
 	Health      HealthStore      // health.go: /readyz
 	Spaces      SpaceStore       // spaces.go
 	Pools       PoolStore        // pools.go
+	LBPools     LBPoolStore      // lbpools.go
 	Nodes       NodeStore        // nodes.go: nodes and their pool usage
 	Blocks      BlockStore       // blocks.go
 	Leases      LeaseStore       // leases.go: the allocation path
@@ -71,6 +73,7 @@ func StoresOf[S interface {
 	HealthStore
 	SpaceStore
 	PoolStore
+	LBPoolStore
 	NodeStore
 	BlockStore
 	LeaseStore
@@ -82,7 +85,7 @@ func StoresOf[S interface {
 	TokenStore
 	CredentialStore
 }](s S) Stores {
-	return Stores{Health: s, Spaces: s, Pools: s, Nodes: s, Blocks: s, Leases: s, Reconcile: s, Addresses: s,
+	return Stores{Health: s, Spaces: s, Pools: s, LBPools: s, Nodes: s, Blocks: s, Leases: s, Reconcile: s, Addresses: s,
 		Sticky: s, History: s, Consistency: s, Tokens: s, Credentials: s}
 }
 
@@ -125,6 +128,7 @@ func newServer(st Stores, m *metrics, o Options) *Server {
 		healthHandlers:      healthHandlers{store: st.Health, liveness: o.Liveness},
 		spaceHandlers:       spaceHandlers{store: st.Spaces},
 		poolHandlers:        poolHandlers{store: st.Pools},
+		lbPoolHandlers:      lbPoolHandlers{store: st.LBPools},
 		nodeHandlers:        nodeHandlers{store: st.Nodes, ciliumNodes: o.CiliumNodes, log: o.Logger},
 		blockHandlers:       blockHandlers{store: st.Blocks},
 		leaseHandlers:       leaseHandlers{store: st.Leases, metrics: m, podMetadata: o.PodMetadata},

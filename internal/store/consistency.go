@@ -151,6 +151,38 @@ var consistencyChecks = []consistencyCheck{
 			     THEN format('is a node''s address for Cilium on attachment %s/%s, not %s/` + alloc.CiliumPoolInterface + `', container_id, interface, host(addr))
 			END AS problem FROM leases l) x
 		WHERE problem IS NOT NULL ORDER BY space, addr LIMIT $1`},
+	// VIP pools (migration 00018): every Pod pool CIDR claims its range,
+	// and no claimed range overlaps another unless both are Pod CIDRs
+	// (pool CIDR overlaps, above) or one is of a conflicting VIP pool.
+	{"pool CIDR claims", `SELECT 'pool-cidr-claim', c.space,
+			CASE WHEN r.id IS NULL THEN format('pool CIDR %s (id %s) has no address range', c.cidr, c.id)
+			     ELSE format('pool CIDR %s (id %s) claims %s-%s of space %s', c.cidr, c.id, host(r.first_addr), host(r.last_addr), r.space) END,
+			ARRAY[format('pool CIDR %s (id %s)', c.cidr, c.id)]
+		FROM pool_cidrs c LEFT JOIN address_ranges r ON r.pool_cidr_id = c.id
+		WHERE r.id IS NULL OR r.space <> c.space OR r.first_addr <> host(network(c.cidr))::inet OR r.last_addr <> host(broadcast(c.cidr))::inet
+		ORDER BY c.space, c.cidr LIMIT $1`},
+	// Sorted by first address, a range overlaps an earlier one exactly
+	// when the furthest end of the earlier ranges reaches its start, as
+	// in overlapSQL.
+	{"address range overlaps", `WITH r AS (
+			SELECT id, space, kind, first_addr, last_addr, lb_pool_id, pool_cidr_id FROM address_ranges WHERE kind = 'pod' OR NOT conflicting
+		), ordered AS (
+			SELECT r.*, max(last_addr) OVER (PARTITION BY space, family(first_addr) ORDER BY first_addr, id
+				ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+			FROM r
+		), flagged AS (
+			SELECT * FROM ordered WHERE reach >= first_addr
+		)
+		SELECT 'address-range-overlap', f.space,
+			format('%s range %s-%s (id %s) overlaps %s range %s-%s (id %s)', o.kind, host(o.first_addr), host(o.last_addr), o.id,
+				f.kind, host(f.first_addr), host(f.last_addr), f.id),
+			ARRAY[format('%s range %s-%s (id %s)', o.kind, host(o.first_addr), host(o.last_addr), o.id),
+				format('%s range %s-%s (id %s)', f.kind, host(f.first_addr), host(f.last_addr), f.id)]
+		FROM flagged f
+		JOIN r o ON o.space = f.space AND family(o.first_addr) = family(f.first_addr) AND o.first_addr <= f.first_addr
+			AND o.last_addr >= f.first_addr AND (o.first_addr, o.id) < (f.first_addr, f.id)
+		WHERE o.kind = 'vip' OR f.kind = 'vip'
+		ORDER BY f.space, f.first_addr, o.first_addr LIMIT $1`},
 }
 
 // CheckConsistency verifies the invariants of the schema (see

@@ -187,6 +187,31 @@ func TestConsistencyFindsPlantedCorruption(t *testing.T) {
 			kind: alloc.FindingMissingPool, n: 8, detail: "lease 10.0.0.3 is of pool id 1, which does not exist",
 		},
 		{
+			name: "a pool CIDR without its claim",
+			sql:  `DELETE FROM address_ranges WHERE pool_cidr_id = (SELECT id FROM pool_cidrs WHERE cidr = '10.9.0.0/16')`,
+			kind: alloc.FindingPoolCIDRClaim, n: 1, detail: "pool CIDR 10.9.0.0/16 (id 3) has no address range",
+		},
+		{
+			name: "a VIP block on a Pod pool CIDR",
+			sql: `ALTER TABLE address_ranges DROP CONSTRAINT address_ranges_pod_vip;
+				INSERT INTO lb_pools (space, name, created_at, updated_at) VALUES ('default', 'vip', now(), now());
+				INSERT INTO address_ranges (space, kind, first_addr, last_addr, lb_pool_id, position)
+				SELECT 'default', 'vip', '10.9.3.1', '10.9.3.9', id, 0 FROM lb_pools`,
+			kind: alloc.FindingAddressRangeOverlap, n: 1, objects: []string{"pod range 10.9.0.0-10.9.255.255 (id 3)", "vip range 10.9.3.1-10.9.3.9 (id 4)"},
+		},
+		{
+			name: "two unmarked VIP pools overlapping",
+			sql: `ALTER TABLE address_ranges DROP CONSTRAINT address_ranges_vip;
+				INSERT INTO lb_pools (space, name, created_at, updated_at) VALUES ('default', 'a', now(), now()), ('default', 'b', now(), now());
+				INSERT INTO address_ranges (space, kind, first_addr, last_addr, lb_pool_id, position)
+				SELECT 'default', 'vip', ('192.168.0.' || (10 * id))::inet, ('192.168.0.' || (10 * id + 15))::inet, id, 0 FROM lb_pools;
+				-- A conflicting pool's range overlaps both, which is no finding.
+				INSERT INTO lb_pools (space, name, conflict, created_at, updated_at) VALUES ('default', 'c', 'planted', now(), now());
+				INSERT INTO address_ranges (space, kind, first_addr, last_addr, lb_pool_id, position, conflicting)
+				SELECT 'default', 'vip', '192.168.0.0', '192.168.0.255', id, 0, true FROM lb_pools WHERE name = 'c'`,
+			kind: alloc.FindingAddressRangeOverlap, n: 1, detail: "vip range 192.168.0.10-192.168.0.25 (id 4) overlaps vip range 192.168.0.20-192.168.0.35 (id 5)",
+		},
+		{
 			name: "pending lease without expiry",
 			sql: dropCheck("leases", "expires_at IS NOT NULL") + `
 				UPDATE leases SET expires_at = NULL WHERE container_id = 'n1-c0'`,

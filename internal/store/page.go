@@ -41,6 +41,7 @@ type pageKind string
 const (
 	pageSpaces  pageKind = "spaces"
 	pagePools   pageKind = "pools"
+	pageLBPools pageKind = "lb-pools"
 	pageNodes   pageKind = "nodes"
 	pageTokens  pageKind = "tokens"
 	pageLeases  pageKind = "leases"

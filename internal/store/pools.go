@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"go4.org/netipx"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
@@ -271,6 +272,9 @@ func insertCIDRs(ctx context.Context, tx querier, poolID int64, space string, sp
 			} else if !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
+			if err := checkVIPOverlap(ctx, tx, space, field, c); err != nil {
+				return err
+			}
 			_, err = tx.Exec(ctx, `INSERT INTO pool_cidrs (pool_id, space, family, cidr, mask_size, position, reserved_start, reserved_end)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, poolID, space, int16(f), c, pf.MaskSize, i, starts, ends)
 			if code, _ := pgCode(err); code == codeExclusionViolation {
@@ -279,6 +283,26 @@ func insertCIDRs(ctx context.Context, tx querier, poolID int64, space string, sp
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// checkVIPOverlap refuses a Pod pool CIDR overlapping a VIP block of the
+// space, naming the VIP pool. The exclusion constraint of address_ranges,
+// which a trigger on pool_cidrs feeds, still guards against a concurrent
+// VIP pool writer.
+func checkVIPOverlap(ctx context.Context, tx querier, space, field string, c netip.Prefix) error {
+	r := netipx.RangeOfPrefix(c)
+	var pool, block string
+	err := tx.QueryRow(ctx, `SELECT p.name, coalesce(r.cidr::text, host(r.first_addr) || '-' || host(r.last_addr))
+		FROM address_ranges r JOIN lb_pools p ON p.id = r.lb_pool_id
+		WHERE r.space = $1 AND r.kind = 'vip' AND r.span && inetrange($2::inet, $3::inet, '[]') LIMIT 1`,
+		space, r.From(), r.To()).Scan(&pool, &block)
+	if err == nil {
+		return &alloc.Error{Kind: alloc.KindOverlap, Field: field,
+			Detail: fmt.Sprintf("%s overlaps block %s of VIP pool %q; Pod pools and VIP pools of a space never overlap", c, block, pool)}
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return err
 	}
 	return nil
 }

@@ -359,7 +359,8 @@ const (
 
 // constraintNames lists the constants above, for the test.
 var constraintNames = []string{constraintLeaseAttachment, constraintNodeName, constraintStickyIdentity, constraintBlockOverlap,
-	constraintBlockNode, constraintLeaseNode, constraintPoolSpace, constraintNodeSpace, constraintTokenLiveName, constraintTokenSecret}
+	constraintBlockNode, constraintLeaseNode, constraintPoolSpace, constraintNodeSpace, constraintTokenLiveName, constraintTokenSecret,
+	constraintRangesPodVIP, constraintLBPoolName}
 
 func pgCode(err error) (code, constraint string) {
 	var pe *pgconn.PgError

@@ -1,0 +1,372 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"reflect"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// VIP pools (CiliumLoadBalancerIPPool). A pool is a row of lb_pools and a
+// row of address_ranges per block; the exclusion constraints of
+// address_ranges keep VIP blocks off Pod pool CIDRs and unmarked VIP pools
+// off one another (migration 00018).
+//
+// Every write of a space's VIP pools locks the space's row first
+// (FOR NO KEY UPDATE, which Pod writes referencing the space do not wait
+// for): the conflict marks depend on every pool of the space, so writes of
+// one space's VIP pools take turns, and no two settle at once.
+
+// Constraints of address_ranges the store tells apart.
+const (
+	// A Pod pool CIDR and a VIP block of one space raced.
+	constraintRangesPodVIP = "address_ranges_pod_vip"
+	// Two creators of one VIP pool raced.
+	constraintLBPoolName = "lb_pools_space_name"
+)
+
+// lbPoolRow is a VIP pool as stored.
+type lbPoolRow struct {
+	id int64
+	alloc.LBPool
+}
+
+// lbBlockJSON is one block as lbPoolColumns reads it.
+type lbBlockJSON struct {
+	CIDR  netip.Prefix `json:"cidr"`
+	First netip.Addr   `json:"first"`
+	Last  netip.Addr   `json:"last"`
+}
+
+const lbPoolColumns = `p.id, p.space, p.name, p.labels, p.service_selector, p.reserve_first_last, p.disabled,
+	coalesce(p.conflict, ''), p.created_at, p.updated_at,
+	coalesce((SELECT json_agg(json_build_object('cidr', r.cidr, 'first', host(r.first_addr), 'last', host(r.last_addr))
+		ORDER BY r.position) FROM address_ranges r WHERE r.lb_pool_id = p.id), '[]')`
+
+func scanLBPool(r pgx.Row) (lbPoolRow, error) {
+	var (
+		p      lbPoolRow
+		blocks []lbBlockJSON
+	)
+	sp := &p.Spec
+	err := r.Scan(&p.id, &p.Space, &p.Name, &p.Labels, &sp.ServiceSelector, &sp.ReserveFirstLast, &sp.Disabled,
+		&p.Status.Conflict, &p.CreatedAt, &p.UpdatedAt, &blocks)
+	if err != nil {
+		return p, err
+	}
+	for _, b := range blocks {
+		if b.CIDR.IsValid() {
+			sp.Blocks = append(sp.Blocks, alloc.LBBlock{CIDR: b.CIDR})
+		} else {
+			sp.Blocks = append(sp.Blocks, alloc.LBBlock{Start: b.First, Stop: b.Last})
+		}
+	}
+	p.Status.Families = map[alloc.Family]alloc.LBFamilyStatus{}
+	for f, n := range sp.Totals() {
+		p.Status.Families[f] = alloc.LBFamilyStatus{Total: n}
+	}
+	return p, nil
+}
+
+func validateLBPool(name string, labels map[string]string, spec alloc.LBPoolSpec) error {
+	if err := alloc.ValidateLabelName("name", name); err != nil {
+		return err
+	}
+	if err := alloc.ValidateLabels("labels", labels); err != nil {
+		return err
+	}
+	return spec.Validate()
+}
+
+// errLBPoolExists ends CreateLBPool's transaction when the name is taken.
+var errLBPoolExists = errors.New("VIP pool exists")
+
+// CreateLBPool adds a VIP pool. A block overlapping a Pod pool CIDR of the
+// space is refused (KindOverlap naming the block); one overlapping a block
+// of another VIP pool marks the newer pool conflicting, as Cilium does,
+// and the answer's status says so. Creating a pool that exists with the
+// same labels and spec answers it again (a retry); with others, it is a
+// KindConflict.
+func (s *Store) CreateLBPool(ctx context.Context, p alloc.LBPool, opts ...alloc.WriteOption) (alloc.LBPool, error) {
+	if err := validateLBPool(p.Name, p.Labels, p.Spec); err != nil {
+		return alloc.LBPool{}, err
+	}
+	var out alloc.LBPool
+	err := s.write(ctx, opts, func(tx querier) error {
+		if err := lockSpace(ctx, tx, p.Space); err != nil {
+			return err
+		}
+		var taken bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM lb_pools WHERE space = $1 AND name = $2)`, p.Space, p.Name).Scan(&taken); err != nil {
+			return err
+		} else if taken {
+			return errLBPoolExists
+		}
+		if err := checkPodOverlap(ctx, tx, p.Space, p.Spec); err != nil {
+			return err
+		}
+		pools, err := lbPoolsOf(ctx, tx, p.Space)
+		if err != nil {
+			return err
+		}
+		marks := alloc.SettleLBConflicts(append(pools, alloc.LBPoolBlocks{Name: p.Name, Blocks: p.Spec.Blocks}))
+		if err := markConflicts(ctx, tx, s, p.Space, pools, marks, true, -1); err != nil {
+			return err
+		}
+		var id int64
+		now := s.now()
+		err = tx.QueryRow(ctx, `INSERT INTO lb_pools (space, name, labels, service_selector, reserve_first_last, disabled, conflict, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $8) RETURNING id`,
+			p.Space, p.Name, labelsOrEmpty(p.Labels), p.Spec.ServiceSelector, p.Spec.ReserveFirstLast, p.Spec.Disabled,
+			marks[len(pools)], now).Scan(&id)
+		if code, constraint := pgCode(err); code == codeUniqueViolation && constraint == constraintLBPoolName {
+			return errLBPoolExists
+		} else if err != nil {
+			return err
+		}
+		if err := insertLBBlocks(ctx, tx, id, p.Space, p.Spec, marks[len(pools)] != ""); err != nil {
+			return err
+		}
+		if err := markConflicts(ctx, tx, s, p.Space, pools, marks, false, -1); err != nil {
+			return err
+		}
+		out, err = readLBPool(ctx, tx, s, p.Space, p.Name)
+		return err
+	})
+	if errors.Is(err, errLBPoolExists) {
+		// A retry of the request that created it gets the first answer;
+		// another request for the name is a conflict.
+		have, gerr := s.GetLBPool(ctx, p.Space, p.Name)
+		if gerr != nil {
+			return alloc.LBPool{}, gerr
+		}
+		if !maps.Equal(have.Labels, labelsOrEmpty(p.Labels)) || !reflect.DeepEqual(have.Spec, p.Spec) {
+			return alloc.LBPool{}, &alloc.Error{Kind: alloc.KindConflict, Field: "name",
+				Detail: fmt.Sprintf("VIP pool %q already exists with other labels or spec", p.Name)}
+		}
+		return have, nil
+	}
+	return out, err
+}
+
+// UpdateLBPool replaces a VIP pool's labels and spec. Its conflict mark
+// and those of the other pools of the space are settled again.
+func (s *Store) UpdateLBPool(ctx context.Context, space, name string, labels map[string]string, spec alloc.LBPoolSpec, opts ...alloc.WriteOption) (alloc.LBPool, error) {
+	if err := validateLBPool(name, labels, spec); err != nil {
+		return alloc.LBPool{}, err
+	}
+	var out alloc.LBPool
+	err := s.write(ctx, opts, func(tx querier) error {
+		if err := lockSpace(ctx, tx, space); err != nil {
+			return err
+		}
+		prev, err := getLBPool(ctx, tx, s, space, name)
+		if err != nil {
+			return err
+		}
+		if err := checkPodOverlap(ctx, tx, space, spec); err != nil {
+			return err
+		}
+		pools, err := lbPoolsOf(ctx, tx, space)
+		if err != nil {
+			return err
+		}
+		self := -1
+		for i := range pools {
+			if pools[i].Name == name {
+				self = i
+			}
+		}
+		next := append([]alloc.LBPoolBlocks(nil), pools...)
+		next[self].Blocks = spec.Blocks
+		marks := alloc.SettleLBConflicts(next)
+		if _, err := tx.Exec(ctx, `DELETE FROM address_ranges WHERE lb_pool_id = $1`, prev.id); err != nil {
+			return err
+		}
+		if err := markConflicts(ctx, tx, s, space, pools, marks, true, self); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE lb_pools SET labels = $2, service_selector = $3, reserve_first_last = $4, disabled = $5,
+				conflict = nullif($6, ''), updated_at = $7 WHERE id = $1`,
+			prev.id, labelsOrEmpty(labels), spec.ServiceSelector, spec.ReserveFirstLast, spec.Disabled, marks[self], s.now()); err != nil {
+			return err
+		}
+		if err := insertLBBlocks(ctx, tx, prev.id, space, spec, marks[self] != ""); err != nil {
+			return err
+		}
+		if err := markConflicts(ctx, tx, s, space, pools, marks, false, self); err != nil {
+			return err
+		}
+		out, err = readLBPool(ctx, tx, s, space, name)
+		return err
+	})
+	return out, err
+}
+
+// DeleteLBPool removes a VIP pool and settles the marks of the others: a
+// pool it alone kept conflicting gives again. It answers the pool as it
+// was.
+func (s *Store) DeleteLBPool(ctx context.Context, space, name string, opts ...alloc.WriteOption) (alloc.LBPool, error) {
+	var out alloc.LBPool
+	err := s.write(ctx, opts, func(tx querier) error {
+		if err := lockSpace(ctx, tx, space); err != nil {
+			return err
+		}
+		p, err := getLBPool(ctx, tx, s, space, name)
+		if err != nil {
+			return err
+		}
+		out = p.LBPool
+		if _, err := tx.Exec(ctx, `DELETE FROM lb_pools WHERE id = $1`, p.id); err != nil {
+			return err
+		}
+		pools, err := lbPoolsOf(ctx, tx, space)
+		if err != nil {
+			return err
+		}
+		return markConflicts(ctx, tx, s, space, pools, alloc.SettleLBConflicts(pools), false, -1)
+	})
+	return out, err
+}
+
+// GetLBPool reads a VIP pool with its status.
+func (s *Store) GetLBPool(ctx context.Context, space, name string) (alloc.LBPool, error) {
+	return readLBPool(ctx, s.db, s, space, name)
+}
+
+func readLBPool(ctx context.Context, q querier, s *Store, space, name string) (alloc.LBPool, error) {
+	p, err := getLBPool(ctx, q, s, space, name)
+	return p.LBPool, err
+}
+
+func getLBPool(ctx context.Context, q querier, s *Store, space, name string) (lbPoolRow, error) {
+	p, err := scanLBPool(q.QueryRow(ctx, `SELECT `+lbPoolColumns+` FROM lb_pools p WHERE p.space = $1 AND p.name = $2`, space, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, s.notFoundIn(ctx, q, space, "pool", "VIP pool", name)
+	}
+	return p, err
+}
+
+// ListLBPools pages through the space's VIP pools by name, with status.
+func (s *Store) ListLBPools(ctx context.Context, space string, page alloc.Page) ([]alloc.LBPool, string, error) {
+	sc := scopeOf(pageLBPools, space)
+	after, err := s.decodeContinue(ctx, sc, page.Continue)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+lbPoolColumns+` FROM lb_pools p WHERE p.space = $1 AND p.name > $2 ORDER BY p.name LIMIT $3`,
+		space, after, page.Limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	prs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lbPoolRow, error) { return scanLBPool(r) })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.emptyListOf(ctx, space, len(prs)); err != nil {
+		return nil, "", err
+	}
+	prs, next, err := pageOf(ctx, s, sc, prs, page.Limit, func(p lbPoolRow) string { return p.Name })
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]alloc.LBPool, len(prs))
+	for i := range prs {
+		out[i] = prs[i].LBPool
+	}
+	return out, next, nil
+}
+
+// lockSpace takes the space's row for a write of its VIP pools, or
+// answers that the space does not exist.
+func lockSpace(ctx context.Context, tx querier, space string) error {
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM address_spaces WHERE name = $1 FOR NO KEY UPDATE`, space).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return alloc.NotFound("space", "address space", space)
+	}
+	return err
+}
+
+// checkPodOverlap refuses a block overlapping a Pod pool CIDR of the
+// space, naming the block's field and the Pod pool.
+func checkPodOverlap(ctx context.Context, tx querier, space string, spec alloc.LBPoolSpec) error {
+	for i, b := range spec.Blocks {
+		r := b.Range()
+		var pool string
+		var cidr netip.Prefix
+		err := tx.QueryRow(ctx, `SELECT p.name, c.cidr FROM address_ranges r
+				JOIN pool_cidrs c ON c.id = r.pool_cidr_id JOIN pools p ON p.id = c.pool_id
+			WHERE r.space = $1 AND r.kind = 'pod' AND r.span && inetrange($2::inet, $3::inet, '[]') LIMIT 1`,
+			space, r.From(), r.To()).Scan(&pool, &cidr)
+		if err == nil {
+			return &alloc.Error{Kind: alloc.KindOverlap, Field: fmt.Sprintf("spec.blocks[%d]", i),
+				Detail: fmt.Sprintf("%s overlaps %s of Pod pool %q; VIP pools and Pod pools of a space never overlap", b, cidr, pool)}
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+	}
+	return nil
+}
+
+// lbPoolsOf reads the space's VIP pools oldest first, as the conflict
+// settlement wants them.
+func lbPoolsOf(ctx context.Context, tx querier, space string) ([]alloc.LBPoolBlocks, error) {
+	rows, err := tx.Query(ctx, `SELECT `+lbPoolColumns+` FROM lb_pools p WHERE p.space = $1 ORDER BY p.created_at, p.id`, space)
+	if err != nil {
+		return nil, err
+	}
+	prs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lbPoolRow, error) { return scanLBPool(r) })
+	out := make([]alloc.LBPoolBlocks, len(prs))
+	for i, p := range prs {
+		out[i] = alloc.LBPoolBlocks{Name: p.Name, Blocks: p.Spec.Blocks, Conflict: p.Status.Conflict}
+	}
+	return out, err
+}
+
+// markConflicts writes the marks that changed for pools (marks[i] is
+// pools[i]'s), leaving out pools[skip] (the pool being written). It writes new marks when
+// marking, or the lifted ones otherwise: marking before the written pool's
+// blocks go in and lifting after keeps the unmarked pools apart at every
+// statement, as the exclusion constraint checks them.
+func markConflicts(ctx context.Context, tx querier, s *Store, space string, pools []alloc.LBPoolBlocks, marks []string, marking bool, skip int) error {
+	for i, p := range pools {
+		if marks[i] == p.Conflict || (marks[i] != "") != marking || i == skip {
+			continue
+		}
+		if _, err := tx.Exec(ctx, `WITH p AS (UPDATE lb_pools SET conflict = nullif($3, ''), updated_at = $4
+				WHERE space = $1 AND name = $2 RETURNING id)
+			UPDATE address_ranges SET conflicting = $3 <> '' WHERE lb_pool_id = (SELECT id FROM p)`,
+			space, p.Name, marks[i], s.now()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// insertLBBlocks writes the pool's blocks. A concurrent Pod pool CIDR
+// that got past checkPodOverlap still meets the exclusion constraint.
+func insertLBBlocks(ctx context.Context, tx querier, poolID int64, space string, spec alloc.LBPoolSpec, conflicting bool) error {
+	for i, b := range spec.Blocks {
+		r := b.Range()
+		var cidr *netip.Prefix
+		if b.CIDR.IsValid() {
+			cidr = &b.CIDR
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO address_ranges (space, kind, first_addr, last_addr, lb_pool_id, position, cidr, conflicting)
+			VALUES ($1, 'vip', $2, $3, $4, $5, $6, $7)`, space, r.From(), r.To(), poolID, i, cidr, conflicting)
+		if code, constraint := pgCode(err); code == codeExclusionViolation && constraint == constraintRangesPodVIP {
+			return &alloc.Error{Kind: alloc.KindOverlap, Field: fmt.Sprintf("spec.blocks[%d]", i),
+				Detail: fmt.Sprintf("%s overlaps a Pod pool CIDR", b)}
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
