@@ -213,7 +213,7 @@ func TestRequestLimits(t *testing.T) {
 		"query:maskSize":       {"GET", "/v1/sizing?cidr=10.0.0.0/16&maskSize=129", nil, "maskSize"},
 		"path:name":            {"DELETE", "/v1/tokens/" + long(64), nil, "name"},
 
-		"SpaceRequest.name": {"POST", "/v1/spaces", map[string]any{"name": long(64)}, "name"},
+		"SpaceRequest.name":  {"POST", "/v1/spaces", map[string]any{"name": long(64)}, "name"},
 		"LBPoolRequest.name": {"POST", "/v1/lb-pools", lbPool(long(64), map[string]any{"cidr": "192.168.9.0/24"}), "name"},
 		"LBPoolUpdate.name":  {"PUT", "/v1/lb-pools/default", lbPool(long(64), map[string]any{"cidr": "192.168.9.0/24"}), "name"},
 		"LBBlock.cidr":       {"POST", "/v1/lb-pools", lbPool("limits", map[string]any{"cidr": long(65)}), "spec.blocks[0].cidr"},
@@ -222,8 +222,8 @@ func TestRequestLimits(t *testing.T) {
 		"LBPoolSpec.blocks": {"POST", "/v1/lb-pools", lbPool("limits", many(257, func(i int) any {
 			return map[string]any{"start": fmt.Sprintf("192.168.%d.%d", 100+i/256, i%256)}
 		})...), "spec.blocks"},
-		"PoolRequest.name":  {"POST", "/v1/pools", pool4(long(64), 24, "10.50.0.0/16"), "name"},
-		"PoolUpdate.name":   {"PUT", "/v1/pools/default", pool4(long(64), 24, "10.50.0.0/16"), "name"},
+		"PoolRequest.name": {"POST", "/v1/pools", pool4(long(64), 24, "10.50.0.0/16"), "name"},
+		"PoolUpdate.name":  {"PUT", "/v1/pools/default", pool4(long(64), 24, "10.50.0.0/16"), "name"},
 		"Labels": {"POST", "/v1/pools", map[string]any{"name": "limits", "labels": labels(129),
 			"spec": poolWith()["spec"]}, "labels"},
 		"Labels{}": {"PUT", "/v1/nodes/n1", map[string]any{"labels": map[string]string{"k": long(64)}}, "labels[k]"},

@@ -328,9 +328,9 @@ func TestRoleTable(t *testing.T) {
 			must(201, "POST", "/v1/lb-pools", `{"name":"doomed","spec":{"blocks":[{"start":"192.168.3.1"}]}}`)
 			return nil
 		}},
-		"listNodes":       {path: "/v1/nodes"},
-		"getNode":         {path: "/v1/nodes/{node}"},
-		"putNode":         {path: "/v1/nodes/{node}", body: `{"labels":{"zone":"a"}}`},
+		"listNodes": {path: "/v1/nodes"},
+		"getNode":   {path: "/v1/nodes/{node}"},
+		"putNode":   {path: "/v1/nodes/{node}", body: `{"labels":{"zone":"a"}}`},
 		"deleteNode": {path: "/v1/nodes/{node}", node: "doomed", setup: func(string) map[string]string {
 			must(201, "PUT", "/v1/nodes/doomed", `{}`)
 			return nil
