@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -18,12 +17,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/workqueue"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ipam-dev/ipam/internal/leader"
 )
 
 // Mode is the Cilium IPAM mode whose operator role the service plays.
@@ -61,15 +59,11 @@ const (
 	DefaultExcessIPReleaseDelay = 180 * time.Second
 	DefaultResync               = time.Minute
 	DefaultWorkers              = 50
-	// Leader election: a candidate takes a killed leader's lease once it
-	// has seen no renewal for LeaseDuration. Candidates look every
-	// RetryPeriod stretched by client-go's jitter (up to 2.2 x), and the
-	// last renewal may be that old when it is seen, so takeover comes
-	// within 8 + 2 x 2.2 x 1 = 12.4 s, inside the 15 s the failover tests
-	// allow.
-	DefaultLeaseDuration = 8 * time.Second
-	DefaultRenewDeadline = 5 * time.Second
-	DefaultRetryPeriod   = time.Second
+	// Leader election (package leader): takeover within 12.4 s, inside
+	// the 15 s the failover tests allow.
+	DefaultLeaseDuration = leader.DefaultLeaseDuration
+	DefaultRenewDeadline = leader.DefaultRenewDeadline
+	DefaultRetryPeriod   = leader.DefaultRetryPeriod
 )
 
 // Config is how the operator runs.
@@ -102,6 +96,12 @@ type Config struct {
 	Now func() time.Time
 }
 
+// election is the Lease of the config.
+func (c *Config) election(log *slog.Logger) leader.Election {
+	return leader.Election{LeaseNamespace: c.LeaseNamespace, LeaseName: c.LeaseName, Identity: c.Identity,
+		LeaseDuration: c.LeaseDuration, RenewDeadline: c.RenewDeadline, RetryPeriod: c.RetryPeriod, Logger: log}
+}
+
 func (c *Config) setDefaults() error {
 	if c.Kube == nil {
 		return errors.New("cilium operator: no Kubernetes configuration")
@@ -115,25 +115,12 @@ func (c *Config) setDefaults() error {
 	if c.LeaseName == "" {
 		c.LeaseName = "ipam-cilium-operator"
 	}
-	if c.LeaseNamespace == "" {
-		c.LeaseNamespace = "kube-system"
+	e := c.election(nil)
+	if err := e.SetDefaults(); err != nil {
+		return err
 	}
-	if c.Identity == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return fmt.Errorf("cilium operator identity: %w", err)
-		}
-		c.Identity = fmt.Sprintf("%s-%d", host, os.Getpid())
-	}
-	if c.LeaseDuration == 0 {
-		c.LeaseDuration = DefaultLeaseDuration
-	}
-	if c.RenewDeadline == 0 {
-		c.RenewDeadline = DefaultRenewDeadline
-	}
-	if c.RetryPeriod == 0 {
-		c.RetryPeriod = DefaultRetryPeriod
-	}
+	c.LeaseNamespace, c.Identity = e.LeaseNamespace, e.Identity
+	c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = e.LeaseDuration, e.RenewDeadline, e.RetryPeriod
 	if c.ExcessIPReleaseDelay == 0 {
 		c.ExcessIPReleaseDelay = DefaultExcessIPReleaseDelay
 	}
@@ -189,7 +176,7 @@ func New(cfg Config, st Store) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	work, lease := splitBudget(cfg.Kube, cfg.RetryPeriod)
+	work, lease := leader.SplitBudget(cfg.Kube, cfg.RetryPeriod)
 	work, lease = m.countRequests(work), m.countRequests(lease)
 	cc, err := ciliumclient.NewForConfig(work)
 	if err != nil {
@@ -207,77 +194,24 @@ func New(cfg Config, st Store) (*Operator, error) {
 	return &Operator{cfg: cfg, log: log, cilium: cc, kube: kc, leaseKube: lc, store: st, m: m}, nil
 }
 
-// Lease renewals have a request budget of their own, so that node writes
-// queued behind the limit never delay a renewal past its deadline; the two
-// budgets add up to the configured QPS and burst. Each budget is one token
-// bucket shared by its clientsets (client-go gives every clientset a
-// limiter of its own otherwise, and the sum would exceed the limit).
+// MinKubeQPS and MinKubeBurst are the least limits that leave node
+// writes a budget beside the Lease renewals (leader.SplitBudget).
 const (
-	leaseBurst = 2
-	// MinKubeQPS and MinKubeBurst are the least limits that leave node
-	// writes a budget beside the renewals.
 	MinKubeQPS   = 2
-	MinKubeBurst = leaseBurst + 1
+	MinKubeBurst = leader.LeaseBurst + 1
 )
-
-// splitBudget divides rc's QPS and burst between the work (watches, node
-// writes) and the Lease renewals, one every retry period.
-func splitBudget(rc *rest.Config, retry time.Duration) (work, lease *rest.Config) {
-	qps, burst := rc.QPS, rc.Burst
-	if qps <= 0 {
-		qps = rest.DefaultQPS
-	}
-	if burst <= 0 {
-		burst = rest.DefaultBurst
-	}
-	leaseQPS := min(float32(time.Second)/float32(retry), qps/2)
-	work, lease = rest.CopyConfig(rc), rest.CopyConfig(rc)
-	work.QPS, work.Burst = qps-leaseQPS, max(burst-leaseBurst, 1)
-	lease.QPS, lease.Burst = leaseQPS, leaseBurst
-	work.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(work.QPS, work.Burst)
-	lease.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(lease.QPS, lease.Burst)
-	return work, lease
-}
 
 // Run campaigns for leadership until ctx ends, and while leading runs the
 // controller. Losing the lease stops the controller (its writes stop with
 // it) and campaigns again.
 func (o *Operator) Run(ctx context.Context) error {
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.cfg.LeaseNamespace, o.cfg.LeaseName,
-		o.leaseKube.CoreV1(), o.leaseKube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: o.cfg.Identity})
-	if err != nil {
-		return fmt.Errorf("leader election lock: %w", err)
-	}
-	for ctx.Err() == nil {
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   o.cfg.LeaseDuration,
-			RenewDeadline:   o.cfg.RenewDeadline,
-			RetryPeriod:     o.cfg.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            o.cfg.LeaseName,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(ctx context.Context) {
-					defer o.m.leading.Store(false)
-					o.log.Info("leading: reconciling CiliumNodes", "identity", o.cfg.Identity)
-					if err := o.lead(ctx); err != nil && ctx.Err() == nil {
-						o.log.Error("controller stopped", "err", err)
-					}
-				},
-				OnStoppedLeading: func() { o.log.Info("not leading", "identity", o.cfg.Identity) },
-				OnNewLeader: func(id string) {
-					if id != o.cfg.Identity {
-						o.log.Info("following", "leader", id)
-					}
-				},
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("leader election: %w", err)
+	return o.cfg.election(o.log).Run(ctx, o.leaseKube, func(ctx context.Context) {
+		defer o.m.leading.Store(false)
+		o.log.Info("leading: reconciling CiliumNodes", "identity", o.cfg.Identity)
+		if err := o.lead(ctx); err != nil && ctx.Err() == nil {
+			o.log.Error("controller stopped", "err", err)
 		}
-		le.Run(ctx)
-	}
-	return nil
+	})
 }
 
 // lead runs the controller until ctx ends (leadership lost or shutdown).

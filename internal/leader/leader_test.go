@@ -1,4 +1,4 @@
-package cilium
+package leader
 
 import (
 	"testing"
@@ -21,7 +21,7 @@ func TestSplitBudget(t *testing.T) {
 		{50, 0.5, 100, 2 * time.Second},
 		{2, 1, 3, 100 * time.Millisecond}, // renewals never take more than half
 	} {
-		work, lease := splitBudget(&rest.Config{QPS: c.qps, Burst: c.burst}, c.retry)
+		work, lease := SplitBudget(&rest.Config{QPS: c.qps, Burst: c.burst}, c.retry)
 		if lease.QPS != c.leaseQPS || work.QPS+lease.QPS != c.qps || work.Burst+lease.Burst != c.burst {
 			t.Errorf("qps %v burst %d retry %v: work %v/%d, lease %v/%d", c.qps, c.burst, c.retry, work.QPS, work.Burst, lease.QPS, lease.Burst)
 		}
