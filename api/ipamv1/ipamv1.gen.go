@@ -35,6 +35,8 @@ const (
 	EventPoolDelete   AddressEventKind = "pool-delete"
 	EventPoolUpdate   AddressEventKind = "pool-update"
 	EventRelease      AddressEventKind = "release"
+	EventVIPAssign    AddressEventKind = "vip-assign"
+	EventVIPRelease   AddressEventKind = "vip-release"
 )
 
 // Valid indicates whether the value is a known member of the AddressEventKind enum.
@@ -67,6 +69,10 @@ func (e AddressEventKind) Valid() bool {
 	case EventPoolUpdate:
 		return true
 	case EventRelease:
+		return true
+	case EventVIPAssign:
+		return true
+	case EventVIPRelease:
 		return true
 	default:
 		return false
@@ -155,6 +161,7 @@ const (
 	FindingMissingPool          ConsistencyFindingKind = "missing-pool"
 	FindingPoolCIDRClaim        ConsistencyFindingKind = "pool-cidr-claim"
 	FindingPoolCIDROverlap      ConsistencyFindingKind = "pool-cidr-overlap"
+	FindingVIPState             ConsistencyFindingKind = "vip-state"
 )
 
 // Valid indicates whether the value is a known member of the ConsistencyFindingKind enum.
@@ -187,6 +194,8 @@ func (e ConsistencyFindingKind) Valid() bool {
 	case FindingPoolCIDRClaim:
 		return true
 	case FindingPoolCIDROverlap:
+		return true
+	case FindingVIPState:
 		return true
 	default:
 		return false
@@ -385,6 +394,45 @@ func (e TokenRole) Valid() bool {
 	case Operator:
 		return true
 	case Viewer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for VIPPortProtocol.
+const (
+	ProtocolSCTP VIPPortProtocol = "SCTP"
+	ProtocolTCP  VIPPortProtocol = "TCP"
+	ProtocolUDP  VIPPortProtocol = "UDP"
+)
+
+// Valid indicates whether the value is a known member of the VIPPortProtocol enum.
+func (e VIPPortProtocol) Valid() bool {
+	switch e {
+	case ProtocolSCTP:
+		return true
+	case ProtocolTCP:
+		return true
+	case ProtocolUDP:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for VIPSharingExternalTrafficPolicy.
+const (
+	TrafficPolicyCluster VIPSharingExternalTrafficPolicy = "Cluster"
+	TrafficPolicyLocal   VIPSharingExternalTrafficPolicy = "Local"
+)
+
+// Valid indicates whether the value is a known member of the VIPSharingExternalTrafficPolicy enum.
+func (e VIPSharingExternalTrafficPolicy) Valid() bool {
+	switch e {
+	case TrafficPolicyCluster:
+		return true
+	case TrafficPolicyLocal:
 		return true
 	default:
 		return false
@@ -770,8 +818,14 @@ type LBBlock struct {
 
 // LBFamilyStatus defines model for LBFamilyStatus.
 type LBFamilyStatus struct {
+	// Available total - used.
+	Available int64 `json:"available"`
+
 	// Total Addresses the pool's blocks may give (at most 2^63-1; an IPv6 /64 holds more).
 	Total int64 `json:"total"`
+
+	// Used Addresses given from the pool and held.
+	Used int64 `json:"used"`
 }
 
 // LBPool defines model for LBPool.
@@ -1582,6 +1636,98 @@ type TokenRequest struct {
 // TokenRole defines model for TokenRole.
 type TokenRole string
 
+// VIPAddress defines model for VIPAddress.
+type VIPAddress struct {
+	Address string `json:"address"`
+	Family  Family `json:"family"`
+
+	// Generation Numbers this holding of the address; a share keeps the address's.
+	Generation int64 `json:"generation"`
+
+	// Holders Owners holding the address, this one included.
+	Holders int `json:"holders"`
+
+	// Pool The VIP pool the address was given from.
+	Pool string `json:"pool"`
+
+	// Stranded No pool that selects the owner offers the address any more; kept until reassigned.
+	Stranded bool `json:"stranded"`
+}
+
+// VIPAssignment defines model for VIPAssignment.
+type VIPAssignment struct {
+	Addresses []VIPAddress `json:"addresses"`
+	Message   *string      `json:"message,omitempty"`
+	Name      string       `json:"name"`
+	Namespace string       `json:"namespace"`
+
+	// Reason Example: satisfied
+	Reason  string     `json:"reason"`
+	Request VIPRequest `json:"request"`
+
+	// Satisfied Cilium's cilium.io/IPAMRequestSatisfied.
+	Satisfied bool   `json:"satisfied"`
+	Space     string `json:"space"`
+}
+
+// VIPOwnerList defines model for VIPOwnerList.
+type VIPOwnerList struct {
+	Continue *string         `json:"continue,omitempty"`
+	Items    []VIPAssignment `json:"items"`
+}
+
+// VIPPort defines model for VIPPort.
+type VIPPort struct {
+	Port     int32            `json:"port"`
+	Protocol *VIPPortProtocol `json:"protocol,omitempty"`
+}
+
+// VIPPortProtocol defines model for VIPPort.Protocol.
+type VIPPortProtocol string
+
+// VIPRequest defines model for VIPRequest.
+type VIPRequest struct {
+	// Addresses The addresses wanted (lbipam.cilium.io/ips); they decide the families.
+	Addresses *[]string `json:"addresses,omitempty"`
+
+	// Families One address per family, in order of preference; default [ipv4] unless addresses are named.
+	Families *[]Family `json:"families,omitempty"`
+
+	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
+	Labels *Labels `json:"labels,omitempty"`
+
+	// Reassign Move stranded addresses (released, new ones given).
+	Reassign *bool `json:"reassign,omitempty"`
+
+	// RequireAllFamilies Satisfied only with every family (SingleStack, RequireDualStack); false, one is enough (PreferDualStack).
+	RequireAllFamilies *bool `json:"requireAllFamilies,omitempty"`
+
+	// Sharing Cilium's lbipam.cilium.io/sharing-key and the terms owners of one address must agree on.
+	Sharing *VIPSharing `json:"sharing,omitempty"`
+}
+
+// VIPSharing Cilium's lbipam.cilium.io/sharing-key and the terms owners of one address must agree on.
+type VIPSharing struct {
+	// CrossNamespace Other namespaces this owner shares with ("*" all); both owners must admit each other.
+	CrossNamespace        *[]string                        `json:"crossNamespace,omitempty"`
+	ExternalTrafficPolicy *VIPSharingExternalTrafficPolicy `json:"externalTrafficPolicy,omitempty"`
+
+	// Key Owners share only with owners of the same key; absent, never.
+	Key *string `json:"key,omitempty"`
+
+	// PermitDifferentPods With Local, share with owners of other Pods when both permit it (lbipam.cilium.io/sharing-permit-different-pods).
+	PermitDifferentPods *bool `json:"permitDifferentPods,omitempty"`
+
+	// PodSelector The Pods the owner sends to; with Local, owners of one address select the same Pods.
+	PodSelector *Labels `json:"podSelector,omitempty"`
+
+	// Ports Owners of one address never serve one port and protocol.
+	Ports *[]VIPPort `json:"ports,omitempty"`
+}
+
+// VIPSharingExternalTrafficPolicy defines model for VIPSharing.ExternalTrafficPolicy.
+type VIPSharingExternalTrafficPolicy string
+
 // ContainerIDParam defines model for ContainerIDParam.
 type ContainerIDParam = string
 
@@ -1611,6 +1757,12 @@ type NetworkParam = string
 
 // NodeNameParam defines model for NodeNameParam.
 type NodeNameParam = string
+
+// OwnerNameParam defines model for OwnerNameParam.
+type OwnerNameParam = string
+
+// OwnerNamespaceParam defines model for OwnerNamespaceParam.
+type OwnerNamespaceParam = string
 
 // PoolNameParam defines model for PoolNameParam.
 type PoolNameParam = string
@@ -1994,6 +2146,36 @@ type ListTokensParams struct {
 	Continue *ContinueParam `form:"continue,omitempty" json:"continue,omitempty"`
 }
 
+// ListVIPOwnersParams defines parameters for ListVIPOwners.
+type ListVIPOwnersParams struct {
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+
+	// Limit Page size, 1 to 1000; default 100.
+	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Continue The `continue` token of the previous page.
+	Continue *ContinueParam `form:"continue,omitempty" json:"continue,omitempty"`
+}
+
+// ReleaseVIPsParams defines parameters for ReleaseVIPs.
+type ReleaseVIPsParams struct {
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
+// GetVIPsParams defines parameters for GetVIPs.
+type GetVIPsParams struct {
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
+// AssignVIPsParams defines parameters for AssignVIPs.
+type AssignVIPsParams struct {
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
 // CreateLBPoolJSONRequestBody defines body for CreateLBPool for application/json ContentType.
 type CreateLBPoolJSONRequestBody = LBPoolRequest
 
@@ -2023,6 +2205,9 @@ type CreateSpaceJSONRequestBody = SpaceRequest
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = TokenRequest
+
+// AssignVIPsJSONRequestBody defines body for AssignVIPs for application/json ContentType.
+type AssignVIPsJSONRequestBody = VIPRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -2564,6 +2749,71 @@ type ClientInterface interface {
 	//
 	// Corresponds with DELETE /v1/tokens/{name} (the `RevokeToken` operationId).
 	RevokeToken(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListVIPOwners List VIP owners with what they hold.
+	//
+	// Corresponds with GET /v1/vip-owners (the `ListVIPOwners` operationId).
+	ListVIPOwners(ctx context.Context, params *ListVIPOwnersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseVIPs Release everything the owner holds (204, also when it holds nothing).
+	//
+	// Corresponds with DELETE /v1/vip-owners/{namespace}/{name} (the `ReleaseVIPs` operationId).
+	ReleaseVIPs(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *ReleaseVIPsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetVIPs What the owner holds, and whether its last request was satisfied.
+	//
+	// Corresponds with GET /v1/vip-owners/{namespace}/{name} (the `GetVIPs` operationId).
+	GetVIPs(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *GetVIPsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AssignVIPsWithBody Ask for VIPs; answers what the owner holds.
+	//
+	// One address per family of `families` (in order of preference),
+	// or the `addresses` named, from the oldest VIP pool that gives the
+	// owner addresses: enabled, not conflicting, its `serviceSelector`
+	// matching `labels` plus `io.kubernetes.service.namespace` /
+	// `io.kubernetes.service.name`. With a `sharing.key`, the owner
+	// shares an address of the key with owners whose terms are
+	// compatible (ports and protocols apart, namespaces admitting each
+	// other, the same externalTrafficPolicy, with Local the same Pods).
+	// The request replaces the owner's last one: addresses it still
+	// serves stay (a retry answers the same), the others are released.
+	// An address no pool offers the owner any more (a pool edit moved
+	// its blocks or selector) stays, reported `stranded`, until a
+	// request with `reassign: true` moves it. A request that cannot be
+	// satisfied is no error: 200 with `satisfied: false` and Cilium's
+	// reason (`no_pool`, `out_of_ips`, `pool_selector_mismatch`,
+	// `already_allocated`, `already_allocated_incompatible_service`,
+	// `stranded`), keeping whatever was given.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/vip-owners/{namespace}/{name} (the `AssignVIPs` operationId).
+	AssignVIPsWithBody(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *AssignVIPsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AssignVIPs Ask for VIPs; answers what the owner holds.
+	//
+	// One address per family of `families` (in order of preference),
+	// or the `addresses` named, from the oldest VIP pool that gives the
+	// owner addresses: enabled, not conflicting, its `serviceSelector`
+	// matching `labels` plus `io.kubernetes.service.namespace` /
+	// `io.kubernetes.service.name`. With a `sharing.key`, the owner
+	// shares an address of the key with owners whose terms are
+	// compatible (ports and protocols apart, namespaces admitting each
+	// other, the same externalTrafficPolicy, with Local the same Pods).
+	// The request replaces the owner's last one: addresses it still
+	// serves stay (a retry answers the same), the others are released.
+	// An address no pool offers the owner any more (a pool edit moved
+	// its blocks or selector) stays, reported `stranded`, until a
+	// request with `reassign: true` moves it. A request that cannot be
+	// satisfied is no error: 200 with `satisfied: false` and Cilium's
+	// reason (`no_pool`, `out_of_ips`, `pool_selector_mismatch`,
+	// `already_allocated`, `already_allocated_incompatible_service`,
+	// `stranded`), keeping whatever was given.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/vip-owners/{namespace}/{name} (the `AssignVIPs` operationId).
+	AssignVIPs(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *AssignVIPsParams, body AssignVIPsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
@@ -3553,6 +3803,121 @@ func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBod
 // Corresponds with DELETE /v1/tokens/{name} (the `RevokeToken` operationId).
 func (c *Client) RevokeToken(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRevokeTokenRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListVIPOwners List VIP owners with what they hold.
+//
+// Corresponds with GET /v1/vip-owners (the `ListVIPOwners` operationId).
+func (c *Client) ListVIPOwners(ctx context.Context, params *ListVIPOwnersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListVIPOwnersRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseVIPs Release everything the owner holds (204, also when it holds nothing).
+//
+// Corresponds with DELETE /v1/vip-owners/{namespace}/{name} (the `ReleaseVIPs` operationId).
+func (c *Client) ReleaseVIPs(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *ReleaseVIPsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseVIPsRequest(c.Server, namespace, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetVIPs What the owner holds, and whether its last request was satisfied.
+//
+// Corresponds with GET /v1/vip-owners/{namespace}/{name} (the `GetVIPs` operationId).
+func (c *Client) GetVIPs(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *GetVIPsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetVIPsRequest(c.Server, namespace, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AssignVIPsWithBody Ask for VIPs; answers what the owner holds.
+//
+// One address per family of `families` (in order of preference),
+// or the `addresses` named, from the oldest VIP pool that gives the
+// owner addresses: enabled, not conflicting, its `serviceSelector`
+// matching `labels` plus `io.kubernetes.service.namespace` /
+// `io.kubernetes.service.name`. With a `sharing.key`, the owner
+// shares an address of the key with owners whose terms are
+// compatible (ports and protocols apart, namespaces admitting each
+// other, the same externalTrafficPolicy, with Local the same Pods).
+// The request replaces the owner's last one: addresses it still
+// serves stay (a retry answers the same), the others are released.
+// An address no pool offers the owner any more (a pool edit moved
+// its blocks or selector) stays, reported `stranded`, until a
+// request with `reassign: true` moves it. A request that cannot be
+// satisfied is no error: 200 with `satisfied: false` and Cilium's
+// reason (`no_pool`, `out_of_ips`, `pool_selector_mismatch`,
+// `already_allocated`, `already_allocated_incompatible_service`,
+// `stranded`), keeping whatever was given.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/vip-owners/{namespace}/{name} (the `AssignVIPs` operationId).
+func (c *Client) AssignVIPsWithBody(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *AssignVIPsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAssignVIPsRequestWithBody(c.Server, namespace, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AssignVIPs Ask for VIPs; answers what the owner holds.
+//
+// One address per family of `families` (in order of preference),
+// or the `addresses` named, from the oldest VIP pool that gives the
+// owner addresses: enabled, not conflicting, its `serviceSelector`
+// matching `labels` plus `io.kubernetes.service.namespace` /
+// `io.kubernetes.service.name`. With a `sharing.key`, the owner
+// shares an address of the key with owners whose terms are
+// compatible (ports and protocols apart, namespaces admitting each
+// other, the same externalTrafficPolicy, with Local the same Pods).
+// The request replaces the owner's last one: addresses it still
+// serves stay (a retry answers the same), the others are released.
+// An address no pool offers the owner any more (a pool edit moved
+// its blocks or selector) stays, reported `stranded`, until a
+// request with `reassign: true` moves it. A request that cannot be
+// satisfied is no error: 200 with `satisfied: false` and Cilium's
+// reason (`no_pool`, `out_of_ips`, `pool_selector_mismatch`,
+// `already_allocated`, `already_allocated_incompatible_service`,
+// `stranded`), keeping whatever was given.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/vip-owners/{namespace}/{name} (the `AssignVIPs` operationId).
+func (c *Client) AssignVIPs(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *AssignVIPsParams, body AssignVIPsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAssignVIPsRequest(c.Server, namespace, name, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -6615,6 +6980,301 @@ func NewRevokeTokenRequest(server string, name string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListVIPOwnersRequest constructs an http.Request for the ListVIPOwners method
+func NewListVIPOwnersRequest(server string, params *ListVIPOwnersParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/vip-owners")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Continue != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "continue", *params.Continue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewReleaseVIPsRequest constructs an http.Request for the ReleaseVIPs method
+func NewReleaseVIPsRequest(server string, namespace OwnerNamespaceParam, name OwnerNameParam, params *ReleaseVIPsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "namespace", namespace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/vip-owners/%s/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetVIPsRequest constructs an http.Request for the GetVIPs method
+func NewGetVIPsRequest(server string, namespace OwnerNamespaceParam, name OwnerNameParam, params *GetVIPsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "namespace", namespace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/vip-owners/%s/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAssignVIPsRequest calls the generic AssignVIPs builder with application/json body
+func NewAssignVIPsRequest(server string, namespace OwnerNamespaceParam, name OwnerNameParam, params *AssignVIPsParams, body AssignVIPsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAssignVIPsRequestWithBody(server, namespace, name, params, "application/json", bodyReader)
+}
+
+// NewAssignVIPsRequestWithBody constructs an http.Request for the AssignVIPs method, with any body, and a specified content type
+func NewAssignVIPsRequestWithBody(server string, namespace OwnerNamespaceParam, name OwnerNameParam, params *AssignVIPsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "namespace", namespace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/vip-owners/%s/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -7191,6 +7851,77 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /v1/tokens/{name} (the `RevokeToken` operationId).
 	RevokeTokenWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error)
+
+	// ListVIPOwnersWithResponse List VIP owners with what they hold.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/vip-owners (the `ListVIPOwners` operationId).
+	ListVIPOwnersWithResponse(ctx context.Context, params *ListVIPOwnersParams, reqEditors ...RequestEditorFn) (*ListVIPOwnersResponse, error)
+
+	// ReleaseVIPsWithResponse Release everything the owner holds (204, also when it holds nothing).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/vip-owners/{namespace}/{name} (the `ReleaseVIPs` operationId).
+	ReleaseVIPsWithResponse(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *ReleaseVIPsParams, reqEditors ...RequestEditorFn) (*ReleaseVIPsResponse, error)
+
+	// GetVIPsWithResponse What the owner holds, and whether its last request was satisfied.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/vip-owners/{namespace}/{name} (the `GetVIPs` operationId).
+	GetVIPsWithResponse(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *GetVIPsParams, reqEditors ...RequestEditorFn) (*GetVIPsResponse, error)
+
+	// AssignVIPsWithBodyWithResponse Ask for VIPs; answers what the owner holds.
+	//
+	// One address per family of `families` (in order of preference),
+	// or the `addresses` named, from the oldest VIP pool that gives the
+	// owner addresses: enabled, not conflicting, its `serviceSelector`
+	// matching `labels` plus `io.kubernetes.service.namespace` /
+	// `io.kubernetes.service.name`. With a `sharing.key`, the owner
+	// shares an address of the key with owners whose terms are
+	// compatible (ports and protocols apart, namespaces admitting each
+	// other, the same externalTrafficPolicy, with Local the same Pods).
+	// The request replaces the owner's last one: addresses it still
+	// serves stay (a retry answers the same), the others are released.
+	// An address no pool offers the owner any more (a pool edit moved
+	// its blocks or selector) stays, reported `stranded`, until a
+	// request with `reassign: true` moves it. A request that cannot be
+	// satisfied is no error: 200 with `satisfied: false` and Cilium's
+	// reason (`no_pool`, `out_of_ips`, `pool_selector_mismatch`,
+	// `already_allocated`, `already_allocated_incompatible_service`,
+	// `stranded`), keeping whatever was given.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/vip-owners/{namespace}/{name} (the `AssignVIPs` operationId).
+	AssignVIPsWithBodyWithResponse(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *AssignVIPsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AssignVIPsResponse, error)
+
+	// AssignVIPsWithResponse Ask for VIPs; answers what the owner holds.
+	//
+	// One address per family of `families` (in order of preference),
+	// or the `addresses` named, from the oldest VIP pool that gives the
+	// owner addresses: enabled, not conflicting, its `serviceSelector`
+	// matching `labels` plus `io.kubernetes.service.namespace` /
+	// `io.kubernetes.service.name`. With a `sharing.key`, the owner
+	// shares an address of the key with owners whose terms are
+	// compatible (ports and protocols apart, namespaces admitting each
+	// other, the same externalTrafficPolicy, with Local the same Pods).
+	// The request replaces the owner's last one: addresses it still
+	// serves stay (a retry answers the same), the others are released.
+	// An address no pool offers the owner any more (a pool edit moved
+	// its blocks or selector) stays, reported `stranded`, until a
+	// request with `reassign: true` moves it. A request that cannot be
+	// satisfied is no error: 200 with `satisfied: false` and Cilium's
+	// reason (`no_pool`, `out_of_ips`, `pool_selector_mismatch`,
+	// `already_allocated`, `already_allocated_incompatible_service`,
+	// `stranded`), keeping whatever was given.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/vip-owners/{namespace}/{name} (the `AssignVIPs` operationId).
+	AssignVIPsWithResponse(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *AssignVIPsParams, body AssignVIPsJSONRequestBody, reqEditors ...RequestEditorFn) (*AssignVIPsResponse, error)
 }
 
 type GetHealthzResponse struct {
@@ -11868,6 +12599,429 @@ func (r RevokeTokenResponse) ContentType() string {
 	return ""
 }
 
+// ListVIPOwnersResponse429Headers the declared response headers of an HTTP 429 response for ListVIPOwners
+type ListVIPOwnersResponse429Headers struct {
+	RetryAfter *int
+}
+
+// ListVIPOwnersResponse503Headers the declared response headers of an HTTP 503 response for ListVIPOwners
+type ListVIPOwnersResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListVIPOwnersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *VIPOwnerList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListVIPOwnersResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListVIPOwnersResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListVIPOwnersResponse) GetJSON200() *VIPOwnerList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListVIPOwnersResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListVIPOwnersResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListVIPOwnersResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListVIPOwnersResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListVIPOwnersResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListVIPOwnersResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListVIPOwnersResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListVIPOwnersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListVIPOwnersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListVIPOwnersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListVIPOwnersResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReleaseVIPsResponse429Headers the declared response headers of an HTTP 429 response for ReleaseVIPs
+type ReleaseVIPsResponse429Headers struct {
+	RetryAfter *int
+}
+
+// ReleaseVIPsResponse503Headers the declared response headers of an HTTP 503 response for ReleaseVIPs
+type ReleaseVIPsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ReleaseVIPsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReleaseVIPsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseVIPsResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReleaseVIPsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleaseVIPsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReleaseVIPsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReleaseVIPsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReleaseVIPsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReleaseVIPsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReleaseVIPsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseVIPsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseVIPsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseVIPsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseVIPsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetVIPsResponse429Headers the declared response headers of an HTTP 429 response for GetVIPs
+type GetVIPsResponse429Headers struct {
+	RetryAfter *int
+}
+
+// GetVIPsResponse503Headers the declared response headers of an HTTP 503 response for GetVIPs
+type GetVIPsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetVIPsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *VIPAssignment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetVIPsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetVIPsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetVIPsResponse) GetJSON200() *VIPAssignment {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetVIPsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetVIPsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetVIPsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetVIPsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetVIPsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetVIPsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetVIPsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetVIPsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetVIPsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetVIPsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetVIPsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AssignVIPsResponse429Headers the declared response headers of an HTTP 429 response for AssignVIPs
+type AssignVIPsResponse429Headers struct {
+	RetryAfter *int
+}
+
+// AssignVIPsResponse503Headers the declared response headers of an HTTP 503 response for AssignVIPs
+type AssignVIPsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type AssignVIPsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *VIPAssignment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AssignVIPsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AssignVIPsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AssignVIPsResponse) GetJSON200() *VIPAssignment {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AssignVIPsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AssignVIPsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AssignVIPsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AssignVIPsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AssignVIPsResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AssignVIPsResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AssignVIPsResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AssignVIPsResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AssignVIPsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AssignVIPsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AssignVIPsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AssignVIPsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AssignVIPsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetHealthzWithResponse Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -12717,6 +13871,107 @@ func (c *ClientWithResponses) RevokeTokenWithResponse(ctx context.Context, name 
 		return nil, err
 	}
 	return ParseRevokeTokenResponse(rsp)
+}
+
+// ListVIPOwnersWithResponse List VIP owners with what they hold.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/vip-owners (the `ListVIPOwners` operationId).
+func (c *ClientWithResponses) ListVIPOwnersWithResponse(ctx context.Context, params *ListVIPOwnersParams, reqEditors ...RequestEditorFn) (*ListVIPOwnersResponse, error) {
+	rsp, err := c.ListVIPOwners(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListVIPOwnersResponse(rsp)
+}
+
+// ReleaseVIPsWithResponse Release everything the owner holds (204, also when it holds nothing).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/vip-owners/{namespace}/{name} (the `ReleaseVIPs` operationId).
+func (c *ClientWithResponses) ReleaseVIPsWithResponse(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *ReleaseVIPsParams, reqEditors ...RequestEditorFn) (*ReleaseVIPsResponse, error) {
+	rsp, err := c.ReleaseVIPs(ctx, namespace, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseVIPsResponse(rsp)
+}
+
+// GetVIPsWithResponse What the owner holds, and whether its last request was satisfied.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/vip-owners/{namespace}/{name} (the `GetVIPs` operationId).
+func (c *ClientWithResponses) GetVIPsWithResponse(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *GetVIPsParams, reqEditors ...RequestEditorFn) (*GetVIPsResponse, error) {
+	rsp, err := c.GetVIPs(ctx, namespace, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetVIPsResponse(rsp)
+}
+
+// AssignVIPsWithBodyWithResponse Ask for VIPs; answers what the owner holds.
+//
+// One address per family of `families` (in order of preference),
+// or the `addresses` named, from the oldest VIP pool that gives the
+// owner addresses: enabled, not conflicting, its `serviceSelector`
+// matching `labels` plus `io.kubernetes.service.namespace` /
+// `io.kubernetes.service.name`. With a `sharing.key`, the owner
+// shares an address of the key with owners whose terms are
+// compatible (ports and protocols apart, namespaces admitting each
+// other, the same externalTrafficPolicy, with Local the same Pods).
+// The request replaces the owner's last one: addresses it still
+// serves stay (a retry answers the same), the others are released.
+// An address no pool offers the owner any more (a pool edit moved
+// its blocks or selector) stays, reported `stranded`, until a
+// request with `reassign: true` moves it. A request that cannot be
+// satisfied is no error: 200 with `satisfied: false` and Cilium's
+// reason (`no_pool`, `out_of_ips`, `pool_selector_mismatch`,
+// `already_allocated`, `already_allocated_incompatible_service`,
+// `stranded`), keeping whatever was given.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/vip-owners/{namespace}/{name} (the `AssignVIPs` operationId).
+func (c *ClientWithResponses) AssignVIPsWithBodyWithResponse(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *AssignVIPsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AssignVIPsResponse, error) {
+	rsp, err := c.AssignVIPsWithBody(ctx, namespace, name, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAssignVIPsResponse(rsp)
+}
+
+// AssignVIPsWithResponse Ask for VIPs; answers what the owner holds.
+//
+// One address per family of `families` (in order of preference),
+// or the `addresses` named, from the oldest VIP pool that gives the
+// owner addresses: enabled, not conflicting, its `serviceSelector`
+// matching `labels` plus `io.kubernetes.service.namespace` /
+// `io.kubernetes.service.name`. With a `sharing.key`, the owner
+// shares an address of the key with owners whose terms are
+// compatible (ports and protocols apart, namespaces admitting each
+// other, the same externalTrafficPolicy, with Local the same Pods).
+// The request replaces the owner's last one: addresses it still
+// serves stay (a retry answers the same), the others are released.
+// An address no pool offers the owner any more (a pool edit moved
+// its blocks or selector) stays, reported `stranded`, until a
+// request with `reassign: true` moves it. A request that cannot be
+// satisfied is no error: 200 with `satisfied: false` and Cilium's
+// reason (`no_pool`, `out_of_ips`, `pool_selector_mismatch`,
+// `already_allocated`, `already_allocated_incompatible_service`,
+// `stranded`), keeping whatever was given.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/vip-owners/{namespace}/{name} (the `AssignVIPs` operationId).
+func (c *ClientWithResponses) AssignVIPsWithResponse(ctx context.Context, namespace OwnerNamespaceParam, name OwnerNameParam, params *AssignVIPsParams, body AssignVIPsJSONRequestBody, reqEditors ...RequestEditorFn) (*AssignVIPsResponse, error) {
+	rsp, err := c.AssignVIPs(ctx, namespace, name, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAssignVIPsResponse(rsp)
 }
 
 // ParseGetHealthzResponse parses an HTTP response from a GetHealthzWithResponse call
@@ -17196,6 +18451,408 @@ func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) 
 	return response, nil
 }
 
+// ParseListVIPOwnersResponse parses an HTTP response from a ListVIPOwnersWithResponse call
+func ParseListVIPOwnersResponse(rsp *http.Response) (*ListVIPOwnersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListVIPOwnersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest VIPOwnerList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListVIPOwnersResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListVIPOwnersResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleaseVIPsResponse parses an HTTP response from a ReleaseVIPsWithResponse call
+func ParseReleaseVIPsResponse(rsp *http.Response) (*ReleaseVIPsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseVIPsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ReleaseVIPsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseVIPsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetVIPsResponse parses an HTTP response from a GetVIPsWithResponse call
+func ParseGetVIPsResponse(rsp *http.Response) (*GetVIPsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetVIPsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest VIPAssignment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers GetVIPsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetVIPsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAssignVIPsResponse parses an HTTP response from a AssignVIPsWithResponse call
+func ParseAssignVIPsResponse(rsp *http.Response) (*AssignVIPsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AssignVIPsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest VIPAssignment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers AssignVIPsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers AssignVIPsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
@@ -17327,6 +18984,18 @@ type ServerInterface interface {
 	// RevokeToken Revoke a token; every replica refuses it from the next request on. Admin only.
 	// (DELETE /v1/tokens/{name})
 	RevokeToken(w http.ResponseWriter, r *http.Request, name string)
+	// ListVIPOwners List VIP owners with what they hold.
+	// (GET /v1/vip-owners)
+	ListVIPOwners(w http.ResponseWriter, r *http.Request, params ListVIPOwnersParams)
+	// ReleaseVIPs Release everything the owner holds (204, also when it holds nothing).
+	// (DELETE /v1/vip-owners/{namespace}/{name})
+	ReleaseVIPs(w http.ResponseWriter, r *http.Request, namespace OwnerNamespaceParam, name OwnerNameParam, params ReleaseVIPsParams)
+	// GetVIPs What the owner holds, and whether its last request was satisfied.
+	// (GET /v1/vip-owners/{namespace}/{name})
+	GetVIPs(w http.ResponseWriter, r *http.Request, namespace OwnerNamespaceParam, name OwnerNameParam, params GetVIPsParams)
+	// AssignVIPs Ask for VIPs; answers what the owner holds.
+	// (PUT /v1/vip-owners/{namespace}/{name})
+	AssignVIPs(w http.ResponseWriter, r *http.Request, namespace OwnerNamespaceParam, name OwnerNameParam, params AssignVIPsParams)
 }
 
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
@@ -17588,6 +19257,30 @@ func (_ Unimplemented) CreateToken(w http.ResponseWriter, r *http.Request) {
 // RevokeToken Revoke a token; every replica refuses it from the next request on. Admin only.
 // (DELETE /v1/tokens/{name})
 func (_ Unimplemented) RevokeToken(w http.ResponseWriter, r *http.Request, name string) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListVIPOwners List VIP owners with what they hold.
+// (GET /v1/vip-owners)
+func (_ Unimplemented) ListVIPOwners(w http.ResponseWriter, r *http.Request, params ListVIPOwnersParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ReleaseVIPs Release everything the owner holds (204, also when it holds nothing).
+// (DELETE /v1/vip-owners/{namespace}/{name})
+func (_ Unimplemented) ReleaseVIPs(w http.ResponseWriter, r *http.Request, namespace OwnerNamespaceParam, name OwnerNameParam, params ReleaseVIPsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetVIPs What the owner holds, and whether its last request was satisfied.
+// (GET /v1/vip-owners/{namespace}/{name})
+func (_ Unimplemented) GetVIPs(w http.ResponseWriter, r *http.Request, namespace OwnerNamespaceParam, name OwnerNameParam, params GetVIPsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// AssignVIPs Ask for VIPs; answers what the owner holds.
+// (PUT /v1/vip-owners/{namespace}/{name})
+func (_ Unimplemented) AssignVIPs(w http.ResponseWriter, r *http.Request, namespace OwnerNamespaceParam, name OwnerNameParam, params AssignVIPsParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -19827,6 +21520,218 @@ func (siw *ServerInterfaceWrapper) RevokeToken(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ListVIPOwners operation middleware
+func (siw *ServerInterfaceWrapper) ListVIPOwners(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListVIPOwnersParams
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "continue" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "continue", r.URL.Query(), &params.Continue, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "continue"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "continue", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListVIPOwners(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReleaseVIPs operation middleware
+func (siw *ServerInterfaceWrapper) ReleaseVIPs(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "namespace" -------------
+	var namespace OwnerNamespaceParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "namespace", chi.URLParam(r, "namespace"), &namespace, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "namespace", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "name" -------------
+	var name OwnerNameParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", chi.URLParam(r, "name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ReleaseVIPsParams
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReleaseVIPs(w, r, namespace, name, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetVIPs operation middleware
+func (siw *ServerInterfaceWrapper) GetVIPs(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "namespace" -------------
+	var namespace OwnerNamespaceParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "namespace", chi.URLParam(r, "namespace"), &namespace, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "namespace", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "name" -------------
+	var name OwnerNameParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", chi.URLParam(r, "name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetVIPsParams
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetVIPs(w, r, namespace, name, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AssignVIPs operation middleware
+func (siw *ServerInterfaceWrapper) AssignVIPs(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "namespace" -------------
+	var namespace OwnerNamespaceParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "namespace", chi.URLParam(r, "namespace"), &namespace, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "namespace", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "name" -------------
+	var name OwnerNameParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", chi.URLParam(r, "name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params AssignVIPsParams
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AssignVIPs(w, r, namespace, name, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -19990,6 +21895,18 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Put(options.BaseURL+"/v1/lb-pools/{pool}", wrapper.UpdateLBPool)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/vip-owners", wrapper.ListVIPOwners)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/vip-owners/{namespace}/{name}", wrapper.ReleaseVIPs)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/vip-owners/{namespace}/{name}", wrapper.GetVIPs)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/v1/vip-owners/{namespace}/{name}", wrapper.AssignVIPs)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/nodes", wrapper.ListNodes)
@@ -26574,6 +28491,603 @@ func (response RevokeTokendefaultApplicationProblemPlusJSONResponse) VisitRevoke
 	return err
 }
 
+type ListVIPOwnersRequestObject struct {
+	Params ListVIPOwnersParams
+}
+
+type ListVIPOwnersResponseObject interface {
+	VisitListVIPOwnersResponse(w http.ResponseWriter) error
+}
+
+type ListVIPOwners200JSONResponse VIPOwnerList
+
+func (response ListVIPOwners200JSONResponse) VisitListVIPOwnersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVIPOwners400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ListVIPOwners400ApplicationProblemPlusJSONResponse) VisitListVIPOwnersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVIPOwners401ApplicationProblemPlusJSONResponse struct {
+	UnauthenticatedApplicationProblemPlusJSONResponse
+}
+
+func (response ListVIPOwners401ApplicationProblemPlusJSONResponse) VisitListVIPOwnersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVIPOwners403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListVIPOwners403ApplicationProblemPlusJSONResponse) VisitListVIPOwnersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVIPOwners404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListVIPOwners404ApplicationProblemPlusJSONResponse) VisitListVIPOwnersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVIPOwners429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListVIPOwners429ApplicationProblemPlusJSONResponse) VisitListVIPOwnersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVIPOwners503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListVIPOwners503ApplicationProblemPlusJSONResponse) VisitListVIPOwnersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListVIPOwnersdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListVIPOwnersdefaultApplicationProblemPlusJSONResponse) VisitListVIPOwnersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseVIPsRequestObject struct {
+	Namespace OwnerNamespaceParam `json:"namespace"`
+	Name      OwnerNameParam      `json:"name"`
+	Params    ReleaseVIPsParams
+}
+
+type ReleaseVIPsResponseObject interface {
+	VisitReleaseVIPsResponse(w http.ResponseWriter) error
+}
+
+type ReleaseVIPs204Response struct {
+}
+
+func (response ReleaseVIPs204Response) VisitReleaseVIPsResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type ReleaseVIPs400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseVIPs400ApplicationProblemPlusJSONResponse) VisitReleaseVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseVIPs401ApplicationProblemPlusJSONResponse struct {
+	UnauthenticatedApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseVIPs401ApplicationProblemPlusJSONResponse) VisitReleaseVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseVIPs403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseVIPs403ApplicationProblemPlusJSONResponse) VisitReleaseVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseVIPs404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseVIPs404ApplicationProblemPlusJSONResponse) VisitReleaseVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseVIPs429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseVIPs429ApplicationProblemPlusJSONResponse) VisitReleaseVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseVIPs503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseVIPs503ApplicationProblemPlusJSONResponse) VisitReleaseVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseVIPsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReleaseVIPsdefaultApplicationProblemPlusJSONResponse) VisitReleaseVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVIPsRequestObject struct {
+	Namespace OwnerNamespaceParam `json:"namespace"`
+	Name      OwnerNameParam      `json:"name"`
+	Params    GetVIPsParams
+}
+
+type GetVIPsResponseObject interface {
+	VisitGetVIPsResponse(w http.ResponseWriter) error
+}
+
+type GetVIPs200JSONResponse VIPAssignment
+
+func (response GetVIPs200JSONResponse) VisitGetVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVIPs400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response GetVIPs400ApplicationProblemPlusJSONResponse) VisitGetVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVIPs401ApplicationProblemPlusJSONResponse struct {
+	UnauthenticatedApplicationProblemPlusJSONResponse
+}
+
+func (response GetVIPs401ApplicationProblemPlusJSONResponse) VisitGetVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVIPs403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response GetVIPs403ApplicationProblemPlusJSONResponse) VisitGetVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVIPs404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response GetVIPs404ApplicationProblemPlusJSONResponse) VisitGetVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVIPs429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response GetVIPs429ApplicationProblemPlusJSONResponse) VisitGetVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVIPs503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response GetVIPs503ApplicationProblemPlusJSONResponse) VisitGetVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetVIPsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetVIPsdefaultApplicationProblemPlusJSONResponse) VisitGetVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AssignVIPsRequestObject struct {
+	Namespace OwnerNamespaceParam `json:"namespace"`
+	Name      OwnerNameParam      `json:"name"`
+	Params    AssignVIPsParams
+	Body      *AssignVIPsJSONRequestBody
+}
+
+type AssignVIPsResponseObject interface {
+	VisitAssignVIPsResponse(w http.ResponseWriter) error
+}
+
+type AssignVIPs200JSONResponse VIPAssignment
+
+func (response AssignVIPs200JSONResponse) VisitAssignVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AssignVIPs400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response AssignVIPs400ApplicationProblemPlusJSONResponse) VisitAssignVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AssignVIPs401ApplicationProblemPlusJSONResponse struct {
+	UnauthenticatedApplicationProblemPlusJSONResponse
+}
+
+func (response AssignVIPs401ApplicationProblemPlusJSONResponse) VisitAssignVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AssignVIPs403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response AssignVIPs403ApplicationProblemPlusJSONResponse) VisitAssignVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AssignVIPs404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response AssignVIPs404ApplicationProblemPlusJSONResponse) VisitAssignVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AssignVIPs413ApplicationProblemPlusJSONResponse struct {
+	PayloadTooLargeApplicationProblemPlusJSONResponse
+}
+
+func (response AssignVIPs413ApplicationProblemPlusJSONResponse) VisitAssignVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AssignVIPs415ApplicationProblemPlusJSONResponse struct {
+	UnsupportedMediaTypeApplicationProblemPlusJSONResponse
+}
+
+func (response AssignVIPs415ApplicationProblemPlusJSONResponse) VisitAssignVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(415)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AssignVIPs429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response AssignVIPs429ApplicationProblemPlusJSONResponse) VisitAssignVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AssignVIPs503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response AssignVIPs503ApplicationProblemPlusJSONResponse) VisitAssignVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type AssignVIPsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response AssignVIPsdefaultApplicationProblemPlusJSONResponse) VisitAssignVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
 	// GetHealthz Liveness; the process serves HTTP and its embedded database, if any, is not gone for good.
@@ -26705,6 +29219,18 @@ type StrictServerInterface interface {
 	// RevokeToken Revoke a token; every replica refuses it from the next request on. Admin only.
 	// (DELETE /v1/tokens/{name})
 	RevokeToken(ctx context.Context, request RevokeTokenRequestObject) (RevokeTokenResponseObject, error)
+	// ListVIPOwners List VIP owners with what they hold.
+	// (GET /v1/vip-owners)
+	ListVIPOwners(ctx context.Context, request ListVIPOwnersRequestObject) (ListVIPOwnersResponseObject, error)
+	// ReleaseVIPs Release everything the owner holds (204, also when it holds nothing).
+	// (DELETE /v1/vip-owners/{namespace}/{name})
+	ReleaseVIPs(ctx context.Context, request ReleaseVIPsRequestObject) (ReleaseVIPsResponseObject, error)
+	// GetVIPs What the owner holds, and whether its last request was satisfied.
+	// (GET /v1/vip-owners/{namespace}/{name})
+	GetVIPs(ctx context.Context, request GetVIPsRequestObject) (GetVIPsResponseObject, error)
+	// AssignVIPs Ask for VIPs; answers what the owner holds.
+	// (PUT /v1/vip-owners/{namespace}/{name})
+	AssignVIPs(ctx context.Context, request AssignVIPsRequestObject) (AssignVIPsResponseObject, error)
 }
 
 type StrictHandlerFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error)
@@ -27946,6 +30472,123 @@ func (sh *strictHandler) RevokeToken(w http.ResponseWriter, r *http.Request, nam
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(RevokeTokenResponseObject); ok {
 		if err := validResponse.VisitRevokeTokenResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListVIPOwners operation middleware
+func (sh *strictHandler) ListVIPOwners(w http.ResponseWriter, r *http.Request, params ListVIPOwnersParams) {
+	var request ListVIPOwnersRequestObject
+
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListVIPOwners(ctx, request.(ListVIPOwnersRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListVIPOwners")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListVIPOwnersResponseObject); ok {
+		if err := validResponse.VisitListVIPOwnersResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ReleaseVIPs operation middleware
+func (sh *strictHandler) ReleaseVIPs(w http.ResponseWriter, r *http.Request, namespace OwnerNamespaceParam, name OwnerNameParam, params ReleaseVIPsParams) {
+	var request ReleaseVIPsRequestObject
+
+	request.Namespace = namespace
+	request.Name = name
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ReleaseVIPs(ctx, request.(ReleaseVIPsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReleaseVIPs")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReleaseVIPsResponseObject); ok {
+		if err := validResponse.VisitReleaseVIPsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetVIPs operation middleware
+func (sh *strictHandler) GetVIPs(w http.ResponseWriter, r *http.Request, namespace OwnerNamespaceParam, name OwnerNameParam, params GetVIPsParams) {
+	var request GetVIPsRequestObject
+
+	request.Namespace = namespace
+	request.Name = name
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetVIPs(ctx, request.(GetVIPsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetVIPs")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetVIPsResponseObject); ok {
+		if err := validResponse.VisitGetVIPsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// AssignVIPs operation middleware
+func (sh *strictHandler) AssignVIPs(w http.ResponseWriter, r *http.Request, namespace OwnerNamespaceParam, name OwnerNameParam, params AssignVIPsParams) {
+	var request AssignVIPsRequestObject
+
+	request.Namespace = namespace
+	request.Name = name
+	request.Params = params
+
+	var body AssignVIPsJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.AssignVIPs(ctx, request.(AssignVIPsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "AssignVIPs")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(AssignVIPsResponseObject); ok {
+		if err := validResponse.VisitAssignVIPsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

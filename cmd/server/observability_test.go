@@ -41,6 +41,12 @@ func TestOperationsKitUsesExportedMetrics(t *testing.T) {
 			fmt.Sprintf(`{"containerID":"c%d","interface":"eth0","owner":{"namespace":"ns","name":"p%d"}}`, i, i))
 	}
 	mustCall(t, 204, "DELETE", base+"/v1/nodes/n1/attachments/c0/eth0", "")
+	// VIP pools, one conflicting, and an owner without a pool: the
+	// lbipam_* series exist.
+	mustCall(t, 201, "POST", base+"/v1/lb-pools", `{"name":"vips","spec":{"blocks":[{"cidr":"192.168.5.0/24"}]}}`)
+	mustCall(t, 201, "POST", base+"/v1/lb-pools", `{"name":"late","spec":{"blocks":[{"start":"192.168.5.9"}]}}`)
+	mustCall(t, 200, "PUT", base+"/v1/vip-owners/ns/web", `{}`)
+	mustCall(t, 200, "PUT", base+"/v1/vip-owners/ns/v6", `{"families":["ipv6"]}`)
 	// A pool growing by 100 addresses every 25 minutes, so that the
 	// forecast (and its gauge) exists.
 	conn, err := pgx.Connect(t.Context(), dbURL)
@@ -65,7 +71,8 @@ func TestOperationsKitUsesExportedMetrics(t *testing.T) {
 		name, _, _ = strings.Cut(name, " ")
 		exported[name] = true
 	}
-	for _, want := range []string{"ipam_pool_exhaustion_forecast_hours", "ipam_release_duration_seconds_bucket", "ipam_available_ips"} {
+	for _, want := range []string{"ipam_pool_exhaustion_forecast_hours", "ipam_release_duration_seconds_bucket", "ipam_available_ips",
+		"lbipam_conflicting_pools", "lbipam_ips_available", "lbipam_ips_used", "lbipam_services_matching", "lbipam_services_unsatisfied"} {
 		if !exported[want] {
 			t.Fatalf("the sequence did not make %s exist; exposition:\n%s", want, exposition)
 		}

@@ -81,6 +81,11 @@ func observeUsage(cilium, meter metric.Meter, reports *usageReports) error {
 	used := gauge(cilium, "ipam_used_ips", "", "Addresses of a node's blocks that are not free: leased, pending, reserved for Cilium's agent (crd mode), or released and cooling (Cilium operator: ipam_used_ips).")
 	needed := gauge(cilium, "ipam_needed_ips", "", "Addresses a node lacks to meet its pools' need, neededIPCeil(demand, preAllocate) (Cilium operator: ipam_needed_ips).")
 	nodes := gauge(cilium, "ipam_nodes", "", "Nodes by category: total, in-deficit (below their need), at-capacity (no free address in some pool family they hold blocks of).")
+	lbConflicting := gauge(cilium, "lbipam_conflicting_pools", "", "VIP pools marked conflicting (a block overlaps an older pool's), per space (Cilium: lbipam_conflicting_pools).")
+	lbAvailable := gauge(cilium, "lbipam_ips_available", "", "Addresses a VIP pool may still give, per pool (Cilium: lbipam_ips_available).")
+	lbUsed := gauge(cilium, "lbipam_ips_used", "", "Addresses given from a VIP pool and held, per pool (Cilium: lbipam_ips_used).")
+	lbMatching := gauge(cilium, "lbipam_services_matching", "", "VIP owners (Services) served, per space (Cilium: lbipam_services_matching).")
+	lbUnsatisfied := gauge(cilium, "lbipam_services_unsatisfied", "", "VIP owners whose last request was not satisfied (no pool, out of addresses, stranded...), per space (Cilium: lbipam_services_unsatisfied).")
 
 	poolAddresses := gauge(meter, "ipam.pool.addresses", "{address}", "A pool family's addresses in carved blocks by state: leased (pending and active), cooling, free.")
 	poolBlocks := gauge(meter, "ipam.pool.blocks", "{block}", "A pool family's blocks: carved, and free (can still be carved, outside reserved ranges).")
@@ -121,8 +126,9 @@ func observeUsage(cilium, meter metric.Meter, reports *usageReports) error {
 		o.ObserveInt64(nodes, int64(len(r.Nodes)), total)
 		o.ObserveInt64(nodes, deficit, inDeficit)
 		o.ObserveInt64(nodes, full, atCapacity)
+		observeLB(o, r, lbConflicting, lbAvailable, lbUsed, lbMatching, lbUnsatisfied)
 		return nil
-	}, available, used, needed, nodes); err != nil {
+	}, available, used, needed, nodes, lbConflicting, lbAvailable, lbUsed, lbMatching, lbUnsatisfied); err != nil {
 		return fmt.Errorf("usage metrics: %w", err)
 	}
 
@@ -156,6 +162,31 @@ func observeUsage(cilium, meter metric.Meter, reports *usageReports) error {
 		return fmt.Errorf("usage metrics: %w", err)
 	}
 	return nil
+}
+
+// observeLB exports the VIP pools and owners of r in Cilium's LB IPAM
+// names, with a space label: every space that has VIP pools or owners
+// reports its conflicting pools and owners, 0 included.
+func observeLB(o metric.Observer, r store.UsageReport, conflicting, available, used, matching, unsatisfied metric.Int64Observable) {
+	conflicts := map[string]int64{}
+	for _, p := range r.LBPools {
+		attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("space", p.Space), attribute.String("pool", p.Pool)))
+		o.ObserveInt64(available, p.Available, attrs)
+		o.ObserveInt64(used, p.Used, attrs)
+		if p.Conflicting {
+			conflicts[p.Space]++
+		} else {
+			conflicts[p.Space] += 0
+		}
+	}
+	for space, n := range conflicts {
+		o.ObserveInt64(conflicting, n, metric.WithAttributeSet(attribute.NewSet(attribute.String("space", space))))
+	}
+	for _, w := range r.LBOwners {
+		attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("space", w.Space)))
+		o.ObserveInt64(matching, w.Matching, attrs)
+		o.ObserveInt64(unsatisfied, w.Unsatisfied, attrs)
+	}
 }
 
 // crdTerms restates a node served in Cilium's crd mode as Cilium's operator

@@ -47,6 +47,9 @@ const (
 	// FindingAddressRangeOverlap: a VIP block overlaps a Pod pool CIDR,
 	// or two VIP blocks of pools not marked conflicting overlap.
 	FindingAddressRangeOverlap FindingKind = "address-range-overlap"
+	// FindingVIPState: a VIP without a holder, or one inside a Pod pool
+	// CIDR (where a Pod could be given it too).
+	FindingVIPState FindingKind = "vip-state"
 )
 
 // Finding is one broken invariant and the rows concerned, named as a

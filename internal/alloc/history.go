@@ -37,6 +37,10 @@ const (
 	EventLBPoolCreate EventKind = "lbpool-create"
 	EventLBPoolUpdate EventKind = "lbpool-update"
 	EventLBPoolDelete EventKind = "lbpool-delete"
+	// VIP events carry the address, the pool it came from and the owner
+	// (Namespace, Name of Owner): given or shared, then let go.
+	EventVIPAssign  EventKind = "vip-assign"
+	EventVIPRelease EventKind = "vip-release"
 )
 
 // Ends reports whether the event ends a holding of the address.

@@ -210,7 +210,7 @@ func (s LBPoolSpec) Totals() map[Family]int64 {
 	out := map[Family]int64{}
 	for _, r := range s.Ranges() {
 		f := FamilyOf(r.From())
-		out[f] = saturatingAdd(out[f], RangeSize(r))
+		out[f] = SaturatingAdd(out[f], RangeSize(r))
 	}
 	return out
 }
@@ -231,7 +231,8 @@ func RangeSize(r netipx.IPRange) int64 {
 	return int64(lo) + 1
 }
 
-func saturatingAdd(a, b int64) int64 {
+// SaturatingAdd is a+b of non-negative counts, at most math.MaxInt64.
+func SaturatingAdd(a, b int64) int64 {
 	if a > math.MaxInt64-b {
 		return math.MaxInt64
 	}

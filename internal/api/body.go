@@ -123,6 +123,15 @@ func checkStrictJSON(data []byte, t reflect.Type) error {
 		}
 	}
 	strict, err := k8sjson.UnmarshalStrict(data, reflect.New(t).Interface())
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		// encoding/json names the field without the indices of the lists
+		// it is in (ports.port); the path at the error's offset has them.
+		if path := pathAt(data, typeErr.Offset); path != "" && stripIndices(path) == typeErr.Field {
+			typeErr.Field = path
+		}
+		return bodyError(typeErr)
+	}
 	if err != nil || len(strict) == 0 {
 		return nil
 	}
@@ -143,10 +152,39 @@ func checkStrictJSON(data []byte, t reflect.Type) error {
 // firstNull finds the first null in data and its JSON path (a.b[2].c);
 // ok is false when there is none, or when data is not valid JSON.
 func firstNull(data []byte) (path string, ok bool) {
+	walkJSON(data, func(tok json.Token, p string, _ int64) bool {
+		if tok == nil {
+			path, ok = p, true
+			return true
+		}
+		return false
+	})
+	return path, ok
+}
+
+// pathAt is the JSON path (a.b[2].c) of the value of data that ends at
+// offset or, failing that, the first one ending after it; "" when data has
+// none.
+func pathAt(data []byte, offset int64) string {
+	var path string
+	walkJSON(data, func(_ json.Token, p string, end int64) bool {
+		if end >= offset {
+			path = p
+			return true
+		}
+		return false
+	})
+	return path
+}
+
+// walkJSON calls visit with every value token of data (scalars, and the
+// opening delimiter of objects and arrays), its JSON path and the offset
+// where it ends, until visit answers true or data ends or is not JSON.
+func walkJSON(data []byte, visit func(tok json.Token, path string, end int64) bool) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	type frame struct {
-		object bool
+		object bool   // an object, else an array
 		key    string // the current key of an object
 		index  int    // the next index of an array
 		expect bool   // an object expects a key next
@@ -179,11 +217,8 @@ func firstNull(data []byte) (path string, ok bool) {
 			stack[n-1].index++
 		}
 		tok, err := dec.Token()
-		if err == io.EOF {
-			return "", false
-		}
 		if err != nil {
-			return "", false
+			return
 		}
 		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].expect {
 			if k, isKey := tok.(string); isKey {
@@ -193,19 +228,38 @@ func firstNull(data []byte) (path string, ok bool) {
 			}
 		}
 		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, frame{object: true, expect: true})
-		case json.Delim('['):
-			stack = append(stack, frame{})
+		case json.Delim('{'), json.Delim('['):
+			if visit(tok, pathOf(), dec.InputOffset()) {
+				return
+			}
+			stack = append(stack, frame{object: tok == json.Delim('{'), expect: tok == json.Delim('{')})
 		case json.Delim('}'), json.Delim(']'):
 			stack = stack[:len(stack)-1]
 			value()
-		case nil:
-			return pathOf(), true
 		default:
+			if visit(tok, pathOf(), dec.InputOffset()) {
+				return
+			}
 			value()
 		}
 	}
+}
+
+// stripIndices drops the list indices of a JSON path: a[2].b is a.b.
+func stripIndices(path string) string {
+	var b strings.Builder
+	skip := false
+	for _, r := range path {
+		switch {
+		case r == '[':
+			skip = true
+		case r == ']':
+			skip = false
+		case !skip:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // caseHint is the property of t at path's parent that equals path's last

@@ -74,7 +74,7 @@ func lbPoolToAPI(p alloc.LBPool) ipamv1.LBPool {
 		UpdatedAt: p.UpdatedAt.UTC(),
 	}
 	for f, st := range p.Status.Families {
-		fs := &ipamv1.LBFamilyStatus{Total: st.Total}
+		fs := &ipamv1.LBFamilyStatus{Total: st.Total, Used: st.Used, Available: st.Available()}
 		if f == alloc.IPv4 {
 			out.Status.Ipv4 = fs
 		} else {

@@ -52,6 +52,11 @@ var operations = map[string]access{
 	"updateLBPool": {http.MethodPut, "/v1/lb-pools/{pool}", alloc.RoleOperator, false},
 	"deleteLBPool": {http.MethodDelete, "/v1/lb-pools/{pool}", alloc.RoleOperator, false},
 
+	"listVIPOwners": {http.MethodGet, "/v1/vip-owners", alloc.RoleViewer, false},
+	"assignVIPs":    {http.MethodPut, "/v1/vip-owners/{namespace}/{name}", alloc.RoleOperator, false},
+	"getVIPs":       {http.MethodGet, "/v1/vip-owners/{namespace}/{name}", alloc.RoleViewer, false},
+	"releaseVIPs":   {http.MethodDelete, "/v1/vip-owners/{namespace}/{name}", alloc.RoleOperator, false},
+
 	"listNodes":    {http.MethodGet, "/v1/nodes", alloc.RoleViewer, false},
 	"getNode":      {http.MethodGet, "/v1/nodes/{node}", alloc.RoleViewer, true},
 	"putNode":      {http.MethodPut, "/v1/nodes/{node}", alloc.RoleOperator, true},

@@ -328,9 +328,16 @@ func TestRoleTable(t *testing.T) {
 			must(201, "POST", "/v1/lb-pools", `{"name":"doomed","spec":{"blocks":[{"start":"192.168.3.1"}]}}`)
 			return nil
 		}},
-		"listNodes": {path: "/v1/nodes"},
-		"getNode":   {path: "/v1/nodes/{node}"},
-		"putNode":   {path: "/v1/nodes/{node}", body: `{"labels":{"zone":"a"}}`},
+		"listVIPOwners": {path: "/v1/vip-owners"},
+		"assignVIPs":    {path: "/v1/vip-owners/ns/web", body: `{"families":["ipv4"]}`},
+		"getVIPs": {path: "/v1/vip-owners/ns/held", setup: func(string) map[string]string {
+			must(200, "PUT", "/v1/vip-owners/ns/held", `{}`)
+			return nil
+		}},
+		"releaseVIPs": {path: "/v1/vip-owners/ns/web"},
+		"listNodes":   {path: "/v1/nodes"},
+		"getNode":     {path: "/v1/nodes/{node}"},
+		"putNode":     {path: "/v1/nodes/{node}", body: `{"labels":{"zone":"a"}}`},
 		"deleteNode": {path: "/v1/nodes/{node}", node: "doomed", setup: func(string) map[string]string {
 			must(201, "PUT", "/v1/nodes/doomed", `{}`)
 			return nil

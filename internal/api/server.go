@@ -30,6 +30,7 @@ type Server struct {
 	spaceHandlers
 	poolHandlers
 	lbPoolHandlers
+	vipHandlers
 	nodeHandlers
 	blockHandlers
 	leaseHandlers
@@ -54,6 +55,7 @@ type Stores struct {
 	Spaces      SpaceStore       // spaces.go
 	Pools       PoolStore        // pools.go
 	LBPools     LBPoolStore      // lbpools.go
+	VIPs        VIPStore         // vips.go
 	Nodes       NodeStore        // nodes.go: nodes and their pool usage
 	Blocks      BlockStore       // blocks.go
 	Leases      LeaseStore       // leases.go: the allocation path
@@ -74,6 +76,7 @@ func StoresOf[S interface {
 	SpaceStore
 	PoolStore
 	LBPoolStore
+	VIPStore
 	NodeStore
 	BlockStore
 	LeaseStore
@@ -85,7 +88,7 @@ func StoresOf[S interface {
 	TokenStore
 	CredentialStore
 }](s S) Stores {
-	return Stores{Health: s, Spaces: s, Pools: s, LBPools: s, Nodes: s, Blocks: s, Leases: s, Reconcile: s, Addresses: s,
+	return Stores{Health: s, Spaces: s, Pools: s, LBPools: s, VIPs: s, Nodes: s, Blocks: s, Leases: s, Reconcile: s, Addresses: s,
 		Sticky: s, History: s, Consistency: s, Tokens: s, Credentials: s}
 }
 
@@ -129,6 +132,7 @@ func newServer(st Stores, m *metrics, o Options) *Server {
 		spaceHandlers:       spaceHandlers{store: st.Spaces},
 		poolHandlers:        poolHandlers{store: st.Pools},
 		lbPoolHandlers:      lbPoolHandlers{store: st.LBPools},
+		vipHandlers:         vipHandlers{store: st.VIPs},
 		nodeHandlers:        nodeHandlers{store: st.Nodes, ciliumNodes: o.CiliumNodes, log: o.Logger},
 		blockHandlers:       blockHandlers{store: st.Blocks},
 		leaseHandlers:       leaseHandlers{store: st.Leases, metrics: m, podMetadata: o.PodMetadata},

@@ -183,6 +183,13 @@ var consistencyChecks = []consistencyCheck{
 			AND o.last_addr >= f.first_addr AND (o.first_addr, o.id) < (f.first_addr, f.id)
 		WHERE o.kind = 'vip' OR f.kind = 'vip'
 		ORDER BY f.space, f.first_addr, o.first_addr LIMIT $1`},
+	{"VIP states", `SELECT 'vip-state', v.space,
+			CASE WHEN NOT EXISTS (SELECT 1 FROM vip_holders h WHERE h.vip_id = v.id) THEN format('VIP %s has no holder', host(v.addr))
+			     ELSE format('VIP %s lies in Pod pool CIDR %s', host(v.addr), c.cidr) END,
+			ARRAY[format('VIP %s (id %s)', host(v.addr), v.id)]
+		FROM vips v LEFT JOIN pool_cidrs c ON c.space = v.space AND v.addr <<= c.cidr
+		WHERE c.id IS NOT NULL OR NOT EXISTS (SELECT 1 FROM vip_holders h WHERE h.vip_id = v.id)
+		ORDER BY v.space, v.addr LIMIT $1`},
 }
 
 // CheckConsistency verifies the invariants of the schema (see

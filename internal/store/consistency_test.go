@@ -212,6 +212,21 @@ func TestConsistencyFindsPlantedCorruption(t *testing.T) {
 			kind: alloc.FindingAddressRangeOverlap, n: 1, detail: "vip range 192.168.0.10-192.168.0.25 (id 4) overlaps vip range 192.168.0.20-192.168.0.35 (id 5)",
 		},
 		{
+			name: "a VIP nobody holds",
+			sql: `INSERT INTO lb_pools (space, name, created_at, updated_at) VALUES ('default', 'vip', now(), now());
+				INSERT INTO vips (space, addr, lb_pool_id, created_at) SELECT 'default', '192.168.0.7', id, now() FROM lb_pools`,
+			kind: alloc.FindingVIPState, n: 1, detail: "VIP 192.168.0.7 has no holder",
+		},
+		{
+			name: "a VIP in a Pod pool CIDR",
+			sql: `INSERT INTO lb_pools (space, name, created_at, updated_at) VALUES ('default', 'vip', now(), now());
+				INSERT INTO vip_owners (space, namespace, name, request, satisfied, reason, created_at, updated_at)
+				VALUES ('default', 'ns', 'svc', '{}', true, 'satisfied', now(), now());
+				INSERT INTO vips (space, addr, lb_pool_id, created_at) SELECT 'default', '10.9.0.7', id, now() FROM lb_pools;
+				INSERT INTO vip_holders (vip_id, owner_id, created_at) SELECT v.id, o.id, now() FROM vips v, vip_owners o`,
+			kind: alloc.FindingVIPState, n: 1, detail: "VIP 10.9.0.7 lies in Pod pool CIDR 10.9.0.0/16",
+		},
+		{
 			name: "pending lease without expiry",
 			sql: dropCheck("leases", "expires_at IS NOT NULL") + `
 				UPDATE leases SET expires_at = NULL WHERE container_id = 'n1-c0'`,

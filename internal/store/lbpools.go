@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"reflect"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -47,16 +48,19 @@ type lbBlockJSON struct {
 const lbPoolColumns = `p.id, p.space, p.name, p.labels, p.service_selector, p.reserve_first_last, p.disabled,
 	coalesce(p.conflict, ''), p.created_at, p.updated_at,
 	coalesce((SELECT json_agg(json_build_object('cidr', r.cidr, 'first', host(r.first_addr), 'last', host(r.last_addr))
-		ORDER BY r.position) FROM address_ranges r WHERE r.lb_pool_id = p.id), '[]')`
+		ORDER BY r.position) FROM address_ranges r WHERE r.lb_pool_id = p.id), '[]'),
+	(SELECT count(*) FILTER (WHERE family(v.addr) = 4) FROM vips v WHERE v.lb_pool_id = p.id),
+	(SELECT count(*) FILTER (WHERE family(v.addr) = 6) FROM vips v WHERE v.lb_pool_id = p.id)`
 
 func scanLBPool(r pgx.Row) (lbPoolRow, error) {
 	var (
-		p      lbPoolRow
-		blocks []lbBlockJSON
+		p            lbPoolRow
+		blocks       []lbBlockJSON
+		used4, used6 int64
 	)
 	sp := &p.Spec
 	err := r.Scan(&p.id, &p.Space, &p.Name, &p.Labels, &sp.ServiceSelector, &sp.ReserveFirstLast, &sp.Disabled,
-		&p.Status.Conflict, &p.CreatedAt, &p.UpdatedAt, &blocks)
+		&p.Status.Conflict, &p.CreatedAt, &p.UpdatedAt, &blocks, &used4, &used6)
 	if err != nil {
 		return p, err
 	}
@@ -69,7 +73,11 @@ func scanLBPool(r pgx.Row) (lbPoolRow, error) {
 	}
 	p.Status.Families = map[alloc.Family]alloc.LBFamilyStatus{}
 	for f, n := range sp.Totals() {
-		p.Status.Families[f] = alloc.LBFamilyStatus{Total: n}
+		used := used4
+		if f == alloc.IPv6 {
+			used = used6
+		}
+		p.Status.Families[f] = alloc.LBFamilyStatus{Total: n, Used: used}
 	}
 	return p, nil
 }
@@ -223,6 +231,17 @@ func (s *Store) DeleteLBPool(ctx context.Context, space, name string, opts ...al
 			return err
 		}
 		out = p.LBPool
+		var owners []string
+		var n int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce((array_agg(o ORDER BY o))[1:`+fmt.Sprint(maxNamedNodes)+`], '{}'), count(*) FROM (
+				SELECT DISTINCT w.namespace || '/' || w.name AS o FROM vips v JOIN vip_holders h ON h.vip_id = v.id
+				JOIN vip_owners w ON w.id = h.owner_id WHERE v.lb_pool_id = $1) x`, p.id).Scan(&owners, &n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return &alloc.Error{Kind: alloc.KindInUse, Field: "pool",
+				Detail: fmt.Sprintf("VIP pool %q still has addresses held by %s", name, ownerList(owners, n))}
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM lb_pools WHERE id = $1`, p.id); err != nil {
 			return err
 		}
@@ -233,6 +252,14 @@ func (s *Store) DeleteLBPool(ctx context.Context, space, name string, opts ...al
 		return markConflicts(ctx, tx, s, space, pools, alloc.SettleLBConflicts(pools), false, -1)
 	})
 	return out, err
+}
+
+func ownerList(names []string, n int64) string {
+	s := strings.Join(names, ", ")
+	if more := n - int64(len(names)); more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
 }
 
 // GetLBPool reads a VIP pool with its status.

@@ -304,6 +304,18 @@ func checkVIPOverlap(ctx context.Context, tx querier, space, field string, c net
 	} else if !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}
+	// A VIP stranded outside every VIP block by a pool edit is still held.
+	var addr netip.Addr
+	var owner string
+	err = tx.QueryRow(ctx, `SELECT v.addr, coalesce((SELECT o.namespace || '/' || o.name FROM vip_holders h JOIN vip_owners o ON o.id = h.owner_id
+			WHERE h.vip_id = v.id ORDER BY 1 LIMIT 1), '')
+		FROM vips v WHERE v.space = $1 AND v.addr <<= $2 ORDER BY v.addr LIMIT 1`, space, c).Scan(&addr, &owner)
+	if err == nil {
+		return &alloc.Error{Kind: alloc.KindOverlap, Field: field,
+			Detail: fmt.Sprintf("%s holds the VIP %s of %s, kept outside every VIP pool since a pool edit", c, addr, owner)}
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
 	return nil
 }
 

@@ -41,6 +41,24 @@ type PoolFamilyReport struct {
 type UsageReport struct {
 	Nodes []NodeTotals
 	Pools []PoolFamilyReport
+	// LBPools are the VIP pools, LBOwners each space's VIP owners.
+	LBPools  []LBPoolReport
+	LBOwners []LBOwnersReport
+}
+
+// LBPoolReport is one VIP pool in Cilium's LB IPAM terms: addresses
+// available and used over its families (at most math.MaxInt64).
+type LBPoolReport struct {
+	Space, Pool     string
+	Conflicting     bool
+	Available, Used int64
+}
+
+// LBOwnersReport counts a space's VIP owners (Cilium's services matching
+// LB IPAM) and those whose last request was not satisfied.
+type LBOwnersReport struct {
+	Space                 string
+	Matching, Unsatisfied int64
 }
 
 // UsageReport reads every node's totals and every pool family's capacity
@@ -118,7 +136,37 @@ func (s *Store) UsageReport(ctx context.Context, window time.Duration) (UsageRep
 				out.Pools = append(out.Pools, PoolFamilyReport{Space: p.Space, Pool: p.Name, Family: f, FamilyCapacity: c[f]})
 			}
 		}
-		return nil
+		return s.lbReport(ctx, tx, &out)
 	})
 	return out, err
+}
+
+// lbReport adds the VIP pools and owners to out: a row per pool and per
+// space, whatever the number of VIPs.
+func (s *Store) lbReport(ctx context.Context, tx querier, out *UsageReport) error {
+	rows, err := tx.Query(ctx, `SELECT `+lbPoolColumns+` FROM lb_pools p ORDER BY p.space, p.name`)
+	if err != nil {
+		return err
+	}
+	lbs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lbPoolRow, error) { return scanLBPool(r) })
+	if err != nil {
+		return err
+	}
+	for _, p := range lbs {
+		r := LBPoolReport{Space: p.Space, Pool: p.Name, Conflicting: p.Status.Conflicting()}
+		for _, st := range p.Status.Families {
+			r.Available = alloc.SaturatingAdd(r.Available, st.Available())
+			r.Used += st.Used
+		}
+		out.LBPools = append(out.LBPools, r)
+	}
+	rows, err = tx.Query(ctx, `SELECT space, count(*), count(*) FILTER (WHERE NOT satisfied) FROM vip_owners GROUP BY space ORDER BY space`)
+	if err != nil {
+		return err
+	}
+	out.LBOwners, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (LBOwnersReport, error) {
+		var o LBOwnersReport
+		return o, r.Scan(&o.Space, &o.Matching, &o.Unsatisfied)
+	})
+	return err
 }

@@ -360,7 +360,7 @@ const (
 // constraintNames lists the constants above, for the test.
 var constraintNames = []string{constraintLeaseAttachment, constraintNodeName, constraintStickyIdentity, constraintBlockOverlap,
 	constraintBlockNode, constraintLeaseNode, constraintPoolSpace, constraintNodeSpace, constraintTokenLiveName, constraintTokenSecret,
-	constraintRangesPodVIP, constraintLBPoolName}
+	constraintRangesPodVIP, constraintLBPoolName, constraintVIPAddr, constraintVIPPool}
 
 func pgCode(err error) (code, constraint string) {
 	var pe *pgconn.PgError
@@ -380,7 +380,9 @@ func retryable(err error) bool {
 		// Two requests for one attachment raced; the retry finds the winner.
 		// Two requests of one workload identity raced to bind it; the
 		// retry finds the winner's binding.
-		return constraint == constraintLeaseAttachment || constraint == constraintNodeName || constraint == constraintStickyIdentity
+		// Two owners raced for one named VIP; the retry finds it taken.
+		return constraint == constraintLeaseAttachment || constraint == constraintNodeName || constraint == constraintStickyIdentity ||
+			constraint == constraintVIPAddr
 	case codeExclusionViolation:
 		// Two carves of one prefix raced; the retry picks the next one.
 		return constraint == constraintBlockOverlap
