@@ -264,3 +264,39 @@ func forbidden(t *testing.T, what string, err error) {
 		t.Errorf("%s: %v; want forbidden", what, err)
 	}
 }
+
+// TestLBIPAMRBAC: kube-access/lbipam.yaml lets the server's service
+// account read Services and write their status, and nothing of their
+// spec.
+func TestLBIPAMRBAC(t *testing.T) {
+	c := kubetest.Start(t)
+	root := filepath.Join(repoRoot(t), "deploy")
+	for _, m := range []string{"kubernetes/namespace.yaml", "kubernetes/serviceaccount.yaml", "kube-access/lbipam.yaml"} {
+		applyManifest(t, c.Config(), filepath.Join(root, m))
+	}
+	user, groups := kubetest.ServiceAccount(serverNamespace, serverServiceAccount)
+	var allowed []kubetest.Access
+	for _, verb := range []string{"get", "list", "watch"} {
+		allowed = append(allowed, kubetest.Access{Verb: verb, Resource: "services"})
+	}
+	for _, verb := range []string{"update", "patch"} {
+		allowed = append(allowed, kubetest.Access{Verb: verb, Resource: "services", Subresource: "status", Namespace: "shop"})
+	}
+	c.WaitAllowed(t, user, groups, allowed...)
+	for _, a := range []kubetest.Access{
+		{Verb: "update", Resource: "services", Namespace: "shop"},
+		{Verb: "patch", Resource: "services", Namespace: "shop"},
+		{Verb: "create", Resource: "services", Namespace: "shop"},
+		{Verb: "delete", Resource: "services", Namespace: "shop"},
+		{Verb: "list", Resource: "endpoints"},
+		{Verb: "get", Resource: "secrets", Namespace: serverNamespace},
+	} {
+		ok, reason, err := c.Allowed(t.Context(), user, groups, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			t.Errorf("%s may %v (%s); it should not", user, a, reason)
+		}
+	}
+}

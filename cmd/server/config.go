@@ -15,6 +15,7 @@ import (
 	"github.com/ipam-dev/ipam/internal/api"
 	"github.com/ipam-dev/ipam/internal/cilium"
 	"github.com/ipam-dev/ipam/internal/cloud"
+	"github.com/ipam-dev/ipam/internal/lbipam"
 	"github.com/ipam-dev/ipam/internal/store"
 )
 
@@ -61,8 +62,14 @@ type config struct {
 	CiliumKubeBurst      int
 	CiliumWorkers        int
 	ExcessIPReleaseDelay time.Duration
-	ReconcileMinAge      time.Duration
-	StickyRetention      time.Duration
+	// LB IPAM controller (internal/lbipam); off unless LBIPAM.
+	LBIPAM          bool
+	LBIPAMClasses   string
+	LBIPAMDefault   bool
+	LBIPAMFamilies  string
+	LBIPAMLeaseNS   string
+	ReconcileMinAge time.Duration
+	StickyRetention time.Duration
 	// Authentication and limits (auth.go).
 	DevNoAuth          bool
 	BootstrapTokenFile string
@@ -183,6 +190,18 @@ func (c config) Validate() error {
 	if c.Kubeconfig != "" && c.KubeInCluster {
 		errs = append(errs, errors.New("kubeconfig and kube-in-cluster exclude each other"))
 	}
+	if c.LBIPAM {
+		if c.Kubeconfig == "" && !c.KubeInCluster {
+			errs = append(errs, errors.New("lbipam needs kubeconfig or kube-in-cluster"))
+		}
+		if _, _, err := lbipamFamilies(c.LBIPAMFamilies); err != nil {
+			errs = append(errs, fmt.Errorf("lbipam-families: %w", err))
+		}
+		if c.CiliumKubeQPS < cilium.MinKubeQPS || c.CiliumKubeBurst < cilium.MinKubeBurst {
+			errs = append(errs, fmt.Errorf("lbipam: cilium-kube-qps must be at least %d and cilium-kube-burst at least %d (the leader Lease's renewals take 1/s and 2 of them)",
+				cilium.MinKubeQPS, cilium.MinKubeBurst))
+		}
+	}
 	if c.CiliumIPAMMode != "" {
 		if _, err := cilium.ParseMode(c.CiliumIPAMMode); err != nil {
 			errs = append(errs, fmt.Errorf("cilium-ipam-mode: %w", err))
@@ -264,6 +283,11 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.IntVar(&c.CiliumKubeBurst, "cilium-kube-burst", 40, "the Cilium operator's request burst to the API server")
 	fs.IntVar(&c.CiliumWorkers, "cilium-workers", cilium.DefaultWorkers, "CiliumNodes the operator reconciles in parallel")
 	fs.DurationVar(&c.ExcessIPReleaseDelay, "excess-ip-release-delay", cilium.DefaultExcessIPReleaseDelay, "how long an address stays excess on a node before the operator marks it for release (Cilium's excess-ip-release-delay; crd mode)")
+	fs.BoolVar(&c.LBIPAM, "lbipam", false, "play Cilium's LB IPAM for the LoadBalancer Services of the cluster of kubeconfig or kube-in-cluster: VIPs from the default space's VIP pools (leader-elected)")
+	fs.StringVar(&c.LBIPAMClasses, "lbipam-classes", lbipam.ClassL2+","+lbipam.ClassBGP, "loadBalancerClass values LB IPAM serves, comma-separated (Services of other classes are left alone)")
+	fs.BoolVar(&c.LBIPAMDefault, "lbipam-default", true, "serve Services without a loadBalancerClass (Cilium's defaultLBServiceIPAM=lbipam)")
+	fs.StringVar(&c.LBIPAMFamilies, "lbipam-families", "ipv4", "the cluster's families for Services' ipFamilyPolicy: ipv4, ipv6 or ipv4,ipv6")
+	fs.StringVar(&c.LBIPAMLeaseNS, "lbipam-lease-namespace", "kube-system", "namespace of the Lease the replicas elect the one LB IPAM controller with")
 	fs.DurationVar(&c.ReconcileMinAge, "reconcile-min-age", store.DefaultReconcileMinAge, "a reconcile (CNI GC) never releases a lease younger than this, whatever its list says")
 	fs.DurationVar(&c.StickyRetention, "sticky-retention", alloc.DefaultStickyRetention, "how long a released address stays bound to its workload identity when the request names no retention")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", 0, "API requests served at once per replica; more wait in line (see admission-queue); 0 = as many as database connections (max-conns)")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"go.opentelemetry.io/otel/metric"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/ipam-dev/ipam/internal/api"
 	"github.com/ipam-dev/ipam/internal/cilium"
 	"github.com/ipam-dev/ipam/internal/kube"
+	"github.com/ipam-dev/ipam/internal/lbipam"
+	"github.com/ipam-dev/ipam/internal/leader"
 )
 
 // podMetadata answers the API's Pod lookups from the Kubernetes informers.
@@ -75,6 +78,58 @@ func startCiliumOperator(ctx context.Context, cfg config, st cilium.Store, meter
 		}
 	}()
 	return op, stopped, nil
+}
+
+// lbipamFamilies reads --lbipam-families.
+func lbipamFamilies(s string) (v4, v6 bool, err error) {
+	for _, f := range strings.Split(s, ",") {
+		switch strings.TrimSpace(f) {
+		case "ipv4":
+			v4 = true
+		case "ipv6":
+			v6 = true
+		default:
+			return false, false, fmt.Errorf("%q: want ipv4, ipv6 or ipv4,ipv6", s)
+		}
+	}
+	return v4, v6, nil
+}
+
+// startLBIPAM runs the LB IPAM controller when the configuration asks for
+// it, until ctx ends; done is closed once it has stopped (its Lease given
+// up). Off, it answers a closed channel.
+func startLBIPAM(ctx context.Context, cfg config, st lbipam.Store, log *slog.Logger) (done <-chan struct{}, err error) {
+	stopped := make(chan struct{})
+	if !cfg.LBIPAM {
+		close(stopped)
+		return stopped, nil
+	}
+	rc, err := kube.RESTConfig(cfg.Kubeconfig, float32(cfg.CiliumKubeQPS), cfg.CiliumKubeBurst)
+	if err != nil {
+		return nil, err
+	}
+	v4, v6, err := lbipamFamilies(cfg.LBIPAMFamilies)
+	if err != nil {
+		return nil, err
+	}
+	var classes []string
+	for _, c := range strings.Split(cfg.LBIPAMClasses, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			classes = append(classes, c)
+		}
+	}
+	ctl, err := lbipam.New(lbipam.Config{Space: alloc.DefaultSpace, Kube: rc, Election: leader.Election{LeaseNamespace: cfg.LBIPAMLeaseNS},
+		ServeUnclassed: cfg.LBIPAMDefault, Classes: append([]string{}, classes...), IPv4: v4, IPv6: v6, Logger: log}, st)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(stopped)
+		if err := ctl.Run(ctx); err != nil {
+			log.Error("lbipam", "err", err)
+		}
+	}()
+	return stopped, nil
 }
 
 // agentPoolsSpace is the space whose multi-pool blocks Cilium's agents size

@@ -56,6 +56,9 @@ func TestCiliumFlagsValidated(t *testing.T) {
 		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--cilium-kube-burst", "2"}, "cilium-kube-burst at least 3"},
 		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--cilium-workers", "0"}, "cilium-workers"},
 		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--excess-ip-release-delay", "0s"}, "excess-ip-release-delay"},
+		{[]string{"--lbipam"}, "lbipam needs kubeconfig or kube-in-cluster"},
+		{[]string{"--kube-in-cluster", "--lbipam", "--lbipam-families", "ipv4,ipx"}, "lbipam-families"},
+		{[]string{"--kube-in-cluster", "--lbipam", "--cilium-kube-qps", "1"}, "lbipam: cilium-kube-qps must be at least 2"},
 	} {
 		_, err := parseConfig("serve", append(append([]string{}, base...), c.args...), env)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

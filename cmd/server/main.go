@@ -200,6 +200,13 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 	// Stopping gives the leader lease up, so another replica takes over
 	// at once instead of after the lease expires.
 	defer func() { stopOperator(); <-operatorDone }()
+	lbCtx, stopLB := context.WithCancel(ctx)
+	defer stopLB()
+	lbDone, err := startLBIPAM(lbCtx, cfg, st, log)
+	if err != nil {
+		return err
+	}
+	defer func() { stopLB(); <-lbDone }()
 	reports := &usageReports{read: st.UsageReport, refresh: cfg.UsageMetricsRefresh, timeout: 10 * time.Second, log: log, now: time.Now}
 	var ciliumNodes api.CiliumNodeSource
 	if operator != nil {

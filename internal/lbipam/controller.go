@@ -1,0 +1,371 @@
+// Package lbipam plays Cilium's LB IPAM (operator/pkg/lbipam) for
+// Kubernetes Services of type LoadBalancer: each Service the controller
+// serves is a VIP owner of the store (namespace and name), its request
+// read from the Service's spec and annotations, and the addresses the
+// store gave it written to status.loadBalancer.ingress with the condition
+// cilium.io/IPAMRequestSatisfied. PostgreSQL stays the system of record:
+// every status write follows a committed assignment, and a pool edit never
+// moves a Service's address (the store keeps it, reported stranded).
+//
+// The controller is leader-elected (package leader) on a Lease of its
+// own, beside the Cilium operator role's.
+package lbipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/leader"
+)
+
+// Store is what the controller needs of the store.
+type Store interface {
+	// AssignVIPs answers what the owner holds after the request; an
+	// unsatisfied request is an answer, not an error.
+	AssignVIPs(ctx context.Context, r alloc.VIPRequest) (alloc.VIPAssignment, error)
+	// GetVIPs answers KindNotFound for an unknown owner.
+	GetVIPs(ctx context.Context, space string, o alloc.VIPOwner) (alloc.VIPAssignment, error)
+	// ReleaseVIPs is no error when the owner holds nothing.
+	ReleaseVIPs(ctx context.Context, space string, o alloc.VIPOwner) error
+	ListVIPOwners(ctx context.Context, space string, page alloc.Page) ([]alloc.VIPAssignment, string, error)
+}
+
+// Config is how the controller runs.
+type Config struct {
+	// Space is the address space of the cluster's VIP pools.
+	Space string
+	// Kube reaches the API server; its QPS and Burst bound every request.
+	Kube *rest.Config
+	// Election names the Lease (default name ipam-lbipam).
+	Election leader.Election
+	// ServeUnclassed serves Services without a loadBalancerClass (Cilium's
+	// defaultLBServiceIPAM=lbipam); Classes are the classes served
+	// besides (default Cilium's: l2-announcer and bgp-control-plane).
+	// Any other class is left alone.
+	ServeUnclassed bool
+	Classes        []string
+	// IPv4 and IPv6 are the cluster's families (at least one).
+	IPv4, IPv6 bool
+	// Resync looks at every Service again this often (default 1 minute):
+	// a pool edit or a new pool reaches unsatisfied Services by it.
+	Resync  time.Duration
+	Workers int
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+func (c *Config) setDefaults() error {
+	if c.Kube == nil {
+		return errors.New("lbipam: no Kubernetes configuration")
+	}
+	if c.Space == "" {
+		c.Space = alloc.DefaultSpace
+	}
+	if c.Election.LeaseName == "" {
+		c.Election.LeaseName = "ipam-lbipam"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Logger = c.Logger.With("component", "lbipam")
+	c.Election.Logger = c.Logger
+	if err := c.Election.SetDefaults(); err != nil {
+		return err
+	}
+	if c.Classes == nil {
+		c.Classes = []string{ClassL2, ClassBGP}
+	}
+	if !c.IPv4 && !c.IPv6 {
+		return errors.New("lbipam: no family enabled")
+	}
+	if c.Resync == 0 {
+		c.Resync = time.Minute
+	}
+	if c.Workers <= 0 {
+		c.Workers = 8
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// Controller is the leader-elected controller of LoadBalancer Services.
+type Controller struct {
+	cfg       Config
+	log       *slog.Logger
+	kube      kubernetes.Interface
+	leaseKube kubernetes.Interface
+	store     Store
+	leading   atomic.Bool
+
+	mu       sync.Mutex
+	services cache.Indexer // set while leading
+}
+
+// New builds a controller; Run starts it.
+func New(cfg Config, st Store) (*Controller, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	work, lease := leader.SplitBudget(cfg.Kube, cfg.Election.RetryPeriod)
+	kc, err := kubernetes.NewForConfig(work)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	lc, err := kubernetes.NewForConfig(lease)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return &Controller{cfg: cfg, log: cfg.Logger, kube: kc, leaseKube: lc, store: st}, nil
+}
+
+// Serving reports whether this replica leads with its cache synced.
+func (c *Controller) Serving() bool { return c.leading.Load() }
+
+// Run campaigns for leadership until ctx ends, serving Services while it
+// leads.
+func (c *Controller) Run(ctx context.Context) error {
+	return c.cfg.Election.Run(ctx, c.leaseKube, func(ctx context.Context) {
+		defer c.leading.Store(false)
+		c.log.Info("leading: serving LoadBalancer Services", "identity", c.cfg.Election.Identity)
+		if err := c.lead(ctx); err != nil && ctx.Err() == nil {
+			c.log.Error("controller stopped", "err", err)
+		}
+	})
+}
+
+func (c *Controller) lead(ctx context.Context) error {
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "lbipam-services"})
+	defer queue.ShutDown()
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			queue.Add(key)
+		}
+	}
+	informer := cache.NewSharedIndexInformer(
+		cache.NewListWatchFromClient(c.kube.CoreV1().RESTClient(), "services", metav1.NamespaceAll, fields.Everything()),
+		&corev1.Service{}, c.cfg.Resync, cache.Indexers{})
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	}); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.services = informer.GetIndexer()
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.services = nil
+		c.mu.Unlock()
+	}()
+	go informer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return ctx.Err()
+	}
+	c.leading.Store(true)
+	c.log.Info("cache synced: serving Services")
+	var wg sync.WaitGroup
+	// The store's Kubernetes owners whose Service is gone (deleted while
+	// no replica led, or released by hand) are reconciled as deleted: at
+	// once, then at every resync.
+	wg.Go(func() {
+		t := time.NewTicker(c.cfg.Resync)
+		defer t.Stop()
+		for {
+			if err := c.queueStoreOwners(ctx, queue); err != nil && ctx.Err() == nil {
+				c.log.Warn("listing the store's VIP owners", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	for range c.cfg.Workers {
+		wg.Go(func() {
+			for c.processNext(ctx, queue) {
+			}
+		})
+	}
+	<-ctx.Done()
+	queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) queueStoreOwners(ctx context.Context, q workqueue.TypedRateLimitingInterface[string]) error {
+	page := alloc.Page{Limit: 1000}
+	for {
+		owners, next, err := c.store.ListVIPOwners(ctx, c.cfg.Space, page)
+		if err != nil {
+			return err
+		}
+		for _, o := range owners {
+			if o.Request.Source != alloc.VIPSourceKubernetes {
+				continue // the API's owner: not the controller's to release
+			}
+			if svc, err := c.cached(o.Owner.String()); err == nil && svc == nil {
+				q.Add(o.Owner.String())
+			}
+		}
+		if next == "" {
+			return nil
+		}
+		page.Continue = next
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string]) bool {
+	key, quit := q.Get()
+	if quit {
+		return false
+	}
+	defer q.Done(key)
+	err := c.reconcile(ctx, key, false)
+	for attempt := 0; apierrors.IsConflict(err) && attempt < 4; attempt++ {
+		err = c.reconcile(ctx, key, true) // the cache lagged a write: read the Service anew
+	}
+	if err == nil {
+		q.Forget(key)
+		return true
+	}
+	if ctx.Err() == nil {
+		c.log.Warn("reconciling Service", "service", key, "err", err)
+		q.AddRateLimited(key)
+	}
+	return true
+}
+
+// serves reports whether the controller serves svc.
+func (c *Controller) serves(svc *corev1.Service) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return false
+	}
+	if svc.Spec.LoadBalancerClass == nil {
+		return c.cfg.ServeUnclassed
+	}
+	return slices.Contains(c.cfg.Classes, *svc.Spec.LoadBalancerClass)
+}
+
+// reconcile brings the Service of key (namespace/name) in line: a served
+// Service's request goes to the store and its answer to the status; a
+// Service gone or no longer served lets its addresses go. fresh reads the
+// Service from the API server instead of the cache.
+func (c *Controller) reconcile(ctx context.Context, key string, fresh bool) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil // not a key of ours
+	}
+	owner := alloc.VIPOwner{Namespace: ns, Name: name}
+	var svc *corev1.Service
+	if fresh {
+		svc, err = c.kube.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			svc, err = nil, nil
+		}
+	} else {
+		svc, err = c.cached(key)
+	}
+	if err != nil {
+		return err
+	}
+	if svc == nil || !svc.DeletionTimestamp.IsZero() || !c.serves(svc) {
+		if err := c.releaseOwned(ctx, owner); err != nil {
+			return err
+		}
+		if svc == nil {
+			return nil
+		}
+		if st, changed := clearedStatus(svc); changed {
+			return c.writeStatus(ctx, svc, st)
+		}
+		return nil
+	}
+	r := requestOf(c.cfg.Space, svc, families{v4: c.cfg.IPv4, v6: c.cfg.IPv6})
+	a, err := c.store.AssignVIPs(ctx, r)
+	var ae *alloc.Error
+	if errors.As(err, &ae) && ae.Kind == alloc.KindInvalid {
+		// The Service's own fields are at fault: said on its condition,
+		// as Cilium logs them; what it held stays until it is fixed.
+		a = alloc.VIPAssignment{Owner: owner, Reason: ReasonInvalid, Message: fmt.Sprintf("%s: %s", ae.Field, ae.Detail)}
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if addr, perr := parseIngress(in); perr == nil {
+				a.Addresses = append(a.Addresses, alloc.VIP{Addr: addr})
+			}
+		}
+	} else if err != nil {
+		return err
+	}
+	if st, changed := desiredStatus(svc, a, metav1.NewTime(c.cfg.Now())); changed {
+		return c.writeStatus(ctx, svc, st)
+	}
+	return nil
+}
+
+// releaseOwned releases what the owner holds when the controller speaks
+// for it; an owner of the API of the same name is left alone.
+func (c *Controller) releaseOwned(ctx context.Context, owner alloc.VIPOwner) error {
+	a, err := c.store.GetVIPs(ctx, c.cfg.Space, owner)
+	var ae *alloc.Error
+	if errors.As(err, &ae) && ae.Kind == alloc.KindNotFound {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if a.Request.Source != alloc.VIPSourceKubernetes {
+		return nil
+	}
+	return c.store.ReleaseVIPs(ctx, c.cfg.Space, owner)
+}
+
+func (c *Controller) cached(key string) (*corev1.Service, error) {
+	c.mu.Lock()
+	idx := c.services
+	c.mu.Unlock()
+	if idx == nil {
+		return nil, errors.New("not leading")
+	}
+	obj, ok, err := idx.GetByKey(key)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return obj.(*corev1.Service), nil
+}
+
+// writeStatus writes st as svc's status (the status subresource). A
+// conflict (the Service changed since it was read) goes back to the
+// caller, which starts the round over from a fresh read.
+func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, st corev1.ServiceStatus) error {
+	next := svc.DeepCopy()
+	next.Status = st
+	_, err := c.kube.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func parseIngress(in corev1.LoadBalancerIngress) (netip.Addr, error) { return netip.ParseAddr(in.IP) }

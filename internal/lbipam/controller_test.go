@@ -1,0 +1,452 @@
+package lbipam
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/kubetest"
+	"github.com/ipam-dev/ipam/internal/pgtest"
+	"github.com/ipam-dev/ipam/internal/store"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Migrate) }
+
+// env is a real API server, a store on its own database and one
+// controller (IPv4 and IPv6 enabled, Services without a class served).
+type env struct {
+	t    *testing.T
+	ctx  context.Context
+	kc   *kubetest.Cluster
+	kube kubernetes.Interface
+	st   *store.Store
+}
+
+func newEnv(t *testing.T, opts ...kubetest.Option) *env {
+	t.Helper()
+	kc := kubetest.Start(t, opts...)
+	st, err := store.Open(t.Context(), pgtest.NewDatabase(t), store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	kube, err := kubernetes.NewForConfig(kc.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: t.Context(), kc: kc, kube: kube, st: st}
+	e.controller("a")
+	return e
+}
+
+// controller starts a replica until the returned stop is called or the
+// test ends.
+func (e *env) controller(identity string) (stop func()) {
+	e.t.Helper()
+	c, err := New(Config{Kube: e.kc.Config(), ServeUnclassed: true, IPv4: true, IPv6: true, Resync: time.Second, Workers: 16,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}, e.st)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c.cfg.Election.LeaseNamespace, c.cfg.Election.Identity = "default", identity
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx); err != nil {
+			e.t.Errorf("controller: %v", err)
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	e.t.Cleanup(stop)
+	return stop
+}
+
+func (e *env) pool(name string, spec alloc.LBPoolSpec) {
+	e.t.Helper()
+	if _, err := e.st.CreateLBPool(e.ctx, alloc.LBPool{Space: alloc.DefaultSpace, Name: name, Spec: spec}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func blocks(bs ...string) alloc.LBPoolSpec {
+	var s alloc.LBPoolSpec
+	for _, b := range bs {
+		if from, to, ok := strings.Cut(b, "-"); ok {
+			s.Blocks = append(s.Blocks, alloc.LBBlock{Start: netip.MustParseAddr(from), Stop: netip.MustParseAddr(to)})
+		} else {
+			s.Blocks = append(s.Blocks, alloc.LBBlock{CIDR: netip.MustParsePrefix(b)})
+		}
+	}
+	return s
+}
+
+// service is a LoadBalancer Service serving TCP ports.
+func service(ns, name string, ports ...int32) *corev1.Service {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{}, Annotations: map[string]string{}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name}}}
+	if len(ports) == 0 {
+		ports = []int32{80}
+	}
+	for _, p := range ports {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: fmt.Sprint("p", p), Port: p, Protocol: corev1.ProtocolTCP})
+	}
+	return svc
+}
+
+func (e *env) create(svc *corev1.Service) {
+	e.t.Helper()
+	if err := e.tryCreate(svc); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// tryCreate creates svc, and its namespace when missing; it may run on
+// any goroutine.
+func (e *env) tryCreate(svc *corev1.Service) error {
+	_, err := e.kube.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: svc.Namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	_, err = e.kube.CoreV1().Services(svc.Namespace).Create(e.ctx, svc, metav1.CreateOptions{})
+	return err
+}
+
+// outcome is a Service's ingress addresses and condition, as "addr,addr
+// reason" (condition absent: "-").
+func outcome(svc *corev1.Service) string {
+	var ips []string
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		ips = append(ips, in.IP)
+	}
+	reason := "-"
+	if c := meta.FindStatusCondition(svc.Status.Conditions, ConditionSatisfied); c != nil {
+		reason = c.Reason
+		if (c.Status == metav1.ConditionTrue) != (c.Reason == alloc.ReasonSatisfied) {
+			reason += "(status " + string(c.Status) + ")"
+		}
+	}
+	return strings.Join(ips, ",") + " " + reason
+}
+
+// wait waits until the Service's outcome is want, or fails the test.
+func (e *env) wait(ns, name, want string) {
+	e.t.Helper()
+	e.waitFor(ns, name, want, func(got string) bool { return got == want })
+}
+
+// waitFor waits until ok holds for the Service's outcome, or fails the
+// test saying it wanted what.
+func (e *env) waitFor(ns, name, what string, ok func(string) bool) string {
+	e.t.Helper()
+	var got string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		svc, err := e.kube.CoreV1().Services(ns).Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if got = outcome(svc); ok(got) {
+			return got
+		}
+	}
+	e.t.Fatalf("%s/%s: %q, want %s", ns, name, got, what)
+	return got
+}
+
+// TestLab4 is the seed's Lab 4 against a real API server: a pool with a
+// start/stop block and a selector; a matching Service gets an address of
+// the block, and the condition says satisfied; a second, overlapping pool
+// is conflicting and gives nothing; once the first pool is disabled, a
+// new Service gets nothing while the first keeps its address. A Service
+// of another class is left alone; a deleted Service's address goes back.
+func TestLab4(t *testing.T) {
+	e := newEnv(t)
+	spec := blocks("10.0.20.100-10.0.20.200")
+	spec.ServiceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"color": "blue"}}
+	e.pool("blue", spec)
+	web := service("shop", "web")
+	web.Labels["color"] = "blue"
+	e.create(web)
+	e.wait("shop", "web", "10.0.20.100 satisfied")
+	p, _ := e.st.GetLBPool(e.ctx, alloc.DefaultSpace, "blue")
+	if st := p.Status.Families[alloc.IPv4]; st.Used != 1 || st.Available() != 100 {
+		t.Fatalf("blue: %+v", st)
+	}
+
+	e.pool("red", blocks("10.0.20.150-10.0.20.160"))
+	if p, _ := e.st.GetLBPool(e.ctx, alloc.DefaultSpace, "red"); !p.Status.Conflicting() {
+		t.Fatalf("red does not conflict: %+v", p.Status)
+	}
+	other := service("shop", "other")
+	e.create(other)
+	e.wait("shop", "other", " no_pool")
+
+	spec.Disabled = true
+	if _, err := e.st.UpdateLBPool(e.ctx, alloc.DefaultSpace, "blue", nil, spec); err != nil {
+		t.Fatal(err)
+	}
+	late := service("shop", "late")
+	late.Labels["color"] = "blue"
+	e.create(late)
+	e.wait("shop", "late", " no_pool")
+	e.wait("shop", "web", "10.0.20.100 satisfied")
+
+	class := "example.com/other-lb"
+	foreign := service("shop", "foreign")
+	foreign.Spec.LoadBalancerClass = &class
+	e.create(foreign)
+	time.Sleep(2 * time.Second) // more than a resync
+	e.wait("shop", "foreign", " -")
+
+	if err := e.kube.CoreV1().Services("shop").Delete(e.ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if p, _ := e.st.GetLBPool(e.ctx, alloc.DefaultSpace, "blue"); p.Status.Families[alloc.IPv4].Used == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted Service's address is still held")
+		}
+	}
+}
+
+// TestRequestedAndShared: lbipam.cilium.io/ips inside and outside the
+// selector and on a first address kept out; the sharing matrix over real
+// Services (one key and other ports share, the same port does not, other
+// namespaces share only when both admit, Local with other Pods does not).
+func TestRequestedAndShared(t *testing.T) {
+	e := newEnv(t)
+	spec := blocks("10.0.10.0/24")
+	spec.ReserveFirstLast = true
+	spec.ServiceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: alloc.LabelServiceNamespace, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"outsiders"}}}}
+	e.pool("vips", spec)
+
+	named := service("a", "named")
+	named.Annotations[AnnotationIPs] = "10.0.10.50"
+	e.create(named)
+	e.wait("a", "named", "10.0.10.50 satisfied")
+	legacy := service("a", "legacy")
+	legacy.Spec.LoadBalancerIP = "10.0.10.51"
+	e.create(legacy)
+	e.wait("a", "legacy", "10.0.10.51 satisfied")
+	first := service("a", "first")
+	first.Annotations[AnnotationIPs] = "10.0.10.0"
+	e.create(first)
+	e.wait("a", "first", " pool_selector_mismatch")
+	out := service("outsiders", "named")
+	out.Annotations[AnnotationIPs] = "10.0.10.60"
+	e.create(out)
+	e.wait("outsiders", "named", " pool_selector_mismatch")
+	nowhere := service("a", "nowhere")
+	nowhere.Annotations[AnnotationIPs] = "10.99.0.1"
+	e.create(nowhere)
+	e.wait("a", "nowhere", " no_pool")
+	bad := service("a", "bad")
+	bad.Annotations[AnnotationIPs] = "10.0.10.300"
+	e.create(bad)
+	e.wait("a", "bad", " "+ReasonInvalid)
+
+	shared := func(ns, name, key string, port int32, cross string) {
+		svc := service(ns, name, port)
+		svc.Annotations[AnnotationSharingKey] = key
+		if cross != "" {
+			svc.Annotations[AnnotationSharingCrossNamespace] = cross
+		}
+		e.create(svc)
+	}
+	// 10.0.10.1 is the first free address (.0 is kept out).
+	shared("a", "http", "web", 80, "")
+	e.wait("a", "http", "10.0.10.1 satisfied")
+	shared("a", "https", "web", 443, "")
+	e.wait("a", "https", "10.0.10.1 satisfied")
+	shared("a", "http-too", "web", 80, "")
+	e.wait("a", "http-too", "10.0.10.2 satisfied")
+	shared("b", "admitted", "web", 8080, "a")
+	e.wait("b", "admitted", "10.0.10.3 satisfied") // a's Services do not admit b
+	shared("c", "one", "cross", 80, "d")
+	e.wait("c", "one", "10.0.10.4 satisfied")
+	shared("d", "two", "cross", 81, "c")
+	e.wait("d", "two", "10.0.10.4 satisfied")
+	local := func(name string, pods string, permit bool) {
+		svc := service("l", name, int32(len(name)))
+		svc.Annotations[AnnotationSharingKey] = "local"
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		svc.Spec.Selector = map[string]string{"app": pods}
+		if permit {
+			svc.Annotations[AnnotationSharingPermitDifferentP] = "true"
+		}
+		e.create(svc)
+	}
+	local("l1", "web", false)
+	e.wait("l", "l1", "10.0.10.5 satisfied")
+	local("l22", "web", false)
+	e.wait("l", "l22", "10.0.10.5 satisfied")
+	local("l333", "db", false)
+	e.wait("l", "l333", "10.0.10.6 satisfied")
+}
+
+// TestFamilies: dual-stack policies with an IPv4 pool only, then with an
+// IPv6 pool too.
+func TestFamilies(t *testing.T) {
+	e := newEnv(t, kubetest.WithAPIServerFlags("--service-cluster-ip-range=10.96.0.0/24,fd00:96::/112"))
+	e.pool("v4", blocks("10.0.10.0/24"))
+	policy := func(name string, p corev1.IPFamilyPolicy, fams ...corev1.IPFamily) {
+		svc := service("f", name)
+		svc.Spec.IPFamilyPolicy = &p
+		svc.Spec.IPFamilies = fams
+		e.create(svc)
+	}
+	policy("single", corev1.IPFamilyPolicySingleStack)
+	e.wait("f", "single", "10.0.10.0 satisfied")
+	policy("prefer", corev1.IPFamilyPolicyPreferDualStack)
+	e.wait("f", "prefer", "10.0.10.1 satisfied")
+	policy("require", corev1.IPFamilyPolicyRequireDualStack)
+	e.wait("f", "require", "10.0.10.2 no_pool")
+	e.pool("v6", blocks("fd00:10::/120"))
+	// The new pool reaches both at the next look, in either order.
+	dual := func(v4 string) func(string) bool {
+		return func(got string) bool {
+			return strings.HasPrefix(got, v4+",fd00:10::") && strings.HasSuffix(got, " satisfied")
+		}
+	}
+	r := e.waitFor("f", "require", "10.0.10.2 and an IPv6 address", dual("10.0.10.2"))
+	p := e.waitFor("f", "prefer", "10.0.10.1 and an IPv6 address", dual("10.0.10.1"))
+	if r == strings.Replace(p, "10.0.10.1", "10.0.10.2", 1) {
+		t.Fatalf("require and prefer share an IPv6 address: %s, %s", r, p)
+	}
+	e.wait("f", "single", "10.0.10.0 satisfied")
+}
+
+// TestPoolEditsNeverMoveServices is cilium/cilium#40358 with real
+// Services: 100 Services keep their addresses through pool edits; an edit
+// that takes away the block three of them hold strands those three,
+// reported on their condition, their addresses kept. A controller that
+// takes over from another finds the same state.
+func TestPoolEditsNeverMoveServices(t *testing.T) {
+	e := newEnv(t)
+	spec := blocks("10.0.10.0/25", "10.0.10.128/25")
+	e.pool("p", spec)
+	var names []string
+	for i := range 103 {
+		names = append(names, fmt.Sprintf("s%03d", i))
+	}
+	var wg sync.WaitGroup
+	for _, n := range names {
+		wg.Go(func() {
+			if err := e.tryCreate(service("edits", n)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	before := map[string]string{}
+	for _, n := range names {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			svc, err := e.kube.CoreV1().Services("edits").Get(e.ctx, n, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o := outcome(svc); strings.HasSuffix(o, " satisfied") {
+				before[n] = o
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never satisfied", n)
+			}
+		}
+	}
+	seen := map[string]string{}
+	for n, o := range before {
+		if other, dup := seen[o]; dup {
+			t.Fatalf("%s and %s both hold %s", n, other, o)
+		}
+		seen[o] = n
+	}
+	spec.Blocks = append(spec.Blocks, alloc.LBBlock{CIDR: netip.MustParsePrefix("10.0.11.0/24")})
+	spec.ServiceSelector = &metav1.LabelSelector{}
+	if _, err := e.st.UpdateLBPool(e.ctx, alloc.DefaultSpace, "p", map[string]string{"edited": "yes"}, spec); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // every Service looked at again
+	for _, n := range names {
+		e.wait("edits", n, before[n])
+	}
+	// The three highest addresses of the first /25 go: .100 to .127.
+	var held []string
+	for n, o := range before {
+		ip := netip.MustParseAddr(strings.Fields(o)[0])
+		if ip.Compare(netip.MustParseAddr("10.0.10.100")) >= 0 && ip.Compare(netip.MustParseAddr("10.0.10.127")) <= 0 {
+			held = append(held, n)
+		}
+	}
+	sort.Strings(held)
+	if len(held) != 3 {
+		t.Fatalf("%d Services in 10.0.10.100-127: %v", len(held), held)
+	}
+	spec.Blocks = []alloc.LBBlock{{Start: netip.MustParseAddr("10.0.10.0"), Stop: netip.MustParseAddr("10.0.10.99")},
+		{CIDR: netip.MustParsePrefix("10.0.10.128/25")}, {CIDR: netip.MustParsePrefix("10.0.11.0/24")}}
+	if _, err := e.st.UpdateLBPool(e.ctx, alloc.DefaultSpace, "p", nil, spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		want := before[n]
+		if strings.Contains(strings.Join(held, ","), n) {
+			want = strings.Fields(want)[0] + " " + alloc.ReasonStranded
+		}
+		e.wait("edits", n, want)
+	}
+	// Another replica taking over sees the same and moves nothing.
+	e.controller("b")
+	time.Sleep(2 * time.Second)
+	for _, n := range held {
+		e.wait("edits", n, strings.Fields(before[n])[0]+" "+alloc.ReasonStranded)
+	}
+}
+
+// TestOrphansReleased: a Kubernetes owner the store holds whose Service is
+// gone (deleted while no replica led) is released by the leader, within a
+// resync; an owner of the API is not.
+func TestOrphansReleased(t *testing.T) {
+	e := newEnv(t)
+	e.pool("p", blocks("10.0.10.0/24"))
+	if _, err := e.st.AssignVIPs(e.ctx, alloc.VIPRequest{Space: alloc.DefaultSpace, Owner: alloc.VIPOwner{Namespace: "gone", Name: "svc"},
+		Families: []alloc.Family{alloc.IPv4}, RequireAll: true, Source: alloc.VIPSourceKubernetes}); err != nil {
+		t.Fatal(err)
+	}
+	// An owner of the API of the same kind of name is not the
+	// controller's: it stays.
+	if _, err := e.st.AssignVIPs(e.ctx, alloc.VIPRequest{Space: alloc.DefaultSpace, Owner: alloc.VIPOwner{Namespace: "team", Name: "db"},
+		Families: []alloc.Family{alloc.IPv4}, RequireAll: true}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		owners, _, err := e.st.ListVIPOwners(e.ctx, alloc.DefaultSpace, alloc.Page{Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(owners) == 1 && owners[0].Owner.Name == "db" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the orphan is still held: %+v", owners)
+		}
+	}
+}

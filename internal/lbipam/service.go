@@ -1,0 +1,192 @@
+package lbipam
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// The Service annotations and classes of Cilium's LB IPAM
+// (operator/pkg/lbipam, pkg/annotation), spelled as Cilium's users write
+// them.
+const (
+	AnnotationIPs                     = "lbipam.cilium.io/ips"
+	AnnotationSharingKey              = "lbipam.cilium.io/sharing-key"
+	AnnotationSharingCrossNamespace   = "lbipam.cilium.io/sharing-cross-namespace"
+	AnnotationSharingPermitDifferentP = "lbipam.cilium.io/sharing-permit-different-pods"
+	// ConditionSatisfied is the Service condition LB IPAM writes.
+	ConditionSatisfied = "cilium.io/IPAMRequestSatisfied"
+	// ClassL2 and ClassBGP are the classes Cilium's LB IPAM serves
+	// besides Services without one.
+	ClassL2  = "io.cilium/l2-announcer"
+	ClassBGP = "io.cilium/bgp-control-plane"
+	// ClassNode is Node IPAM's class, which LB IPAM leaves alone.
+	ClassNode = "io.cilium/node"
+)
+
+// ReasonInvalid is the condition's reason for a Service whose annotations
+// cannot be read (an address that is none, a bad sharing key).
+const ReasonInvalid = "invalid_request"
+
+// families are the families the cluster has enabled.
+type families struct{ v4, v6 bool }
+
+// requestOf is what Service svc asks of LB IPAM, as Cilium reads it: the
+// families of ipFamilyPolicy and ipFamilies (single stack by default, the
+// first enabled family), the addresses of lbipam.cilium.io/ips and the
+// deprecated spec.loadBalancerIP, and the sharing terms. A request that
+// does not validate is answered by the store; its error goes to the
+// condition.
+func requestOf(space string, svc *corev1.Service, fams families) alloc.VIPRequest {
+	r := alloc.VIPRequest{
+		Space:      space,
+		Owner:      alloc.VIPOwner{Namespace: svc.Namespace, Name: svc.Name},
+		Labels:     svc.Labels,
+		RequireAll: true,
+		Source:     alloc.VIPSourceKubernetes,
+	}
+	r.Families, r.RequireAll = familiesOf(svc.Spec, fams)
+	for _, s := range splitList(svc.Annotations[AnnotationIPs]) {
+		r.Addresses = appendAddr(r.Addresses, s)
+	}
+	if ip := svc.Spec.LoadBalancerIP; ip != "" {
+		r.Addresses = appendAddr(r.Addresses, ip)
+	}
+	r.Sharing = alloc.VIPSharing{
+		Key:                   svc.Annotations[AnnotationSharingKey],
+		CrossNamespace:        splitList(svc.Annotations[AnnotationSharingCrossNamespace]),
+		ExternalTrafficPolicy: string(svc.Spec.ExternalTrafficPolicy),
+		PodSelector:           svc.Spec.Selector,
+		PermitDifferentPods:   svc.Annotations[AnnotationSharingPermitDifferentP] == "true",
+	}
+	if r.Sharing.ExternalTrafficPolicy == "" {
+		r.Sharing.ExternalTrafficPolicy = alloc.TrafficPolicyCluster
+	}
+	for _, p := range svc.Spec.Ports {
+		proto := string(p.Protocol)
+		if proto == "" {
+			proto = string(corev1.ProtocolTCP)
+		}
+		r.Sharing.Ports = append(r.Sharing.Ports, alloc.VIPPort{Port: p.Port, Protocol: proto})
+	}
+	return r
+}
+
+// appendAddr adds the address s names; one that is none is kept as the
+// invalid zero address, so validation refuses the request rather than
+// serving part of it.
+func appendAddr(addrs []netip.Addr, s string) []netip.Addr {
+	a, err := netip.ParseAddr(strings.TrimSpace(s))
+	if err != nil {
+		a = netip.Addr{}
+	}
+	if slices.Contains(addrs, a) && a.IsValid() {
+		return addrs
+	}
+	return append(addrs, a)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// familiesOf is Cilium's serviceIPFamilyRequest: SingleStack (or no
+// policy) asks for ipFamilies[0], or the first enabled family;
+// PreferDualStack for the enabled families of ipFamilies (all enabled when
+// none are listed), one being enough; RequireDualStack for every enabled
+// family, all required.
+func familiesOf(spec corev1.ServiceSpec, fams families) ([]alloc.Family, bool) {
+	enabled := func(f alloc.Family) bool { return (f == alloc.IPv4 && fams.v4) || (f == alloc.IPv6 && fams.v6) }
+	of := func(f corev1.IPFamily) alloc.Family {
+		if f == corev1.IPv6Protocol {
+			return alloc.IPv6
+		}
+		return alloc.IPv4
+	}
+	all := func() []alloc.Family {
+		var out []alloc.Family
+		for _, f := range alloc.Families {
+			if enabled(f) {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	policy := corev1.IPFamilyPolicySingleStack
+	if spec.IPFamilyPolicy != nil {
+		policy = *spec.IPFamilyPolicy
+	}
+	switch policy {
+	case corev1.IPFamilyPolicyPreferDualStack:
+		if len(spec.IPFamilies) == 0 {
+			return all(), false
+		}
+		var out []alloc.Family
+		for _, f := range spec.IPFamilies {
+			if enabled(of(f)) && !slices.Contains(out, of(f)) {
+				out = append(out, of(f))
+			}
+		}
+		return out, false
+	case corev1.IPFamilyPolicyRequireDualStack:
+		return []alloc.Family{alloc.IPv4, alloc.IPv6}, true
+	}
+	if len(spec.IPFamilies) > 0 {
+		return []alloc.Family{of(spec.IPFamilies[0])}, true
+	}
+	if a := all(); len(a) > 0 {
+		return a[:1], true
+	}
+	return []alloc.Family{alloc.IPv4}, true
+}
+
+// desiredStatus is svc's status with the assignment's addresses as its
+// load balancer ingress, in the assignment's order, and the condition
+// saying whether the request was satisfied. It answers whether anything
+// changed.
+func desiredStatus(svc *corev1.Service, a alloc.VIPAssignment, now metav1.Time) (corev1.ServiceStatus, bool) {
+	st := *svc.Status.DeepCopy()
+	var ingress []corev1.LoadBalancerIngress
+	for _, v := range a.Addresses {
+		ingress = append(ingress, corev1.LoadBalancerIngress{IP: v.Addr.String()})
+	}
+	changed := !slices.EqualFunc(ingress, st.LoadBalancer.Ingress, func(x, y corev1.LoadBalancerIngress) bool {
+		return x.IP == y.IP && x.Hostname == "" && y.Hostname == "" && len(y.Ports) == 0
+	})
+	st.LoadBalancer.Ingress = ingress
+	cond := metav1.Condition{Type: ConditionSatisfied, Status: metav1.ConditionFalse, Reason: a.Reason, Message: a.Message,
+		ObservedGeneration: svc.Generation, LastTransitionTime: now}
+	if a.Satisfied {
+		cond.Status = metav1.ConditionTrue
+	}
+	if cur := meta.FindStatusCondition(st.Conditions, ConditionSatisfied); cur == nil || cur.Status != cond.Status ||
+		cur.Reason != cond.Reason || cur.Message != cond.Message || cur.ObservedGeneration != cond.ObservedGeneration {
+		meta.SetStatusCondition(&st.Conditions, cond)
+		changed = true
+	}
+	return st, changed
+}
+
+// clearedStatus is svc's status without what LB IPAM wrote: for a Service
+// it no longer serves (its type or class changed).
+func clearedStatus(svc *corev1.Service) (corev1.ServiceStatus, bool) {
+	st := *svc.Status.DeepCopy()
+	if meta.FindStatusCondition(st.Conditions, ConditionSatisfied) == nil {
+		return st, false
+	}
+	meta.RemoveStatusCondition(&st.Conditions, ConditionSatisfied)
+	st.LoadBalancer.Ingress = nil
+	return st, true
+}
