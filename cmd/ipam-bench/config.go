@@ -59,6 +59,12 @@ type config struct {
 	CiliumQPS   float64       `json:"ciliumQPS"`
 	CiliumBurst int           `json:"ciliumBurst"`
 	CiliumBound time.Duration `json:"-"`
+	// The lbipam phase (lbipam.go), after the cilium phase.
+	LBIPAM     bool          `json:"lbipam"`
+	LBServices int           `json:"lbipamServices"`
+	LBQPS      float64       `json:"lbipamQPS"`
+	LBBurst    int           `json:"lbipamBurst"`
+	LBBound    time.Duration `json:"-"`
 }
 
 // MarshalJSON writes the durations as Go duration strings ("20s").
@@ -74,8 +80,9 @@ func (c config) MarshalJSON() ([]byte, error) {
 		ClientTimeout    string `json:"clientTimeout"`
 		TimeoutsDuration string `json:"timeoutsDuration"`
 		CiliumBound      string `json:"ciliumBound"`
+		LBBound          string `json:"lbipamBound"`
 	}{plain(c), c.Duration.String(), c.FillDuration.String(), c.Cooldown.String(), c.LeaseExpiry.String(),
-		c.ClientTimeout.String(), c.TimeoutsDuration.String(), c.CiliumBound.String()})
+		c.ClientTimeout.String(), c.TimeoutsDuration.String(), c.CiliumBound.String(), c.LBBound.String()})
 }
 
 // maxConcurrency is the most clients any phase runs.
@@ -159,6 +166,19 @@ func (c config) Validate() error {
 		positive("shim-parallel-calls", c.ShimParallelCalls)
 		if c.ShimBridgeCalls < 0 {
 			errs = append(errs, fmt.Errorf("-shim-bridge-calls must not be negative (0 skips the bridge mode), not %d", c.ShimBridgeCalls))
+		}
+	}
+	if c.LBIPAM {
+		positive("lbipam-services", c.LBServices)
+		positive("lbipam-burst", c.LBBurst)
+		if c.LBServices > 4000 {
+			errs = append(errs, fmt.Errorf("-lbipam-services %d: at most 4,000 (the pool %s)", c.LBServices, lbPoolCIDR))
+		}
+		if c.LBQPS < 2 || c.LBBurst < 3 {
+			errs = append(errs, fmt.Errorf("-lbipam-qps must be at least 2 and -lbipam-burst at least 3, not %g and %d", c.LBQPS, c.LBBurst))
+		}
+		if c.LBBound <= 0 {
+			errs = append(errs, fmt.Errorf("-lbipam-bound must be positive, not %v", c.LBBound))
 		}
 	}
 	if c.Cilium {
@@ -271,6 +291,11 @@ func parseConfig(args []string) (config, error) {
 	fs.Float64Var(&c.CiliumQPS, "cilium-qps", 20, "the operator's --cilium-kube-qps, the limit its request rate is checked against")
 	fs.IntVar(&c.CiliumBurst, "cilium-burst", 40, "the operator's --cilium-kube-burst")
 	fs.DurationVar(&c.CiliumBound, "cilium-bound", 120*time.Second, "every CiliumNode must hold its 8 addresses within this of the creates, or the phase fails")
+	fs.BoolVar(&c.LBIPAM, "lbipam", true, "last, the service as Cilium's LB IPAM against a real kube-apiserver and etcd (make tools; else skipped with a message): -lbipam-services LoadBalancer Services created at once, the time until each shows its address, satisfied, and no address held twice")
+	fs.IntVar(&c.LBServices, "lbipam-services", 500, "Services the lbipam phase creates at once (at most 4,000: a /20 pool)")
+	fs.Float64Var(&c.LBQPS, "lbipam-qps", 100, "the LB IPAM server's client-side request rate to the API server (its --cilium-kube-qps)")
+	fs.IntVar(&c.LBBurst, "lbipam-burst", 200, "the LB IPAM server's request burst (its --cilium-kube-burst)")
+	fs.DurationVar(&c.LBBound, "lbipam-bound", 120*time.Second, "every Service must be satisfied within this of the creates, or the phase fails")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -138,6 +138,7 @@ type report struct {
 	CeilingRan    bool             `json:"ceilingRan"`
 	Shim          *shimReport      `json:"shim,omitempty"`
 	Cilium        *ciliumReport    `json:"cilium,omitempty"`
+	LBIPAM        *lbipamReport    `json:"lbipam,omitempty"`
 	GC            gcCounts         `json:"gc"`
 	// ServerPeakMiB is the largest VmHWM of a server process over its
 	// whole life, read before it is stopped.
@@ -417,6 +418,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 				return ctx.Err()
 			}
 			return fmt.Errorf("cilium: %w", err)
+		}
+	}
+	if cfg.LBIPAM {
+		if rep.LBIPAM, err = runLBIPAM(ctx, cfg, serverOpts, probe, b.admin, db.private, out, &b.failed); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("lbipam: %w", err)
 		}
 	}
 
@@ -746,6 +755,9 @@ func printSummary(out io.Writer, rep report) {
 	}
 	printShimSummary(out, rep.Shim)
 	printCiliumSummary(out, rep.Cilium)
+	if l := rep.LBIPAM; l != nil && l.Skipped == "" {
+		fmt.Fprintf(out, "lbipam: %d Services at once, time to ingress p99 %.2fs (p50 %.2fs), %d duplicates\n", l.Services, l.ToIngress.P99, l.ToIngress.P50, l.Duplicates)
+	}
 	d := rep.Duplicates
 	fmt.Fprintf(out, "duplicates: %d (bookkeeping) + %d (database); server peak RSS %.1f MiB\n", d.Ledger, d.Database.Duplicates, rep.ServerPeakMiB)
 }

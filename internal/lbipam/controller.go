@@ -24,6 +24,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
@@ -157,7 +158,13 @@ func (c *Controller) lead(ctx context.Context) error {
 		workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "lbipam-services"})
 	defer queue.ShutDown()
+	// Only Services that are or were LoadBalancers concern the
+	// controller: every other Service of the cluster (most of them) would
+	// cost a look at the store at each resync.
 	enqueue := func(obj any) {
+		if !concerns(obj) {
+			return
+		}
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			queue.Add(key)
 		}
@@ -167,7 +174,15 @@ func (c *Controller) lead(ctx context.Context) error {
 		&corev1.Service{}, c.cfg.Resync, cache.Indexers{})
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		// A Service that stops being a LoadBalancer (its status cleared
+		// with the type) concerns the controller by its old self.
+		UpdateFunc: func(old, obj any) {
+			if concerns(old) && !concerns(obj) {
+				enqueue(old)
+				return
+			}
+			enqueue(obj)
+		},
 		DeleteFunc: enqueue,
 	}); err != nil {
 		return err
@@ -257,6 +272,20 @@ func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimit
 		q.AddRateLimited(key)
 	}
 	return true
+}
+
+// concerns reports whether obj (a Service, or the tombstone of one) is a
+// LoadBalancer or carries the condition the controller writes (it was
+// one).
+func concerns(obj any) bool {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return true // unknown: look
+	}
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer || meta.FindStatusCondition(svc.Status.Conditions, ConditionSatisfied) != nil
 }
 
 // serves reports whether the controller serves svc.

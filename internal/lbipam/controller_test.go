@@ -214,6 +214,31 @@ func TestLab4(t *testing.T) {
 	time.Sleep(2 * time.Second) // more than a resync
 	e.wait("shop", "foreign", " -")
 
+	// A Service that becomes a ClusterIP lets its address go.
+	spec.Disabled = false
+	if _, err := e.st.UpdateLBPool(e.ctx, alloc.DefaultSpace, "blue", nil, spec); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("shop", "late", "10.0.20.101 satisfied")
+	lateSvc, err := e.kube.CoreV1().Services("shop").Get(e.ctx, "late", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateSvc.Spec.Type = corev1.ServiceTypeClusterIP
+	lateSvc.Spec.Ports[0].NodePort = 0
+	if _, err := e.kube.CoreV1().Services("shop").Update(e.ctx, lateSvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("shop", "late", " -")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := e.st.GetVIPs(e.ctx, alloc.DefaultSpace, alloc.VIPOwner{Namespace: "shop", Name: "late"}); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ClusterIP Service still holds its VIP")
+		}
+	}
+
 	if err := e.kube.CoreV1().Services("shop").Delete(e.ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

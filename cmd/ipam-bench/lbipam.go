@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/kubetest"
+	"github.com/ipam-dev/ipam/internal/lbipam"
+)
+
+// The lbipam phase runs the service as Cilium's LB IPAM against a real
+// kube-apiserver and etcd (the ones of the cilium phase): one more server
+// process with --lbipam leads, a probe Service shows it serving, then
+// -lbipam-services LoadBalancer Services are created at once and the phase
+// times each from its create call to the first watch event showing its
+// ingress address with the condition satisfied. At the end every Service
+// holds one address of the pool and no two hold the same.
+const (
+	lbPool      = "lbipam-bench"
+	lbPoolCIDR  = "198.18.0.0/20"
+	lbNamespace = "lbipam-bench"
+	lbLeaseNS   = "default"
+)
+
+// lbipamReport is the phase's figures.
+type lbipamReport struct {
+	Skipped      string       `json:"skipped,omitempty"`
+	Services     int          `json:"services"`
+	QPS          float64      `json:"qps"`
+	Burst        int          `json:"burst"`
+	BoundSeconds float64      `json:"boundSeconds"`
+	CreateErrors int          `json:"createErrors"`
+	Satisfied    int          `json:"satisfied"`
+	ToIngress    secondsStats `json:"toIngressSeconds"`
+	// Distinct counts the distinct addresses the Services hold at the
+	// end; Duplicates the Services holding an address another holds.
+	Distinct   int `json:"distinct"`
+	Duplicates int `json:"duplicates"`
+}
+
+func (r *lbipamReport) failures(bound time.Duration) []string {
+	var out []string
+	if r.Skipped != "" {
+		return nil
+	}
+	if r.CreateErrors > 0 {
+		out = append(out, fmt.Sprintf("lbipam: %d Service creates failed", r.CreateErrors))
+	}
+	if r.Satisfied < r.Services {
+		out = append(out, fmt.Sprintf("lbipam: %d of %d Services satisfied within %v", r.Satisfied, r.Services, bound))
+	}
+	if r.Duplicates > 0 {
+		out = append(out, fmt.Sprintf("lbipam: %d Services hold an address another holds", r.Duplicates))
+	}
+	return out
+}
+
+func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Client, admin *ipamv1.ClientWithResponses, private bool, out io.Writer, failed *[]string) (*lbipamReport, error) {
+	rep := &lbipamReport{Services: cfg.LBServices, QPS: cfg.LBQPS, Burst: cfg.LBBurst, BoundSeconds: cfg.LBBound.Seconds()}
+	kc, err := kubetest.Launch()
+	if errors.Is(err, kubetest.ErrNoBinaries) {
+		rep = &lbipamReport{Skipped: err.Error()}
+		fmt.Fprintf(out, "lbipam: skipped: %s\n", rep.Skipped)
+		return rep, nil
+	} else if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := kc.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "ipam-bench: lbipam: stopping the API server:", err)
+		}
+	}()
+	dir, err := os.MkdirTemp("", "ipam-bench-lbipam-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := kc.WriteKubeconfig(kc.Config(), kubeconfig); err != nil {
+		return nil, err
+	}
+	resp, err := admin.CreateLBPoolWithResponse(ctx, &ipamv1.CreateLBPoolParams{}, ipamv1.LBPoolRequest{
+		Name: lbPool, Spec: ipamv1.LBPoolSpec{Blocks: []ipamv1.LBBlock{{Cidr: ptrTo(lbPoolCIDR)}}}})
+	if err != nil {
+		return nil, err
+	}
+	if err := statusError("create VIP pool", resp.StatusCode(), resp.Body); err != nil {
+		return nil, err
+	}
+
+	rc := kc.Config()
+	rc.QPS, rc.Burst = 1000, 1000
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lbNamespace}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	names := make([]string, cfg.LBServices)
+	for i := range names {
+		names[i] = fmt.Sprintf("svc-%04d", i)
+	}
+	if !private {
+		defer func() {
+			if err := teardownLBIPAM(context.WithoutCancel(ctx), admin, append(names, "probe")); err != nil {
+				fmt.Fprintln(os.Stderr, "ipam-bench: lbipam teardown:", err)
+			}
+		}()
+	}
+
+	so.extra = append(slices.Clone(so.extra), "--lbipam", "--kubeconfig", kubeconfig, "--lbipam-lease-namespace", lbLeaseNS,
+		"--cilium-kube-qps", strconv.FormatFloat(cfg.LBQPS, 'f', -1, 64), "--cilium-kube-burst", strconv.Itoa(cfg.LBBurst))
+	srv, err := startServer(ctx, so, probe)
+	if err != nil {
+		return nil, fmt.Errorf("the LB IPAM server: %w", err)
+	}
+	defer srv.stop()
+
+	w, err := kube.CoreV1().Services(lbNamespace).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	seen := newIngressWatch()
+	go seen.follow(w)
+
+	// Serving: the probe Service is satisfied.
+	began := time.Now()
+	if _, err := kube.CoreV1().Services(lbNamespace).Create(ctx, lbService("probe"), metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	if !seen.wait(ctx, []string{"probe"}, time.Minute) {
+		return nil, errors.New("the probe Service was not satisfied within a minute: LB IPAM is not serving")
+	}
+	fmt.Fprintf(out, "lbipam: etcd and kube-apiserver %s; server %s pid %d (--lbipam --cilium-kube-qps %g --cilium-kube-burst %d, pool %s) serving after %.1fs\n",
+		kubetest.KubernetesVersion, srv.url, srv.pid(), cfg.LBQPS, cfg.LBBurst, lbPoolCIDR, time.Since(began).Seconds())
+
+	created := make([]time.Time, len(names))
+	errs := make([]error, len(names))
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() {
+			<-gate
+			created[i] = time.Now()
+			_, errs[i] = kube.CoreV1().Services(lbNamespace).Create(ctx, lbService(n), metav1.CreateOptions{})
+		})
+	}
+	close(gate)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			rep.CreateErrors++
+			if rep.CreateErrors <= 3 {
+				fmt.Fprintf(out, "  create %s: %v\n", names[i], err)
+			}
+		}
+	}
+	seen.wait(ctx, names, cfg.LBBound)
+	at, addrs := seen.snapshot()
+	var ds []time.Duration
+	holders := map[string]int{}
+	for i, n := range names {
+		if t, ok := at[n]; ok && errs[i] == nil {
+			ds = append(ds, t.Sub(created[i]))
+			holders[addrs[n]]++
+		}
+	}
+	rep.Satisfied, rep.ToIngress, rep.Distinct = len(ds), secondsOf(ds), len(holders)
+	for _, n := range holders {
+		rep.Duplicates += n - 1
+	}
+	fmt.Fprintf(out, "lbipam: %d Services created at once: %d satisfied, time to ingress p50 %.2fs p99 %.2fs max %.2fs; %d distinct addresses, %d duplicates\n",
+		rep.Services, rep.Satisfied, rep.ToIngress.P50, rep.ToIngress.P99, rep.ToIngress.Max, rep.Distinct, rep.Duplicates)
+	*failed = append(*failed, rep.failures(cfg.LBBound)...)
+	if err := srv.exited(); err != nil {
+		*failed = append(*failed, err.Error())
+	}
+	return rep, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// lbService is the phase's Service: type LoadBalancer, one port, no class.
+func lbService(name string) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: lbNamespace, Name: name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
+			Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+}
+
+// ingressWatch records when each Service was first seen satisfied, and
+// its address then.
+type ingressWatch struct {
+	mu      sync.Mutex
+	at      map[string]time.Time
+	addr    map[string]string
+	changed chan struct{}
+}
+
+func newIngressWatch() *ingressWatch {
+	return &ingressWatch{at: map[string]time.Time{}, addr: map[string]string{}, changed: make(chan struct{}, 1)}
+}
+
+func (w *ingressWatch) follow(wi watch.Interface) {
+	for ev := range wi.ResultChan() {
+		svc, ok := ev.Object.(*corev1.Service)
+		if !ok || len(svc.Status.LoadBalancer.Ingress) == 0 {
+			continue
+		}
+		if c := meta.FindStatusCondition(svc.Status.Conditions, lbipam.ConditionSatisfied); c == nil || c.Status != metav1.ConditionTrue {
+			continue
+		}
+		now := time.Now()
+		w.mu.Lock()
+		if _, ok := w.at[svc.Name]; !ok {
+			w.at[svc.Name], w.addr[svc.Name] = now, svc.Status.LoadBalancer.Ingress[0].IP
+		}
+		w.mu.Unlock()
+		select {
+		case w.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait waits until every name was seen satisfied, or bound passed.
+func (w *ingressWatch) wait(ctx context.Context, names []string, bound time.Duration) bool {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		all := true
+		for _, n := range names {
+			if _, ok := w.at[n]; !ok {
+				all = false
+				break
+			}
+		}
+		w.mu.Unlock()
+		if all {
+			return true
+		}
+		select {
+		case <-w.changed:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (w *ingressWatch) snapshot() (map[string]time.Time, map[string]string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, addr := make(map[string]time.Time, len(w.at)), make(map[string]string, len(w.addr))
+	for k, v := range w.at {
+		at[k] = v
+	}
+	for k, v := range w.addr {
+		addr[k] = v
+	}
+	return at, addr
+}
+
+// teardownLBIPAM releases the phase's owners and deletes its pool from a
+// shared database, once the server has stopped.
+func teardownLBIPAM(ctx context.Context, admin *ipamv1.ClientWithResponses, names []string) error {
+	for _, n := range names {
+		resp, err := admin.ReleaseVIPsWithResponse(ctx, lbNamespace, n, &ipamv1.ReleaseVIPsParams{})
+		if err != nil {
+			return err
+		}
+		if err := statusError("release "+n, resp.StatusCode(), resp.Body); err != nil {
+			return err
+		}
+	}
+	resp, err := admin.DeleteLBPoolWithResponse(ctx, lbPool, &ipamv1.DeleteLBPoolParams{})
+	if err != nil {
+		return err
+	}
+	return statusError("delete VIP pool", resp.StatusCode(), resp.Body)
+}
