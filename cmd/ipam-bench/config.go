@@ -292,7 +292,7 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.CiliumBurst, "cilium-burst", 40, "the operator's --cilium-kube-burst")
 	fs.DurationVar(&c.CiliumBound, "cilium-bound", 120*time.Second, "every CiliumNode must hold its 8 addresses within this of the creates, or the phase fails")
 	fs.BoolVar(&c.LBIPAM, "lbipam", true, "last, the service as Cilium's LB IPAM against a real kube-apiserver and etcd (make tools; else skipped with a message): -lbipam-services LoadBalancer Services created at once, the time until each shows its address, satisfied, and no address held twice")
-	fs.IntVar(&c.LBServices, "lbipam-services", 500, "Services the lbipam phase creates at once (at most 4,000: a /20 pool)")
+	fs.IntVar(&c.LBServices, "lbipam-services", 500, "Services the lbipam phase creates at once (at most 4,000: a /20 pool and ClusterIP range)")
 	fs.Float64Var(&c.LBQPS, "lbipam-qps", 100, "the LB IPAM server's client-side request rate to the API server (its --cilium-kube-qps)")
 	fs.IntVar(&c.LBBurst, "lbipam-burst", 200, "the LB IPAM server's request burst (its --cilium-kube-burst)")
 	fs.DurationVar(&c.LBBound, "lbipam-bound", 120*time.Second, "every Service must be satisfied within this of the creates, or the phase fails")

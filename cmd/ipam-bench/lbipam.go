@@ -36,6 +36,8 @@ const (
 	lbPoolCIDR  = "198.18.0.0/20"
 	lbNamespace = "lbipam-bench"
 	lbLeaseNS   = "default"
+	// lbServiceCIDR is the API server's ClusterIP range in the phase.
+	lbServiceCIDR = "10.96.0.0/20"
 )
 
 // lbipamReport is the phase's figures.
@@ -73,7 +75,8 @@ func (r *lbipamReport) failures(bound time.Duration) []string {
 
 func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Client, admin *ipamv1.ClientWithResponses, private bool, out io.Writer, failed *[]string) (*lbipamReport, error) {
 	rep := &lbipamReport{Services: cfg.LBServices, QPS: cfg.LBQPS, Burst: cfg.LBBurst, BoundSeconds: cfg.LBBound.Seconds()}
-	kc, err := kubetest.Launch()
+	// ClusterIPs for every Service: the default range holds 254.
+	kc, err := kubetest.Launch(kubetest.WithAPIServerFlags("--service-cluster-ip-range=" + lbServiceCIDR))
 	if errors.Is(err, kubetest.ErrNoBinaries) {
 		rep = &lbipamReport{Skipped: err.Error()}
 		fmt.Fprintf(out, "lbipam: skipped: %s\n", rep.Skipped)
@@ -198,10 +201,11 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 
 func ptrTo[T any](v T) *T { return &v }
 
-// lbService is the phase's Service: type LoadBalancer, one port, no class.
+// lbService is the phase's Service: type LoadBalancer, one port, no class,
+// no node ports (nothing here routes to them).
 func lbService(name string) *corev1.Service {
 	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: lbNamespace, Name: name},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name}, AllocateLoadBalancerNodePorts: ptrTo(false),
 			Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
 }
 
