@@ -285,15 +285,10 @@ func (o *Operator) lead(ctx context.Context) error {
 			queue.Add(name)
 		}
 	}
-	var wg sync.WaitGroup
-	for range o.cfg.Workers {
-		wg.Go(func() {
-			for o.processNext(ctx, queue, rec) {
-			}
-		})
-	}
+	var background sync.WaitGroup
+	defer background.Wait()
 	if b, ok := rec.(backgroundRunner); ok {
-		wg.Go(func() {
+		background.Go(func() {
 			b.run(ctx, func() {
 				for _, key := range cnInformer.GetIndexer().ListKeys() {
 					queue.Add(key)
@@ -301,9 +296,7 @@ func (o *Operator) lead(ctx context.Context) error {
 			})
 		})
 	}
-	<-ctx.Done()
-	queue.ShutDown()
-	wg.Wait()
+	leader.Work(ctx, queue, o.cfg.Workers, func() bool { return o.processNext(ctx, queue, rec) })
 	return nil
 }
 
@@ -379,14 +372,7 @@ func (o *Operator) cachedCiliumNode(name string) (*ciliumv2.CiliumNode, error) {
 	o.mu.Lock()
 	idx := o.nodes
 	o.mu.Unlock()
-	if idx == nil {
-		return nil, errors.New("not leading")
-	}
-	obj, ok, err := idx.GetByKey(name)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return obj.(*ciliumv2.CiliumNode), nil
+	return leader.Lookup[ciliumv2.CiliumNode](idx, name)
 }
 
 // nodeLabels are the labels of the Kubernetes Node of that name, or, when

@@ -173,7 +173,7 @@ func (c *Controller) lead(ctx context.Context) error {
 		cache.NewListWatchFromClient(c.kube.CoreV1().RESTClient(), "services", metav1.NamespaceAll, fields.Everything()),
 		&corev1.Service{}, c.cfg.Resync, cache.Indexers{})
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
+		AddFunc: enqueue,
 		// A Service that stops being a LoadBalancer (its status cleared
 		// with the type) concerns the controller by its old self.
 		UpdateFunc: func(old, obj any) {
@@ -201,11 +201,12 @@ func (c *Controller) lead(ctx context.Context) error {
 	}
 	c.leading.Store(true)
 	c.log.Info("cache synced: serving Services")
-	var wg sync.WaitGroup
+	var sweeps sync.WaitGroup
+	defer sweeps.Wait()
 	// The store's Kubernetes owners whose Service is gone (deleted while
 	// no replica led, or released by hand) are reconciled as deleted: at
 	// once, then at every resync.
-	wg.Go(func() {
+	sweeps.Go(func() {
 		t := time.NewTicker(c.cfg.Resync)
 		defer t.Stop()
 		for {
@@ -219,15 +220,7 @@ func (c *Controller) lead(ctx context.Context) error {
 			}
 		}
 	})
-	for range c.cfg.Workers {
-		wg.Go(func() {
-			for c.processNext(ctx, queue) {
-			}
-		})
-	}
-	<-ctx.Done()
-	queue.ShutDown()
-	wg.Wait()
+	leader.Work(ctx, queue, c.cfg.Workers, func() bool { return c.processNext(ctx, queue) })
 	return nil
 }
 
@@ -374,14 +367,7 @@ func (c *Controller) cached(key string) (*corev1.Service, error) {
 	c.mu.Lock()
 	idx := c.services
 	c.mu.Unlock()
-	if idx == nil {
-		return nil, errors.New("not leading")
-	}
-	obj, ok, err := idx.GetByKey(key)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return obj.(*corev1.Service), nil
+	return leader.Lookup[corev1.Service](idx, key)
 }
 
 // writeStatus writes st as svc's status (the status subresource). A

@@ -7,16 +7,20 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // Defaults: a candidate takes a killed leader's lease once it has seen no
@@ -124,4 +128,42 @@ func SplitBudget(rc *rest.Config, retry time.Duration) (work, lease *rest.Config
 	work.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(work.QPS, work.Burst)
 	lease.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(lease.QPS, lease.Burst)
 	return work, lease
+}
+
+// ErrNotLeading answers a lookup in a cache that only exists while the
+// replica leads.
+var ErrNotLeading = errors.New("not leading")
+
+// Lookup answers the object of key in an informer's store as a *T, nil
+// when there is none; a nil store (the replica does not lead) is
+// ErrNotLeading. Callers must not modify the object.
+func Lookup[T any](idx cache.Indexer, key string) (*T, error) {
+	if idx == nil {
+		return nil, ErrNotLeading
+	}
+	obj, ok, err := idx.GetByKey(key)
+	if err != nil || !ok {
+		return nil, err
+	}
+	t, ok := obj.(*T)
+	if !ok {
+		return nil, fmt.Errorf("cache holds a %T under %s", obj, key)
+	}
+	return t, nil
+}
+
+// Work runs n workers, each calling process until it answers false (its
+// queue shut down), and returns once ctx has ended, q is shut down and
+// every worker has returned.
+func Work[K comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[K], n int, process func() bool) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for process() {
+			}
+		})
+	}
+	<-ctx.Done()
+	q.ShutDown()
+	wg.Wait()
 }

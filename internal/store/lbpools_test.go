@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -32,6 +33,20 @@ func (f *fixture) lbPool(name string, spec alloc.LBPoolSpec) alloc.LBPool {
 		f.t.Fatal(err)
 	}
 	return p
+}
+
+// texts answers the one text column of the rows of sql.
+func (f *fixture) texts(sql string) []string {
+	f.t.Helper()
+	rows, err := f.s.db.Query(f.ctx, sql)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return out
 }
 
 func (f *fixture) lbConflict(name string) string {
@@ -78,18 +93,7 @@ func TestLBPoolLab4(t *testing.T) {
 	if c := f.lbConflict("red"); c != "" {
 		t.Fatalf("red still marked: %q", c)
 	}
-	var kinds []string
-	rows, err := f.s.db.Query(f.ctx, `SELECT kind || ' ' || pool || ' ' || reason FROM address_events WHERE kind LIKE 'lbpool-%' ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			t.Fatal(err)
-		}
-		kinds = append(kinds, k)
-	}
+	kinds := f.texts(`SELECT kind || ' ' || pool || ' ' || reason FROM address_events WHERE kind LIKE 'lbpool-%' ORDER BY id`)
 	if strings.Join(kinds, "|") != "lbpool-create blue |lbpool-create red |lbpool-delete blue |lbpool-update red conflict resolved" {
 		t.Fatalf("history: %q", kinds)
 	}

@@ -91,19 +91,8 @@ func TestVIPLab4(t *testing.T) {
 	if _, err := f.s.GetVIPs(f.ctx, alloc.DefaultSpace, alloc.VIPOwner{Namespace: "default", Name: "web"}); err == nil {
 		t.Fatal("a released owner is still there")
 	}
-	var events []string
-	rows, err := f.s.db.Query(f.ctx, `SELECT kind || ' ' || host(address) || ' ' || owner_namespace || '/' || owner_name || ' ' || pool
+	events := f.texts(`SELECT kind || ' ' || host(address) || ' ' || owner_namespace || '/' || owner_name || ' ' || pool
 		FROM address_events WHERE kind LIKE 'vip-%' ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var e string
-		if err := rows.Scan(&e); err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, e)
-	}
 	if strings.Join(events, "|") != "vip-assign 10.0.20.100 default/web blue|vip-release 10.0.20.100 default/web blue" {
 		t.Fatalf("history %q", events)
 	}
