@@ -277,7 +277,8 @@ func TestLBIPAMRBAC(t *testing.T) {
 	user, groups := kubetest.ServiceAccount(serverNamespace, serverServiceAccount)
 	var allowed []kubetest.Access
 	for _, verb := range []string{"get", "list", "watch"} {
-		allowed = append(allowed, kubetest.Access{Verb: verb, Resource: "services"})
+		allowed = append(allowed, kubetest.Access{Verb: verb, Resource: "services"}, kubetest.Access{Verb: verb, Resource: "nodes"},
+			kubetest.Access{Verb: verb, Group: "discovery.k8s.io", Resource: "endpointslices"})
 	}
 	for _, verb := range []string{"update", "patch"} {
 		allowed = append(allowed, kubetest.Access{Verb: verb, Resource: "services", Subresource: "status", Namespace: "shop"})
@@ -289,6 +290,8 @@ func TestLBIPAMRBAC(t *testing.T) {
 		{Verb: "create", Resource: "services", Namespace: "shop"},
 		{Verb: "delete", Resource: "services", Namespace: "shop"},
 		{Verb: "list", Resource: "endpoints"},
+		{Verb: "update", Resource: "nodes"},
+		{Verb: "update", Group: "discovery.k8s.io", Resource: "endpointslices", Namespace: "shop"},
 		{Verb: "get", Resource: "secrets", Namespace: serverNamespace},
 	} {
 		ok, reason, err := c.Allowed(t.Context(), user, groups, a)

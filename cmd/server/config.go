@@ -65,7 +65,8 @@ type config struct {
 	// LB IPAM controller (internal/lbipam); off unless LBIPAM.
 	LBIPAM          bool
 	LBIPAMClasses   string
-	LBIPAMDefault   bool
+	LBIPAMDefault   string
+	NodeIPAM        bool
 	LBIPAMFamilies  string
 	LBIPAMLeaseNS   string
 	ReconcileMinAge time.Duration
@@ -190,12 +191,24 @@ func (c config) Validate() error {
 	if c.Kubeconfig != "" && c.KubeInCluster {
 		errs = append(errs, errors.New("kubeconfig and kube-in-cluster exclude each other"))
 	}
+	if c.NodeIPAM && !c.LBIPAM {
+		errs = append(errs, errors.New("node-ipam runs in the lbipam controller: set lbipam too"))
+	}
 	if c.LBIPAM {
 		if c.Kubeconfig == "" && !c.KubeInCluster {
 			errs = append(errs, errors.New("lbipam needs kubeconfig or kube-in-cluster"))
 		}
 		if _, _, err := lbipamFamilies(c.LBIPAMFamilies); err != nil {
 			errs = append(errs, fmt.Errorf("lbipam-families: %w", err))
+		}
+		switch c.LBIPAMDefault {
+		case lbipam.DefaultLBIPAM, lbipam.DefaultNone:
+		case lbipam.DefaultNodeIPAM:
+			if !c.NodeIPAM {
+				errs = append(errs, errors.New("lbipam-default-ipam nodeipam needs node-ipam"))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("lbipam-default-ipam %q: want lbipam, nodeipam or none", c.LBIPAMDefault))
 		}
 		if c.CiliumKubeQPS < cilium.MinKubeQPS || c.CiliumKubeBurst < cilium.MinKubeBurst {
 			errs = append(errs, fmt.Errorf("lbipam: cilium-kube-qps must be at least %d and cilium-kube-burst at least %d (the leader Lease's renewals take 1/s and 2 of them)",
@@ -285,7 +298,8 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.DurationVar(&c.ExcessIPReleaseDelay, "excess-ip-release-delay", cilium.DefaultExcessIPReleaseDelay, "how long an address stays excess on a node before the operator marks it for release (Cilium's excess-ip-release-delay; crd mode)")
 	fs.BoolVar(&c.LBIPAM, "lbipam", false, "play Cilium's LB IPAM for the LoadBalancer Services of the cluster of kubeconfig or kube-in-cluster: VIPs from the default space's VIP pools (leader-elected)")
 	fs.StringVar(&c.LBIPAMClasses, "lbipam-classes", lbipam.ClassL2+","+lbipam.ClassBGP, "loadBalancerClass values LB IPAM serves, comma-separated (Services of other classes are left alone)")
-	fs.BoolVar(&c.LBIPAMDefault, "lbipam-default", true, "serve Services without a loadBalancerClass (Cilium's defaultLBServiceIPAM=lbipam)")
+	fs.StringVar(&c.LBIPAMDefault, "lbipam-default-ipam", lbipam.DefaultLBIPAM, "who serves Services without a loadBalancerClass, as Cilium's defaultLBServiceIPAM: lbipam, nodeipam (needs node-ipam) or none")
+	fs.BoolVar(&c.NodeIPAM, "node-ipam", false, "with lbipam, publish node addresses for the Services of class io.cilium/node (Cilium's nodeIPAM.enabled; reads Nodes and EndpointSlices)")
 	fs.StringVar(&c.LBIPAMFamilies, "lbipam-families", "ipv4", "the cluster's families for Services' ipFamilyPolicy: ipv4, ipv6 or ipv4,ipv6")
 	fs.StringVar(&c.LBIPAMLeaseNS, "lbipam-lease-namespace", "kube-system", "namespace of the Lease the replicas elect the one LB IPAM controller with")
 	fs.DurationVar(&c.ReconcileMinAge, "reconcile-min-age", store.DefaultReconcileMinAge, "a reconcile (CNI GC) never releases a lease younger than this, whatever its list says")

@@ -59,6 +59,9 @@ func TestCiliumFlagsValidated(t *testing.T) {
 		{[]string{"--lbipam"}, "lbipam needs kubeconfig or kube-in-cluster"},
 		{[]string{"--kube-in-cluster", "--lbipam", "--lbipam-families", "ipv4,ipx"}, "lbipam-families"},
 		{[]string{"--kube-in-cluster", "--lbipam", "--cilium-kube-qps", "1"}, "lbipam: cilium-kube-qps must be at least 2"},
+		{[]string{"--kube-in-cluster", "--lbipam", "--lbipam-default-ipam", "nodeipam"}, "needs node-ipam"},
+		{[]string{"--kube-in-cluster", "--lbipam", "--lbipam-default-ipam", "metallb"}, "want lbipam, nodeipam or none"},
+		{[]string{"--kube-in-cluster", "--node-ipam"}, "set lbipam too"},
 	} {
 		_, err := parseConfig("serve", append(append([]string{}, base...), c.args...), env)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -36,6 +36,13 @@ import (
 	"github.com/ipam-dev/ipam/internal/leader"
 )
 
+// Values of Config.DefaultIPAM, as Cilium's defaultLBServiceIPAM.
+const (
+	DefaultLBIPAM   = "lbipam"
+	DefaultNodeIPAM = "nodeipam"
+	DefaultNone     = "none"
+)
+
 // Store is what the controller needs of the store.
 type Store interface {
 	// AssignVIPs answers what the owner holds after the request; an
@@ -56,12 +63,18 @@ type Config struct {
 	Kube *rest.Config
 	// Election names the Lease (default name ipam-lbipam).
 	Election leader.Election
-	// ServeUnclassed serves Services without a loadBalancerClass (Cilium's
-	// defaultLBServiceIPAM=lbipam); Classes are the classes served
-	// besides (default Cilium's: l2-announcer and bgp-control-plane).
+	// DefaultIPAM serves Services without a loadBalancerClass (Cilium's
+	// defaultLBServiceIPAM): DefaultLBIPAM (the default), DefaultNodeIPAM
+	// (needs NodeIPAM) or DefaultNone. Classes are the classes LB IPAM
+	// serves besides (default Cilium's: l2-announcer and
+	// bgp-control-plane); with NodeIPAM, io.cilium/node is Node IPAM's.
 	// Any other class is left alone.
-	ServeUnclassed bool
-	Classes        []string
+	DefaultIPAM string
+	Classes     []string
+	// NodeIPAM publishes node addresses for the Services of class
+	// io.cilium/node (Cilium's nodeIPAM.enabled); it watches Nodes and
+	// EndpointSlices.
+	NodeIPAM bool
 	// IPv4 and IPv6 are the cluster's families (at least one).
 	IPv4, IPv6 bool
 	// Resync looks at every Service again this often (default 1 minute):
@@ -93,6 +106,17 @@ func (c *Config) setDefaults() error {
 	if c.Classes == nil {
 		c.Classes = []string{ClassL2, ClassBGP}
 	}
+	switch c.DefaultIPAM {
+	case "":
+		c.DefaultIPAM = DefaultLBIPAM
+	case DefaultLBIPAM, DefaultNone:
+	case DefaultNodeIPAM:
+		if !c.NodeIPAM {
+			return errors.New("lbipam: the default IPAM nodeipam needs Node IPAM on")
+		}
+	default:
+		return fmt.Errorf("lbipam: default IPAM %q: want lbipam, nodeipam or none", c.DefaultIPAM)
+	}
 	if !c.IPv4 && !c.IPv6 {
 		return errors.New("lbipam: no family enabled")
 	}
@@ -119,6 +143,9 @@ type Controller struct {
 
 	mu       sync.Mutex
 	services cache.Indexer // set while leading
+	// Node IPAM's Nodes and EndpointSlices (by namespace), set while
+	// leading with NodeIPAM.
+	nodes, slices cache.Indexer
 }
 
 // New builds a controller; Run starts it.
@@ -187,16 +214,28 @@ func (c *Controller) lead(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	synced := []cache.InformerSynced{informer.HasSynced}
+	var nodeIdx, sliceIdx cache.Indexer
+	if c.cfg.NodeIPAM {
+		ni, si, err := c.nodeIPAMInformers(queue, informer.GetIndexer())
+		if err != nil {
+			return err
+		}
+		go ni.Run(ctx.Done())
+		go si.Run(ctx.Done())
+		synced = append(synced, ni.HasSynced, si.HasSynced)
+		nodeIdx, sliceIdx = ni.GetIndexer(), si.GetIndexer()
+	}
 	c.mu.Lock()
-	c.services = informer.GetIndexer()
+	c.services, c.nodes, c.slices = informer.GetIndexer(), nodeIdx, sliceIdx
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
-		c.services = nil
+		c.services, c.nodes, c.slices = nil, nil, nil
 		c.mu.Unlock()
 	}()
 	go informer.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
 	c.leading.Store(true)
@@ -281,15 +320,21 @@ func concerns(obj any) bool {
 	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer || meta.FindStatusCondition(svc.Status.Conditions, ConditionSatisfied) != nil
 }
 
-// serves reports whether the controller serves svc.
-func (c *Controller) serves(svc *corev1.Service) bool {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		return false
+// handler answers who serves svc: DefaultLBIPAM, DefaultNodeIPAM, or
+// DefaultNone (nobody here).
+func (c *Controller) handler(svc *corev1.Service) string {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || !svc.DeletionTimestamp.IsZero() {
+		return DefaultNone
 	}
-	if svc.Spec.LoadBalancerClass == nil {
-		return c.cfg.ServeUnclassed
+	switch {
+	case svc.Spec.LoadBalancerClass == nil:
+		return c.cfg.DefaultIPAM
+	case c.cfg.NodeIPAM && *svc.Spec.LoadBalancerClass == ClassNode:
+		return DefaultNodeIPAM
+	case slices.Contains(c.cfg.Classes, *svc.Spec.LoadBalancerClass):
+		return DefaultLBIPAM
 	}
-	return slices.Contains(c.cfg.Classes, *svc.Spec.LoadBalancerClass)
+	return DefaultNone
 }
 
 // reconcile brings the Service of key (namespace/name) in line: a served
@@ -314,12 +359,19 @@ func (c *Controller) reconcile(ctx context.Context, key string, fresh bool) erro
 	if err != nil {
 		return err
 	}
-	if svc == nil || !svc.DeletionTimestamp.IsZero() || !c.serves(svc) {
+	by := DefaultNone
+	if svc != nil {
+		by = c.handler(svc)
+	}
+	if by != DefaultLBIPAM {
 		if err := c.releaseOwned(ctx, owner); err != nil {
 			return err
 		}
 		if svc == nil {
 			return nil
+		}
+		if by == DefaultNodeIPAM {
+			return c.reconcileNodeIPAM(ctx, svc)
 		}
 		if st, changed := clearedStatus(svc); changed {
 			return c.writeStatus(ctx, svc, st)

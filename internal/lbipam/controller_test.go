@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +28,8 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Migrate) }
 
 // env is a real API server, a store on its own database and one
-// controller (IPv4 and IPv6 enabled, Services without a class served).
+// controller (IPv4 and IPv6 enabled, Services without a class served by
+// LB IPAM, Node IPAM on).
 type env struct {
 	t    *testing.T
 	ctx  context.Context
@@ -57,7 +59,7 @@ func newEnv(t *testing.T, opts ...kubetest.Option) *env {
 // test ends.
 func (e *env) controller(identity string) (stop func()) {
 	e.t.Helper()
-	c, err := New(Config{Kube: e.kc.Config(), ServeUnclassed: true, IPv4: true, IPv6: true, Resync: time.Second, Workers: 16,
+	c, err := New(Config{Kube: e.kc.Config(), NodeIPAM: true, IPv4: true, IPv6: true, Resync: time.Second, Workers: 16,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, e.st)
 	if err != nil {
@@ -474,4 +476,94 @@ func TestOrphansReleased(t *testing.T) {
 			t.Fatalf("the orphan is still held: %+v", owners)
 		}
 	}
+}
+
+// node creates a Node with addresses ("InternalIP=10.1.0.1") and labels.
+func (e *env) node(name string, labels map[string]string, addrs ...string) *corev1.Node {
+	e.t.Helper()
+	n, err := e.kube.CoreV1().Nodes().Create(e.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, a := range addrs {
+		typ, ip, _ := strings.Cut(a, "=")
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeAddressType(typ), Address: ip})
+	}
+	if n, err = e.kube.CoreV1().Nodes().UpdateStatus(e.ctx, n, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// TestLab6 is the seed's Lab 6, Node IPAM: a Service of class
+// io.cilium/node lists the nodes' InternalIPs (kind nodes have no
+// ExternalIP); a node labelled exclude-from-external-load-balancers, or
+// tainted for deletion by the autoscaler, drops out; match-node-labels
+// restricts the nodes; ExternalIPs win per family; with
+// externalTrafficPolicy Local only nodes with a ready endpoint count.
+func TestLab6(t *testing.T) {
+	e := newEnv(t, kubetest.WithAPIServerFlags("--service-cluster-ip-range=10.96.0.0/24,fd00:96::/112"))
+	e.node("node-a", map[string]string{"zone": "a"}, "InternalIP=10.1.0.1", "InternalIP=fd01::1")
+	b := e.node("node-b", map[string]string{"zone": "b"}, "InternalIP=10.1.0.2", "Hostname=node-b")
+	class := ClassNode
+	svc := service("web", "nodes")
+	svc.Spec.LoadBalancerClass = &class
+	e.create(svc)
+	e.wait("web", "nodes", "10.1.0.1,10.1.0.2 -")
+	// No VIP was taken for it.
+	if _, err := e.st.GetVIPs(e.ctx, alloc.DefaultSpace, alloc.VIPOwner{Namespace: "web", Name: "nodes"}); err == nil {
+		t.Fatal("a Node IPAM Service holds a VIP")
+	}
+
+	b.Labels[corev1.LabelNodeExcludeBalancers] = ""
+	if _, err := e.kube.CoreV1().Nodes().Update(e.ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("web", "nodes", "10.1.0.1 -")
+	b, _ = e.kube.CoreV1().Nodes().Get(e.ctx, "node-b", metav1.GetOptions{})
+	delete(b.Labels, corev1.LabelNodeExcludeBalancers)
+	b.Spec.Taints = []corev1.Taint{{Key: TaintToBeDeleted, Effect: corev1.TaintEffectNoSchedule}}
+	if _, err := e.kube.CoreV1().Nodes().Update(e.ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("web", "nodes", "10.1.0.1 -")
+	b, _ = e.kube.CoreV1().Nodes().Get(e.ctx, "node-b", metav1.GetOptions{})
+	b.Spec.Taints = nil
+	if _, err := e.kube.CoreV1().Nodes().Update(e.ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("web", "nodes", "10.1.0.1,10.1.0.2 -")
+
+	zoned := service("web", "zone-b")
+	zoned.Spec.LoadBalancerClass = &class
+	zoned.Annotations[AnnotationMatchNodeLabels] = "zone=b"
+	e.create(zoned)
+	e.wait("web", "zone-b", "10.1.0.2 -")
+
+	dual := service("web", "dual")
+	dual.Spec.LoadBalancerClass = &class
+	pol := corev1.IPFamilyPolicyRequireDualStack
+	dual.Spec.IPFamilyPolicy = &pol
+	e.create(dual)
+	e.wait("web", "dual", "10.1.0.1,10.1.0.2,fd01::1 -")
+	e.node("node-c", nil, "InternalIP=10.1.0.3", "ExternalIP=203.0.113.3")
+	e.wait("web", "dual", "203.0.113.3,fd01::1 -")
+
+	local := service("web", "local")
+	local.Spec.LoadBalancerClass = &class
+	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	e.create(local)
+	e.wait("web", "local", " -")
+	ready, notReady, nodeA, nodeB := true, false, "node-a", "node-b"
+	if _, err := e.kube.DiscoveryV1().EndpointSlices("web").Create(e.ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "local-1", Labels: map[string]string{discoveryv1.LabelServiceName: "local"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.244.0.5"}, NodeName: &nodeA, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
+			{Addresses: []string{"10.244.1.5"}, NodeName: &nodeB, Conditions: discoveryv1.EndpointConditions{Ready: &notReady}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("web", "local", "10.1.0.1 -")
 }
