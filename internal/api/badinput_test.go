@@ -31,6 +31,7 @@ func seedBadInput(e *env) {
 		"name": "default",
 		"spec": map[string]any{"blocks": []map[string]string{{"cidr": "192.168.10.0/24"}, {"start": "fd10::1", "stop": "fd10::ff"}}},
 	}, nil)
+	e.mustDo(201, "POST", "/v1/cidr-groups", map[string]any{"name": "corp", "externalCIDRs": []string{"10.30.0.0/16"}}, nil)
 	e.mustDo(201, "PUT", "/v1/nodes/n1", map[string]any{"labels": map[string]string{"zone": "a"}}, nil)
 	e.mustDo(201, "POST", "/v1/nodes/n1/leases", lease("c1", "eth0", "pod1"), nil)
 	b := lease("t1", "eth0", "pod-t1")

@@ -206,7 +206,7 @@ func (r response) problem(t *testing.T) ipamv1.Problem {
 }
 
 // tables are every table of the schema; a snapshot dumps them all.
-var tables = []string{"address_spaces", "pools", "pool_cidrs", "nodes", "blocks", "leases", "address_events", "lb_pools", "address_ranges", "vip_owners", "vips", "vip_holders"}
+var tables = []string{"address_spaces", "pools", "pool_cidrs", "nodes", "blocks", "leases", "address_events", "lb_pools", "address_ranges", "vip_owners", "vips", "vip_holders", "cidr_groups", "cidr_group_cidrs"}
 
 // snapshot is each table's row count and a digest of its rows' text.
 type snapshot map[string]string

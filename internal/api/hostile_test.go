@@ -319,6 +319,8 @@ var hostileBodies = map[string]string{
 	"assignVIPs": `{"labels": {"color": "blue"}, "families": ["ipv4"], "addresses": ["192.168.10.7"], "requireAllFamilies": true,
 		"sharing": {"key": "web", "crossNamespace": ["other"], "ports": [{"port": 80, "protocol": "TCP"}], "externalTrafficPolicy": "Local",
 		"podSelector": {"app": "web"}, "permitDifferentPods": false}, "reassign": false}`,
+	"createCIDRGroup": `{"name": "g-new", "labels": {"tier": "a"}, "externalCIDRs": ["10.30.0.0/16", "fd30::/48"]}`,
+	"updateCIDRGroup": `{"name": "corp", "labels": {"tier": "a"}, "externalCIDRs": ["10.30.0.0/16"]}`,
 	"putNode": `{"labels": {"zone": "a"}, "addresses": [{"type": "InternalIP", "address": "192.168.0.1"}],
 		"providerID": "aws:///zone-a/i-1", "podCIDRs": ["10.0.7.0/24"]}`,
 	"allocateLease": `{"owner": {"namespace": "ns", "name": "pod9", "uid": "u-9"}, "containerID": "c9", "interface": "eth0",

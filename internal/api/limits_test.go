@@ -229,7 +229,14 @@ func TestRequestLimits(t *testing.T) {
 			"sharing.crossNamespace[0]"},
 		"VIPSharing.ports": {"PUT", "/v1/vip-owners/ns/web", map[string]any{"sharing": map[string]any{"ports": many(257, func(i int) any { return map[string]any{"port": i + 1} })}},
 			"sharing.ports"},
-		"VIPPort.port": {"PUT", "/v1/vip-owners/ns/web", map[string]any{"sharing": map[string]any{"ports": []any{map[string]any{"port": 65536}}}}, "sharing.ports[0].port"},
+		"VIPPort.port":                     {"PUT", "/v1/vip-owners/ns/web", map[string]any{"sharing": map[string]any{"ports": []any{map[string]any{"port": 65536}}}}, "sharing.ports[0].port"},
+		"path:group":                       {"GET", "/v1/cidr-groups/" + long(64), nil, "group"},
+		"CIDRGroupRequest.name":            {"POST", "/v1/cidr-groups", map[string]any{"name": long(64)}, "name"},
+		"CIDRGroupUpdate.name":             {"PUT", "/v1/cidr-groups/corp", map[string]any{"name": long(64)}, "name"},
+		"CIDRGroupRequest.externalCIDRs":   {"POST", "/v1/cidr-groups", map[string]any{"name": "g", "externalCIDRs": many(1025, func(i int) any { return fmt.Sprintf("10.%d.%d.0/24", i/256, i%256) })}, "externalCIDRs"},
+		"CIDRGroupUpdate.externalCIDRs":    {"PUT", "/v1/cidr-groups/corp", map[string]any{"externalCIDRs": many(1025, func(i int) any { return fmt.Sprintf("10.%d.%d.0/24", i/256, i%256) })}, "externalCIDRs"},
+		"CIDRGroupRequest.externalCIDRs[]": {"POST", "/v1/cidr-groups", map[string]any{"name": "g", "externalCIDRs": []any{long(65)}}, "externalCIDRs[0]"},
+		"CIDRGroupUpdate.externalCIDRs[]":  {"PUT", "/v1/cidr-groups/corp", map[string]any{"externalCIDRs": []any{long(65)}}, "externalCIDRs[0]"},
 		"LBPoolSpec.blocks": {"POST", "/v1/lb-pools", lbPool("limits", many(257, func(i int) any {
 			return map[string]any{"start": fmt.Sprintf("192.168.%d.%d", 100+i/256, i%256)}
 		})...), "spec.blocks"},

@@ -57,6 +57,13 @@ var operations = map[string]access{
 	"getVIPs":       {http.MethodGet, "/v1/vip-owners/{namespace}/{name}", alloc.RoleViewer, false},
 	"releaseVIPs":   {http.MethodDelete, "/v1/vip-owners/{namespace}/{name}", alloc.RoleOperator, false},
 
+	"listCIDRGroups":       {http.MethodGet, "/v1/cidr-groups", alloc.RoleViewer, false},
+	"createCIDRGroup":      {http.MethodPost, "/v1/cidr-groups", alloc.RoleOperator, false},
+	"getCIDRGroup":         {http.MethodGet, "/v1/cidr-groups/{group}", alloc.RoleViewer, false},
+	"updateCIDRGroup":      {http.MethodPut, "/v1/cidr-groups/{group}", alloc.RoleOperator, false},
+	"deleteCIDRGroup":      {http.MethodDelete, "/v1/cidr-groups/{group}", alloc.RoleOperator, false},
+	"getAddressCIDRGroups": {http.MethodGet, "/v1/addresses/{address}/cidr-groups", alloc.RoleViewer, false},
+
 	"listNodes":    {http.MethodGet, "/v1/nodes", alloc.RoleViewer, false},
 	"getNode":      {http.MethodGet, "/v1/nodes/{node}", alloc.RoleViewer, true},
 	"putNode":      {http.MethodPut, "/v1/nodes/{node}", alloc.RoleOperator, true},

@@ -285,6 +285,8 @@ func TestRoleTable(t *testing.T) {
 	must(201, "PUT", "/v1/nodes/node-a?space=tenant2", `{}`)
 	must(201, "POST", "/v1/lb-pools", `{"name":"vip","spec":{"blocks":[{"cidr":"192.168.1.0/24"}]}}`)
 	must(201, "POST", "/v1/lb-pools?space=tenant2", `{"name":"vip","spec":{"blocks":[{"cidr":"192.168.1.0/24"}]}}`)
+	must(201, "POST", "/v1/cidr-groups", `{"name":"corp","externalCIDRs":["10.30.0.0/16"]}`)
+	must(201, "POST", "/v1/cidr-groups?space=tenant2", `{"name":"corp","externalCIDRs":["10.30.0.0/16"]}`)
 	leaseBody := func(cid string) string {
 		return `{"owner":{"namespace":"ns","name":"pod-` + cid + `"},"containerID":"` + cid + `","interface":"eth0"}`
 	}
@@ -334,10 +336,19 @@ func TestRoleTable(t *testing.T) {
 			must(200, "PUT", "/v1/vip-owners/ns/held", `{}`)
 			return nil
 		}},
-		"releaseVIPs": {path: "/v1/vip-owners/ns/web"},
-		"listNodes":   {path: "/v1/nodes"},
-		"getNode":     {path: "/v1/nodes/{node}"},
-		"putNode":     {path: "/v1/nodes/{node}", body: `{"labels":{"zone":"a"}}`},
+		"releaseVIPs":     {path: "/v1/vip-owners/ns/web"},
+		"listCIDRGroups":  {path: "/v1/cidr-groups"},
+		"createCIDRGroup": {path: "/v1/cidr-groups", body: `{"name":"corp2","externalCIDRs":["10.30.0.0/16"]}`},
+		"getCIDRGroup":    {path: "/v1/cidr-groups/corp"},
+		"updateCIDRGroup": {path: "/v1/cidr-groups/corp", body: `{"externalCIDRs":["10.31.0.0/16"]}`},
+		"deleteCIDRGroup": {path: "/v1/cidr-groups/doomed", setup: func(string) map[string]string {
+			must(201, "POST", "/v1/cidr-groups", `{"name":"doomed"}`)
+			return nil
+		}},
+		"getAddressCIDRGroups": {path: "/v1/addresses/10.30.0.1/cidr-groups"},
+		"listNodes":            {path: "/v1/nodes"},
+		"getNode":              {path: "/v1/nodes/{node}"},
+		"putNode":              {path: "/v1/nodes/{node}", body: `{"labels":{"zone":"a"}}`},
 		"deleteNode": {path: "/v1/nodes/{node}", node: "doomed", setup: func(string) map[string]string {
 			must(201, "PUT", "/v1/nodes/doomed", `{}`)
 			return nil

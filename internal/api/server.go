@@ -31,6 +31,7 @@ type Server struct {
 	poolHandlers
 	lbPoolHandlers
 	vipHandlers
+	cidrGroupHandlers
 	nodeHandlers
 	blockHandlers
 	leaseHandlers
@@ -56,6 +57,7 @@ type Stores struct {
 	Pools       PoolStore        // pools.go
 	LBPools     LBPoolStore      // lbpools.go
 	VIPs        VIPStore         // vips.go
+	CIDRGroups  CIDRGroupStore   // cidrgroups.go
 	Nodes       NodeStore        // nodes.go: nodes and their pool usage
 	Blocks      BlockStore       // blocks.go
 	Leases      LeaseStore       // leases.go: the allocation path
@@ -77,6 +79,7 @@ func StoresOf[S interface {
 	PoolStore
 	LBPoolStore
 	VIPStore
+	CIDRGroupStore
 	NodeStore
 	BlockStore
 	LeaseStore
@@ -88,7 +91,7 @@ func StoresOf[S interface {
 	TokenStore
 	CredentialStore
 }](s S) Stores {
-	return Stores{Health: s, Spaces: s, Pools: s, LBPools: s, VIPs: s, Nodes: s, Blocks: s, Leases: s, Reconcile: s, Addresses: s,
+	return Stores{Health: s, Spaces: s, Pools: s, LBPools: s, VIPs: s, CIDRGroups: s, Nodes: s, Blocks: s, Leases: s, Reconcile: s, Addresses: s,
 		Sticky: s, History: s, Consistency: s, Tokens: s, Credentials: s}
 }
 
@@ -133,6 +136,7 @@ func newServer(st Stores, m *metrics, o Options) *Server {
 		poolHandlers:        poolHandlers{store: st.Pools},
 		lbPoolHandlers:      lbPoolHandlers{store: st.LBPools},
 		vipHandlers:         vipHandlers{store: st.VIPs},
+		cidrGroupHandlers:   cidrGroupHandlers{store: st.CIDRGroups},
 		nodeHandlers:        nodeHandlers{store: st.Nodes, ciliumNodes: o.CiliumNodes, log: o.Logger},
 		blockHandlers:       blockHandlers{store: st.Blocks},
 		leaseHandlers:       leaseHandlers{store: st.Leases, metrics: m, podMetadata: o.PodMetadata},

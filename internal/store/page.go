@@ -39,14 +39,15 @@ const pageTokenVersion byte = 1
 type pageKind string
 
 const (
-	pageSpaces    pageKind = "spaces"
-	pagePools     pageKind = "pools"
-	pageLBPools   pageKind = "lb-pools"
-	pageVIPOwners pageKind = "vip-owners"
-	pageNodes     pageKind = "nodes"
-	pageTokens    pageKind = "tokens"
-	pageLeases    pageKind = "leases"
-	pageHistory   pageKind = "history"
+	pageSpaces     pageKind = "spaces"
+	pagePools      pageKind = "pools"
+	pageLBPools    pageKind = "lb-pools"
+	pageVIPOwners  pageKind = "vip-owners"
+	pageCIDRGroups pageKind = "cidr-groups"
+	pageNodes      pageKind = "nodes"
+	pageTokens     pageKind = "tokens"
+	pageLeases     pageKind = "leases"
+	pageHistory    pageKind = "history"
 )
 
 // pageScope is one list with its filter: the token of a page of it is good

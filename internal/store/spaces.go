@@ -69,6 +69,7 @@ func (s *Store) DeleteSpace(ctx context.Context, name string) error {
 			OR EXISTS (SELECT 1 FROM nodes WHERE space = $1)
 			OR EXISTS (SELECT 1 FROM lb_pools WHERE space = $1)
 			OR EXISTS (SELECT 1 FROM vip_owners WHERE space = $1)
+			OR EXISTS (SELECT 1 FROM cidr_groups WHERE space = $1)
 			FROM address_spaces WHERE name = $1 FOR UPDATE`, name).Scan(&inUse)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -76,7 +77,7 @@ func (s *Store) DeleteSpace(ctx context.Context, name string) error {
 		case err != nil:
 			return err
 		case inUse:
-			return &alloc.Error{Kind: alloc.KindInUse, Field: "space", Detail: "address space " + name + " still has pools, VIP pools, VIP owners or nodes"}
+			return &alloc.Error{Kind: alloc.KindInUse, Field: "space", Detail: "address space " + name + " still has pools, VIP pools, VIP owners, CIDR groups or nodes"}
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM address_spaces WHERE name = $1`, name)
 		return err

@@ -1,0 +1,189 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
+)
+
+// CIDR groups (migration 00020): a row of cidr_groups and a row of
+// cidr_group_cidrs per CIDR, in the group's order.
+
+const cidrGroupColumns = `g.space, g.name, g.labels, g.created_at, g.updated_at,
+	coalesce((SELECT array_agg(c.cidr ORDER BY c.position) FROM cidr_group_cidrs c WHERE c.group_id = g.id), '{}')`
+
+func scanCIDRGroup(r pgx.Row) (alloc.CIDRGroup, error) {
+	var g alloc.CIDRGroup
+	err := r.Scan(&g.Space, &g.Name, &g.Labels, &g.CreatedAt, &g.UpdatedAt, &g.CIDRs)
+	return g, err
+}
+
+// errCIDRGroupExists ends CreateCIDRGroup's transaction when the name is
+// taken.
+var errCIDRGroupExists = errors.New("CIDR group exists")
+
+// CreateCIDRGroup adds a group. Creating one that exists with the same
+// labels and CIDRs answers it again (a retry); with others it is a
+// KindConflict.
+func (s *Store) CreateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...alloc.WriteOption) (alloc.CIDRGroup, error) {
+	if err := g.Validate(); err != nil {
+		return alloc.CIDRGroup{}, err
+	}
+	var out alloc.CIDRGroup
+	err := s.write(ctx, opts, func(tx querier) error {
+		var id int64
+		err := tx.QueryRow(ctx, `INSERT INTO cidr_groups (space, name, labels, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)
+			ON CONFLICT (space, name) DO NOTHING RETURNING id`, g.Space, g.Name, labelsOrEmpty(g.Labels), s.now()).Scan(&id)
+		switch code, _ := pgCode(err); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return errCIDRGroupExists
+		case code == codeForeignKey:
+			return alloc.NotFound("space", "address space", g.Space)
+		case err != nil:
+			return err
+		}
+		if err := insertGroupCIDRs(ctx, tx, id, g); err != nil {
+			return err
+		}
+		out, err = getCIDRGroup(ctx, tx, s, g.Space, g.Name)
+		return err
+	})
+	if errors.Is(err, errCIDRGroupExists) {
+		have, gerr := s.GetCIDRGroup(ctx, g.Space, g.Name)
+		if gerr != nil {
+			return alloc.CIDRGroup{}, gerr
+		}
+		if !maps.Equal(have.Labels, labelsOrEmpty(g.Labels)) || !slices.Equal(have.CIDRs, g.CIDRs) {
+			return alloc.CIDRGroup{}, &alloc.Error{Kind: alloc.KindConflict, Field: "name",
+				Detail: fmt.Sprintf("CIDR group %q already exists with other labels or CIDRs", g.Name)}
+		}
+		return have, nil
+	}
+	return out, err
+}
+
+func insertGroupCIDRs(ctx context.Context, tx querier, id int64, g alloc.CIDRGroup) error {
+	if len(g.CIDRs) == 0 {
+		return nil
+	}
+	positions := make([]int32, len(g.CIDRs))
+	for i := range positions {
+		positions[i] = int32(i)
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO cidr_group_cidrs (group_id, space, position, cidr)
+		SELECT $1, $2, p, c FROM unnest($3::int[], $4::cidr[]) AS u(p, c)`, id, g.Space, positions, g.CIDRs)
+	return err
+}
+
+// UpdateCIDRGroup replaces a group's labels and CIDRs.
+func (s *Store) UpdateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...alloc.WriteOption) (alloc.CIDRGroup, error) {
+	if err := g.Validate(); err != nil {
+		return alloc.CIDRGroup{}, err
+	}
+	var out alloc.CIDRGroup
+	err := s.write(ctx, opts, func(tx querier) error {
+		var id int64
+		err := tx.QueryRow(ctx, `UPDATE cidr_groups SET labels = $3, updated_at = $4 WHERE space = $1 AND name = $2 RETURNING id`,
+			g.Space, g.Name, labelsOrEmpty(g.Labels), s.now()).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.notFoundIn(ctx, tx, g.Space, "group", "CIDR group", g.Name)
+		} else if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM cidr_group_cidrs WHERE group_id = $1`, id); err != nil {
+			return err
+		}
+		if err := insertGroupCIDRs(ctx, tx, id, g); err != nil {
+			return err
+		}
+		out, err = getCIDRGroup(ctx, tx, s, g.Space, g.Name)
+		return err
+	})
+	return out, err
+}
+
+// DeleteCIDRGroup removes a group and answers it as it was.
+func (s *Store) DeleteCIDRGroup(ctx context.Context, space, name string, opts ...alloc.WriteOption) (alloc.CIDRGroup, error) {
+	var out alloc.CIDRGroup
+	err := s.write(ctx, opts, func(tx querier) error {
+		var err error
+		if out, err = getCIDRGroup(ctx, tx, s, space, name); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM cidr_groups WHERE space = $1 AND name = $2`, space, name)
+		return err
+	})
+	return out, err
+}
+
+// GetCIDRGroup reads one group.
+func (s *Store) GetCIDRGroup(ctx context.Context, space, name string) (alloc.CIDRGroup, error) {
+	return getCIDRGroup(ctx, s.db, s, space, name)
+}
+
+func getCIDRGroup(ctx context.Context, q querier, s *Store, space, name string) (alloc.CIDRGroup, error) {
+	g, err := scanCIDRGroup(q.QueryRow(ctx, `SELECT `+cidrGroupColumns+` FROM cidr_groups g WHERE g.space = $1 AND g.name = $2`, space, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return g, s.notFoundIn(ctx, q, space, "group", "CIDR group", name)
+	}
+	return g, err
+}
+
+// ListCIDRGroups pages through the space's groups by name.
+func (s *Store) ListCIDRGroups(ctx context.Context, space string, page alloc.Page) ([]alloc.CIDRGroup, string, error) {
+	sc := scopeOf(pageCIDRGroups, space)
+	after, err := s.decodeContinue(ctx, sc, page.Continue)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+cidrGroupColumns+` FROM cidr_groups g WHERE g.space = $1 AND g.name > $2 ORDER BY g.name LIMIT $3`,
+		space, after, page.Limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	groups, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (alloc.CIDRGroup, error) { return scanCIDRGroup(r) })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.emptyListOf(ctx, space, len(groups)); err != nil {
+		return nil, "", err
+	}
+	return pageOf(ctx, s, sc, groups, page.Limit, func(g alloc.CIDRGroup) string { return g.Name })
+}
+
+// maxGroupMatches bounds the groups one containment answer names.
+const maxGroupMatches = 1000
+
+// CIDRGroupsContaining answers the space's groups holding a, by name,
+// each with its longest CIDR that holds a (at most 1,000 groups; more is
+// KindInvalid, which no real set of policies reaches).
+func (s *Store) CIDRGroupsContaining(ctx context.Context, space string, a netip.Addr) ([]alloc.CIDRGroupMatch, error) {
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT ON (g.name) g.name, c.cidr
+		FROM cidr_group_cidrs c JOIN cidr_groups g ON g.id = c.group_id
+		WHERE c.space = $1 AND c.cidr >>= $2::inet
+		ORDER BY g.name, masklen(c.cidr) DESC LIMIT $3`, space, a, maxGroupMatches+1)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (alloc.CIDRGroupMatch, error) {
+		var m alloc.CIDRGroupMatch
+		return m, r.Scan(&m.Group, &m.CIDR)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) > maxGroupMatches {
+		return nil, alloc.Invalid("contains", "more than %d groups hold %s", maxGroupMatches, a)
+	}
+	if err := s.emptyListOf(ctx, space, len(out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
