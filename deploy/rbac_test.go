@@ -283,6 +283,11 @@ func TestLBIPAMRBAC(t *testing.T) {
 	for _, verb := range []string{"update", "patch"} {
 		allowed = append(allowed, kubetest.Access{Verb: verb, Resource: "services", Subresource: "status", Namespace: "shop"})
 	}
+	for _, verb := range []string{"get", "list", "create", "update", "delete"} {
+		allowed = append(allowed, kubetest.Access{Verb: verb, Group: "cilium.io", Resource: "ciliumloadbalancerippools"},
+			kubetest.Access{Verb: verb, Group: "cilium.io", Resource: "ciliumcidrgroups"})
+	}
+	allowed = append(allowed, kubetest.Access{Verb: "update", Group: "cilium.io", Resource: "ciliumloadbalancerippools", Subresource: "status"})
 	c.WaitAllowed(t, user, groups, allowed...)
 	for _, a := range []kubetest.Access{
 		{Verb: "update", Resource: "services", Namespace: "shop"},
@@ -291,6 +296,7 @@ func TestLBIPAMRBAC(t *testing.T) {
 		{Verb: "delete", Resource: "services", Namespace: "shop"},
 		{Verb: "list", Resource: "endpoints"},
 		{Verb: "update", Resource: "nodes"},
+		{Verb: "list", Group: "cilium.io", Resource: "ciliumnetworkpolicies"},
 		{Verb: "update", Group: "discovery.k8s.io", Resource: "endpointslices", Namespace: "shop"},
 		{Verb: "get", Resource: "secrets", Namespace: serverNamespace},
 	} {

@@ -67,6 +67,7 @@ type config struct {
 	LBIPAMClasses   string
 	LBIPAMDefault   string
 	NodeIPAM        bool
+	LBIPAMMirror    bool
 	LBIPAMFamilies  string
 	LBIPAMLeaseNS   string
 	ReconcileMinAge time.Duration
@@ -191,8 +192,8 @@ func (c config) Validate() error {
 	if c.Kubeconfig != "" && c.KubeInCluster {
 		errs = append(errs, errors.New("kubeconfig and kube-in-cluster exclude each other"))
 	}
-	if c.NodeIPAM && !c.LBIPAM {
-		errs = append(errs, errors.New("node-ipam runs in the lbipam controller: set lbipam too"))
+	if (c.NodeIPAM || c.LBIPAMMirror) && !c.LBIPAM {
+		errs = append(errs, errors.New("node-ipam and lbipam-mirror run in the lbipam controller: set lbipam too"))
 	}
 	if c.LBIPAM {
 		if c.Kubeconfig == "" && !c.KubeInCluster {
@@ -299,6 +300,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.BoolVar(&c.LBIPAM, "lbipam", false, "play Cilium's LB IPAM for the LoadBalancer Services of the cluster of kubeconfig or kube-in-cluster: VIPs from the default space's VIP pools (leader-elected)")
 	fs.StringVar(&c.LBIPAMClasses, "lbipam-classes", lbipam.ClassL2+","+lbipam.ClassBGP, "loadBalancerClass values LB IPAM serves, comma-separated (Services of other classes are left alone)")
 	fs.StringVar(&c.LBIPAMDefault, "lbipam-default-ipam", lbipam.DefaultLBIPAM, "who serves Services without a loadBalancerClass, as Cilium's defaultLBServiceIPAM: lbipam, nodeipam (needs node-ipam) or none")
+	fs.BoolVar(&c.LBIPAMMirror, "lbipam-mirror", false, "with lbipam, write the default space's VIP pools as CiliumLoadBalancerIPPool objects (with Cilium's conditions) and its CIDR groups as CiliumCIDRGroup objects; Cilium's own LB IPAM must be off (Helm enableLBIPAM=false)")
 	fs.BoolVar(&c.NodeIPAM, "node-ipam", false, "with lbipam, publish node addresses for the Services of class io.cilium/node (Cilium's nodeIPAM.enabled; reads Nodes and EndpointSlices)")
 	fs.StringVar(&c.LBIPAMFamilies, "lbipam-families", "ipv4", "the cluster's families for Services' ipFamilyPolicy: ipv4, ipv6 or ipv4,ipv6")
 	fs.StringVar(&c.LBIPAMLeaseNS, "lbipam-lease-namespace", "kube-system", "namespace of the Lease the replicas elect the one LB IPAM controller with")

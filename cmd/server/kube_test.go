@@ -62,6 +62,7 @@ func TestCiliumFlagsValidated(t *testing.T) {
 		{[]string{"--kube-in-cluster", "--lbipam", "--lbipam-default-ipam", "nodeipam"}, "needs node-ipam"},
 		{[]string{"--kube-in-cluster", "--lbipam", "--lbipam-default-ipam", "metallb"}, "want lbipam, nodeipam or none"},
 		{[]string{"--kube-in-cluster", "--node-ipam"}, "set lbipam too"},
+		{[]string{"--kube-in-cluster", "--lbipam-mirror"}, "set lbipam too"},
 	} {
 		_, err := parseConfig("serve", append(append([]string{}, base...), c.args...), env)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -32,6 +32,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	ciliumclient "github.com/cilium/cilium/pkg/k8s/client/clientset/versioned"
+
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/leader"
 )
@@ -75,6 +77,11 @@ type Config struct {
 	// io.cilium/node (Cilium's nodeIPAM.enabled); it watches Nodes and
 	// EndpointSlices.
 	NodeIPAM bool
+	// Mirror writes the space's VIP pools as CiliumLoadBalancerIPPool
+	// objects (with Cilium's status conditions) and its CIDR groups as
+	// CiliumCIDRGroup objects, at the lead and every Resync (mirror.go);
+	// the store must then be a MirrorStore too.
+	Mirror bool
 	// IPv4 and IPv6 are the cluster's families (at least one).
 	IPv4, IPv6 bool
 	// Resync looks at every Service again this often (default 1 minute):
@@ -140,6 +147,9 @@ type Controller struct {
 	leaseKube kubernetes.Interface
 	store     Store
 	leading   atomic.Bool
+	// cilium and mirrorStore serve the mirror (Config.Mirror).
+	cilium      ciliumclient.Interface
+	mirrorStore MirrorStore
 
 	mu       sync.Mutex
 	services cache.Indexer // set while leading
@@ -162,7 +172,18 @@ func New(cfg Config, st Store) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &Controller{cfg: cfg, log: cfg.Logger, kube: kc, leaseKube: lc, store: st}, nil
+	c := &Controller{cfg: cfg, log: cfg.Logger, kube: kc, leaseKube: lc, store: st}
+	if cfg.Mirror {
+		ms, ok := st.(MirrorStore)
+		if !ok {
+			return nil, errors.New("lbipam: the mirror needs a store that lists VIP pools and CIDR groups")
+		}
+		if c.cilium, err = ciliumclient.NewForConfig(work); err != nil {
+			return nil, fmt.Errorf("cilium client: %w", err)
+		}
+		c.mirrorStore = ms
+	}
+	return c, nil
 }
 
 // Serving reports whether this replica leads with its cache synced.
@@ -251,6 +272,11 @@ func (c *Controller) lead(ctx context.Context) error {
 		for {
 			if err := c.queueStoreOwners(ctx, queue); err != nil && ctx.Err() == nil {
 				c.log.Warn("listing the store's VIP owners", "err", err)
+			}
+			if c.cfg.Mirror {
+				if err := c.mirror(ctx); err != nil && ctx.Err() == nil {
+					c.log.Warn("mirroring VIP pools and CIDR groups", "err", err)
+				}
 			}
 			select {
 			case <-ctx.Done():

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	ciliumclient "github.com/cilium/cilium/pkg/k8s/client/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/cilium/crds"
 	"github.com/ipam-dev/ipam/internal/kubetest"
 	"github.com/ipam-dev/ipam/internal/pgtest"
 	"github.com/ipam-dev/ipam/internal/store"
@@ -36,6 +39,9 @@ type env struct {
 	kc   *kubetest.Cluster
 	kube kubernetes.Interface
 	st   *store.Store
+	// mirror turns the controllers' mirror on (Cilium's LB IPAM CRDs are
+	// installed for it).
+	mirror bool
 }
 
 func newEnv(t *testing.T, opts ...kubetest.Option) *env {
@@ -55,11 +61,34 @@ func newEnv(t *testing.T, opts ...kubetest.Option) *env {
 	return e
 }
 
+// newMirrorEnv is newEnv with Cilium's LB IPAM CRDs and the mirror on.
+func newMirrorEnv(t *testing.T) *env {
+	t.Helper()
+	kc := kubetest.Start(t)
+	defs, err := crds.LBIPAM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc.InstallCRDs(t, defs...)
+	st, err := store.Open(t.Context(), pgtest.NewDatabase(t), store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	kube, err := kubernetes.NewForConfig(kc.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: t.Context(), kc: kc, kube: kube, st: st, mirror: true}
+	e.controller("a")
+	return e
+}
+
 // controller starts a replica until the returned stop is called or the
 // test ends.
 func (e *env) controller(identity string) (stop func()) {
 	e.t.Helper()
-	c, err := New(Config{Kube: e.kc.Config(), NodeIPAM: true, IPv4: true, IPv6: true, Resync: time.Second, Workers: 16,
+	c, err := New(Config{Kube: e.kc.Config(), NodeIPAM: true, Mirror: e.mirror, IPv4: true, IPv6: true, Resync: time.Second, Workers: 16,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, e.st)
 	if err != nil {
@@ -566,4 +595,93 @@ func TestLab6(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wait("web", "local", "10.1.0.1 -")
+}
+
+// TestMirror: VIP pools become CiliumLoadBalancerIPPool objects with
+// Cilium's conditions (a conflicting pool says so, counts follow the
+// Services), CIDR groups CiliumCIDRGroup objects; objects of the same name
+// the mirror did not make are left alone, and what is gone from the store
+// goes from the cluster.
+func TestMirror(t *testing.T) {
+	e := newMirrorEnv(t)
+	cs, err := ciliumclient.NewForConfig(e.kc.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools, groups := cs.CiliumV2().CiliumLoadBalancerIPPools(), cs.CiliumV2().CiliumCIDRGroups()
+	// Somebody else's pool of a name the store will use.
+	if _, err := pools.Create(e.ctx, &ciliumv2.CiliumLoadBalancerIPPool{ObjectMeta: metav1.ObjectMeta{Name: "theirs"},
+		Spec: ciliumv2.CiliumLoadBalancerIPPoolSpec{Blocks: []ciliumv2.CiliumLoadBalancerIPPoolIPBlock{{Cidr: "10.9.0.0/24"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	spec := blocks("10.0.20.100-10.0.20.200", "10.0.10.0/24")
+	spec.ServiceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"color": "blue"}}
+	spec.ReserveFirstLast = true
+	e.pool("blue", spec)
+	e.pool("red", blocks("10.0.20.150/31"))
+	e.pool("theirs", blocks("10.0.30.0/24"))
+	if _, err := e.st.CreateCIDRGroup(e.ctx, alloc.CIDRGroup{Space: alloc.DefaultSpace, Name: "corp", Labels: map[string]string{"tier": "internal"},
+		CIDRs: []netip.Prefix{netip.MustParsePrefix("10.30.0.0/16")}}); err != nil {
+		t.Fatal(err)
+	}
+	web := service("shop", "web")
+	web.Labels["color"] = "blue"
+	e.create(web)
+	e.wait("shop", "web", "10.0.20.100 satisfied")
+
+	cond := func(name, typ string) string {
+		p, err := pools.Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, typ)
+		if c == nil {
+			return "none"
+		}
+		return string(c.Status) + " " + c.Reason + " " + c.Message
+	}
+	eventually := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); !ok(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("never: %s", what)
+			}
+		}
+	}
+	eventually("blue's counts", func() bool {
+		return cond("blue", ConditionIPsUsed) == "Unknown noreason 1" && cond("blue", ConditionIPsTotal) == "Unknown noreason 355" &&
+			cond("blue", ConditionIPsAvailable) == "Unknown noreason 354" && cond("blue", ConditionPoolConflict) == "False resolved "
+	})
+	eventually("red conflicting", func() bool {
+		return strings.HasPrefix(cond("red", ConditionPoolConflict), `True cidr_overlap block 10.0.20.150/31 overlaps block 10.0.20.100-10.0.20.200 of pool "blue"`)
+	})
+	blue, err := pools.Get(e.ctx, "blue", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if blue.Spec.AllowFirstLastIPs != ciliumv2.AllowFirstLastIPNo || len(blue.Spec.Blocks) != 2 || blue.Spec.Blocks[0].Start != "10.0.20.100" ||
+		blue.Spec.Blocks[1].Cidr != "10.0.10.0/24" || blue.Spec.ServiceSelector.MatchLabels["color"] != "blue" || blue.Labels[LabelManagedBy] != ManagedBy {
+		t.Fatalf("blue mirrored as %+v", blue)
+	}
+	if theirs, _ := pools.Get(e.ctx, "theirs", metav1.GetOptions{}); theirs.Spec.Blocks[0].Cidr != "10.9.0.0/24" {
+		t.Fatalf("the mirror rewrote somebody else's pool: %+v", theirs.Spec)
+	}
+	eventually("the CIDR group", func() bool {
+		g, err := groups.Get(e.ctx, "corp", metav1.GetOptions{})
+		return err == nil && len(g.Spec.ExternalCIDRs) == 1 && g.Spec.ExternalCIDRs[0] == "10.30.0.0/16" && g.Labels["tier"] == "internal"
+	})
+	if _, err := e.st.DeleteLBPool(e.ctx, alloc.DefaultSpace, "red"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.DeleteCIDRGroup(e.ctx, alloc.DefaultSpace, "corp"); err != nil {
+		t.Fatal(err)
+	}
+	eventually("red and corp gone", func() bool {
+		_, perr := pools.Get(e.ctx, "red", metav1.GetOptions{})
+		_, gerr := groups.Get(e.ctx, "corp", metav1.GetOptions{})
+		return apierrors.IsNotFound(perr) && apierrors.IsNotFound(gerr)
+	})
+	if _, err := pools.Get(e.ctx, "theirs", metav1.GetOptions{}); err != nil {
+		t.Fatalf("somebody else's pool went: %v", err)
+	}
 }

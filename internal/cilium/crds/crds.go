@@ -24,12 +24,31 @@ var crdFiles = []struct {
 	{crdsv2alpha1.EmbedFS, "ciliumpodippools.yaml"},
 }
 
+// lbipamFiles are the CustomResourceDefinitions the LB IPAM mirror writes
+// (internal/lbipam): CiliumLoadBalancerIPPool and CiliumCIDRGroup.
+var lbipamFiles = []struct {
+	fs   fs.FS
+	name string
+}{
+	{crdsv2.EmbedFS, "ciliumloadbalancerippools.yaml"},
+	{crdsv2.EmbedFS, "ciliumcidrgroups.yaml"},
+}
+
 // CRDs returns Cilium's own definitions of the resources the operator
 // uses, read from the Cilium Go module the service is built with, so a
 // test cluster validates every write against Cilium's schema.
-func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(crdFiles))
-	for _, f := range crdFiles {
+func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) { return read(crdFiles) }
+
+// LBIPAM returns Cilium's definitions of the resources the LB IPAM
+// mirror writes, from the same module.
+func LBIPAM() ([]*apiextensionsv1.CustomResourceDefinition, error) { return read(lbipamFiles) }
+
+func read(files []struct {
+	fs   fs.FS
+	name string
+}) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(files))
+	for _, f := range files {
 		b, err := fs.ReadFile(f.fs, f.name)
 		if err != nil {
 			return nil, fmt.Errorf("cilium CRD %s: %w", f.name, err)

@@ -20,3 +20,19 @@ func TestCRDsAreCiliums(t *testing.T) {
 		}
 	}
 }
+
+func TestLBIPAMCRDsAreCiliums(t *testing.T) {
+	crds, err := LBIPAM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"ciliumloadbalancerippools.cilium.io": "CiliumLoadBalancerIPPool", "ciliumcidrgroups.cilium.io": "CiliumCIDRGroup"}
+	if len(crds) != len(want) {
+		t.Fatalf("%d CRDs; want %d", len(crds), len(want))
+	}
+	for _, c := range crds {
+		if want[c.Name] != c.Spec.Names.Kind {
+			t.Errorf("CRD %s has kind %q; want %q", c.Name, c.Spec.Names.Kind, want[c.Name])
+		}
+	}
+}
