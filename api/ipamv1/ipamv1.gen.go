@@ -923,6 +923,12 @@ type LBPoolSpec struct {
 	// Disabled No new addresses; those given stay.
 	Disabled *bool `json:"disabled,omitempty"`
 
+	// ReservedCIDRGroups CIDR groups of the space (at most 16, each once) whose CIDRs
+	// the pool never gives; an edit of a group moves the
+	// reservation, an address already held where it now reaches is
+	// kept and reported stranded. A named group is not deleted.
+	ReservedCIDRGroups *[]string `json:"reservedCIDRGroups,omitempty"`
+
 	// ServiceSelector The Services the pool serves, by their labels plus the
 	// synthetic `io.kubernetes.service.namespace` and
 	// `io.kubernetes.service.name`; absent or empty, every Service.

@@ -42,7 +42,15 @@ type LBPoolSpec struct {
 	ReserveFirstLast bool
 	// Disabled: no new addresses; those given stay.
 	Disabled bool
+	// ReservedGroups names CIDR groups of the space whose CIDRs the pool
+	// never gives; Reserved are those CIDRs, filled in by the store when
+	// it reads the pool.
+	ReservedGroups []string
+	Reserved       []netip.Prefix
 }
+
+// MaxLBReservedGroups bounds the CIDR groups a VIP pool names.
+const MaxLBReservedGroups = 16
 
 // LBBlock is one block: a CIDR, or the range from Start to Stop.
 type LBBlock struct {
@@ -131,12 +139,24 @@ func (s LBPoolSpec) Validate() error {
 	if _, err := LabelSelector("spec.serviceSelector", s.ServiceSelector); err != nil {
 		return err
 	}
+	if len(s.ReservedGroups) > MaxLBReservedGroups {
+		return Invalid("spec.reservedCIDRGroups", "%d groups; a VIP pool names at most %d", len(s.ReservedGroups), MaxLBReservedGroups)
+	}
+	for i, g := range s.ReservedGroups {
+		field := fmt.Sprintf("spec.reservedCIDRGroups[%d]", i)
+		if err := ValidateLabelName(field, g); err != nil {
+			return err
+		}
+		if slices.Contains(s.ReservedGroups[:i], g) {
+			return Invalid(field, "%s is named twice", g)
+		}
+	}
 	return nil
 }
 
 // Ranges are the addresses the pool may give, block by block in order:
 // a CIDR block of more than two addresses loses its first and last when
-// ReserveFirstLast.
+// ReserveFirstLast, and every block loses the Reserved CIDRs.
 func (s LBPoolSpec) Ranges() []netipx.IPRange {
 	out := make([]netipx.IPRange, 0, len(s.Blocks))
 	for _, b := range s.Blocks {
@@ -144,9 +164,26 @@ func (s LBPoolSpec) Ranges() []netipx.IPRange {
 		if s.ReserveFirstLast && b.CIDR.IsValid() && b.CIDR.Addr().BitLen()-b.CIDR.Bits() > 1 {
 			r = netipx.IPRangeFrom(r.From().Next(), r.To().Prev())
 		}
-		out = append(out, r)
+		out = append(out, withoutReserved(r, s.Reserved)...)
 	}
 	return out
+}
+
+// withoutReserved is r less the reserved prefixes, as ranges in order.
+func withoutReserved(r netipx.IPRange, reserved []netip.Prefix) []netipx.IPRange {
+	if !slices.ContainsFunc(reserved, func(p netip.Prefix) bool { return r.Overlaps(netipx.RangeOfPrefix(p)) }) {
+		return []netipx.IPRange{r}
+	}
+	var b netipx.IPSetBuilder
+	b.AddRange(r)
+	for _, p := range reserved {
+		b.RemovePrefix(p)
+	}
+	set, err := b.IPSet()
+	if err != nil {
+		return nil // only for invalid input, which Validate refuses
+	}
+	return set.Ranges()
 }
 
 // Offers reports whether a is an address the pool may give (in a block,

@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/netip"
 	"testing"
@@ -227,4 +228,36 @@ func overlapping(a, b LBPoolBlocks) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TestLBPoolReserved: the CIDRs of named groups leave the pool's ranges,
+// totals and offers; a pool names a group once, at most 16.
+func TestLBPoolReserved(t *testing.T) {
+	s := LBPoolSpec{ReserveFirstLast: true, Blocks: []LBBlock{{CIDR: netip.MustParsePrefix("10.0.10.0/24")},
+		{Start: netip.MustParseAddr("10.0.20.1"), Stop: netip.MustParseAddr("10.0.20.9")}},
+		ReservedGroups: []string{"corp"}, Reserved: []netip.Prefix{netip.MustParsePrefix("10.0.10.64/26"), netip.MustParsePrefix("10.0.20.4/32")}}
+	var got []string
+	for _, r := range s.Ranges() {
+		got = append(got, r.String())
+	}
+	if want := "10.0.10.1-10.0.10.63 10.0.10.128-10.0.10.254 10.0.20.1-10.0.20.3 10.0.20.5-10.0.20.9"; fmt.Sprint(got) != "["+want+"]" {
+		t.Fatalf("ranges %v, want %s", got, want)
+	}
+	if n := s.Totals()[IPv4]; n != 63+127+3+5 {
+		t.Fatalf("total %d", n)
+	}
+	if s.Offers(netip.MustParseAddr("10.0.10.70")) || !s.Offers(netip.MustParseAddr("10.0.10.130")) {
+		t.Fatal("offers")
+	}
+	for _, c := range []struct {
+		groups []string
+		field  string
+	}{{[]string{"a", "a"}, "spec.reservedCIDRGroups[1]"}, {[]string{"A"}, "spec.reservedCIDRGroups[0]"},
+		{make([]string, 17), "spec.reservedCIDRGroups"}} {
+		s := LBPoolSpec{Blocks: s.Blocks, ReservedGroups: c.groups}
+		var ae *Error
+		if err := s.Validate(); !errors.As(err, &ae) || ae.Field != c.field {
+			t.Errorf("%v: %v, want %s", c.groups, err, c.field)
+		}
+	}
 }

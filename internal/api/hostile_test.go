@@ -311,11 +311,11 @@ var hostileBodies = map[string]string{
 	"createLBPool": `{"name": "vip-new", "labels": {"team": "a"}, "spec": {
 		"blocks": [{"cidr": "192.168.20.0/24"}, {"start": "192.168.21.1", "stop": "192.168.21.9"}],
 		"serviceSelector": {"matchLabels": {"color": "blue"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]},
-		"allowFirstLastIPs": "No", "disabled": false}}`,
+		"allowFirstLastIPs": "No", "disabled": false, "reservedCIDRGroups": ["corp"]}}`,
 	"updateLBPool": `{"name": "default", "labels": {"team": "a"}, "spec": {
 		"blocks": [{"cidr": "192.168.10.0/24"}, {"start": "fd10::1", "stop": "fd10::ff"}],
 		"serviceSelector": {"matchLabels": {"color": "blue"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]},
-		"allowFirstLastIPs": "No", "disabled": true}}`,
+		"allowFirstLastIPs": "No", "disabled": true, "reservedCIDRGroups": ["corp"]}}`,
 	"assignVIPs": `{"labels": {"color": "blue"}, "families": ["ipv4"], "addresses": ["192.168.10.7"], "requireAllFamilies": true,
 		"sharing": {"key": "web", "crossNamespace": ["other"], "ports": [{"port": 80, "protocol": "TCP"}], "externalTrafficPolicy": "Local",
 		"podSelector": {"app": "web"}, "permitDifferentPods": false}, "reassign": false}`,

@@ -237,6 +237,11 @@ func TestRequestLimits(t *testing.T) {
 		"CIDRGroupUpdate.externalCIDRs":    {"PUT", "/v1/cidr-groups/corp", map[string]any{"externalCIDRs": many(1025, func(i int) any { return fmt.Sprintf("10.%d.%d.0/24", i/256, i%256) })}, "externalCIDRs"},
 		"CIDRGroupRequest.externalCIDRs[]": {"POST", "/v1/cidr-groups", map[string]any{"name": "g", "externalCIDRs": []any{long(65)}}, "externalCIDRs[0]"},
 		"CIDRGroupUpdate.externalCIDRs[]":  {"PUT", "/v1/cidr-groups/corp", map[string]any{"externalCIDRs": []any{long(65)}}, "externalCIDRs[0]"},
+		"LBPoolSpec.reservedCIDRGroups": {"POST", "/v1/lb-pools", map[string]any{"name": "limits", "spec": map[string]any{
+			"blocks": []any{map[string]any{"cidr": "192.168.9.0/24"}}, "reservedCIDRGroups": many(17, func(i int) any { return fmt.Sprint("g", i) })}},
+			"spec.reservedCIDRGroups"},
+		"LBPoolSpec.reservedCIDRGroups[]": {"POST", "/v1/lb-pools", map[string]any{"name": "limits", "spec": map[string]any{
+			"blocks": []any{map[string]any{"cidr": "192.168.9.0/24"}}, "reservedCIDRGroups": []any{long(64)}}}, "spec.reservedCIDRGroups[0]"},
 		"LBPoolSpec.blocks": {"POST", "/v1/lb-pools", lbPool("limits", many(257, func(i int) any {
 			return map[string]any{"start": fmt.Sprintf("192.168.%d.%d", 100+i/256, i%256)}
 		})...), "spec.blocks"},

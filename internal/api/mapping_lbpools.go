@@ -43,6 +43,13 @@ func lbPoolContentFromAPI(l *ipamv1.Labels, s ipamv1.LBPoolSpec) (map[string]str
 		return nil, alloc.LBPoolSpec{}, alloc.Invalid("spec.allowFirstLastIPs", "%q: must be \"Yes\" or \"No\"", string(v))
 	}
 	spec.Disabled = deref(s.Disabled, false)
+	groups := deref(s.ReservedCIDRGroups, nil)
+	if err := checkCount("spec.reservedCIDRGroups", len(groups), alloc.MaxLBReservedGroups); err != nil {
+		return nil, alloc.LBPoolSpec{}, err
+	}
+	if len(groups) > 0 {
+		spec.ReservedGroups = groups
+	}
 	if err := spec.Validate(); err != nil {
 		return nil, alloc.LBPoolSpec{}, err
 	}
@@ -64,6 +71,9 @@ func lbPoolToAPI(p alloc.LBPool) ipamv1.LBPool {
 	}
 	sp.AllowFirstLastIPs = &first
 	sp.Disabled = &p.Spec.Disabled
+	if len(p.Spec.ReservedGroups) > 0 {
+		sp.ReservedCIDRGroups = &p.Spec.ReservedGroups
+	}
 	out := ipamv1.LBPool{
 		Name:      p.Name,
 		Space:     p.Space,

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -113,7 +114,23 @@ func (s *Store) UpdateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...
 func (s *Store) DeleteCIDRGroup(ctx context.Context, space, name string, opts ...alloc.WriteOption) (alloc.CIDRGroup, error) {
 	var out alloc.CIDRGroup
 	err := s.write(ctx, opts, func(tx querier) error {
-		var err error
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM cidr_groups WHERE space = $1 AND name = $2 FOR UPDATE`, space, name).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.notFoundIn(ctx, tx, space, "group", "CIDR group", name)
+		} else if err != nil {
+			return err
+		}
+		// Locked: no VIP pool can name it from now on without waiting.
+		var pools []string
+		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(name ORDER BY name), '{}') FROM lb_pools WHERE space = $1 AND reserved_groups @> ARRAY[$2]::text[]`,
+			space, name).Scan(&pools); err != nil {
+			return err
+		}
+		if len(pools) > 0 {
+			return &alloc.Error{Kind: alloc.KindInUse, Field: "group",
+				Detail: fmt.Sprintf("CIDR group %q is reserved by the VIP pools %s", name, strings.Join(pools, ", "))}
+		}
 		if out, err = getCIDRGroup(ctx, tx, s, space, name); err != nil {
 			return err
 		}

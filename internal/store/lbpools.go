@@ -50,7 +50,10 @@ const lbPoolColumns = `p.id, p.space, p.name, p.labels, p.service_selector, p.re
 	coalesce((SELECT json_agg(json_build_object('cidr', r.cidr, 'first', host(r.first_addr), 'last', host(r.last_addr))
 		ORDER BY r.position) FROM address_ranges r WHERE r.lb_pool_id = p.id), '[]'),
 	(SELECT count(*) FILTER (WHERE family(v.addr) = 4) FROM vips v WHERE v.lb_pool_id = p.id),
-	(SELECT count(*) FILTER (WHERE family(v.addr) = 6) FROM vips v WHERE v.lb_pool_id = p.id)`
+	(SELECT count(*) FILTER (WHERE family(v.addr) = 6) FROM vips v WHERE v.lb_pool_id = p.id),
+	p.reserved_groups,
+	coalesce((SELECT array_agg(c.cidr ORDER BY c.cidr) FROM cidr_groups g JOIN cidr_group_cidrs c ON c.group_id = g.id
+		WHERE g.space = p.space AND g.name = ANY (p.reserved_groups)), '{}')`
 
 func scanLBPool(r pgx.Row) (lbPoolRow, error) {
 	var (
@@ -60,9 +63,15 @@ func scanLBPool(r pgx.Row) (lbPoolRow, error) {
 	)
 	sp := &p.Spec
 	err := r.Scan(&p.id, &p.Space, &p.Name, &p.Labels, &sp.ServiceSelector, &sp.ReserveFirstLast, &sp.Disabled,
-		&p.Status.Conflict, &p.CreatedAt, &p.UpdatedAt, &blocks, &used4, &used6)
+		&p.Status.Conflict, &p.CreatedAt, &p.UpdatedAt, &blocks, &used4, &used6, &sp.ReservedGroups, &sp.Reserved)
 	if err != nil {
 		return p, err
+	}
+	if len(sp.ReservedGroups) == 0 {
+		sp.ReservedGroups = nil
+	}
+	if len(sp.Reserved) == 0 {
+		sp.Reserved = nil
 	}
 	for _, b := range blocks {
 		if b.CIDR.IsValid() {
@@ -129,10 +138,14 @@ func (s *Store) CreateLBPool(ctx context.Context, p alloc.LBPool, opts ...alloc.
 		}
 		var id int64
 		now := s.now()
-		err = tx.QueryRow(ctx, `INSERT INTO lb_pools (space, name, labels, service_selector, reserve_first_last, disabled, conflict, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $8) RETURNING id`,
+		if err := lockReservedGroups(ctx, tx, p.Space, p.Spec.ReservedGroups); err != nil {
+			return err
+		}
+		err = tx.QueryRow(ctx, `INSERT INTO lb_pools (space, name, labels, service_selector, reserve_first_last, disabled, conflict, created_at, updated_at,
+				reserved_groups)
+			VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $8, $9) RETURNING id`,
 			p.Space, p.Name, labelsOrEmpty(p.Labels), p.Spec.ServiceSelector, p.Spec.ReserveFirstLast, p.Spec.Disabled,
-			marks[len(pools)], now).Scan(&id)
+			marks[len(pools)], now, groupsOrEmpty(p.Spec.ReservedGroups)).Scan(&id)
 		if code, constraint := pgCode(err); code == codeUniqueViolation && constraint == constraintLBPoolName {
 			return errLBPoolExists
 		} else if err != nil {
@@ -154,7 +167,9 @@ func (s *Store) CreateLBPool(ctx context.Context, p alloc.LBPool, opts ...alloc.
 		if gerr != nil {
 			return alloc.LBPool{}, gerr
 		}
-		if !maps.Equal(have.Labels, labelsOrEmpty(p.Labels)) || !reflect.DeepEqual(have.Spec, p.Spec) {
+		asked := p.Spec
+		asked.Reserved = have.Spec.Reserved // resolved by the read, not asked for
+		if !maps.Equal(have.Labels, labelsOrEmpty(p.Labels)) || !reflect.DeepEqual(have.Spec, asked) {
 			return alloc.LBPool{}, &alloc.Error{Kind: alloc.KindConflict, Field: "name",
 				Detail: fmt.Sprintf("VIP pool %q already exists with other labels or spec", p.Name)}
 		}
@@ -200,9 +215,13 @@ func (s *Store) UpdateLBPool(ctx context.Context, space, name string, labels map
 		if err := markConflicts(ctx, tx, s, space, pools, marks, true, self); err != nil {
 			return err
 		}
+		if err := lockReservedGroups(ctx, tx, space, spec.ReservedGroups); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `UPDATE lb_pools SET labels = $2, service_selector = $3, reserve_first_last = $4, disabled = $5,
-				conflict = nullif($6, ''), updated_at = $7 WHERE id = $1`,
-			prev.id, labelsOrEmpty(labels), spec.ServiceSelector, spec.ReserveFirstLast, spec.Disabled, marks[self], s.now()); err != nil {
+				conflict = nullif($6, ''), updated_at = $7, reserved_groups = $8 WHERE id = $1`,
+			prev.id, labelsOrEmpty(labels), spec.ServiceSelector, spec.ReserveFirstLast, spec.Disabled, marks[self], s.now(),
+			groupsOrEmpty(spec.ReservedGroups)); err != nil {
 			return err
 		}
 		if err := insertLBBlocks(ctx, tx, prev.id, space, spec, marks[self] != ""); err != nil {
@@ -252,6 +271,29 @@ func (s *Store) DeleteLBPool(ctx context.Context, space, name string, opts ...al
 		return markConflicts(ctx, tx, s, space, pools, alloc.SettleLBConflicts(pools), false, -1)
 	})
 	return out, err
+}
+
+// lockReservedGroups checks that every group a pool names exists, and
+// keeps it (FOR KEY SHARE) from being deleted until the pool's write
+// commits; the deletion then sees the pool naming it and refuses.
+func lockReservedGroups(ctx context.Context, tx querier, space string, groups []string) error {
+	for i, g := range groups {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM cidr_groups WHERE space = $1 AND name = $2 FOR KEY SHARE`, space, g).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return alloc.NotFound(fmt.Sprintf("spec.reservedCIDRGroups[%d]", i), "CIDR group", g)
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func groupsOrEmpty(g []string) []string {
+	if g == nil {
+		return []string{}
+	}
+	return g
 }
 
 func ownerList(names []string, n int64) string {

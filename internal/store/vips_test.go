@@ -364,3 +364,53 @@ func TestVIPConcurrentOwners(t *testing.T) {
 		t.Fatalf("%d addresses shared without a key", n)
 	}
 }
+
+// TestVIPReservedGroups: a VIP pool keeps the CIDRs of the groups it
+// names out of what it gives; the group cannot go while named; an edit of
+// the group moves the reservation, and an address held where it now
+// reaches is stranded, not moved.
+func TestVIPReservedGroups(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	spec := lbSpec("10.0.10.0/29")
+	spec.ReservedGroups = []string{"infra"}
+	_, err := f.s.CreateLBPool(f.ctx, alloc.LBPool{Space: alloc.DefaultSpace, Name: "p", Spec: spec})
+	if e := wantKind(t, err, alloc.KindNotFound); e.Field != "spec.reservedCIDRGroups[0]" {
+		t.Fatalf("%+v", e)
+	}
+	infra := alloc.CIDRGroup{Space: alloc.DefaultSpace, Name: "infra", CIDRs: prefixes("10.0.10.0/30")}
+	if _, err := f.s.CreateCIDRGroup(f.ctx, infra); err != nil {
+		t.Fatal(err)
+	}
+	p := f.lbPool("p", spec)
+	if p.Status.Families[alloc.IPv4].Total != 4 || len(p.Spec.Reserved) != 1 {
+		t.Fatalf("p: %+v %+v", p.Spec, p.Status)
+	}
+	if again := f.lbPool("p", spec); !again.CreatedAt.Equal(p.CreatedAt) {
+		t.Fatal("a retry of a pool with reserved groups was not the same pool")
+	}
+	if a := f.assign(svc("default", "web")); addrs(a) != "10.0.10.4" {
+		t.Fatalf("web: %+v", a)
+	}
+	_, err = f.s.DeleteCIDRGroup(f.ctx, alloc.DefaultSpace, "infra")
+	if e := wantKind(t, err, alloc.KindInUse); !strings.Contains(e.Detail, "p") {
+		t.Fatalf("%+v", e)
+	}
+	infra.CIDRs = prefixes("10.0.10.4/30")
+	if _, err := f.s.UpdateCIDRGroup(f.ctx, infra); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.assign(svc("default", "web")); addrs(a) != "10.0.10.4(stranded)" {
+		t.Fatalf("web after the group's edit: %+v", a)
+	}
+	if a := f.assign(svc("default", "api")); addrs(a) != "10.0.10.0" {
+		t.Fatalf("api: %+v", a)
+	}
+	spec.ReservedGroups = nil
+	if _, err := f.s.UpdateLBPool(f.ctx, alloc.DefaultSpace, "p", nil, spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.DeleteCIDRGroup(f.ctx, alloc.DefaultSpace, "infra"); err != nil {
+		t.Fatalf("a group no pool names: %v", err)
+	}
+}
