@@ -36,7 +36,9 @@ const (
 	EventPoolUpdate   AddressEventKind = "pool-update"
 	EventRelease      AddressEventKind = "release"
 	EventVIPAssign    AddressEventKind = "vip-assign"
+	EventVIPOffered   AddressEventKind = "vip-offered"
 	EventVIPRelease   AddressEventKind = "vip-release"
+	EventVIPStranded  AddressEventKind = "vip-stranded"
 )
 
 // Valid indicates whether the value is a known member of the AddressEventKind enum.
@@ -72,7 +74,11 @@ func (e AddressEventKind) Valid() bool {
 		return true
 	case EventVIPAssign:
 		return true
+	case EventVIPOffered:
+		return true
 	case EventVIPRelease:
+		return true
+	case EventVIPStranded:
 		return true
 	default:
 		return false

@@ -41,6 +41,11 @@ const (
 	// (Namespace, Name of Owner): given or shared, then let go.
 	EventVIPAssign  EventKind = "vip-assign"
 	EventVIPRelease EventKind = "vip-release"
+	// EventVIPStranded: a pool or CIDR group edit left the address
+	// offered to its owner by no pool (kept, reported); EventVIPOffered:
+	// a later change offers it again.
+	EventVIPStranded EventKind = "vip-stranded"
+	EventVIPOffered  EventKind = "vip-offered"
 )
 
 // Ends reports whether the event ends a holding of the address.

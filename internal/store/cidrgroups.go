@@ -104,6 +104,17 @@ func (s *Store) UpdateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...
 		if err := insertGroupCIDRs(ctx, tx, id, g); err != nil {
 			return err
 		}
+		// A VIP pool reserving the group now keeps other addresses out.
+		var named bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM lb_pools WHERE space = $1 AND reserved_groups @> ARRAY[$2]::text[])`,
+			g.Space, g.Name).Scan(&named); err != nil {
+			return err
+		}
+		if named {
+			if err := refreshStranded(ctx, tx, g.Space); err != nil {
+				return err
+			}
+		}
 		out, err = getCIDRGroup(ctx, tx, s, g.Space, g.Name)
 		return err
 	})

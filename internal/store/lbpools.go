@@ -157,6 +157,9 @@ func (s *Store) CreateLBPool(ctx context.Context, p alloc.LBPool, opts ...alloc.
 		if err := markConflicts(ctx, tx, s, p.Space, pools, marks, false, -1); err != nil {
 			return err
 		}
+		if err := refreshStranded(ctx, tx, p.Space); err != nil {
+			return err
+		}
 		out, err = readLBPool(ctx, tx, s, p.Space, p.Name)
 		return err
 	})
@@ -228,6 +231,9 @@ func (s *Store) UpdateLBPool(ctx context.Context, space, name string, labels map
 			return err
 		}
 		if err := markConflicts(ctx, tx, s, space, pools, marks, false, self); err != nil {
+			return err
+		}
+		if err := refreshStranded(ctx, tx, space); err != nil {
 			return err
 		}
 		out, err = readLBPool(ctx, tx, s, space, name)

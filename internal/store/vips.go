@@ -56,6 +56,8 @@ func (j vipRequestJSON) request(space string, o alloc.VIPOwner) alloc.VIPRequest
 type heldVIP struct {
 	id         int64
 	sharingKey string
+	// marked is the holding's stranded mark as stored (vip_holders).
+	marked bool
 	alloc.VIP
 }
 
@@ -122,6 +124,9 @@ func (s *Store) assignVIPs(ctx context.Context, tx querier, r alloc.VIPRequest) 
 	out := alloc.VIPAssignment{Owner: r.Owner, Request: r}
 	for _, h := range held {
 		h.Stranded = stranded(pools, r, h.Addr)
+		if err := markStranded(ctx, tx, h.id, ownerID, h.marked, h.Stranded); err != nil {
+			return alloc.VIPAssignment{}, err
+		}
 		out.Addresses = append(out.Addresses, h.VIP)
 	}
 	out.Satisfied, out.Reason, out.Message = r.Satisfaction(out.Addresses)
@@ -131,6 +136,62 @@ func (s *Store) assignVIPs(ctx context.Context, tx querier, r alloc.VIPRequest) 
 	_, err = tx.Exec(ctx, `UPDATE vip_owners SET satisfied = $2, reason = $3, message = $4 WHERE id = $1`,
 		ownerID, out.Satisfied, out.Reason, out.Message)
 	return out, err
+}
+
+// markStranded stores a holding's stranded mark when it changed; the
+// history's trigger records the change.
+func markStranded(ctx context.Context, tx querier, vipID, ownerID int64, was, is bool) error {
+	if was == is {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `UPDATE vip_holders SET stranded = $3 WHERE vip_id = $1 AND owner_id = $2`, vipID, ownerID, is)
+	return err
+}
+
+// refreshStranded marks, after a change of the space's VIP pools or CIDR
+// groups, every holding no pool selecting its owner offers any more, and
+// lifts the mark of those offered again; an owner with a newly stranded
+// address is no longer satisfied (lbipam_services_unsatisfied counts it
+// at once, not at its next request). Pool edits are rare next to
+// requests, so reading every holding of the space then is cheap enough.
+func refreshStranded(ctx context.Context, tx querier, space string) error {
+	pools, err := lbOffersOf(ctx, tx, space)
+	if err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, `SELECT h.vip_id, h.owner_id, h.stranded, v.addr, o.namespace, o.name, o.request
+		FROM vip_holders h JOIN vips v ON v.id = h.vip_id JOIN vip_owners o ON o.id = h.owner_id
+		WHERE v.space = $1 ORDER BY h.owner_id, v.addr`, space)
+	if err != nil {
+		return err
+	}
+	type holding struct {
+		vipID, ownerID int64
+		was            bool
+		addr           netip.Addr
+		owner          alloc.VIPOwner
+		req            vipRequestJSON
+	}
+	hs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (holding, error) {
+		var h holding
+		return h, r.Scan(&h.vipID, &h.ownerID, &h.was, &h.addr, &h.owner.Namespace, &h.owner.Name, &h.req)
+	})
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		is := stranded(pools, h.req.request(space, h.owner), h.addr)
+		if err := markStranded(ctx, tx, h.vipID, h.ownerID, h.was, is); err != nil {
+			return err
+		}
+		if is && !h.was {
+			if _, err := tx.Exec(ctx, `UPDATE vip_owners SET satisfied = false, reason = $2, message = $3 WHERE id = $1`, h.ownerID,
+				alloc.ReasonStranded, fmt.Sprintf("%s no longer offered to this owner by an enabled pool; kept until reassigned", h.addr)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // stranded reports whether no pool that selects the owner offers a.
@@ -471,7 +532,7 @@ func (a *vipAssigner) hold(ctx context.Context, vipID int64, addr netip.Addr) er
 // when lock is set.
 func heldVIPs(ctx context.Context, tx querier, ownerID int64, lock bool) ([]heldVIP, error) {
 	sql := `SELECT v.id, v.addr, p.name, v.generation, v.sharing_key,
-			(SELECT count(*) FROM vip_holders x WHERE x.vip_id = v.id)
+			(SELECT count(*) FROM vip_holders x WHERE x.vip_id = v.id), h.stranded
 		FROM vip_holders h JOIN vips v ON v.id = h.vip_id JOIN lb_pools p ON p.id = v.lb_pool_id
 		WHERE h.owner_id = $1 ORDER BY v.addr`
 	if lock {
@@ -483,7 +544,7 @@ func heldVIPs(ctx context.Context, tx querier, ownerID int64, lock bool) ([]held
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (heldVIP, error) {
 		var h heldVIP
-		err := r.Scan(&h.id, &h.Addr, &h.Pool, &h.Generation, &h.sharingKey, &h.Holders)
+		err := r.Scan(&h.id, &h.Addr, &h.Pool, &h.Generation, &h.sharingKey, &h.Holders, &h.marked)
 		h.Family = alloc.FamilyOf(h.Addr)
 		return h, err
 	})

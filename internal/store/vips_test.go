@@ -288,6 +288,17 @@ func TestVIPPoolEditsNeverMove(t *testing.T) {
 	if _, err := f.s.UpdateLBPool(f.ctx, alloc.DefaultSpace, "p", nil, spec); err != nil {
 		t.Fatal(err)
 	}
+	// The edit itself reports them: the marks, the history, the owners.
+	if n := f.count(`SELECT count(*) FROM vip_holders WHERE stranded`); n != 3 {
+		t.Fatalf("%d holdings marked stranded by the edit, want 3", n)
+	}
+	if ev := f.texts(`SELECT host(address) || ' ' || owner_name FROM address_events WHERE kind = 'vip-stranded' ORDER BY address`); strings.Join(ev, ",") !=
+		"10.0.10.100 s100,10.0.10.101 s101,10.0.10.102 s102" {
+		t.Fatalf("history of the stranding: %q", ev)
+	}
+	if n := f.count(`SELECT count(*) FROM vip_owners WHERE NOT satisfied AND reason = 'stranded'`); n != 3 {
+		t.Fatalf("%d owners unsatisfied as stranded, want 3", n)
+	}
 	strandedN := 0
 	for name, was := range before {
 		got, err := f.s.GetVIPs(f.ctx, alloc.DefaultSpace, alloc.VIPOwner{Namespace: "default", Name: name})
@@ -412,5 +423,10 @@ func TestVIPReservedGroups(t *testing.T) {
 	}
 	if _, err := f.s.DeleteCIDRGroup(f.ctx, alloc.DefaultSpace, "infra"); err != nil {
 		t.Fatalf("a group no pool names: %v", err)
+	}
+	// The group's edit stranded web's address, the pool's edit offered it
+	// again: both are in its history.
+	if ev := f.texts(`SELECT kind FROM address_events WHERE address = '10.0.10.4' ORDER BY id`); strings.Join(ev, ",") != "vip-assign,vip-stranded,vip-offered" {
+		t.Fatalf("history of 10.0.10.4: %q", ev)
 	}
 }
