@@ -1722,9 +1722,12 @@ type VIPAddress struct {
 // VIPAssignment defines model for VIPAssignment.
 type VIPAssignment struct {
 	Addresses []VIPAddress `json:"addresses"`
-	Message   *string      `json:"message,omitempty"`
-	Name      string       `json:"name"`
-	Namespace string       `json:"namespace"`
+
+	// Generation Numbers the owner's lifetime; name it to release only this one.
+	Generation int64   `json:"generation"`
+	Message    *string `json:"message,omitempty"`
+	Name       string  `json:"name"`
+	Namespace  string  `json:"namespace"`
 
 	// Reason Example: satisfied
 	Reason  string     `json:"reason"`
@@ -2276,6 +2279,11 @@ type ListVIPOwnersParams struct {
 
 // ReleaseVIPsParams defines parameters for ReleaseVIPs.
 type ReleaseVIPsParams struct {
+	// Generation The owner's generation (from its answer); an owner of another
+	// generation (released and asked for anew since) is left alone
+	// (409 stale-generation).
+	Generation *int64 `form:"generation,omitempty" json:"generation,omitempty"`
+
 	// Space Address space; default `default`.
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
@@ -7855,6 +7863,18 @@ func NewReleaseVIPsRequest(server string, namespace OwnerNamespaceParam, name Ow
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.Generation != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "generation", *params.Generation, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.Space != nil {
 
@@ -14198,6 +14218,11 @@ func (r ListVIPOwnersResponse) ContentType() string {
 	return ""
 }
 
+// ReleaseVIPsResponse409Headers the declared response headers of an HTTP 409 response for ReleaseVIPs
+type ReleaseVIPsResponse409Headers struct {
+	RetryAfter *int
+}
+
 // ReleaseVIPsResponse429Headers the declared response headers of an HTTP 429 response for ReleaseVIPs
 type ReleaseVIPsResponse429Headers struct {
 	RetryAfter *int
@@ -14219,12 +14244,16 @@ type ReleaseVIPsResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ReleaseVIPsResponse409Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReleaseVIPsResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -14249,6 +14278,11 @@ func (r ReleaseVIPsResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r ReleaseVIPsResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReleaseVIPsResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -20846,6 +20880,13 @@ func ParseReleaseVIPsResponse(rsp *http.Response) (*ReleaseVIPsResponse, error) 
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -20870,6 +20911,16 @@ func ParseReleaseVIPsResponse(rsp *http.Response) (*ReleaseVIPsResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 409:
+		var headers ReleaseVIPsResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReleaseVIPsResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -24210,6 +24261,19 @@ func (siw *ServerInterfaceWrapper) ReleaseVIPs(w http.ResponseWriter, r *http.Re
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ReleaseVIPsParams
+
+	// ------------- Optional query parameter "generation" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "generation", r.URL.Query(), &params.Generation, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "generation"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "generation", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "space" -------------
 
@@ -32290,6 +32354,25 @@ func (response ReleaseVIPs404ApplicationProblemPlusJSONResponse) VisitReleaseVIP
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReleaseVIPs409ApplicationProblemPlusJSONResponse struct {
+	ConflictApplicationProblemPlusJSONResponse
+}
+
+func (response ReleaseVIPs409ApplicationProblemPlusJSONResponse) VisitReleaseVIPsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(409)
 	_, err := buf.WriteTo(w)
 	return err
 }

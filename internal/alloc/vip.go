@@ -233,6 +233,9 @@ const (
 // VIPAssignment is what an owner holds after a request.
 type VIPAssignment struct {
 	Owner VIPOwner
+	// Generation numbers the owner's lifetime: a release naming another
+	// one is refused (KindStaleGeneration).
+	Generation int64
 	// Request is the owner's last request.
 	Request   VIPRequest
 	Addresses []VIP

@@ -84,7 +84,7 @@ func vipSharingFromAPI(s ipamv1.VIPSharing) (alloc.VIPSharing, error) {
 }
 
 func vipAssignmentToAPI(space string, a alloc.VIPAssignment) ipamv1.VIPAssignment {
-	out := ipamv1.VIPAssignment{Space: space, Namespace: a.Owner.Namespace, Name: a.Owner.Name, Addresses: []ipamv1.VIPAddress{},
+	out := ipamv1.VIPAssignment{Space: space, Namespace: a.Owner.Namespace, Name: a.Owner.Name, Generation: a.Generation, Addresses: []ipamv1.VIPAddress{},
 		Satisfied: a.Satisfied, Reason: a.Reason, Message: optString(a.Message), Request: vipRequestToAPI(a.Request)}
 	for _, v := range a.Addresses {
 		out.Addresses = append(out.Addresses, ipamv1.VIPAddress{Address: v.Addr.String(), Family: familyToAPI(v.Family), Pool: v.Pool,

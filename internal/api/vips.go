@@ -15,8 +15,9 @@ type VIPStore interface {
 	AssignVIPs(ctx context.Context, r alloc.VIPRequest) (alloc.VIPAssignment, error)
 	// GetVIPs answers KindNotFound (field "owner") for an unknown owner.
 	GetVIPs(ctx context.Context, space string, o alloc.VIPOwner) (alloc.VIPAssignment, error)
-	// ReleaseVIPs is no error when the owner holds nothing.
-	ReleaseVIPs(ctx context.Context, space string, o alloc.VIPOwner) error
+	// ReleaseVIPs is no error when the owner holds nothing; a generation
+	// other than 0 that is not the owner's is KindStaleGeneration.
+	ReleaseVIPs(ctx context.Context, space string, o alloc.VIPOwner, generation int64) error
 	ListVIPOwners(ctx context.Context, space string, page alloc.Page) (items []alloc.VIPAssignment, next string, err error)
 }
 
@@ -74,7 +75,11 @@ func (h *vipHandlers) ReleaseVIPs(ctx context.Context, req ipamv1.ReleaseVIPsReq
 	if err != nil {
 		return nil, err
 	}
-	if err := h.store.ReleaseVIPs(ctx, space, o); err != nil {
+	gen := deref(req.Params.Generation, 0)
+	if req.Params.Generation != nil && gen < 1 {
+		return nil, alloc.Invalid("generation", "%d: a generation is at least 1", gen)
+	}
+	if err := h.store.ReleaseVIPs(ctx, space, o, gen); err != nil {
 		return nil, err
 	}
 	return ipamv1.ReleaseVIPs204Response{}, nil

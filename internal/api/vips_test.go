@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"maps"
 	"testing"
 
@@ -20,7 +21,7 @@ func TestVIPsAPI(t *testing.T) {
 	web := map[string]any{"families": []string{"ipv4", "ipv6"}, "sharing": map[string]any{"key": "front", "ports": []any{map[string]any{"port": 80}}}}
 	var a ipamv1.VIPAssignment
 	e.mustDo(200, "PUT", "/v1/vip-owners/shop/web", web, &a)
-	if !a.Satisfied || a.Reason != "satisfied" || len(a.Addresses) != 2 || a.Addresses[0].Address != "192.168.10.10" || a.Addresses[1].Address != "fd10::" ||
+	if !a.Satisfied || a.Reason != "satisfied" || a.Generation == 0 || len(a.Addresses) != 2 || a.Addresses[0].Address != "192.168.10.10" || a.Addresses[1].Address != "fd10::" ||
 		a.Addresses[0].Pool != "shop" || a.Addresses[0].Holders != 1 {
 		t.Fatalf("web: %+v", a)
 	}
@@ -81,7 +82,11 @@ func TestVIPsAPI(t *testing.T) {
 		}
 	}
 
-	e.mustDo(204, "DELETE", "/v1/vip-owners/shop/web", nil, nil)
+	stale := e.do("DELETE", fmt.Sprintf("/v1/vip-owners/shop/web?generation=%d", a.Generation+1000), nil)
+	if p := stale.problem(t); stale.status != 409 || p.Type != "urn:ipam:problem:stale-generation" {
+		t.Fatalf("a stale release: %d %s", stale.status, stale.body)
+	}
+	e.mustDo(204, "DELETE", fmt.Sprintf("/v1/vip-owners/shop/web?generation=%d", a.Generation), nil, nil)
 	e.mustDo(204, "DELETE", "/v1/vip-owners/shop/web", nil, nil)
 	e.mustDo(200, "GET", "/v1/vip-owners/shop/tls", nil, &shared)
 	if len(shared.Addresses) != 1 || shared.Addresses[0].Holders != 1 {

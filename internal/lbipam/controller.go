@@ -52,8 +52,9 @@ type Store interface {
 	AssignVIPs(ctx context.Context, r alloc.VIPRequest) (alloc.VIPAssignment, error)
 	// GetVIPs answers KindNotFound for an unknown owner.
 	GetVIPs(ctx context.Context, space string, o alloc.VIPOwner) (alloc.VIPAssignment, error)
-	// ReleaseVIPs is no error when the owner holds nothing.
-	ReleaseVIPs(ctx context.Context, space string, o alloc.VIPOwner) error
+	// ReleaseVIPs is no error when the owner holds nothing; a generation
+	// other than 0 that is not the owner's is KindStaleGeneration.
+	ReleaseVIPs(ctx context.Context, space string, o alloc.VIPOwner, generation int64) error
 	ListVIPOwners(ctx context.Context, space string, page alloc.Page) ([]alloc.VIPAssignment, string, error)
 }
 
@@ -438,7 +439,13 @@ func (c *Controller) releaseOwned(ctx context.Context, owner alloc.VIPOwner) err
 	if a.Request.Source != alloc.VIPSourceKubernetes {
 		return nil
 	}
-	return c.store.ReleaseVIPs(ctx, c.cfg.Space, owner)
+	// The generation read: an owner asked for anew since (the Service
+	// re-created) is not released by this stale look.
+	err = c.store.ReleaseVIPs(ctx, c.cfg.Space, owner, a.Generation)
+	if alloc.IsKind(err, alloc.KindStaleGeneration) {
+		return nil
+	}
+	return err
 }
 
 func (c *Controller) cached(key string) (*corev1.Service, error) {

@@ -93,11 +93,11 @@ func (s *Store) assignVIPs(ctx context.Context, tx querier, r alloc.VIPRequest) 
 	if err != nil {
 		return alloc.VIPAssignment{}, err
 	}
-	var ownerID int64
+	var ownerID, generation int64
 	err = tx.QueryRow(ctx, `INSERT INTO vip_owners (space, namespace, name, request, satisfied, reason, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, false, '', $5, $5)
 		ON CONFLICT (space, namespace, name) DO UPDATE SET request = EXCLUDED.request, updated_at = EXCLUDED.updated_at
-		RETURNING id`, r.Space, r.Owner.Namespace, r.Owner.Name, req, now).Scan(&ownerID)
+		RETURNING id, generation`, r.Space, r.Owner.Namespace, r.Owner.Name, req, now).Scan(&ownerID, &generation)
 	if code, _ := pgCode(err); code == codeForeignKey {
 		return alloc.VIPAssignment{}, alloc.NotFound("space", "address space", r.Space)
 	} else if err != nil {
@@ -121,7 +121,7 @@ func (s *Store) assignVIPs(ctx context.Context, tx querier, r alloc.VIPRequest) 
 	if held, err = heldVIPs(ctx, tx, ownerID, false); err != nil {
 		return alloc.VIPAssignment{}, err
 	}
-	out := alloc.VIPAssignment{Owner: r.Owner, Request: r}
+	out := alloc.VIPAssignment{Owner: r.Owner, Request: r, Generation: generation}
 	for _, h := range held {
 		h.Stranded = stranded(pools, r, h.Addr)
 		if err := markStranded(ctx, tx, h.id, ownerID, h.marked, h.Stranded); err != nil {
@@ -576,8 +576,8 @@ func (s *Store) GetVIPs(ctx context.Context, space string, o alloc.VIPOwner) (al
 	err := s.inTx(ctx, func(tx querier) error {
 		var id int64
 		var req vipRequestJSON
-		err := tx.QueryRow(ctx, `SELECT id, request, satisfied, reason, message FROM vip_owners WHERE space = $1 AND namespace = $2 AND name = $3`,
-			space, o.Namespace, o.Name).Scan(&id, &req, &out.Satisfied, &out.Reason, &out.Message)
+		err := tx.QueryRow(ctx, `SELECT id, request, satisfied, reason, message, generation FROM vip_owners WHERE space = $1 AND namespace = $2 AND name = $3`,
+			space, o.Namespace, o.Name).Scan(&id, &req, &out.Satisfied, &out.Reason, &out.Message, &out.Generation)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.notFoundIn(ctx, tx, space, "owner", "VIP owner", o.String())
 		} else if err != nil {
@@ -612,12 +612,17 @@ func (s *Store) fillHeld(ctx context.Context, tx querier, ownerID int64, out *al
 }
 
 // ReleaseVIPs releases everything the owner holds and forgets it; an
-// owner that holds nothing is no error (a retry).
-func (s *Store) ReleaseVIPs(ctx context.Context, space string, o alloc.VIPOwner) error {
+// owner that holds nothing is no error (a retry). A generation other than
+// 0 that is not the owner's is refused (KindStaleGeneration), releasing
+// nothing.
+func (s *Store) ReleaseVIPs(ctx context.Context, space string, o alloc.VIPOwner, generation int64) error {
 	return s.inTx(ctx, func(tx querier) error {
-		var id int64
-		err := tx.QueryRow(ctx, `SELECT id FROM vip_owners WHERE space = $1 AND namespace = $2 AND name = $3 FOR UPDATE`,
-			space, o.Namespace, o.Name).Scan(&id)
+		var id, have int64
+		err := tx.QueryRow(ctx, `SELECT id, generation FROM vip_owners WHERE space = $1 AND namespace = $2 AND name = $3 FOR UPDATE`,
+			space, o.Namespace, o.Name).Scan(&id, &have)
+		if err == nil && generation != 0 && generation != have {
+			return alloc.StaleGeneration("VIP owner "+o.String(), generation, have, "held")
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			ok, err := s.spaceExists(ctx, tx, space)
 			if err == nil && !ok {
@@ -651,7 +656,7 @@ func (s *Store) ListVIPOwners(ctx context.Context, space string, page alloc.Page
 	var out []alloc.VIPAssignment
 	var next string
 	err = s.inTx(ctx, func(tx querier) error {
-		rows, err := tx.Query(ctx, `SELECT id, namespace, name, request, satisfied, reason, message FROM vip_owners
+		rows, err := tx.Query(ctx, `SELECT id, namespace, name, request, satisfied, reason, message, generation FROM vip_owners
 			WHERE space = $1 AND namespace || '/' || name > $2 ORDER BY namespace || '/' || name LIMIT $3`, space, after, page.Limit+1)
 		if err != nil {
 			return err
@@ -663,7 +668,7 @@ func (s *Store) ListVIPOwners(ctx context.Context, space string, page alloc.Page
 		owners, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ownerRow, error) {
 			var o ownerRow
 			var req vipRequestJSON
-			err := r.Scan(&o.id, &o.a.Owner.Namespace, &o.a.Owner.Name, &req, &o.a.Satisfied, &o.a.Reason, &o.a.Message)
+			err := r.Scan(&o.id, &o.a.Owner.Namespace, &o.a.Owner.Name, &req, &o.a.Satisfied, &o.a.Reason, &o.a.Message, &o.a.Generation)
 			o.a.Request = req.request(space, o.a.Owner)
 			return o, err
 		})

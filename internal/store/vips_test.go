@@ -82,10 +82,16 @@ func TestVIPLab4(t *testing.T) {
 	if e := wantKind(t, err, alloc.KindInUse); !strings.Contains(e.Detail, "default/web") {
 		t.Fatalf("%+v", e)
 	}
-	if err := f.s.ReleaseVIPs(f.ctx, alloc.DefaultSpace, alloc.VIPOwner{Namespace: "default", Name: "web"}); err != nil {
+	// Fencing: a release naming another lifetime of the owner is refused.
+	webOwner := alloc.VIPOwner{Namespace: "default", Name: "web"}
+	wantKind(t, f.s.ReleaseVIPs(f.ctx, alloc.DefaultSpace, webOwner, a.Generation+1000), alloc.KindStaleGeneration)
+	if kept := f.assign(svc("default", "web", "color", "blue")); addrs(kept) != "10.0.20.100" || kept.Generation != a.Generation {
+		t.Fatalf("a stale release changed web: %+v", kept)
+	}
+	if err := f.s.ReleaseVIPs(f.ctx, alloc.DefaultSpace, webOwner, a.Generation); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.s.ReleaseVIPs(f.ctx, alloc.DefaultSpace, alloc.VIPOwner{Namespace: "default", Name: "web"}); err != nil {
+	if err := f.s.ReleaseVIPs(f.ctx, alloc.DefaultSpace, webOwner, 0); err != nil {
 		t.Fatalf("a second release: %v", err)
 	}
 	if _, err := f.s.GetVIPs(f.ctx, alloc.DefaultSpace, alloc.VIPOwner{Namespace: "default", Name: "web"}); err == nil {
@@ -217,7 +223,7 @@ func TestVIPSharing(t *testing.T) {
 		t.Errorf("both permitting different Pods: %s, want to share with p1 %s", p2, p1)
 	}
 	// An address goes with its last holder only.
-	if err := f.s.ReleaseVIPs(f.ctx, alloc.DefaultSpace, alloc.VIPOwner{Namespace: "a", Name: "http"}); err != nil {
+	if err := f.s.ReleaseVIPs(f.ctx, alloc.DefaultSpace, alloc.VIPOwner{Namespace: "a", Name: "http"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if got := addrs(f.assign(shared("a", "https", 443, nil))); got != first {
