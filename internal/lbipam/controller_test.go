@@ -44,32 +44,21 @@ type env struct {
 	mirror bool
 }
 
-func newEnv(t *testing.T, opts ...kubetest.Option) *env {
-	t.Helper()
-	kc := kubetest.Start(t, opts...)
-	st, err := store.Open(t.Context(), pgtest.NewDatabase(t), store.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	kube, err := kubernetes.NewForConfig(kc.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ctx: t.Context(), kc: kc, kube: kube, st: st}
-	e.controller("a")
-	return e
-}
+func newEnv(t *testing.T, opts ...kubetest.Option) *env { return start(t, false, opts...) }
 
 // newMirrorEnv is newEnv with Cilium's LB IPAM CRDs and the mirror on.
-func newMirrorEnv(t *testing.T) *env {
+func newMirrorEnv(t *testing.T) *env { return start(t, true) }
+
+func start(t *testing.T, mirror bool, opts ...kubetest.Option) *env {
 	t.Helper()
-	kc := kubetest.Start(t)
-	defs, err := crds.LBIPAM()
-	if err != nil {
-		t.Fatal(err)
+	kc := kubetest.Start(t, opts...)
+	if mirror {
+		defs, err := crds.LBIPAM()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc.InstallCRDs(t, defs...)
 	}
-	kc.InstallCRDs(t, defs...)
 	st, err := store.Open(t.Context(), pgtest.NewDatabase(t), store.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +68,7 @@ func newMirrorEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: t.Context(), kc: kc, kube: kube, st: st, mirror: true}
+	e := &env{t: t, ctx: t.Context(), kc: kc, kube: kube, st: st, mirror: mirror}
 	e.controller("a")
 	return e
 }
