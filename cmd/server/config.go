@@ -53,8 +53,11 @@ type config struct {
 	MetricsPrefix string
 	// UsageMetricsRefresh is the most often a scrape reads the usage report.
 	UsageMetricsRefresh time.Duration
-	Kubeconfig          string
-	KubeInCluster       bool
+	// DurabilityInterval is how often the database's durability settings
+	// are read (durability.go).
+	DurabilityInterval time.Duration
+	Kubeconfig         string
+	KubeInCluster      bool
 	// Cilium operator role (internal/cilium); off when CiliumIPAMMode is "".
 	CiliumIPAMMode       string
 	CiliumLeaseNamespace string
@@ -173,6 +176,9 @@ func (c config) Validate() error {
 	if c.UsageMetricsRefresh <= 0 {
 		errs = append(errs, errors.New("usage-metrics-refresh must be positive"))
 	}
+	if c.DurabilityInterval <= 0 {
+		errs = append(errs, errors.New("durability-interval must be positive"))
+	}
 	if c.MetricsPrefix != "" && !metricsPrefixRE.MatchString(c.MetricsPrefix) {
 		errs = append(errs, fmt.Errorf("metrics-prefix %q is not a Prometheus metric name prefix ([a-zA-Z_][a-zA-Z0-9_]*)", c.MetricsPrefix))
 	}
@@ -276,6 +282,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve the Go profiler at /debug/pprof/ on the API listener, to admins only")
 	fs.StringVar(&c.MetricsPrefix, "metrics-prefix", "", `prefix of the Cilium-named metrics (ipam_available_ips, ...), joined by "_": "cilium_operator" makes them cilium_operator_ipam_available_ips`)
 	fs.DurationVar(&c.UsageMetricsRefresh, "usage-metrics-refresh", 15*time.Second, "the most often a metrics scrape reads node and pool usage from the database")
+	fs.DurationVar(&c.DurabilityInterval, "durability-interval", 30*time.Second, "how often the database's durability (a synchronous standby attached or not) is read, logged when it changes, and exported as ipam_db_synchronous")
 	fs.StringVar(&c.CloudProvider, "cloud-provider", "", "run the cloud capacity workers of this cloud (aws or azure) for its cloud pools: one replica at a time (a PostgreSQL advisory lock); empty runs none")
 	fs.DurationVar(&c.CloudInterval, "cloud-interval", 10*time.Second, "the time between two passes of the cloud capacity workers")
 	fs.Float64Var(&c.CloudQPS, "cloud-qps", cloud.DefaultQPS, "cloud API calls per second, every worker's together (Cilium's limit-ipam-api-qps)")

@@ -181,6 +181,18 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 	if _, err := observeCarves(metrics.Meter(), st.Carves); err != nil {
 		return err
 	}
+	durability := &durabilityWatch{read: st.Durability, log: log}
+	durability.check(ctx)
+	if _, err := observeDurability(metrics.Meter(), durability); err != nil {
+		return err
+	}
+	durabilityCtx, stopDurability := context.WithCancel(ctx)
+	durabilityDone := make(chan struct{})
+	go func() {
+		defer close(durabilityDone)
+		durability.run(durabilityCtx, cfg.DurabilityInterval)
+	}()
+	defer func() { stopDurability(); <-durabilityDone }()
 
 	if !cfg.InsecureHTTP && cfg.TLSCertFile == "" {
 		if cfg, err = withDevelopmentPKI(cfg, log); err != nil {

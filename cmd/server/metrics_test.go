@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -114,6 +115,16 @@ func TestMetricsEndpoint(t *testing.T) {
 		if v, ok := sample(got, series); !ok || v == "0" {
 			t.Errorf("%s = %q (present %v), want > 0", series, v, ok)
 		}
+	}
+	// A test database has no standby: the service says its commits do
+	// not wait for one.
+	for series, want := range map[string]string{`ipam_db_standbys`: "0", `ipam_db_sync_standbys`: "0"} {
+		if v, ok := sample(got, series); !ok || v != want {
+			t.Errorf("%s = %q (present %v), want %s", series, v, ok, want)
+		}
+	}
+	if !strings.Contains(got, "\nipam_db_synchronous{") || !regexp.MustCompile(`\nipam_db_synchronous\{[^}]*synchronous_commit="[a-z_]+"[^}]*\} 0\n`).MatchString(got) {
+		t.Errorf("ipam_db_synchronous is not 0 with the synchronous_commit label")
 	}
 	for _, series := range []string{"ipam_db_pool_acquired_connections", "ipam_db_pool_idle_connections",
 		"ipam_db_pool_empty_acquires_total", "ipam_db_pool_acquire_wait_seconds_total"} {

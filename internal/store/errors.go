@@ -17,12 +17,17 @@ func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
 	}
+	if errors.Is(err, errReadOnlyServer) {
+		return true
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		// Class 08: connection exception; 57P01-03: admin/crash shutdown,
-		// cannot connect now; 53300: too many connections.
+		// cannot connect now; 53300: too many connections; 25006: a
+		// write on a server that is (now) read-only, a primary being
+		// demoted or a standby, which a failover replaces with a primary.
 		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" ||
-			pe.Code == "57P03" || pe.Code == "53300"
+			pe.Code == "57P03" || pe.Code == "53300" || pe.Code == "25006"
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error

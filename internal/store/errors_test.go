@@ -27,6 +27,8 @@ func TestIsUnavailableClasses(t *testing.T) {
 		{"starting up", &pgconn.PgError{Code: "57P03"}, true},
 		{"connection failure", &pgconn.PgError{Code: "08006"}, true},
 		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
+		{"read-only server (demoted primary, standby)", &pgconn.PgError{Code: "25006"}, true},
+		{"connection to a read-only server refused", fmt.Errorf("acquire: %w", errReadOnlyServer), true},
 		{"closed connection, wrapped", fmt.Errorf("allocate: %w", pgconn.ErrConnClosed), true},
 		{"unique violation", &pgconn.PgError{Code: "23505"}, false},
 		{"serialization failure", &pgconn.PgError{Code: "40001"}, false},

@@ -191,6 +191,9 @@ func Open(ctx context.Context, connString string, o Options) (*Store, error) {
 	// 0.25 s of CPU per readiness probe when idle, seconds under load. No
 	// statement of this OLTP store gains from JIT.
 	cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	// After a failover or switchover, no statement goes to a server that
+	// takes no writes (replication.go).
+	cfg.PrepareConn = writableServer
 	if o.TracerProvider != nil {
 		// A span per statement, connection acquire and batch, child of
 		// the request's span. The statement text is recorded, never its
@@ -231,9 +234,13 @@ func (s *Store) Close() {
 // unreachable or behind this binary.
 func (s *Store) Ready(ctx context.Context) (int64, error) {
 	var v int64
-	err := s.db.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&v)
+	var standby bool
+	err := s.db.QueryRow(ctx, `SELECT coalesce(max(version_id), 0), pg_is_in_recovery() FROM goose_db_version WHERE is_applied`).Scan(&v, &standby)
 	if err != nil {
 		return 0, fmt.Errorf("database: %w", err)
+	}
+	if standby {
+		return v, fmt.Errorf("database: %w", errReadOnlyServer)
 	}
 	if want := SchemaVersion(); v < want {
 		return v, fmt.Errorf("schema version %d is older than %d", v, want)
