@@ -22,13 +22,15 @@ postgres:
 # The Kubernetes controller tests run a real kube-apiserver and etcd, built
 # from tools/kube into ~/.cache/ipam-tools (scripts/ensure-kube.sh): a cold
 # build takes 15-40 minutes on two cores, and is cached across runs and
-# checkouts.
+# checkouts. The failover tests run pg_auto_failover, installed like
+# PostgreSQL from Debian's packages (scripts/ensure-pg-auto-failover.sh).
 tools:
 	@{ command -v curl >/dev/null && command -v ip >/dev/null; } || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl ca-certificates iproute2 >&2; } || \
 		{ echo "curl or ip is missing: sudo apt-get install -y curl iproute2"; exit 1; }
 	@scripts/ensure-promtool.sh >/dev/null
 	@scripts/ensure-kube.sh >/dev/null
+	@scripts/ensure-pg-auto-failover.sh >/dev/null
 
 build:
 	$(GO) build -o $(BIN)/ipam-server ./cmd/server

@@ -31,14 +31,17 @@ const callTimeout = 60 * time.Second
 // nodes, as CNI plugins do, until stop says so. Every answer is checked and
 // recorded in led; the first errors end up in errs.
 type workload struct {
-	c       *client
-	led     *ledger
-	nodes   int
-	calls   atomic.Int64 // logical calls answered
-	allocs  atomic.Int64
-	confirm atomic.Int64
-	release atomic.Int64
-	errs    errs
+	c     *client
+	led   *ledger
+	nodes int
+	// confirmAll confirms every lease right after its allocation, so that
+	// none stays pending (and could expire) for longer than an outage.
+	confirmAll bool
+	calls      atomic.Int64 // logical calls answered
+	allocs     atomic.Int64
+	confirm    atomic.Int64
+	release    atomic.Int64
+	errs       errs
 }
 
 // run starts workers clients and returns when every one has stopped.
@@ -72,6 +75,15 @@ func (w *workload) worker(id int, rng *rand.Rand, stop func() bool) {
 				}
 				held = append(held, mine{a: a})
 				w.allocs.Add(1)
+				if w.confirmAll {
+					ans, err := w.c.call(ctx, rng, "POST", a.path()+"/confirm", nil)
+					if err := expect(ans, err, "confirm "+a.cid, http.StatusOK); err != nil {
+						return err
+					}
+					held[len(held)-1].confirmed = true
+					w.led.confirmed(a)
+					w.confirm.Add(1)
+				}
 			case r < 75 && !held[len(held)-1].confirmed:
 				m := &held[len(held)-1]
 				ans, err := w.c.call(ctx, rng, "POST", m.a.path()+"/confirm", nil)
