@@ -307,3 +307,33 @@ func dropFill(ctx context.Context, conn *pgx.Conn, space, pool string) error {
 		return nil
 	})
 }
+
+// sizes is what the database holds on disk: the whole database, and the
+// leases and address_events tables with their indexes and TOAST, with
+// their row counts as the statistics estimate them (the fill ANALYZEs).
+type sizes struct {
+	database, leases, events int64
+	leaseRows, eventRows     float64
+}
+
+func (s sizes) String() string {
+	per := func(bytes int64, rows float64) string {
+		if rows < 1 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", float64(bytes)/rows)
+	}
+	return fmt.Sprintf("database %.0f MiB; leases %.0f MiB for %.0f rows (%s bytes a row with its indexes); address_events %.0f MiB for %.0f rows (%s bytes a row)",
+		float64(s.database)/(1<<20), float64(s.leases)/(1<<20), s.leaseRows, per(s.leases, s.leaseRows),
+		float64(s.events)/(1<<20), s.eventRows, per(s.events, s.eventRows))
+}
+
+func readSizes(ctx context.Context, conn *pgx.Conn) (sizes, error) {
+	var s sizes
+	err := conn.QueryRow(ctx, `SELECT pg_database_size(current_database()),
+			pg_total_relation_size('leases'), pg_total_relation_size('address_events'),
+			(SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'leases'::regclass),
+			(SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'address_events'::regclass)`).
+		Scan(&s.database, &s.leases, &s.events, &s.leaseRows, &s.eventRows)
+	return s, err
+}

@@ -200,6 +200,7 @@ type medians struct {
 	Errors        float64   `json:"errors"`
 	Duplicates    int       `json:"duplicates"`
 	RSSPeakMiB    float64   `json:"rssPeakMiB"`
+	WALPerPair    float64   `json:"walBytesPerPair,omitempty"`
 	CeilingTPS    float64   `json:"ceilingTPS,omitempty"`
 	CeilingP99ms  float64   `json:"ceilingP99ms,omitempty"`
 	Ratio         float64   `json:"ratio,omitempty"`
@@ -534,7 +535,16 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 	hs := b.pki.handshakes.Load()
 	rss := watchRSS(pids)
 	cpuBefore := takeCPUSnapshot(pids)
+	lsn, walErr := b.db.walLSN(ctx)
 	r := measure(ctx, ws, d)
+	if walErr == nil {
+		r.WALBytes, walErr = b.db.walSince(ctx, lsn)
+	}
+	if walErr == nil && r.Allocs+r.Releases > 0 {
+		r.WALPerPair = float64(r.WALBytes) / (float64(r.Allocs+r.Releases) / 2)
+	} else if walErr != nil && ctx.Err() == nil {
+		fmt.Fprintf(b.out, "  wal: not read: %v\n", walErr)
+	}
 	if c, ok := cpuSince(cpuBefore, takeCPUSnapshot(pids), int(r.Allocs+r.Releases)); ok {
 		r.CPU = &c
 	}
@@ -655,6 +665,11 @@ func (b *bench) fillCurve(ctx context.Context) (*fillReport, error) {
 		p.Run = lv.Runs[0]
 		p.Run.FillLeases = n
 		rep.Points = append(rep.Points, p)
+		if sz, err := readSizes(ctx, conn); err == nil {
+			fmt.Fprintf(b.out, "fill: %d leases: %s\n", n, sz)
+		} else if ctx.Err() == nil {
+			fmt.Fprintf(b.out, "fill: %d leases: sizes not read: %v\n", n, err)
+		}
 	}
 	first, last := rep.Points[0].Run.Alloc.P50, rep.Points[len(rep.Points)-1].Run.Alloc.P50
 	if first > 0 {
@@ -690,6 +705,9 @@ func printRun(out io.Writer, r runResult) {
 		r.Release.P50, r.Release.P99, r.Errors, r.Duplicates, r.RSSPeakMiB, r.Handshakes)
 	if r.CPU != nil {
 		fmt.Fprintf(out, "  cpu: %s\n", r.CPU)
+	}
+	if r.WALBytes > 0 {
+		fmt.Fprintf(out, "  wal: %d bytes, %.0f per allocation+release pair\n", r.WALBytes, r.WALPerPair)
 	}
 	if c := r.Carves; c != nil {
 		fmt.Fprintf(out, "  blocks carved: inline=%d top-up=%d rebalance=%d\n", c.Inline, c.TopUp, c.Rebalance)
@@ -747,6 +765,15 @@ func printSummary(out io.Writer, rep report) {
 		}
 	}
 	tw.Flush()
+	var wal []string
+	for _, lv := range rep.Mixed {
+		if w := lv.Median.WALPerPair; w > 0 && !math.IsNaN(w) {
+			wal = append(wal, fmt.Sprintf("%d clients %.0f", lv.Concurrency, w))
+		}
+	}
+	if len(wal) > 0 {
+		fmt.Fprintf(out, "wal: bytes per allocation+release pair (median of the mixed runs, each right after a checkpoint): %s\n", strings.Join(wal, ", "))
+	}
 	if t := rep.Timeouts; t != nil {
 		fmt.Fprintf(out, "client timeouts: goodput with %s / without = %.3f (target >= %.2f)\n", t.Timeout, t.Ratio, t.Target)
 	}
@@ -798,8 +825,14 @@ func medianOf(runs []runResult) medians {
 		Release:       lat(func(r runResult) latencyMS { return r.Release }),
 		All:           lat(func(r runResult) latencyMS { return r.All }),
 		Errors:        of(func(r runResult) float64 { return float64(r.Errors) }),
-		CeilingTPS:    of(ceilingOf(func(c ceilingResult) float64 { return c.TPS })),
-		CeilingP99ms:  of(ceilingOf(func(c ceilingResult) float64 { return c.P99ms })),
+		WALPerPair: of(func(r runResult) float64 {
+			if r.WALBytes == 0 {
+				return math.NaN()
+			}
+			return r.WALPerPair
+		}),
+		CeilingTPS:   of(ceilingOf(func(c ceilingResult) float64 { return c.TPS })),
+		CeilingP99ms: of(ceilingOf(func(c ceilingResult) float64 { return c.P99ms })),
 		Ratio: of(func(r runResult) float64 {
 			if r.Ceiling == nil {
 				return math.NaN()

@@ -408,3 +408,28 @@ func (d *database) settle(ctx context.Context, out io.Writer) {
 		fmt.Fprintf(out, "  checkpoint before the run: %v\n", err)
 	}
 }
+
+// walLSN answers the database's current WAL insert position.
+func (d *database) walLSN(ctx context.Context) (string, error) {
+	conn, err := pgx.Connect(ctx, d.url)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var lsn string
+	err = conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn)
+	return lsn, err
+}
+
+// walSince answers the WAL bytes written since lsn (every writer's: the
+// servers' requests and their background passes, GC and top-up).
+func (d *database) walSince(ctx context.Context, lsn string) (int64, error) {
+	conn, err := pgx.Connect(ctx, d.url)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var n float64
+	err = conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)`, lsn).Scan(&n)
+	return int64(n), err
+}

@@ -482,6 +482,11 @@ type runResult struct {
 	ErrorsByCause map[string]int64 `json:"errorsByCause,omitempty"`
 	ErrorSamples  []string         `json:"errorSamples,omitempty"`
 	Held          int              `json:"heldAfter"`
+	// WALBytes is the WAL the database wrote during the run (right after
+	// a checkpoint, so full-page images included), and WALPerPair that
+	// per allocation and release: WALBytes / ((Allocs+Releases)/2).
+	WALBytes   int64   `json:"walBytes,omitempty"`
+	WALPerPair float64 `json:"walBytesPerPair,omitempty"`
 	// Handshakes counts the TLS connections opened during the run (0 when
 	// every request reused a warm connection).
 	Handshakes int64 `json:"tlsHandshakes"`
