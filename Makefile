@@ -39,9 +39,10 @@ build:
 run: postgres build
 	$(BIN)/ipam-server serve --insecure-http --dev-no-auth $(ARGS)
 
-## test: every test, against throwaway PostgreSQL clusters
+## test: every test, against throwaway PostgreSQL clusters; then the fault tests' figures (failover, switchover, restart)
 test: postgres tools
-	$(GO) test -count=1 ./...
+	@figures=$$(mktemp); rc=0; IPAM_TEST_FIGURES=$$figures $(GO) test -count=1 ./... || rc=$$?; \
+		if [ -s $$figures ]; then echo "== figures of the fault tests"; cat $$figures; fi; rm -f $$figures; exit $$rc
 
 ## fuzz: run every fuzz target (func FuzzX in a _test.go file) in turn for FUZZTIME each; a failure leaves its input under testdata/fuzz
 fuzz: postgres

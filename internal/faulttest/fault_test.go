@@ -148,7 +148,7 @@ func TestReplicaKilledUnderLoad(t *testing.T) {
 	w.errs.report(t)
 	c.checkOutages(t)
 	at := <-killedAt
-	t.Logf("%d calls in %v (%d allocations, %d confirmations, %d releases); replica r0 killed after %d; %d attempts got no answer and went to another replica, %d answered 503",
+	figure(t, "%d calls in %v (%d allocations, %d confirmations, %d releases); replica r0 killed after %d; %d attempts got no answer and went to another replica, %d answered 503",
 		w.calls.Load(), time.Since(began).Round(time.Millisecond), w.allocs.Load(), w.confirm.Load(), w.release.Load(), at, c.noAnswer.Load(), c.unavailable.Load())
 	if at >= calls {
 		t.Errorf("the replica was killed after the run (%d calls), not during it", at)
@@ -160,7 +160,7 @@ func TestReplicaKilledUnderLoad(t *testing.T) {
 		return
 	}
 	checked := w.led.verify(t, dbURL)
-	t.Logf("%d addresses checked against the clients' ledger (%d attachments held, %d released)", checked, len(w.led.live), len(w.led.released))
+	figure(t, "%d addresses checked against the clients' ledger (%d attachments held, %d released)", checked, len(w.led.live), len(w.led.released))
 	if checked == 0 {
 		t.Error("no address was left to check")
 	}
@@ -315,7 +315,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	}
 	restarted := time.Since(began)
 	recovery := recovered("after the restart")
-	t.Logf("pg_ctl restart -m immediate took %v; the service recovered %v later (every replica ready, the clients' calls succeeding)",
+	figure(t, "pg_ctl restart -m immediate took %v; the service recovered %v later (every replica ready, the clients' calls succeeding)",
 		restarted.Round(time.Millisecond), recovery.Round(time.Millisecond))
 
 	// 2. Down for a while: every replica says so, properly.
@@ -327,7 +327,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	recovery2 := recovered("after the start")
-	t.Logf("while PostgreSQL was down: %d probes answered 503 problem+json with Retry-After; recovered %v after pg_ctl start", probes, recovery2.Round(time.Millisecond))
+	figure(t, "while PostgreSQL was down: %d probes answered 503 problem+json with Retry-After; recovered %v after pg_ctl start", probes, recovery2.Round(time.Millisecond))
 	for _, d := range []time.Duration{recovery, recovery2} {
 		if d > 10*time.Second {
 			t.Errorf("the service took %v to recover, more than 10s", d)
@@ -338,7 +338,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	<-loadDone
 	w.errs.report(t)
 	c.checkOutages(t)
-	t.Logf("%d calls (%d allocations, %d confirmations, %d releases); %d attempts answered 503, %d got no answer",
+	figure(t, "%d calls (%d allocations, %d confirmations, %d releases); %d attempts answered 503, %d got no answer",
 		w.calls.Load(), w.allocs.Load(), w.confirm.Load(), w.release.Load(), c.unavailable.Load(), c.noAnswer.Load())
 	if c.unavailable.Load() == 0 {
 		t.Error("no client saw a 503: the outage was not felt")
@@ -350,7 +350,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		return
 	}
 	checked := w.led.verify(t, dbURL)
-	t.Logf("%d addresses checked against the clients' ledger (%d attachments held, %d released)", checked, len(w.led.live), len(w.led.released))
+	figure(t, "%d addresses checked against the clients' ledger (%d attachments held, %d released)", checked, len(w.led.live), len(w.led.released))
 	if checked == 0 {
 		t.Error("no address was left to check")
 	}

@@ -120,7 +120,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 	newPrimary := f.waitPrimaryExcept(oldPrimary, 60*time.Second)
 	gap, primaries := watch.end()
 	writableAt := killedAt.Add(gap)
-	t.Logf("failover: %s killed; %s promoted; no writable primary for %v; the service answered again %v after the kill (%v after the new primary took writes; the clients' longest wait for any answer %v); %d calls answered since the kill",
+	figure(t, "failover: %s killed; %s promoted; no writable primary for %v; the service answered again %v after the kill (%v after the new primary took writes; the clients' longest wait for any answer %v); %d calls answered since the kill",
 		oldPrimary, newPrimary, gap.Round(time.Millisecond), backAt.Sub(killedAt).Round(time.Millisecond),
 		max(0, backAt.Sub(writableAt)).Round(time.Millisecond), stall.Round(time.Millisecond), w.calls.Load()-calls0)
 	if !slices.Contains(quorum, newPrimary) {
@@ -129,7 +129,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 	if len(primaries) < 2 || primaries[len(primaries)-1] != f.node(newPrimary).port {
 		t.Errorf("the multi-host URL led to the servers on ports %v; want the new primary's %d last", primaries, f.node(newPrimary).port)
 	}
-	t.Logf("allocations sent once during the failover and never retried: %s", abandoned)
+	figure(t, "allocations sent once during the failover and never retried: %s", abandoned)
 	waitMetric(t, urls[0], "ipam_db_sync_standbys", "", "1")
 
 	// 2. The old primary rejoins as a standby; then a switchover.
@@ -149,7 +149,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 	progress("after the switchover", 100)
 	stall = stalls.end()
 	gap, _ = watch.end()
-	t.Logf("switchover: %s to %s in %v (pg_autoctl perform switchover); no writable primary for %v; the clients' longest wait for any answer %v; %d attempts answered 503 meanwhile, %d got no answer",
+	figure(t, "switchover: %s to %s in %v (pg_autoctl perform switchover); no writable primary for %v; the clients' longest wait for any answer %v; %d attempts answered 503 meanwhile, %d got no answer",
 		newPrimary, switched, took.Round(time.Millisecond), gap.Round(time.Millisecond), stall.Round(time.Millisecond),
 		c.unavailable.Load()-unavailable0, c.noAnswer.Load()-noAnswer0)
 	if switched == newPrimary {
@@ -163,13 +163,13 @@ func TestFailoverUnderLoad(t *testing.T) {
 	<-loadDone
 	w.errs.report(t)
 	c.checkOutages(t)
-	t.Logf("%d calls (%d allocations, %d confirmations, %d releases); %d attempts answered 503, %d got no answer",
+	figure(t, "%d calls (%d allocations, %d confirmations, %d releases); %d attempts answered 503, %d got no answer",
 		w.calls.Load(), w.allocs.Load(), w.confirm.Load(), w.release.Load(), c.unavailable.Load(), c.noAnswer.Load())
 	if t.Failed() {
 		return
 	}
 	checked := w.led.verify(t, dbURL)
-	t.Logf("%d addresses checked on the primary against the clients' ledger (%d attachments held, %d released)", checked, len(w.led.live), len(w.led.released))
+	figure(t, "%d addresses checked on the primary against the clients' ledger (%d attachments held, %d released)", checked, len(w.led.live), len(w.led.released))
 	if checked == 0 {
 		t.Error("no address was left to check")
 	}

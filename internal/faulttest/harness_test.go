@@ -573,3 +573,26 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// figure logs a measured figure of a fault test and, when
+// $IPAM_TEST_FIGURES names a file (make test sets it and prints the file
+// at the end), appends it there too: go test shows a passing test's log
+// only with -v, and the failover's figures are what a run is for.
+func figure(t *testing.T, format string, args ...any) {
+	t.Helper()
+	line := fmt.Sprintf(format, args...)
+	t.Log(line)
+	name := os.Getenv("IPAM_TEST_FIGURES")
+	if name == "" {
+		return
+	}
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Errorf("IPAM_TEST_FIGURES: %v", err)
+		return
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "%s: %s\n", t.Name(), line); err != nil {
+		t.Errorf("IPAM_TEST_FIGURES: %v", err)
+	}
+}
