@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -42,6 +41,29 @@ type workload struct {
 	confirm    atomic.Int64
 	release    atomic.Int64
 	errs       errs
+}
+
+// start runs workers clients in the background until the returned stop is
+// called (or a client fails); stop waits for them and may be called again.
+func (w *workload) start(workers int) (stop func()) {
+	var stopped atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.run(workers, uint64(time.Now().UnixNano()), func() bool { return stopped.Load() || w.errs.failed() })
+	}()
+	return func() { stopped.Store(true); <-done }
+}
+
+// finish stops the load started by start, reports the clients' errors and
+// outages, and records what they did.
+func (w *workload) finish(t *testing.T, stop func()) {
+	t.Helper()
+	stop()
+	w.errs.report(t)
+	w.c.checkOutages(t)
+	figure(t, "%d calls (%d allocations, %d confirmations, %d releases); %d attempts answered 503, %d got no answer",
+		w.calls.Load(), w.allocs.Load(), w.confirm.Load(), w.release.Load(), w.c.unavailable.Load(), w.c.noAnswer.Load())
 }
 
 // run starts workers clients and returns when every one has stopped.
@@ -221,15 +243,7 @@ func startPostgres(t *testing.T) (*postgres, string) {
 		t.Fatal(err)
 	}
 	p := &postgres{dir: dir, pgData: filepath.Join(dir, "pgdata"), binDir: binDir}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatal(err)
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	}
+	p.cred = postgresCredential(t)
 	t.Cleanup(func() {
 		// After a restart the postmaster is pg_ctl's, not pgembed's child:
 		// stop it with pg_ctl; pgembed's Stop then finds its own exited.
@@ -261,13 +275,8 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	createPool(t, c)
 
 	w := &workload{c: c, led: newLedger(), nodes: 20}
-	var stopped atomic.Bool
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		w.run(clients, uint64(time.Now().UnixNano()), func() bool { return stopped.Load() || w.errs.failed() })
-	}()
-	defer func() { stopped.Store(true); <-loadDone }()
+	stopLoad := w.start(clients)
+	defer stopLoad()
 	// progress waits for 50 more calls by the clients and answers how long
 	// the first one took.
 	progress := func(what string) (time.Duration, error) {
@@ -334,12 +343,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		}
 	}
 
-	stopped.Store(true)
-	<-loadDone
-	w.errs.report(t)
-	c.checkOutages(t)
-	figure(t, "%d calls (%d allocations, %d confirmations, %d releases); %d attempts answered 503, %d got no answer",
-		w.calls.Load(), w.allocs.Load(), w.confirm.Load(), w.release.Load(), c.unavailable.Load(), c.noAnswer.Load())
+	w.finish(t, stopLoad)
 	if c.unavailable.Load() == 0 {
 		t.Error("no client saw a 503: the outage was not felt")
 	}

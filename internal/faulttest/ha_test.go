@@ -58,13 +58,8 @@ func TestFailoverUnderLoad(t *testing.T) {
 	waitMetric(t, urls[0], "ipam_db_synchronous", `synchronous_commit="on"`, "1")
 
 	w := &workload{c: c, led: newLedger("abandoned"), nodes: 40, confirmAll: true}
-	var stopped atomic.Bool
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		w.run(clients, uint64(time.Now().UnixNano()), func() bool { return stopped.Load() || w.errs.failed() })
-	}()
-	defer func() { stopped.Store(true); <-loadDone }()
+	stopLoad := w.start(clients)
+	defer stopLoad()
 	// progress waits for n more calls answered, and answers when the
 	// first of them was.
 	progress := func(what string, n int64) time.Time {
@@ -159,12 +154,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 		t.Errorf("during the switchover %d attempts got no answer from a running replica; want only answers and 503s", n)
 	}
 
-	stopped.Store(true)
-	<-loadDone
-	w.errs.report(t)
-	c.checkOutages(t)
-	figure(t, "%d calls (%d allocations, %d confirmations, %d releases); %d attempts answered 503, %d got no answer",
-		w.calls.Load(), w.allocs.Load(), w.confirm.Load(), w.release.Load(), c.unavailable.Load(), c.noAnswer.Load())
+	w.finish(t, stopLoad)
 	if t.Failed() {
 		return
 	}

@@ -13,8 +13,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -595,4 +597,21 @@ func figure(t *testing.T, format string, args ...any) {
 	if _, err := fmt.Fprintf(f, "%s: %s\n", t.Name(), line); err != nil {
 		t.Errorf("IPAM_TEST_FIGURES: %v", err)
 	}
+}
+
+// postgresCredential is the OS user the test's PostgreSQL servers run as:
+// nil (this process's user) unless the test runs as root, which initdb and
+// postgres refuse; then the postgres user the Debian package creates.
+func postgresCredential(t *testing.T) *syscall.Credential {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -118,15 +117,8 @@ func startFormation(t *testing.T) *formation {
 	}
 	f := &formation{t: t, dir: dir, binDir: binDir}
 	t.Cleanup(f.stop)
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatal(err)
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		f.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, int(uid), int(gid)); err != nil {
+	if f.cred = postgresCredential(t); f.cred != nil {
+		if err := os.Chown(dir, int(f.cred.Uid), int(f.cred.Gid)); err != nil {
 			t.Fatal(err)
 		}
 	}
