@@ -33,7 +33,7 @@ tools:
 	@scripts/ensure-pg-auto-failover.sh >/dev/null
 
 build:
-	$(GO) build -o $(BIN)/ipam-server ./cmd/server
+	@GO=$(GO) scripts/build-progress.sh $(BIN)/ipam-server ./cmd/server
 
 ## run: serve the API on :8080 over plain HTTP for local development (loopback callers act as admin; others need a token); without IPAM_DATABASE_URL a private PostgreSQL starts under the data dir it prints
 run: postgres build

@@ -204,6 +204,12 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cred != nil {
+		// Said up front: a root user who sees files owned by postgres, or a
+		// permission error from initdb, should know why.
+		log.Info("pgembed: running as root, so PostgreSQL runs as the postgres OS user (initdb and postgres refuse root)",
+			"uid", cred.Uid, "data_dir", dataDir)
+	}
 	c := &Cluster{
 		pgData:  filepath.Join(dataDir, "pgdata"),
 		runDir:  filepath.Join(dataDir, "run"),
