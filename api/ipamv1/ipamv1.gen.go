@@ -566,7 +566,9 @@ type BlockSource string
 
 // BlockList defines model for BlockList.
 type BlockList struct {
-	Items []Block `json:"items"`
+	// Continue The token of the next page (GET /v1/pools/{pool}/blocks); absent on the last page and for a node's blocks, which come in one page.
+	Continue *string `json:"continue,omitempty"`
+	Items    []Block `json:"items"`
 }
 
 // CIDRGroup defines model for CIDRGroup.
@@ -2207,6 +2209,21 @@ type UpdatePoolParams struct {
 	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
 }
 
+// ListPoolBlocksParams defines parameters for ListPoolBlocks.
+type ListPoolBlocksParams struct {
+	// Family Only the blocks of this family.
+	Family *Family `form:"family,omitempty" json:"family,omitempty"`
+
+	// Limit Page size, 1 to 1000; default 100.
+	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Continue The `continue` token of the previous page.
+	Continue *ContinueParam `form:"continue,omitempty" json:"continue,omitempty"`
+
+	// Space Address space; default `default`.
+	Space *SpaceParam `form:"space,omitempty" json:"space,omitempty"`
+}
+
 // GetPoolCapacityParams defines parameters for GetPoolCapacity.
 type GetPoolCapacityParams struct {
 	// Window How far back the forecast looks at usage samples (taken every
@@ -2841,6 +2858,16 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/pools/{pool} (the `UpdatePool` operationId).
 	UpdatePool(ctx context.Context, pool PoolNameParam, params *UpdatePoolParams, body UpdatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPoolBlocks The pool's blocks with their nodes and fill, for a map of the pool.
+	//
+	// Every block carved from, adopted into or given by a cloud to the
+	// pool, IPv4 before IPv6 and by CIDR, so that a client can draw the
+	// pool's CIDRs as carved and free blocks (fragmentation at a glance)
+	// page by page.
+	//
+	// Corresponds with GET /v1/pools/{pool}/blocks (the `ListPoolBlocks` operationId).
+	ListPoolBlocks(ctx context.Context, pool PoolNameParam, params *ListPoolBlocksParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetPoolCapacity Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
 	//
@@ -3903,6 +3930,26 @@ func (c *Client) UpdatePoolWithBody(ctx context.Context, pool PoolNameParam, par
 // Corresponds with PUT /v1/pools/{pool} (the `UpdatePool` operationId).
 func (c *Client) UpdatePool(ctx context.Context, pool PoolNameParam, params *UpdatePoolParams, body UpdatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdatePoolRequest(c.Server, pool, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPoolBlocks The pool's blocks with their nodes and fill, for a map of the pool.
+//
+// Every block carved from, adopted into or given by a cloud to the
+// pool, IPv4 before IPv6 and by CIDR, so that a client can draw the
+// pool's CIDRs as carved and free blocks (fragmentation at a glance)
+// page by page.
+//
+// Corresponds with GET /v1/pools/{pool}/blocks (the `ListPoolBlocks` operationId).
+func (c *Client) ListPoolBlocks(ctx context.Context, pool PoolNameParam, params *ListPoolBlocksParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPoolBlocksRequest(c.Server, pool, params)
 	if err != nil {
 		return nil, err
 	}
@@ -7115,6 +7162,103 @@ func NewUpdatePoolRequestWithBody(server string, pool PoolNameParam, params *Upd
 	return req, nil
 }
 
+// NewListPoolBlocksRequest constructs an http.Request for the ListPoolBlocks method
+func NewListPoolBlocksRequest(server string, pool PoolNameParam, params *ListPoolBlocksParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "pool", pool, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/pools/%s/blocks", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Family != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "family", *params.Family, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Continue != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "continue", *params.Continue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Space != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "space", *params.Space, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetPoolCapacityRequest constructs an http.Request for the GetPoolCapacity method
 func NewGetPoolCapacityRequest(server string, pool PoolNameParam, params *GetPoolCapacityParams) (*http.Request, error) {
 	var err error
@@ -8579,6 +8723,18 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/pools/{pool} (the `UpdatePool` operationId).
 	UpdatePoolWithResponse(ctx context.Context, pool PoolNameParam, params *UpdatePoolParams, body UpdatePoolJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdatePoolResponse, error)
+
+	// ListPoolBlocksWithResponse The pool's blocks with their nodes and fill, for a map of the pool.
+	//
+	// Every block carved from, adopted into or given by a cloud to the
+	// pool, IPv4 before IPv6 and by CIDR, so that a client can draw the
+	// pool's CIDRs as carved and free blocks (fragmentation at a glance)
+	// page by page.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/pools/{pool}/blocks (the `ListPoolBlocks` operationId).
+	ListPoolBlocksWithResponse(ctx context.Context, pool PoolNameParam, params *ListPoolBlocksParams, reqEditors ...RequestEditorFn) (*ListPoolBlocksResponse, error)
 
 	// GetPoolCapacityWithResponse Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
 	//
@@ -12963,6 +13119,110 @@ func (r UpdatePoolResponse) ContentType() string {
 	return ""
 }
 
+// ListPoolBlocksResponse429Headers the declared response headers of an HTTP 429 response for ListPoolBlocks
+type ListPoolBlocksResponse429Headers struct {
+	RetryAfter *int
+}
+
+// ListPoolBlocksResponse503Headers the declared response headers of an HTTP 503 response for ListPoolBlocks
+type ListPoolBlocksResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListPoolBlocksResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BlockList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListPoolBlocksResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListPoolBlocksResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPoolBlocksResponse) GetJSON200() *BlockList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListPoolBlocksResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListPoolBlocksResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListPoolBlocksResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListPoolBlocksResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListPoolBlocksResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListPoolBlocksResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListPoolBlocksResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPoolBlocksResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPoolBlocksResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPoolBlocksResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPoolBlocksResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetPoolCapacityResponse429Headers the declared response headers of an HTTP 429 response for GetPoolCapacity
 type GetPoolCapacityResponse429Headers struct {
 	RetryAfter *int
@@ -15322,6 +15582,24 @@ func (c *ClientWithResponses) UpdatePoolWithResponse(ctx context.Context, pool P
 		return nil, err
 	}
 	return ParseUpdatePoolResponse(rsp)
+}
+
+// ListPoolBlocksWithResponse The pool's blocks with their nodes and fill, for a map of the pool.
+//
+// Every block carved from, adopted into or given by a cloud to the
+// pool, IPv4 before IPv6 and by CIDR, so that a client can draw the
+// pool's CIDRs as carved and free blocks (fragmentation at a glance)
+// page by page.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/pools/{pool}/blocks (the `ListPoolBlocks` operationId).
+func (c *ClientWithResponses) ListPoolBlocksWithResponse(ctx context.Context, pool PoolNameParam, params *ListPoolBlocksParams, reqEditors ...RequestEditorFn) (*ListPoolBlocksResponse, error) {
+	rsp, err := c.ListPoolBlocks(ctx, pool, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPoolBlocksResponse(rsp)
 }
 
 // GetPoolCapacityWithResponse Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
@@ -19640,6 +19918,104 @@ func ParseUpdatePoolResponse(rsp *http.Response) (*UpdatePoolResponse, error) {
 	return response, nil
 }
 
+// ParseListPoolBlocksResponse parses an HTTP response from a ListPoolBlocksWithResponse call
+func ParseListPoolBlocksResponse(rsp *http.Response) (*ListPoolBlocksResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPoolBlocksResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BlockList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListPoolBlocksResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListPoolBlocksResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseGetPoolCapacityResponse parses an HTTP response from a GetPoolCapacityWithResponse call
 func ParseGetPoolCapacityResponse(rsp *http.Response) (*GetPoolCapacityResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -21272,6 +21648,9 @@ type ServerInterface interface {
 	// UpdatePool Replace labels and spec.
 	// (PUT /v1/pools/{pool})
 	UpdatePool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params UpdatePoolParams)
+	// ListPoolBlocks The pool's blocks with their nodes and fill, for a map of the pool.
+	// (GET /v1/pools/{pool}/blocks)
+	ListPoolBlocks(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params ListPoolBlocksParams)
 	// GetPoolCapacity Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
 	// (GET /v1/pools/{pool}/capacity)
 	GetPoolCapacity(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params GetPoolCapacityParams)
@@ -21548,6 +21927,12 @@ func (_ Unimplemented) GetPool(w http.ResponseWriter, r *http.Request, pool Pool
 // UpdatePool Replace labels and spec.
 // (PUT /v1/pools/{pool})
 func (_ Unimplemented) UpdatePool(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params UpdatePoolParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListPoolBlocks The pool's blocks with their nodes and fill, for a map of the pool.
+// (GET /v1/pools/{pool}/blocks)
+func (_ Unimplemented) ListPoolBlocks(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params ListPoolBlocksParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -23720,6 +24105,87 @@ func (siw *ServerInterfaceWrapper) UpdatePool(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// ListPoolBlocks operation middleware
+func (siw *ServerInterfaceWrapper) ListPoolBlocks(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "pool" -------------
+	var pool PoolNameParam
+
+	err = runtime.BindStyledParameterWithOptions("simple", "pool", chi.URLParam(r, "pool"), &pool, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pool", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListPoolBlocksParams
+
+	// ------------- Optional query parameter "family" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "family", r.URL.Query(), &params.Family, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "family"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "family", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "continue" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "continue", r.URL.Query(), &params.Continue, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "continue"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "continue", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "space" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "space", r.URL.Query(), &params.Space, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "space"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "space", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListPoolBlocks(w, r, pool, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetPoolCapacity operation middleware
 func (siw *ServerInterfaceWrapper) GetPoolCapacity(w http.ResponseWriter, r *http.Request) {
 
@@ -24549,6 +25015,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/pools/{pool}/capacity", wrapper.GetPoolCapacity)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/pools/{pool}/blocks", wrapper.ListPoolBlocks)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/lb-pools", wrapper.ListLBPools)
@@ -30573,6 +31042,148 @@ func (response UpdatePooldefaultApplicationProblemPlusJSONResponse) VisitUpdateP
 	return err
 }
 
+type ListPoolBlocksRequestObject struct {
+	Pool   PoolNameParam `json:"pool"`
+	Params ListPoolBlocksParams
+}
+
+type ListPoolBlocksResponseObject interface {
+	VisitListPoolBlocksResponse(w http.ResponseWriter) error
+}
+
+type ListPoolBlocks200JSONResponse BlockList
+
+func (response ListPoolBlocks200JSONResponse) VisitListPoolBlocksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPoolBlocks400ApplicationProblemPlusJSONResponse struct {
+	BadRequestApplicationProblemPlusJSONResponse
+}
+
+func (response ListPoolBlocks400ApplicationProblemPlusJSONResponse) VisitListPoolBlocksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPoolBlocks401ApplicationProblemPlusJSONResponse struct {
+	UnauthenticatedApplicationProblemPlusJSONResponse
+}
+
+func (response ListPoolBlocks401ApplicationProblemPlusJSONResponse) VisitListPoolBlocksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPoolBlocks403ApplicationProblemPlusJSONResponse struct {
+	ForbiddenApplicationProblemPlusJSONResponse
+}
+
+func (response ListPoolBlocks403ApplicationProblemPlusJSONResponse) VisitListPoolBlocksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPoolBlocks404ApplicationProblemPlusJSONResponse struct {
+	NotFoundApplicationProblemPlusJSONResponse
+}
+
+func (response ListPoolBlocks404ApplicationProblemPlusJSONResponse) VisitListPoolBlocksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPoolBlocks429ApplicationProblemPlusJSONResponse struct {
+	TooManyRequestsApplicationProblemPlusJSONResponse
+}
+
+func (response ListPoolBlocks429ApplicationProblemPlusJSONResponse) VisitListPoolBlocksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPoolBlocks503ApplicationProblemPlusJSONResponse struct {
+	UnavailableApplicationProblemPlusJSONResponse
+}
+
+func (response ListPoolBlocks503ApplicationProblemPlusJSONResponse) VisitListPoolBlocksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPoolBlocksdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListPoolBlocksdefaultApplicationProblemPlusJSONResponse) VisitListPoolBlocksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetPoolCapacityRequestObject struct {
 	Pool   PoolNameParam `json:"pool"`
 	Params GetPoolCapacityParams
@@ -32867,6 +33478,9 @@ type StrictServerInterface interface {
 	// UpdatePool Replace labels and spec.
 	// (PUT /v1/pools/{pool})
 	UpdatePool(ctx context.Context, request UpdatePoolRequestObject) (UpdatePoolResponseObject, error)
+	// ListPoolBlocks The pool's blocks with their nodes and fill, for a map of the pool.
+	// (GET /v1/pools/{pool}/blocks)
+	ListPoolBlocks(ctx context.Context, request ListPoolBlocksRequestObject) (ListPoolBlocksResponseObject, error)
 	// GetPoolCapacity Capacity, fragmentation, nodes at capacity or in deficit, and the exhaustion forecast.
 	// (GET /v1/pools/{pool}/capacity)
 	GetPoolCapacity(ctx context.Context, request GetPoolCapacityRequestObject) (GetPoolCapacityResponseObject, error)
@@ -34030,6 +34644,33 @@ func (sh *strictHandler) UpdatePool(w http.ResponseWriter, r *http.Request, pool
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(UpdatePoolResponseObject); ok {
 		if err := validResponse.VisitUpdatePoolResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ListPoolBlocks operation middleware
+func (sh *strictHandler) ListPoolBlocks(w http.ResponseWriter, r *http.Request, pool PoolNameParam, params ListPoolBlocksParams) {
+	var request ListPoolBlocksRequestObject
+
+	request.Pool = pool
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListPoolBlocks(ctx, request.(ListPoolBlocksRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListPoolBlocks")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListPoolBlocksResponseObject); ok {
+		if err := validResponse.VisitListPoolBlocksResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -18,9 +18,13 @@ type BlockStore interface {
 	// ReleaseBlock returns an empty block to its pool; one with leased or
 	// cooling addresses is KindInUse, one the node lacks KindNotFound.
 	ReleaseBlock(ctx context.Context, space, node string, cidr netip.Prefix) error
+	// ListPoolBlocks pages through the pool's blocks of family f (both
+	// when 0), IPv4 before IPv6 and by CIDR; a missing pool is
+	// KindNotFound.
+	ListPoolBlocks(ctx context.Context, space, pool string, f alloc.Family, page alloc.Page) (items []alloc.Block, next string, err error)
 }
 
-// blockHandlers serve /v1/nodes/{node}/blocks.
+// blockHandlers serve /v1/nodes/{node}/blocks and /v1/pools/{pool}/blocks.
 type blockHandlers struct {
 	store BlockStore
 }
@@ -78,4 +82,32 @@ func (h *blockHandlers) ReleaseBlock(ctx context.Context, req ipamv1.ReleaseBloc
 		return nil, err
 	}
 	return ipamv1.ReleaseBlock204Response{}, nil
+}
+
+// ListPoolBlocks pages through a pool's blocks, each with its node and fill.
+func (h *blockHandlers) ListPoolBlocks(ctx context.Context, req ipamv1.ListPoolBlocksRequestObject) (ipamv1.ListPoolBlocksResponseObject, error) {
+	space, err := parseSpace(req.Params.Space)
+	if err != nil {
+		return nil, err
+	}
+	if err := alloc.ValidateLabelName("pool", req.Pool); err != nil {
+		return nil, err
+	}
+	var f alloc.Family
+	if req.Params.Family != nil {
+		if f, err = parseFamily("family", *req.Params.Family); err != nil {
+			return nil, err
+		}
+	}
+	page, err := parsePage(req.Params.Limit, req.Params.Continue)
+	if err != nil {
+		return nil, err
+	}
+	items, next, err := h.store.ListPoolBlocks(ctx, space, req.Pool, f, page)
+	if err != nil {
+		return nil, err
+	}
+	l := blockListToAPI(items)
+	l.Continue = optString(next)
+	return ipamv1.ListPoolBlocks200JSONResponse(l), nil
 }

@@ -45,6 +45,7 @@ var operations = map[string]access{
 	"updatePool":      {http.MethodPut, "/v1/pools/{pool}", alloc.RoleOperator, false},
 	"deletePool":      {http.MethodDelete, "/v1/pools/{pool}", alloc.RoleOperator, false},
 	"getPoolCapacity": {http.MethodGet, "/v1/pools/{pool}/capacity", alloc.RoleViewer, false},
+	"listPoolBlocks":  {http.MethodGet, "/v1/pools/{pool}/blocks", alloc.RoleViewer, false},
 
 	"listLBPools":  {http.MethodGet, "/v1/lb-pools", alloc.RoleViewer, false},
 	"createLBPool": {http.MethodPost, "/v1/lb-pools", alloc.RoleOperator, false},

@@ -322,6 +322,7 @@ func TestRoleTable(t *testing.T) {
 			return nil
 		}},
 		"getPoolCapacity": {path: "/v1/pools/default/capacity"},
+		"listPoolBlocks":  {path: "/v1/pools/default/blocks"},
 		"listLBPools":     {path: "/v1/lb-pools"},
 		"createLBPool":    {path: "/v1/lb-pools", body: `{"name":"vip2","spec":{"blocks":[{"cidr":"192.168.2.0/24"}]}}`},
 		"getLBPool":       {path: "/v1/lb-pools/vip"},

@@ -47,6 +47,7 @@ const (
 	pageNodes      pageKind = "nodes"
 	pageTokens     pageKind = "tokens"
 	pageLeases     pageKind = "leases"
+	pagePoolBlocks pageKind = "pool-blocks"
 	pageHistory    pageKind = "history"
 )
 
