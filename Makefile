@@ -24,6 +24,8 @@ postgres:
 # build takes 15-40 minutes on two cores, and is cached across runs and
 # checkouts. The failover tests run pg_auto_failover, installed like
 # PostgreSQL from Debian's packages (scripts/ensure-pg-auto-failover.sh).
+# The Helm chart's tests run helm, built like kube-apiserver from tools/helm
+# (scripts/ensure-helm.sh, a few minutes cold).
 tools:
 	@{ command -v curl >/dev/null && command -v ip >/dev/null; } || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl ca-certificates iproute2 >&2; } || \
@@ -31,6 +33,7 @@ tools:
 	@scripts/ensure-promtool.sh >/dev/null
 	@scripts/ensure-kube.sh >/dev/null
 	@scripts/ensure-pg-auto-failover.sh >/dev/null
+	@scripts/ensure-helm.sh >/dev/null
 
 build:
 	@GO=$(GO) scripts/build-progress.sh $(BIN)/ipam-server ./cmd/server
