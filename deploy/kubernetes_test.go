@@ -56,7 +56,7 @@ const (
 )
 
 // tlsEnv maps each TLS variable the Deployment must set to the key of the
-// Secret tlsSecretName its file must be.
+// TLS Secret its file must be.
 var tlsEnv = map[string]string{
 	"IPAM_TLS_CERT_FILE":  "tls.crt",
 	"IPAM_TLS_KEY_FILE":   "tls.key",
@@ -431,7 +431,7 @@ func checkKubernetes(files map[string]string) (kubeSummary, error) {
 	if !ok { // another apiVersion, reported by checkObjects
 		return sum, errors.Join(errs...)
 	}
-	port, err := checkDeployment(dep, d.Spec, all)
+	port, err := checkDeployment(dep, d.Spec, all, tlsSecretName)
 	sum.httpsPort = port
 	errs = append(errs, err)
 	pod := d.Spec.Template.Spec
@@ -534,9 +534,9 @@ func checkObjects(k kustomization, objs []kubeObject) error {
 	return errors.Join(errs...)
 }
 
-// checkDeployment checks the server's Deployment and returns its container
-// port named https.
-func checkDeployment(dep kubeObject, d appsv1.DeploymentSpec, all []kubeObject) (int32, error) {
+// checkDeployment checks the server's Deployment, whose TLS material is
+// the Secret tlsSecret, and returns its container port named https.
+func checkDeployment(dep kubeObject, d appsv1.DeploymentSpec, all []kubeObject, tlsSecret string) (int32, error) {
 	var errs []error
 	fail := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%v: "+format, append([]any{dep}, args...)...))
@@ -556,20 +556,27 @@ func checkDeployment(dep kubeObject, d appsv1.DeploymentSpec, all []kubeObject) 
 	}
 	pod := d.Template.Spec
 
-	// The service account exists; the server needs no API token.
+	// The service account exists; it gives the Pod a token exactly when the
+	// server calls the Kubernetes API (IPAM_KUBE_IN_CLUSTER=true, which the
+	// chart sets for its Kubernetes controllers).
+	kube := len(pod.Containers) > 0 && slices.ContainsFunc(pod.Containers[0].Env, func(e corev1.EnvVar) bool {
+		return e.Name == "IPAM_KUBE_IN_CLUSTER" && e.ValueFrom == nil && e.Value == "true"
+	})
 	if pod.ServiceAccountName == "" {
 		fail("no serviceAccountName (the namespace's default account would be used)")
 	} else {
 		i := slices.IndexFunc(all, func(o kubeObject) bool {
 			return o.Kind == "ServiceAccount" && o.Metadata.Name == pod.ServiceAccountName
 		})
+		mounted := i >= 0 && (isTrue(pod.AutomountServiceAccountToken) ||
+			pod.AutomountServiceAccountToken == nil && !isFalse(serviceAccountAutomount(all[i])))
 		switch {
 		case i < 0:
 			fail("serviceAccountName %q names no ServiceAccount here", pod.ServiceAccountName)
-		case isFalse(pod.AutomountServiceAccountToken):
-		case pod.AutomountServiceAccountToken == nil && isFalse(serviceAccountAutomount(all[i])):
-		default:
+		case mounted && !kube:
 			fail("mounts a service account token, which the server never uses: set automountServiceAccountToken: false")
+		case !mounted && kube:
+			fail("IPAM_KUBE_IN_CLUSTER is true, but the Pod gets no service account token to call the API with")
 		}
 	}
 	if !isFalse(pod.EnableServiceLinks) {
@@ -600,7 +607,7 @@ func checkDeployment(dep kubeObject, d appsv1.DeploymentSpec, all []kubeObject) 
 	if err != nil {
 		failC("%v", err)
 	}
-	if err := checkTLS(c, pod, env, all); err != nil {
+	if err := checkTLS(c, pod, env, all, tlsSecret); err != nil {
 		errs = append(errs, prefixErr(fmt.Sprintf("%v: container %q", dep, c.Name), err))
 	}
 
@@ -791,36 +798,36 @@ func checkEnv(c corev1.Container, all []kubeObject) (map[string]string, error) {
 
 // checkTLS checks that the server speaks mutual TLS: IPAM_INSECURE_HTTP
 // unset, and each of tlsEnv a file of a read-only mount of the Secret
-// tlsSecretName, which a file here documents with that key.
-func checkTLS(c corev1.Container, pod corev1.PodSpec, env map[string]string, all []kubeObject) error {
+// tlsSecret, which a file here documents with that key.
+func checkTLS(c corev1.Container, pod corev1.PodSpec, env map[string]string, all []kubeObject, tlsSecret string) error {
 	var errs []error
 	if slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "IPAM_INSECURE_HTTP" }) {
 		errs = append(errs, errors.New("IPAM_INSECURE_HTTP is set: the API would be served over plain HTTP without authentication"))
 	}
-	j := slices.IndexFunc(all, func(o kubeObject) bool { return o.Kind == "Secret" && o.Metadata.Name == tlsSecretName })
+	j := slices.IndexFunc(all, func(o kubeObject) bool { return o.Kind == "Secret" && o.Metadata.Name == tlsSecret })
 	if j < 0 {
-		errs = append(errs, fmt.Errorf("no file here (tls%s) documents the Secret %q", exampleSuffix, tlsSecretName))
+		errs = append(errs, fmt.Errorf("no file here (tls%s) documents the Secret %q", exampleSuffix, tlsSecret))
 	}
 	for _, name := range slices.Sorted(maps.Keys(tlsEnv)) {
 		key := tlsEnv[name]
 		file, ok := env[name]
 		if !ok {
-			errs = append(errs, fmt.Errorf("no %s (a literal value): want the file %s of the Secret %q", name, key, tlsSecretName))
+			errs = append(errs, fmt.Errorf("no %s (a literal value): want the file %s of the Secret %q", name, key, tlsSecret))
 			continue
 		}
-		if err := checkSecretFile(c, pod, file, key); err != nil {
+		if err := checkSecretFile(c, pod, file, key, tlsSecret); err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: %w", name, file, err))
 		}
 		if j >= 0 && !secretHolds(all[j], key) {
-			errs = append(errs, fmt.Errorf("%s reads key %q of Secret %q, which %s does not hold", name, key, tlsSecretName, all[j].file))
+			errs = append(errs, fmt.Errorf("%s reads key %q of Secret %q, which %s does not hold", name, key, tlsSecret, all[j].file))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// checkSecretFile checks that file is key of the Secret tlsSecretName, as
+// checkSecretFile checks that file is key of the Secret tlsSecret, as
 // mounted read-only (the whole Secret, not optional) into c.
-func checkSecretFile(c corev1.Container, pod corev1.PodSpec, file, key string) error {
+func checkSecretFile(c corev1.Container, pod corev1.PodSpec, file, key, tlsSecret string) error {
 	if !filepath.IsAbs(file) {
 		return errors.New("not an absolute path")
 	}
@@ -841,8 +848,8 @@ func checkSecretFile(c corev1.Container, pod corev1.PodSpec, file, key string) e
 		}
 		sv := pod.Volumes[i].Secret
 		var errs []error
-		if sv.SecretName != tlsSecretName {
-			errs = append(errs, fmt.Errorf("volume %q mounts Secret %q; want %q", m.Name, sv.SecretName, tlsSecretName))
+		if sv.SecretName != tlsSecret {
+			errs = append(errs, fmt.Errorf("volume %q mounts Secret %q; want %q", m.Name, sv.SecretName, tlsSecret))
 		}
 		if isTrue(sv.Optional) {
 			errs = append(errs, fmt.Errorf("volume %q is optional: without the Secret the server could not start", m.Name))
@@ -1334,6 +1341,11 @@ func TestCheckKubernetesFindsProblems(t *testing.T) {
 			wantErr: "spec.selector does not select the pod template's labels"},
 		{name: "unknown service account", edits: []kubeEdit{{dep, "serviceAccountName: ipam-server", "serviceAccountName: ipam"}}, wantErr: `serviceAccountName "ipam" names no ServiceAccount`},
 		{name: "token mounted", edits: []kubeEdit{{"serviceaccount.yaml", "automountServiceAccountToken: false", "automountServiceAccountToken: true"}}, wantErr: "mounts a service account token"},
+		{name: "API access without a token", edits: []kubeEdit{{dep, "            - name: IPAM_SHUTDOWN_TIMEOUT\n", "            - name: IPAM_KUBE_IN_CLUSTER\n              value: \"true\"\n            - name: IPAM_SHUTDOWN_TIMEOUT\n"}},
+			wantErr: "IPAM_KUBE_IN_CLUSTER is true, but the Pod gets no service account token"},
+		{name: "API access with a token", edits: []kubeEdit{
+			{"serviceaccount.yaml", "automountServiceAccountToken: false", "automountServiceAccountToken: true"},
+			{dep, "            - name: IPAM_SHUTDOWN_TIMEOUT\n", "            - name: IPAM_KUBE_IN_CLUSTER\n              value: \"true\"\n            - name: IPAM_SHUTDOWN_TIMEOUT\n"}}},
 		{name: "service links", edits: []kubeEdit{{dep, "      enableServiceLinks: false\n", ""}}, wantErr: "enableServiceLinks is not false"},
 		{name: "latest image", edits: []kubeEdit{{dep, "ipam-server:0.1.0", "ipam-server:latest"}}, wantErr: "uses the moving tag latest"},
 		{name: "untagged image", edits: []kubeEdit{{dep, "ipam-server:0.1.0", "ipam-server"}}, wantErr: `image "ghcr.io/ipam-dev/ipam-server" has no tag`},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"maps"
@@ -24,7 +25,8 @@ import (
 
 // serverEnv lists the environment variables cmd/server reads: IPAM_ and its
 // flag's name in upper case (flag "lease-expiry" <- IPAM_LEASE_EXPIRY). The
-// compose file may give the server only these.
+// compose file, the manifests and the chart may give the server only these
+// (TestServerEnvNamesAreServerFlags keeps each a flag of the server).
 var serverEnv = []string{
 	"IPAM_DATABASE_URL",
 	"IPAM_LISTEN",
@@ -65,6 +67,91 @@ var serverEnv = []string{
 	"IPAM_CILIUM_KUBE_BURST",
 	"IPAM_CILIUM_WORKERS",
 	"IPAM_EXCESS_IP_RELEASE_DELAY",
+	"IPAM_BATCH_WRITERS",
+	"IPAM_BLOCK_TOP_UP",
+	"IPAM_BLOCK_TOP_UP_INTERVAL",
+	"IPAM_DURABILITY_INTERVAL",
+	"IPAM_MAX_IN_FLIGHT",
+	"IPAM_ADMISSION_QUEUE",
+	"IPAM_ADMISSION_WAIT",
+	"IPAM_LBIPAM",
+	"IPAM_LBIPAM_CLASSES",
+	"IPAM_LBIPAM_DEFAULT_IPAM",
+	"IPAM_LBIPAM_FAMILIES",
+	"IPAM_LBIPAM_LEASE_NAMESPACE",
+	"IPAM_LBIPAM_MIRROR",
+	"IPAM_NODE_IPAM",
+	"IPAM_CLOUD_PROVIDER",
+	"IPAM_CLOUD_CLUSTER",
+	"IPAM_CLOUD_INTERVAL",
+	"IPAM_CLOUD_QPS",
+	"IPAM_CLOUD_BURST",
+	"IPAM_AWS_REGION",
+	"IPAM_AWS_ENDPOINT",
+	"IPAM_AZURE_SUBSCRIPTION",
+	"IPAM_AZURE_CLOUD",
+	"IPAM_AZURE_ENDPOINT",
+	"IPAM_AZURE_AUTHORITY_HOST",
+	"IPAM_AZURE_CA_FILE",
+}
+
+// serverFlagNames returns the flags cmd/server defines (fs.XxxVar(p, NAME,
+// ...) and fs.Var(v, NAME, ...)), read from its source.
+func serverFlagNames(t *testing.T) []string {
+	t.Helper()
+	dir := filepath.Join(repoRoot(t), "cmd", "server")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	fset := token.NewFileSet()
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) < 2 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || !strings.HasSuffix(sel.Sel.Name, "Var") {
+				return true
+			}
+			if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "fs" {
+				return true
+			}
+			if lit, ok := call.Args[1].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				if name, err := strconv.Unquote(lit.Value); err == nil {
+					names = append(names, name)
+				}
+			}
+			return true
+		})
+	}
+	if len(names) < 20 {
+		t.Fatalf("found only the flags %v in cmd/server", names)
+	}
+	return names
+}
+
+// Every variable the manifests and the chart may give the server is one
+// of its flags: a misspelt name would be ignored by the server, silently.
+func TestServerEnvNamesAreServerFlags(t *testing.T) {
+	var env []string
+	for _, f := range serverFlagNames(t) {
+		env = append(env, "IPAM_"+strings.ToUpper(strings.ReplaceAll(f, "-", "_")))
+	}
+	for _, name := range serverEnv {
+		if !slices.Contains(env, name) {
+			t.Errorf("serverEnv lists %s, which is no flag of cmd/server", name)
+		}
+	}
 }
 
 const (
