@@ -37,6 +37,7 @@ tools:
 
 build:
 	@GO=$(GO) scripts/build-progress.sh $(BIN)/ipam-server ./cmd/server
+	@$(GO) build -o $(BIN)/ipamctl ./cmd/ipamctl && echo "build: built $(BIN)/ipamctl (the command-line client, docs/ipamctl.md)" >&2
 
 ## run: serve the API on :8080 over plain HTTP for local development (loopback callers act as admin; others need a token); without IPAM_DATABASE_URL a private PostgreSQL starts under the data dir it prints
 run: postgres build
