@@ -53,6 +53,7 @@ type authenticator struct {
 	routes       *chi.Mux // to find the operation before the router runs it
 	anonymous    alloc.Role
 	loopbackOnly bool
+	sessions     bool // the web view's session cookie counts (Options.UI set)
 	limits       RateLimits
 	buckets      *limiters
 	log          *slog.Logger
@@ -92,6 +93,9 @@ func (a *authenticator) middleware(next http.Handler) http.Handler {
 		op := operations[opID]
 		if !ok {
 			op, ok = debugRoutes[r.Method+" "+pattern]
+		}
+		if !ok {
+			op, ok = uiRoutes[r.Method+" "+pattern]
 		}
 		if !ok {
 			// TestRoleTableMatchesSpec keeps this from happening; refuse
@@ -207,7 +211,10 @@ func (a *authenticator) take(w http.ResponseWriter, r *http.Request, key string,
 }
 
 // identify authenticates r: a bearer token wins over a client certificate
-// (it is the more specific credential), and either over anonymity.
+// (it is the more specific credential), either over the web view's
+// session cookie, which authenticates reads only (session.go), and any of
+// them over anonymity. A write with only the cookie is answered as one
+// without credentials, with a detail that says why.
 func (a *authenticator) identify(r *http.Request) (identity, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		return a.bearer(r.Context(), h)
@@ -215,10 +222,21 @@ func (a *authenticator) identify(r *http.Request) (identity, error) {
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		return a.certificate(r)
 	}
+	secret := ""
+	if a.sessions {
+		secret = sessionSecret(r)
+	}
+	if secret != "" && sessionAllowed(r) {
+		id, _, err := a.token(r.Context(), secret)
+		return id, err
+	}
 	if a.anonymous != "" && r.TLS == nil && (!a.loopbackOnly || isLoopback(remoteHost(r))) {
 		// Local development (--dev-no-auth): one person on loopback, not
 		// rate-limited.
 		return identity{role: a.anonymous, actor: alloc.ActorAnonymous}, nil
+	}
+	if secret != "" {
+		return identity{}, errUnauthenticated("the web view's session cookie authenticates reads (GET, HEAD) only; send the token as Authorization: Bearer")
 	}
 	if r.TLS != nil {
 		return identity{}, errUnauthenticated("a bearer token or a client certificate of the service's CA is required")
@@ -233,25 +251,33 @@ func (a *authenticator) bearer(ctx context.Context, header string) (identity, er
 	if !strings.EqualFold(scheme, "Bearer") {
 		return identity{}, errUnauthenticated("the Authorization header must be Bearer followed by an API token")
 	}
+	id, _, err := a.token(ctx, secret)
+	return id, err
+}
+
+// token checks a token secret in the store, wherever it came from (an
+// Authorization header, a session cookie, a sign-in), and answers the
+// identity it grants and the token itself.
+func (a *authenticator) token(ctx context.Context, secret string) (identity, alloc.Token, error) {
 	if !alloc.LooksLikeTokenSecret(secret) {
-		return identity{}, errUnauthenticated("the bearer credential is not an API token of this service")
+		return identity{}, alloc.Token{}, errUnauthenticated("the bearer credential is not an API token of this service")
 	}
 	if a.tokens == nil {
-		return identity{}, errUnauthenticated("this server accepts no API tokens")
+		return identity{}, alloc.Token{}, errUnauthenticated("this server accepts no API tokens")
 	}
 	t, err := a.tokens.TokenBySecret(ctx, alloc.HashTokenSecret(secret))
 	switch {
 	case alloc.IsKind(err, alloc.KindNotFound):
-		return identity{}, errUnauthenticated("unknown API token")
+		return identity{}, alloc.Token{}, errUnauthenticated("unknown API token")
 	case err != nil:
-		return identity{}, err
+		return identity{}, alloc.Token{}, err
 	case t.State == alloc.TokenRevoked:
-		return identity{}, errUnauthenticated("API token %q was revoked", t.Name)
+		return identity{}, alloc.Token{}, errUnauthenticated("API token %q was revoked", t.Name)
 	case t.State != alloc.TokenActive:
-		return identity{}, errUnauthenticated("API token %q expired at %s", t.Name, t.ExpiresAt.Format(time.RFC3339))
+		return identity{}, alloc.Token{}, errUnauthenticated("API token %q expired at %s", t.Name, t.ExpiresAt.Format(time.RFC3339))
 	}
 	actor := "token:" + t.Name
-	return identity{role: t.Role, actor: actor, key: actor, limit: a.limits.Client}, nil
+	return identity{role: t.Role, actor: actor, key: actor, limit: a.limits.Client}, t, nil
 }
 
 // certificate reads the identity of a verified client certificate.

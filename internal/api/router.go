@@ -97,6 +97,13 @@ type Options struct {
 	// CiliumNodes, when set, adds the node's CiliumNode state to GET
 	// /v1/nodes/{node}.
 	CiliumNodes CiliumNodeSource
+	// UI, when set, serves the web view's static files at /ui/ (GET and
+	// HEAD of /ui/*; cmd/server passes internal/ui's handler), public
+	// like /healthz since they carry no data, and turns on its session:
+	// POST and DELETE /ui/session sign a token in and out as a cookie
+	// that authenticates reads only (session.go). Nil serves neither, and
+	// the cookie authenticates nothing.
+	UI http.Handler
 }
 
 // CiliumNodeSource answers a node's CiliumNode state (the Cilium operator
@@ -182,7 +189,7 @@ func NewHandler(st Stores, o Options) http.Handler {
 	// the operation's role learns nothing about its request, and every
 	// request counts against its identity's rate.
 	auth := &authenticator{ps: ps, tokens: st.Credentials, routes: r, anonymous: o.AnonymousRole, loopbackOnly: o.AnonymousLoopbackOnly,
-		limits: o.RateLimits, buckets: newLimiters(), log: o.Logger, now: time.Now}
+		sessions: o.UI != nil, limits: o.RateLimits, buckets: newLimiters(), log: o.Logger, now: time.Now}
 	r.Use(auth.middleware)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		ps.write(w, req, &alloc.Error{Kind: alloc.KindNotFound,
@@ -190,6 +197,15 @@ func NewHandler(st Stores, o Options) http.Handler {
 	})
 	if o.Pprof {
 		r.Get(pprofRoute, pprofHandler)
+	}
+	if o.UI != nil {
+		r.Get(uiPrefix, func(w http.ResponseWriter, req *http.Request) {
+			http.Redirect(w, req, uiPrefix+"/", http.StatusMovedPermanently)
+		})
+		r.Get(uiRoute, o.UI.ServeHTTP)
+		r.Head(uiRoute, o.UI.ServeHTTP)
+		r.Post(sessionRoute, auth.signIn)
+		r.Delete(sessionRoute, auth.signOut)
 	}
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		allow := allowedMethods(r, req.URL.Path)
