@@ -11,7 +11,7 @@ CEILING ?= ../shared/bench/db-ceiling.sh
 # How long make fuzz explores each fuzz target, e.g. make fuzz FUZZTIME=1m.
 FUZZTIME ?= 5s
 
-.PHONY: run test bench generate lint lint-api build postgres tools check-generated fuzz nodejs
+.PHONY: run test bench generate lint lint-api build postgres tools check-generated fuzz manifests nodejs
 
 postgres:
 	@scripts/ensure-postgres.sh >/dev/null
@@ -76,6 +76,11 @@ nodejs:
 generate: nodejs
 	$(GO) generate ./...
 	cd api/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent generate
+
+## manifests: render deploy/kubernetes and deploy/cni from the Helm chart deploy/helm/ipam (deploy/helm_test.go fails when they differ from it)
+manifests:
+	@scripts/ensure-helm.sh >/dev/null
+	IPAM_UPDATE_MANIFESTS=1 $(GO) test -count=1 -run '^TestRenderedManifests$$' ./deploy
 
 ## check-generated: fail when generated code differs from what is committed
 check-generated: generate

@@ -6,4 +6,11 @@
 // real kube-apiserver (internal/kubetest) and checked as the server's
 // service account. The cloud permissions of cloud/ are checked against the
 // calls the cloud providers make.
+//
+// The Helm chart helm/ipam is linted and rendered by a real helm (built by
+// scripts/ensure-helm.sh), with the defaults and each value set of its ci/:
+// every set passes the static checks above and a server-side dry run on a
+// real kube-apiserver; kubernetes/ and cni/ are its rendered output (make
+// manifests), and its RBAC, alerts and dashboard are those of kube-access/
+// and observability/.
 package deploy
