@@ -83,6 +83,8 @@ type config struct {
 	HistoryRetention   time.Duration
 	// Pprof serves the Go profiler at /debug/pprof/ to admins.
 	Pprof bool
+	// UI serves the read-only web view at /ui/ (internal/ui).
+	UI bool
 	// Admission control (api.Admission): 0 in-flight means as many as
 	// database connections, 0 queue four times the in-flight limit.
 	MaxInFlight    int
@@ -280,6 +282,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.DurationVar(&c.BlockTopUpInterval, "block-top-up-interval", 100*time.Millisecond, "the least time between two top-up passes: the allocations of the nodes in between are read in one statement")
 	fs.DurationVar(&c.UsageSampleEvery, "usage-sample-interval", time.Minute, "how often pool usage is sampled for the exhaustion forecast")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve the Go profiler at /debug/pprof/ on the API listener, to admins only")
+	fs.BoolVar(&c.UI, "ui", true, "serve the read-only web view at /ui/ on the API listener: its pages are public and hold no data, which they read from /v1 with the browser's credentials (a client certificate, or a token signed in at /ui/session as a cookie that authorizes reads only)")
 	fs.StringVar(&c.MetricsPrefix, "metrics-prefix", "", `prefix of the Cilium-named metrics (ipam_available_ips, ...), joined by "_": "cilium_operator" makes them cilium_operator_ipam_available_ips`)
 	fs.DurationVar(&c.UsageMetricsRefresh, "usage-metrics-refresh", 15*time.Second, "the most often a metrics scrape reads node and pool usage from the database")
 	fs.DurationVar(&c.DurabilityInterval, "durability-interval", 30*time.Second, "how often the database's durability (a synchronous standby attached or not) is read, logged when it changes, and exported as ipam_db_synchronous")

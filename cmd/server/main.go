@@ -31,6 +31,7 @@ import (
 	"github.com/ipam-dev/ipam/internal/pgembed"
 	"github.com/ipam-dev/ipam/internal/store"
 	"github.com/ipam-dev/ipam/internal/telemetry"
+	"github.com/ipam-dev/ipam/internal/ui"
 )
 
 func main() {
@@ -227,11 +228,15 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 	if err := observeUsage(metrics.CiliumMeter(), metrics.Meter(), reports); err != nil {
 		return err
 	}
+	var webView http.Handler // nil (--ui=false): no /ui routes, and no session cookie counts
+	if cfg.UI {
+		webView = ui.Handler()
+	}
 	handler := api.NewHandler(api.StoresOf(st), api.Options{
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), CiliumMeter: metrics.CiliumMeter(), TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable,
 		PodMetadata: pods, CiliumNodes: ciliumNodes, RateLimits: cfg.RateLimits,
 		AnonymousRole: anonymousRole(cfg), AnonymousLoopbackOnly: true, Liveness: dbAlive,
-		Pprof: cfg.Pprof, Admission: cfg.admission(),
+		Pprof: cfg.Pprof, Admission: cfg.admission(), UI: webView,
 	})
 	srv := &http.Server{
 		Handler:           withMetrics(handler, metrics.Handler()),
@@ -261,6 +266,9 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 		logInsecure(log, cfg, ln.Addr().String())
 	} else {
 		log.Info("serving", "addr", ln.Addr().String(), "tls", true, "clientCertificates", cfg.ClientCAFile != "")
+	}
+	if cfg.UI {
+		log.Info("web view at /ui/ (read-only; sign in with a viewer token or a client certificate)", "addr", ln.Addr().String())
 	}
 	if bound != nil {
 		bound <- ln.Addr().String()
