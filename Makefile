@@ -25,7 +25,8 @@ postgres:
 # checkouts. The failover tests run pg_auto_failover, installed like
 # PostgreSQL from Debian's packages (scripts/ensure-pg-auto-failover.sh).
 # The Helm chart's tests run helm, built like kube-apiserver from tools/helm
-# (scripts/ensure-helm.sh, a few minutes cold).
+# (scripts/ensure-helm.sh, a few minutes cold). The web view's browser test
+# drives Debian's headless Chromium (scripts/ensure-chromium.sh).
 tools:
 	@{ command -v curl >/dev/null && command -v ip >/dev/null; } || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl ca-certificates iproute2 >&2; } || \
@@ -34,6 +35,7 @@ tools:
 	@scripts/ensure-kube.sh >/dev/null
 	@scripts/ensure-pg-auto-failover.sh >/dev/null
 	@scripts/ensure-helm.sh >/dev/null
+	@scripts/ensure-chromium.sh >/dev/null
 
 build:
 	@GO=$(GO) scripts/build-progress.sh $(BIN)/ipam-server ./cmd/server
