@@ -588,8 +588,13 @@ func TestBrowser(t *testing.T) {
 		check(t, "pool nodes "+r.ID["node"]+" "+r.ID["family"], r.K, map[string]any{"leased": float64(leased), "capacity": float64(capacity), "blocks": float64(count)},
 			"leased", "capacity", "blocks")
 	}
+	// The README's picture: the page down to the end of the IPv4 map.
 	b.do("scrolling to the top", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
+	var bottom int64
+	b.eval(`Math.ceil(document.querySelector('section.family[data-family="ipv4"]').getBoundingClientRect().bottom) + 12`, &bottom)
+	b.do("fitting the viewport", chromedp.EmulateViewport(1200, bottom))
 	b.shot("ui-pool.png", false)
+	b.do("restoring the viewport", chromedp.EmulateViewport(1200, 900))
 	b.shot("pool-full.png", true)
 
 	// A map cell links to its node: the node's page shows the API's
