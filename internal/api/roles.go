@@ -112,6 +112,19 @@ var debugRoutes = map[string]access{
 	http.MethodGet + " " + pprofRoute: {http.MethodGet, pprofRoute, alloc.RoleAdmin, false},
 }
 
+// uiRoutes are the routes of the web view, outside the API contract. All
+// are public: the shell carries no data (every figure comes from /v1
+// under the caller's credentials), and signing in or out needs no prior
+// credential; signIn checks the token itself and counts failures against
+// the caller's address, as the gate counts failed authentications.
+var uiRoutes = map[string]access{
+	http.MethodGet + " " + uiPrefix:        {http.MethodGet, uiPrefix, public, false},
+	http.MethodGet + " " + uiRoute:         {http.MethodGet, uiRoute, public, false},
+	http.MethodHead + " " + uiRoute:        {http.MethodHead, uiRoute, public, false},
+	http.MethodPost + " " + sessionRoute:   {http.MethodPost, sessionRoute, public, false},
+	http.MethodDelete + " " + sessionRoute: {http.MethodDelete, sessionRoute, public, false},
+}
+
 var operationsByRoute = func() map[string]string {
 	m := make(map[string]string, len(operations))
 	for id, a := range operations {

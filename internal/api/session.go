@@ -23,6 +23,7 @@ import (
 // makes, including one a hostile page starts; since it never authorizes a
 // state change, a forged request can at most read, and SameSite=Strict
 // keeps even that from cross-site pages.
+// The web view's routes; uiRoutes (roles.go) declares them public.
 const (
 	uiPrefix     = "/ui"
 	uiRoute      = "/ui/*"
@@ -33,19 +34,6 @@ const (
 	// own expiry, when sooner): a browser left open signs in again.
 	sessionMaxAge = 12 * time.Hour
 )
-
-// uiRoutes are the routes of the web view, outside the API contract. All
-// are public: the shell carries no data (every figure comes from /v1
-// under the caller's credentials), and signing in or out needs no prior
-// credential; signIn checks the token itself and counts failures against
-// the caller's address, as the gate counts failed authentications.
-var uiRoutes = map[string]access{
-	http.MethodGet + " " + uiPrefix:        {http.MethodGet, uiPrefix, public, false},
-	http.MethodGet + " " + uiRoute:         {http.MethodGet, uiRoute, public, false},
-	http.MethodHead + " " + uiRoute:        {http.MethodHead, uiRoute, public, false},
-	http.MethodPost + " " + sessionRoute:   {http.MethodPost, sessionRoute, public, false},
-	http.MethodDelete + " " + sessionRoute: {http.MethodDelete, sessionRoute, public, false},
-}
 
 // sessionAllowed reports whether r may authenticate with the session
 // cookie: a read (GET, HEAD) that carries no other credential. Writes

@@ -173,6 +173,9 @@ func TestSessionCookieReadsOnly(t *testing.T) {
 	if res := sessionRequest(t, base, "GET", "/ui/", "", ""); res.status != 200 || string(res.body) != "ui /ui/" {
 		t.Errorf("GET /ui/ without credentials: %d %s", res.status, res.body)
 	}
+	if res := sessionRequest(t, base, "HEAD", "/ui/app.js", "", ""); res.status != 200 {
+		t.Errorf("HEAD /ui/app.js without credentials: %d", res.status)
+	}
 	if res := sessionRequest(t, base, "GET", "/ui", "", ""); res.status != 301 || res.header.Get("Location") != "/ui/" {
 		t.Errorf("GET /ui: %d Location %q, want 301 to /ui/", res.status, res.header.Get("Location"))
 	}
