@@ -4,10 +4,17 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +22,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -944,10 +951,36 @@ func prometheusOperatorCRDs(t *testing.T) []*apiextensionsv1.CustomResourceDefin
 	return crds
 }
 
+// warnings collects the API server's warnings (Warning headers), which is
+// how Pod Security admission speaks of a Deployment or DaemonSet whose Pods
+// would break the namespace's standard: it refuses only the Pods.
+type warnings struct {
+	mu   sync.Mutex
+	text []string
+}
+
+func (w *warnings) HandleWarningHeader(code int, agent, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.text = append(w.text, text)
+}
+
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.text
+	w.text = nil
+	return t
+}
+
 // dryRunCreate creates every object of docs with a server-side dry run
 // (nothing is stored) and strict field validation, and returns every
-// refusal.
+// refusal, and every warning as one: a Pod Security violation, a
+// deprecated API or field.
 func dryRunCreate(ctx context.Context, cfg *rest.Config, docs []renderedDoc) error {
+	cfg = rest.CopyConfig(cfg)
+	warned := &warnings{}
+	cfg.WarningHandler = warned
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return err
@@ -981,28 +1014,82 @@ func dryRunCreate(ctx context.Context, cfg *rest.Config, docs []renderedDoc) err
 		if obj.GetNamespace() != "" {
 			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
 		}
+		warned.take()
 		if _, err := ri.Create(ctx, &obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %s %s: %w", d.source, gvk.Kind, obj.GetName(), err))
+		}
+		for _, w := range warned.take() {
+			errs = append(errs, fmt.Errorf("%s: %s %s: warning: %s", d.source, gvk.Kind, obj.GetName(), w))
 		}
 	}
 	return errors.Join(errs...)
 }
 
+// tlsValues writes a values file whose tls.cert, tls.key and tls.ca are a
+// certificate and key made now (self-signed, its own CA): the API server
+// warns about a kubernetes.io/tls Secret whose key pair does not parse,
+// and committed placeholders cannot be a real pair without committing a
+// private key.
+func tlsValues(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "ipam-server.ipam.svc"},
+		DNSNames:              []string{"ipam-server.ipam.svc"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	values := map[string]any{"tls": map[string]string{
+		"cert": cert,
+		"key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})),
+		"ca":   cert,
+	}}
+	b, err := sigsyaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tls-values.yaml")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // Every object of every value set passes the API server's own validation
 // (a server-side dry run with strict field validation), the Prometheus
-// Operator's kinds against their CRDs' schemas; and the dry run refuses
+// Operator's kinds against their CRDs' schemas, without a warning: in the
+// namespace of deploy/kubernetes/namespace.yaml, whose "restricted" Pod
+// Security Standard the server's Pods must meet. And the dry run refuses
 // what it should.
 func TestChartOnAPIServer(t *testing.T) {
 	helmBinary(t) // skip before starting a cluster without helm
 	c := kubetest.Start(t)
 	c.InstallCRDs(t, prometheusOperatorCRDs(t)...)
-	admin := kubernetes.NewForConfigOrDie(c.Config())
-	if _, err := admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNamespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	applyManifest(t, c.Config(), filepath.Join(repoRoot(t), "deploy", kubeDir, "namespace.yaml"))
 	for _, set := range ciValueSets {
 		t.Run(cmp.Or(set, "defaults"), func(t *testing.T) {
-			out, err := renderChart(t, []string{ciValuesFile(t, set)})
+			values := []string{ciValuesFile(t, set)}
+			if set == "created-secrets" {
+				values = append(values, tlsValues(t))
+			}
+			out, err := renderChart(t, values)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1025,6 +1112,8 @@ func TestChartOnAPIServer(t *testing.T) {
 		{"ServiceMonitor scheme", "      scheme: https", "      scheme: tcp", `spec.endpoints[0].scheme`},
 		{"Deployment field misspelt", "      enableServiceLinks: false", "      enableServiceLink: false", `unknown field "spec.template.spec.enableServiceLink"`},
 		{"PodDisruptionBudget with both budgets", "spec:\n  minAvailable: 1\n", "spec:\n  minAvailable: 1\n  maxUnavailable: 1\n", "minAvailable and maxUnavailable cannot be both set"},
+		{"a server that may escalate privileges", "            readOnlyRootFilesystem: true\n            allowPrivilegeEscalation: false\n            privileged: false\n            capabilities:\n              drop: [\"ALL\"]\n            seccompProfile:",
+			"            readOnlyRootFilesystem: true\n            allowPrivilegeEscalation: true\n            privileged: false\n            capabilities:\n              drop: [\"ALL\"]\n            seccompProfile:", `would violate PodSecurity "restricted:latest": allowPrivilegeEscalation != false`},
 		{"Deployment selecting other Pods", "      app.kubernetes.io/instance: ipam\n      app.kubernetes.io/component: server\n  template:", "      app.kubernetes.io/instance: other\n      app.kubernetes.io/component: server\n  template:", "`selector` does not match template `labels`"},
 	} {
 		t.Run("refuses "+tt.name, func(t *testing.T) {
