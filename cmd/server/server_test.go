@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -292,5 +293,39 @@ func TestReadmeTour(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("tour output:\n%s", got)
+	}
+
+	// Then the README's ipamctl block (fenced as "sh ipamctl") asks the
+	// same server about what the tour did.
+	_, rest, ok = strings.Cut(string(readme), "```sh ipamctl\n")
+	if !ok {
+		t.Fatal("README has no ```sh ipamctl block")
+	}
+	script, _, _ = strings.Cut(rest, "```")
+	bin := filepath.Join(t.TempDir(), "ipamctl")
+	if out, err := exec.Command("go", "build", "-o", bin, "../ipamctl").CombinedOutput(); err != nil {
+		t.Fatalf("building ipamctl: %v\n%s", err, out)
+	}
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(script, "bin/ipamctl", bin))
+	cmd.Env = append(os.Environ(), "IPAM_SERVER="+base, "IPAMCTL_CONFIG="+filepath.Join(t.TempDir(), "none.yaml"))
+	out, err = cmd.CombinedOutput()
+	got = string(out)
+	if err != nil {
+		t.Fatalf("ipamctl tour failed: %v\n%s", err, got)
+	}
+	for _, want := range []string{
+		"10.244.0.0/16",       // pools: the pool's CIDR
+		"legend:",             // pool capacity: the map
+		"state: cooling",      // leases -o yaml: the released lease cools
+		"attachment-released", // history: why it was released
+		"consistent",          // check
+		"fd00:10:244::3/120",  // the IPv6 twin, in leases
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("ipamctl tour output lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("ipamctl tour output:\n%s", got)
 	}
 }
