@@ -218,3 +218,75 @@ COMMIT;
 DELETE FROM leases WHERE addr IN ('10.1.0.2', '10.3.0.3', '10.2.0.3');
 DELETE FROM leases;
 `
+
+// Migration 00024 dates the cooldown-end of a reuse at the reusing lease
+// when that comes first (a sticky address taken back within its binding),
+// and moves such events already written with a date in the future. Every
+// other event is what 00023's triggers recorded.
+func TestStickyReuseEndsTheCooldownWhenReused(t *testing.T) {
+	t.Parallel()
+	old, current := historiesOfWorkload(t, 23, 24)
+	if !slices.Equal(old, current) {
+		t.Fatalf("00023's triggers recorded\n%s\n00024's\n%s", strings.Join(old, "\n"), strings.Join(current, "\n"))
+	}
+
+	ctx := context.Background()
+	conn := pgtest.NewDatabase(t)
+	p := migrationProvider(t, conn)
+	if _, err := p.DownTo(ctx, 23); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	// Two addresses released a day ago with a binding of 30 days, which
+	// keeps them cooling past the migration, each taken back by its
+	// identity hours later.
+	const reuse = `UPDATE leases SET state = 'active', container_id = $2, created_at = now() - $3::interval, expires_at = NULL, generation = generation + 100,
+		released_at = NULL, cooldown_until = NULL WHERE addr = $1`
+	const setup = `INSERT INTO pools (space, name, allow_first_ip, allow_last_ip, reserve_router, reserve_health, reserve_ingress, ipv4_mask_size, created_at, updated_at)
+VALUES ('default', 'p1', false, false, false, false, false, 24, '2030-01-01', '2030-01-01');
+INSERT INTO pool_cidrs (pool_id, space, family, cidr, mask_size, position) SELECT id, 'default', 4, '10.0.0.0/8', 16, 0 FROM pools;
+INSERT INTO nodes (space, name, created_at, updated_at) VALUES ('default', 'node-1', '2030-01-01', '2030-01-01');
+INSERT INTO blocks (space, pool_id, pool_cidr_id, parent_cidr, node_id, family, cidr, first_offset, last_offset, reserved, capacity, next_offset, created_at)
+SELECT 'default', p.id, c.id, '10.0.0.0/8', n.id, 4, '10.1.0.0/16', 1, 65534, '{}', 65534, 1, '2030-01-01' FROM pools p, pool_cidrs c, nodes n;
+INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, container_id, interface, owner_namespace, owner_name, owner_uid,
+    created_at, selected_by, generation, sticky_identity, sticky_retention, released_at, cooldown_until)
+SELECT 'default', a::inet, b.id, b.cidr, b.node_id, b.pool_id, 4, 'released', 'c0', 'eth0', 'ns', 'web-0', '', now() - interval '2 days', '', 1,
+    'sts/ns/web/0-' || a, '30 days', now() - interval '1 day', now() + interval '29 days'
+FROM blocks b, unnest(ARRAY['10.1.0.1', '10.1.0.2']) a;`
+	if _, err := c.PgConn().Exec(ctx, setup).ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	// cooldownEnd answers how long after the reusing lease the address's
+	// cooldown-end is dated: 0 when it is the reuse's instant.
+	cooldownEnd := func(addr string) string {
+		t.Helper()
+		var d string
+		if err := c.QueryRow(ctx, `SELECT (max(at) FILTER (WHERE kind = 'cooldown-end') - max(at) FILTER (WHERE kind = 'lease'))::text
+			FROM address_events WHERE address = $1`, addr).Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if _, err := c.Exec(ctx, reuse, "10.1.0.1", "c1", "12 hours"); err != nil {
+		t.Fatal(err)
+	}
+	if d := cooldownEnd("10.1.0.1"); !strings.HasPrefix(d, "29 days 1") {
+		t.Fatalf("under 00023 the reuse's cooldown ended %s after it; the test expects the binding's end", d)
+	}
+	if _, err := p.UpTo(ctx, 24); err != nil {
+		t.Fatal(err)
+	}
+	if d := cooldownEnd("10.1.0.1"); d != "00:00:00" {
+		t.Errorf("00024 left the event written under 00023 %s after the reuse, want at it", d)
+	}
+	if _, err := c.Exec(ctx, reuse, "10.1.0.2", "c2", "6 hours"); err != nil {
+		t.Fatal(err)
+	}
+	if d := cooldownEnd("10.1.0.2"); d != "00:00:00" {
+		t.Errorf("under 00024 the reuse's cooldown ended %s after it, want at it", d)
+	}
+}
