@@ -94,16 +94,7 @@ func helmBinary(t *testing.T) string {
 	version := helmVersion(t)
 	dir, from := os.Getenv(helmBinDirEnv), "$"+helmBinDirEnv
 	if dir == "" {
-		base := os.Getenv("IPAM_TOOLS_DIR")
-		if base == "" {
-			cache := os.Getenv("XDG_CACHE_HOME")
-			if cache == "" {
-				home, _ := os.UserHomeDir()
-				cache = filepath.Join(home, ".cache")
-			}
-			base = filepath.Join(cache, "ipam-tools")
-		}
-		dir, from = filepath.Join(base, "helm-"+version), "the cache of make tools"
+		dir, from = filepath.Join(kubetest.ToolsDir(), "helm-"+version), "the cache of make tools"
 	}
 	bin := filepath.Join(dir, "helm")
 	fi, err := os.Stat(bin)

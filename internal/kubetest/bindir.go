@@ -28,19 +28,25 @@ var ErrNoBinaries = errors.New("no kube-apiserver and etcd")
 // buildHint says how to get the binaries, after a missing-binaries error.
 const buildHint = "`make tools` builds them (scripts/ensure-kube.sh; a cold build takes 15-40 minutes, then it is cached)"
 
-// CacheDir is where scripts/ensure-kube.sh builds the binaries:
-// ${IPAM_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipam-tools}/kube-<version>.
-func CacheDir() string {
-	base := os.Getenv("IPAM_TOOLS_DIR")
-	if base == "" {
-		cache := os.Getenv("XDG_CACHE_HOME")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache")
-		}
-		base = filepath.Join(cache, "ipam-tools")
+// ToolsDir is the cache that the scripts of make tools build test tools
+// into, one directory per tool and version, shared by every checkout:
+// ${IPAM_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ipam-tools}.
+func ToolsDir() string {
+	if base := os.Getenv("IPAM_TOOLS_DIR"); base != "" {
+		return base
 	}
-	return filepath.Join(base, "kube-"+KubernetesVersion)
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(cache, "ipam-tools")
+}
+
+// CacheDir is where scripts/ensure-kube.sh builds the binaries:
+// ToolsDir()/kube-<version>.
+func CacheDir() string {
+	return filepath.Join(ToolsDir(), "kube-"+KubernetesVersion)
 }
 
 // BinDir returns the directory holding kube-apiserver and etcd: $IPAM_KUBE_BIN_DIR
