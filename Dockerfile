@@ -1,4 +1,6 @@
 # syntax=docker/dockerfile:1
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The ipam-dev/ipam Authors
 
 # Build a static server binary.
 FROM golang:1.26-bookworm AS build

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package deploy holds no code: its tests check the repository's container
 // build (Dockerfile, .dockerignore), docker-compose.yaml and the Kubernetes
 // manifests under kubernetes/ and cni/ statically, since no container engine nor

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The ipam-dev/ipam Authors
 # build-progress.sh OUTPUT PACKAGE: go build PACKAGE into OUTPUT and say what
 # is happening while it compiles. A cold build of the server compiles about
 # 1,400 packages (the Kubernetes client, OpenTelemetry, the cloud SDKs):

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The ipam-dev/ipam Authors
 # Prints the path of a headless-capable Chromium, for the web view's
 # browser test (internal/ui). One on PATH (chromium, chromium-browser) or
 # $IPAM_CHROMIUM wins; else, as root on Debian/Ubuntu, Debian's chromium

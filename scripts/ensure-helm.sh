@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The ipam-dev/ipam Authors
 # Prints the directory that holds the helm binary the chart tests run
 # (deploy/helm_test.go), building it when missing from tools/helm, a module
 # of its own (helm.sh/helm/v4 from the Go module proxy). The directory is a

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The ipam-dev/ipam Authors
 # Prints the directory that holds the kube-apiserver and etcd binaries the
 # controller tests run (internal/kubetest), building whichever is missing
 # from tools/kube, a module of its own (kubernetes and etcd from the Go

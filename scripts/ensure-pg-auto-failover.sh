@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The ipam-dev/ipam Authors
 # ensure-pg-auto-failover.sh: make sure pg_auto_failover (the pg_autoctl
 # command and the pgautofailover extension of the PostgreSQL version that
 # ensure-postgres.sh finds) is installed, for the failover tests of

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The ipam-dev/ipam Authors
 # ensure-postgres.sh: make sure the PostgreSQL server binaries (initdb,
 # postgres) that internal/pgembed runs are installed, and print their
 # directory on stdout (all other output goes to stderr).

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The ipam-dev/ipam Authors
 # Prints the path of a promtool (Prometheus's rule checker), for the alert
 # rules test. One on PATH wins; else the one unpacked before into
 # .tools/bin; else Debian's prometheus package is downloaded (not

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // tour.mjs turns the README's curl tour (the ```sh tour block) into
 // TypeScript calls of a client generated from api/openapi.yaml by
 // openapi-typescript with its default options, used through openapi-fetch,

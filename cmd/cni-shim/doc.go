@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Command cni-shim is the CNI IPAM plugin of the IPAM service. Install it
 // in the node's CNI bin directory under the type name
 //

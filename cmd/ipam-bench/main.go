@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Command ipam-bench measures the IPAM service as the CNI plugins of a
 // cluster use it: it builds cmd/server, starts it as a separate process
 // (-replicas of them) serving HTTPS with mutual TLS from a temporary CA on

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Command ipamctl is the command-line client of the IPAM service: pools,
 // their capacity and a map of their blocks, nodes, leases, who holds an
 // address (now or at an instant), the address history, the consistency

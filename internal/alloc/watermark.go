@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 package alloc
 
 // Watermarks are the per-node sizing knobs of Cilium's operator for the

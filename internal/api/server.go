@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package api serves the IPAM's HTTP API (api/openapi.yaml) over the
 // stores its handlers own.
 //

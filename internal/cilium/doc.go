@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package cilium plays Cilium's operator for the IPAM modes where the
 // addresses come from outside the agent: crd (single addresses written to
 // CiliumNode spec.ipam.pool), multi-pool (CIDRs in spec.ipam.pools) and

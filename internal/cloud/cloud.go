@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package cloud is the boundary between the capacity workers and the
 // clouds that give a node its Pod addresses: AWS (secondary addresses and
 // /28 prefixes of a node's network interfaces) and, behind the same

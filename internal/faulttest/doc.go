@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package faulttest holds the fault tests of the service: real server
 // processes (the ipam-server binary, built once per test run) on one
 // PostgreSQL database, under concurrent clients, while a replica is killed

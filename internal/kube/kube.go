@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package kube looks up the labels and annotations of a Pod and of its
 // namespace, which pool selection reads (Cilium multi-pool semantics: the
 // ipam.cilium.io/ip-pool annotations and pod or namespace label selectors).

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package kubetest runs a real Kubernetes API server for tests: etcd and
 // kube-apiserver (built by `make tools`, see scripts/ensure-kube.sh) as
 // child processes on free loopback ports, with a throwaway data directory

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package lbipam plays Cilium's LB IPAM (operator/pkg/lbipam) for
 // Kubernetes Services of type LoadBalancer: each Service the controller
 // serves is a VIP owner of the store (namespace and name), its request

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package leader runs a controller on one replica at a time: a
 // coordination.k8s.io Lease elects the leader, and the controller runs
 // while its replica leads. The Cilium operator role (internal/cilium) and

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package pgembed runs a private, throwaway PostgreSQL cluster from the
 // server binaries installed on the machine (initdb, postgres): for tests, and
 // for a developer's `make run` without a database server to set up.

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package pgtest gives every database test its own PostgreSQL database,
 // cloned from a template database that is migrated once per test binary.
 //

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package pki holds the certificates of mutual TLS between the service and
 // its clients: a development CA kept in the server's data directory, the
 // certificates it issues, and the identity a client certificate carries.

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package store persists the IPAM's state in PostgreSQL. Every state change
 // is one transaction; serialization uses row locks only (never table locks
 // or a process-wide mutex), so any number of replicas can share a database.

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package telemetry builds the service's metrics: an OpenTelemetry
 // MeterProvider whose one reader is a Prometheus exporter on a registry of
 // its own. Nothing is global: no otel.SetMeterProvider, no Prometheus

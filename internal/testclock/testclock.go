@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package testclock is a time source that tests move by hand, for code that
 // takes its clock as a func() time.Time (store.Options.Now and the like):
 //

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package ui is the service's read-only web view: static HTML, CSS and
 // JavaScript modules embedded in the binary, served under /ui/. The pages
 // hold no data; their scripts read every figure from the REST API (/v1)

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // A program as a user of @ipam-dev/client writes it, and the usage example
 // of README.md: make lint-api type-checks it (tsc --strict) in a project
 // that installed the packed tarball, so it proves the tarball's exports,

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Copyright The ipam-dev/ipam Authors
 # check-package.sh packs @ipam-dev/client as users would get it and checks
 # the tarball from the outside (make lint-api runs it after npm ci):
 #

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // version.mjs gives the package the version of the API it was generated
 // from (info.version of api/openapi.yaml), in package.json and
 // package-lock.json, so that `make check-generated` sees a spec version

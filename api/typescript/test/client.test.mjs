@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // What the types cannot show: the requests the client sends and how it
 // reads the answers, against a fetch that answers from a table instead of
 // a server. make lint-api runs it with node --test in the project that

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package e2e runs the CNI plugin as a container runtime would: the
 // reference bridge plugin, built from the Go module proxy, calls the shim as
 // its IPAM plugin through cnitool, in real network namespaces, against the

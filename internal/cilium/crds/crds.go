@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package crds holds Cilium's CustomResourceDefinitions, from its Go module,
 // apart from the operator so that the test harness can install them
 // without importing the operator.

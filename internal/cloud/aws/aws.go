@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package aws is the cloud.Provider of AWS: a node's Pod addresses are
 // secondary addresses or /28 prefixes of its instance's network
 // interfaces, through the EC2 API (aws-sdk-go-v2).

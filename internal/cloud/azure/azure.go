@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package azure is the cloud.Provider of Azure: a node's Pod addresses are
 // secondary IP configurations of its NICs, on standalone VMs (the NIC is
 // updated) and on VM scale set instances (the instance's VM model is

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package capacity is the cloud capacity workers' pass over the cloud
 // pools: for each node of a pool, what the cloud gave it is recorded as
 // its blocks, one round of cloud.Reconciler adds what its sizing says it

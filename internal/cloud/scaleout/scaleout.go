@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package scaleout simulates a cluster scaling out on AWS: nodes that
 // reach a number of Pods each, then churn, with the capacity rounds of
 // cloud.Reconciler keeping each node's warm pool, the real EC2 client

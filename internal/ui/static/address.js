@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // The address page: who holds an address now, and its history as a
 // timeline of holdings (leased, then cooling) over the events the API
 // recorded.

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // The REST API as this view uses it: GETs of /v1 with the browser's own
 // credentials (a client certificate, or the session cookie), and the
 // sign-in and sign-out of that cookie. Every error is the API's

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // The web view's entry: a hash router (#/pools, #/pools/NAME,
 // #/nodes/NAME, #/addresses/ADDR, each with ?space=), the header, and the
 // sign-in form shown whenever the API answers 401.

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Building pages without markup strings: every value goes into the
 // document as a text node or an attribute, never parsed as HTML, so a
 // label or owner name can hold anything and stay text.

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // The pool map: each CIDR of a pool family drawn as a grid of its
 // block-sized slots, carved slots in their node's colour and free ones
 // grey, so that fragmentation shows at a glance. The layout is pure (no

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Address arithmetic for the pool map: addresses as BigInt, so that IPv4
 // and IPv6 take the same code and a /64 never loses precision.
 

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // The nodes page and a node's page: its blocks, its demand per pool, and
 // the addresses it holds.
 import { get, getAll } from './api.js';

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // The pools page (every pool's fill per family) and a pool's page (its
 // figures, the map of its blocks, and its nodes).
 import { get, getAll, mapLimit, ApiError } from './api.js';

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package ec2fake is an EC2 endpoint for tests: it speaks EC2's Query
 // protocol (form-encoded POST, XML answers, errors as
 // <Response><Errors><Error>) so the real aws-sdk-go-v2 EC2 client can be

@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 // Package armfake is an Azure Resource Manager endpoint for tests, serving
 // what the Azure provider calls with the real SDK's wire format (JSON of
 // armnetwork's and armcompute's own types): standalone VMs and their NICs,
