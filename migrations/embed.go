@@ -8,7 +8,8 @@ package migrations
 
 import "embed"
 
-// FS holds every *.sql migration.
+// FS holds every migration: the numbered *.sql files (schema.sql, the
+// schema they build in one piece, is for readers and never applied).
 //
-//go:embed *.sql
+//go:embed [0-9]*.sql
 var FS embed.FS

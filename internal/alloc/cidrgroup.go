@@ -21,13 +21,22 @@ type CIDRGroup struct {
 	CIDRs     []netip.Prefix
 	CreatedAt time.Time
 	UpdatedAt time.Time
+
+	// AllowSpecialPurpose lets the CIDRs overlap special-purpose ranges
+	// (SpecialPurposeOverlap), refused otherwise, as for pools. Nothing
+	// is allocated from a group, but network policies name it: a group
+	// reaching link-local addresses (the cloud metadata service at
+	// 169.254.169.254), loopback or multicast ones, as 0.0.0.0/0 does,
+	// should be meant, and the flag says it is.
+	AllowSpecialPurpose bool
 }
 
 // MaxCIDRGroupCIDRs bounds a group's CIDRs.
 const MaxCIDRGroupCIDRs = 1024
 
 // Validate checks the group's name, labels and CIDRs (canonical, each
-// once, at most MaxCIDRGroupCIDRs; none is allowed: an empty group).
+// once, at most MaxCIDRGroupCIDRs, none overlapping a special-purpose
+// range unless AllowSpecialPurpose; none is allowed: an empty group).
 func (g CIDRGroup) Validate() error {
 	if err := ValidateLabelName("name", g.Name); err != nil {
 		return err
@@ -42,6 +51,9 @@ func (g CIDRGroup) Validate() error {
 		field := fmt.Sprintf("externalCIDRs[%d]", i)
 		if !c.IsValid() || c.Masked() != c {
 			return Invalid(field, "%s is not a canonical CIDR (the network is %s)", c, c.Masked())
+		}
+		if r, ok := SpecialPurposeOverlap(c); ok && !g.AllowSpecialPurpose {
+			return Invalid(field, "%s overlaps the special-purpose range %s; set allowSpecialPurpose to hold it in a group", c, r)
 		}
 		if slices.Contains(g.CIDRs[:i], c) {
 			return Invalid(field, "%s is listed twice", c)

@@ -47,6 +47,12 @@ const (
 	// family as the pool lets one node hold (maxBlocksPerNode); Pool and
 	// Family are set.
 	KindNodeBlockLimit Kind = "node-block-limit"
+	// KindForbidden: the caller may not do this. The API's gate raises it
+	// for an operation beyond the caller's role; the domain raises it for
+	// a node certificate's request that acts for a Pod not bound to its
+	// node, or takes a sticky identity from another node without cause
+	// (see StickyMoves). Field names what is refused.
+	KindForbidden Kind = "forbidden"
 )
 
 // Error is the one error type of the domain. Handlers map Kind to an HTTP

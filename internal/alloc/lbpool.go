@@ -50,6 +50,10 @@ type LBPoolSpec struct {
 	// it reads the pool.
 	ReservedGroups []string
 	Reserved       []netip.Prefix
+	// AllowSpecialPurpose lets the blocks overlap special-purpose ranges
+	// (SpecialPurposeOverlapRange), refused otherwise, as for Pod pools:
+	// a VIP of 127.0.0.1 or 224.0.0.1 is never what an operator meant.
+	AllowSpecialPurpose bool
 }
 
 // MaxLBReservedGroups bounds the CIDR groups a VIP pool names.
@@ -98,6 +102,26 @@ func (b LBBlock) Range() netipx.IPRange {
 	return netipx.IPRangeFrom(b.Start, b.Stop)
 }
 
+// specialPurpose answers the special-purpose range the block overlaps
+// and the part of the block at fault, under field (the block's): its
+// cidr; for a range, the start or else the stop when it lies in such a
+// range, naming that range; else the block itself, a range passing over
+// one from side to side.
+func (b LBBlock) specialPurpose(field string) (string, netip.Prefix, bool) {
+	if b.CIDR.IsValid() {
+		r, ok := SpecialPurposeOverlap(b.CIDR)
+		return field + ".cidr", r, ok
+	}
+	if r, ok := SpecialPurposeOverlap(netip.PrefixFrom(b.Start, b.Start.BitLen())); ok {
+		return field + ".start", r, true
+	}
+	if r, ok := SpecialPurposeOverlap(netip.PrefixFrom(b.Stop, b.Stop.BitLen())); ok {
+		return field + ".stop", r, true
+	}
+	r, ok := SpecialPurposeOverlapRange(b.Range())
+	return field, r, ok
+}
+
 // String writes the block as its CIDR or as start-stop.
 func (b LBBlock) String() string {
 	if b.CIDR.IsValid() {
@@ -131,6 +155,9 @@ func (s LBPoolSpec) Validate() error {
 			return Invalid(field+".stop", "%s and %s are of different families", b.Start, b.Stop)
 		case b.Stop.Less(b.Start):
 			return Invalid(field+".stop", "%s comes before start %s", b.Stop, b.Start)
+		}
+		if f, r, ok := b.specialPurpose(field); ok && !s.AllowSpecialPurpose {
+			return Invalid(f, "%s overlaps the special-purpose range %s; set spec.allowSpecialPurpose to give addresses from it", b, r)
 		}
 		ranges[i] = b.Range()
 		for j := range i {

@@ -83,9 +83,11 @@ func (s PoolSpec) BlockLimit(f Family) int64 {
 	return BlockLimit(s.MaxBlocksPerNode, f, pf.MaskSize, s.AllowFirstIP, s.AllowLastIP, s.NodeLocal)
 }
 
-// specialPurpose are the ranges no pool CIDR may overlap unless the pool
-// allows it (AllowSpecialPurpose): addresses that are not unicast
-// addresses of a host on a network (RFC 6890 and its IPv6 registry).
+// specialPurpose are the ranges no Pod pool CIDR, VIP pool block or CIDR
+// group CIDR may overlap unless its object allows it
+// (AllowSpecialPurpose): addresses that are not unicast addresses of a
+// host on a network (RFC 6890 and its IPv6 registry). Migrations 00007
+// (pools) and 00025 (VIP pools, CIDR groups) repeat the list in SQL.
 var specialPurpose = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),      // "this network"
 	netip.MustParsePrefix("127.0.0.0/8"),    // loopback
@@ -116,12 +118,20 @@ var specialPurposeSet = func() *netipx.IPSet {
 // overlaps (loopback, link-local, multicast, "this network", reserved,
 // unspecified, IPv4-mapped), and false when it overlaps none.
 func SpecialPurposeOverlap(c netip.Prefix) (netip.Prefix, bool) {
-	if !specialPurposeSet.OverlapsPrefix(c) {
+	return SpecialPurposeOverlapRange(netipx.RangeOfPrefix(c))
+}
+
+// SpecialPurposeOverlapRange is SpecialPurposeOverlap for an address
+// range (a VIP pool's start/stop block), which may reach into a
+// special-purpose range without being a prefix: 126.255.255.0 to
+// 128.0.0.0 holds all of 127.0.0.0/8. An invalid range overlaps none.
+func SpecialPurposeOverlapRange(r netipx.IPRange) (netip.Prefix, bool) {
+	if !r.IsValid() || !specialPurposeSet.OverlapsRange(r) {
 		return netip.Prefix{}, false
 	}
-	for _, r := range specialPurpose {
-		if r.Overlaps(c) {
-			return r, true
+	for _, p := range specialPurpose {
+		if netipx.RangeOfPrefix(p).Overlaps(r) {
+			return p, true
 		}
 	}
 	return netip.Prefix{}, false // unreachable: the set is the list

@@ -40,6 +40,49 @@ type StickyRequest struct {
 	// address bound to Identity cannot be leased, instead of leasing a
 	// fresh one.
 	Require bool
+	// Moves, when not nil, restricts taking the identity from another
+	// node: the request is a node certificate's, and a node may not strip
+	// another node's workload of its address. Nil (an operator's request)
+	// moves it freely. The API sets it; it is never read from a request
+	// body.
+	Moves *StickyMoves
+}
+
+// StickyMoves says which bindings on other nodes a restricted request may
+// take over. A binding there whose retention has ended moves anyway (the
+// address is free for anyone by then); any other is refused with a
+// KindForbidden error whose detail says Why and when the binding ends.
+//
+// The API decides From before the store's transaction (Kubernetes says
+// where the Pods are; see TakeoverRefusal), from the bindings it read
+// then. The store holds the bound row's lock when ChooseSticky compares,
+// so a binding that changed in between (leased and released again, moved
+// elsewhere) matches no entry and is refused: the check fails safe, and
+// the caller's retry decides again on what is current.
+type StickyMoves struct {
+	// From lists the bound leases on other nodes the request may take.
+	From []BoundLease
+	// Why says why the request may take no other binding on another node,
+	// for the refusal's detail; it never names what another node holds.
+	Why string
+}
+
+// BoundLease names one family's bound lease row on a node as it was when
+// read: a re-lease gives the row a new generation.
+type BoundLease struct {
+	Family     Family
+	Node       string
+	Generation int64
+}
+
+// allows reports whether m lets bound, of family f, move to another node.
+func (m *StickyMoves) allows(bound *BoundAddress, f Family) bool {
+	for _, b := range m.From {
+		if b.Family == f && b.Node == bound.Node && b.Generation == bound.Generation {
+			return true
+		}
+	}
+	return false
 }
 
 // Validate checks the identity's length and characters and the retention's
@@ -110,6 +153,11 @@ type BoundAddress struct {
 	Held       bool // pending or active: a Pod still holds it
 	Attachment Attachment
 	Generation int64
+	// RetainedUntil is, for a released address, when its binding ends:
+	// its release plus the longer of the cooldown and the retention.
+	// After it the address is free for anyone, and the binding only
+	// waits to be cleared; zero while Held.
+	RetainedUntil time.Time
 }
 
 // StickyChoice is what to do with the address bound to an identity.
@@ -124,22 +172,26 @@ type StickyChoice struct {
 	OperatorReason string
 }
 
-// ChooseSticky decides, for one family, whether a request for node whose
-// selection chose pool gets the address bound to identity back. bound is
-// nil when nothing is bound. A bound address still held by another
-// attachment is a KindLeaseConflict (one workload identity is one
+// ChooseSticky decides, for one family, whether a request r for node
+// whose selection chose pool gets the address bound to r.Identity back.
+// bound is nil when nothing is bound. A bound address still held by
+// another attachment is a KindLeaseConflict (one workload identity is one
 // workload at a time); one on another node or pool is a
-// KindStickyUnavailable when require, else a fresh address with a reason.
+// KindStickyUnavailable when r.Require, else a fresh address with a
+// reason. A restricted request (r.Moves) is refused the move from another
+// node, KindForbidden, unless r.Moves allows that binding or its retention
+// ended by now.
 //
 // What another node holds (its name, its block, the address, attachment
-// and generation there) is for callers that may read every node: when the
+// and generation) is for callers that may read every node: when the
 // bound address is on another node, Detail and Reason only say so, and
 // OperatorDetail and OperatorReason carry the rest. Facts of the
 // requesting node itself are in both.
-func ChooseSticky(identity string, bound *BoundAddress, node, pool string, f Family, require bool) (StickyChoice, error) {
+func ChooseSticky(r StickyRequest, bound *BoundAddress, node, pool string, f Family, now time.Time) (StickyChoice, error) {
 	if bound == nil {
 		return StickyChoice{}, nil
 	}
+	identity := r.Identity
 	elsewhere := bound.Node != node
 	if bound.Held {
 		full := fmt.Sprintf("identity %q holds %s through attachment %s/%s on node %s (generation %d); release it first",
@@ -161,7 +213,8 @@ func ChooseSticky(identity string, bound *BoundAddress, node, pool string, f Fam
 	default:
 		return StickyChoice{Reuse: true}, nil
 	}
-	if require {
+	if r.Require {
+		// Nothing moves: the same answer whoever asks.
 		e := &Error{Kind: KindStickyUnavailable, Field: "sticky.identity",
 			Detail: fmt.Sprintf("the address bound to %q cannot be leased here: %s", identity, why)}
 		if operatorWhy != "" {
@@ -169,5 +222,23 @@ func ChooseSticky(identity string, bound *BoundAddress, node, pool string, f Fam
 		}
 		return StickyChoice{}, e
 	}
+	if elsewhere && r.Moves != nil && now.Before(bound.RetainedUntil) && !r.Moves.allows(bound, f) {
+		return StickyChoice{}, r.Moves.refusal(identity, bound.RetainedUntil)
+	}
 	return StickyChoice{Reason: why, OperatorReason: operatorWhy}, nil
+}
+
+// refusal is the KindForbidden error of a move m does not allow, of a
+// binding that ends at until. The only fact of the other node it gives is
+// that time: the node needs it to know how long its workload waits.
+func (m *StickyMoves) refusal(identity string, until time.Time) *Error {
+	why := m.Why
+	if why == "" {
+		// From was decided on a binding that has changed since.
+		why = "its binding changed while this request was checked; retry"
+	}
+	return &Error{Kind: KindForbidden, Field: "sticky.identity",
+		Detail: fmt.Sprintf("identity %q is bound to an address on another node, which a node certificate may not take over: %s. "+
+			"The binding ends at %s (its retention); until then an operator can end it (DELETE /v1/sticky-bindings) or lease the identity here",
+			identity, why, until.UTC().Format(time.RFC3339))}
 }

@@ -79,11 +79,29 @@ func TestStickyRequestValidate(t *testing.T) {
 // ChooseSticky's decisions; what another node holds (its name, block,
 // the address, attachment and generation) appears only in the operator's
 // detail and reason, while the requesting node's own facts are in both.
+//
+// A restricted request (a node certificate's, StickyMoves) takes the
+// identity from another node only by a binding StickyMoves names, as read
+// (node and generation), or one whose retention has ended; else it is
+// forbidden, and the detail says why and until when without naming the
+// other node's facts. Requests that move nothing (a reuse, require, a
+// held identity, another pool of the same node) answer as unrestricted.
 func TestChooseSticky(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	bound := BoundAddress{Addr: netip.MustParseAddr("10.0.3.7"), Block: netip.MustParsePrefix("10.0.3.0/28"),
-		Node: "n1", Pool: "default", Attachment: Attachment{ContainerID: "c1", Interface: "eth0"}, Generation: 9}
+		Node: "n1", Pool: "default", Attachment: Attachment{ContainerID: "c1", Interface: "eth0"}, Generation: 9,
+		RetainedUntil: now.Add(time.Hour)}
 	held := bound
-	held.Held = true
+	held.Held, held.RetainedUntil = true, time.Time{}
+	lapsed := bound
+	lapsed.RetainedUntil = now
+	noKube := &StickyMoves{Why: "no Kubernetes"}
+	allowed := &StickyMoves{From: []BoundLease{{Family: IPv6, Node: "n1", Generation: 9}, {Family: IPv4, Node: "n1", Generation: 9}}}
+	changed := &StickyMoves{From: []BoundLease{{Family: IPv4, Node: "n1", Generation: 8}}}
+	otherFamily := &StickyMoves{From: []BoundLease{{Family: IPv6, Node: "n1", Generation: 9}}, Why: "still there"}
+	const other = "the address bound to it is on another node"
+	const opOther = "10.0.3.7 is in block 10.0.3.0/28 of node n1, not of n2"
+	const until = "The binding ends at 2030-01-02T04:04:05Z"
 	secrets := []string{"n1", "10.0.3", "c1", "eth0", "generation", "9"}
 	for _, c := range []struct {
 		name        string
@@ -91,6 +109,7 @@ func TestChooseSticky(t *testing.T) {
 		node        string
 		pool        string
 		require     bool
+		moves       *StickyMoves
 		reuse       bool
 		reason      string // substring
 		opReason    string // substring of OperatorReason; "" when none
@@ -114,8 +133,29 @@ func TestChooseSticky(t *testing.T) {
 		{name: "still held, elsewhere", bound: &held, node: "n2", pool: "default",
 			errKind: KindLeaseConflict, errDetail: `identity "statefulset/ns/web/0" is held by a lease on another node; release it first`,
 			opErrDetail: "holds 10.0.3.7 through attachment c1/eth0 on node n1 (generation 9)"},
+
+		{name: "restricted, nothing bound", node: "n2", pool: "default", moves: noKube},
+		{name: "restricted, same node and pool", bound: &bound, node: "n1", pool: "default", moves: noKube, reuse: true},
+		{name: "restricted, same node, other pool", bound: &bound, node: "n1", pool: "blue", moves: noKube,
+			reason: `10.0.3.7 is in pool "default", but this request's ipv4 pool is "blue"`},
+		{name: "restricted, other node", bound: &bound, node: "n2", pool: "default", moves: noKube,
+			errKind: KindForbidden, errDetail: "may not take over: no Kubernetes. " + until},
+		{name: "restricted, other node, allowed", bound: &bound, node: "n2", pool: "default", moves: allowed,
+			reason: other, opReason: opOther},
+		{name: "restricted, other node, binding changed since", bound: &bound, node: "n2", pool: "default", moves: changed,
+			errKind: KindForbidden, errDetail: "its binding changed while this request was checked; retry"},
+		{name: "restricted, other node, the other family allowed", bound: &bound, node: "n2", pool: "default", moves: otherFamily,
+			errKind: KindForbidden, errDetail: "may not take over: still there"},
+		{name: "restricted, other node, retention over", bound: &lapsed, node: "n2", pool: "default", moves: noKube,
+			reason: other, opReason: opOther},
+		{name: "restricted, other node, required", bound: &bound, node: "n2", pool: "default", moves: noKube, require: true,
+			errKind: KindStickyUnavailable, errDetail: "is on another node", opErrDetail: opOther},
+		{name: "restricted, still held elsewhere", bound: &held, node: "n2", pool: "default", moves: noKube,
+			errKind: KindLeaseConflict, errDetail: "is held by a lease on another node",
+			opErrDetail: "holds 10.0.3.7 through attachment c1/eth0 on node n1 (generation 9)"},
 	} {
-		got, err := ChooseSticky("statefulset/ns/web/0", c.bound, c.node, c.pool, IPv4, c.require)
+		r := StickyRequest{Identity: "statefulset/ns/web/0", Require: c.require, Moves: c.moves}
+		got, err := ChooseSticky(r, c.bound, c.node, c.pool, IPv4, now)
 		switch {
 		case c.errKind != "":
 			e, ok := err.(*Error)

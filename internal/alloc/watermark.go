@@ -42,6 +42,17 @@ func (w Watermarks) Needed(available, used int) int {
 	return max(needed, 0)
 }
 
+// UsedFromRequested is how many addresses an agent of Cilium's multi-pool
+// allocator (ipam.mode=eni since v1.20) uses, recovered from the demand
+// it writes to spec.ipam.pools.requested: that demand is in use plus
+// pre-allocate, so the use is requested - pre-allocate, as Cilium's
+// operator reads it (nodemanager/node.go, cilium#45154). The addresses
+// it lists in spec.ipam.pools.allocated are what it keeps, spare ones
+// included, and are no measure of use.
+func (w Watermarks) UsedFromRequested(requested int) int {
+	return max(requested-w.preAllocate(), 0)
+}
+
 // ToAllocate is how many addresses one allocation round asks for: the
 // need plus max-above-watermark plus the surge (Pods waiting on the node
 // beyond the need), and nothing when nothing is needed. Cilium's operator

@@ -74,3 +74,23 @@ func TestWatermarksExcess(t *testing.T) {
 		}
 	}
 }
+
+// The eni worked example (pre-allocate 4, 2 Pods): the agent asks for 6,
+// which is 2 in use; the default pre-allocation applies when unset; a
+// demand under the pre-allocation is no use, never a negative one.
+func TestWatermarksUsedFromRequested(t *testing.T) {
+	for _, c := range []struct {
+		w               Watermarks
+		requested, want int
+	}{
+		{Watermarks{PreAllocate: 4}, 6, 2},
+		{Watermarks{PreAllocate: 4}, 4, 0},
+		{Watermarks{PreAllocate: 4}, 1, 0},
+		{Watermarks{}, 10, 2},
+		{Watermarks{PreAllocate: 16}, 116, 100},
+	} {
+		if got := c.w.UsedFromRequested(c.requested); got != c.want {
+			t.Errorf("%+v requested %d: used %d, want %d", c.w, c.requested, got, c.want)
+		}
+	}
+}

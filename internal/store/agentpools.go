@@ -63,49 +63,7 @@ func (s *Store) registerNode(ctx context.Context, tx querier, space, name string
 // blocks the node has with the KindPoolExhausted (or KindNodeBlockLimit)
 // error.
 func (s *Store) ClusterPoolBlocks(ctx context.Context, space, node, pool string, podCIDRs []netip.Prefix) ([]netip.Prefix, error) {
-	if err := validatePodCIDRs(podCIDRs); err != nil {
-		return nil, err
-	}
-	var nodeID int64
-	var fams []alloc.Family // the pool's families the node holds no block of
-	err := s.inTxWhy(ctx, reasonRegistration, func(tx querier) error {
-		now := s.now()
-		var err error
-		if nodeID, err = s.registerNode(ctx, tx, space, node, now); err != nil {
-			return err
-		}
-		p, err := s.allocPool(ctx, tx, space, pool)
-		if err != nil {
-			return err
-		}
-		if p.mode != alloc.ModeClusterPool {
-			return alloc.Invalid("pool", "pool %q is a %s pool; Cilium's cluster-pool mode gives each node one block per family of a cluster-pool pool", pool, p.mode)
-		}
-		for i, c := range podCIDRs {
-			var in bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pool_cidrs WHERE pool_id = $1 AND cidr >>= $2)`, p.id, c).Scan(&in); err != nil {
-				return err
-			}
-			if !in {
-				return alloc.Invalid(fmt.Sprintf("podCIDRs[%d]", i), "%s lies in no CIDR of the cluster pool %q", c, pool)
-			}
-		}
-		if err := s.adopt(ctx, tx, space, nodeID, podCIDRs, now); err != nil {
-			return err
-		}
-		// The common case, a node served before, takes no carve lock.
-		fams = nil
-		for _, f := range p.families() {
-			have, err := nodeBlocksOf(ctx, tx, nodeID, p.id, f)
-			if err != nil {
-				return err
-			}
-			if len(have) == 0 {
-				fams = append(fams, f)
-			}
-		}
-		return nil
-	})
+	nodeID, fams, err := s.adoptClusterPoolBlocks(ctx, space, node, pool, podCIDRs)
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +103,72 @@ func (s *Store) ClusterPoolBlocks(ctx context.Context, space, node, pool string,
 		return nil, err
 	}
 	return have, short
+}
+
+// RestoreClusterPoolBlocks only adopts the CIDRs a node lists (podCIDRs)
+// as its blocks of the cluster-pool pool, carving nothing: the restore a
+// new operator runs over every CiliumNode before it carves for any (as
+// Cilium's cluster-pool allocator occupies every listed CIDR before it
+// allocates), so that a CIDR one node lists is never carved for another.
+// A CIDR held by another node is refused with KindConflict.
+func (s *Store) RestoreClusterPoolBlocks(ctx context.Context, space, node, pool string, podCIDRs []netip.Prefix) error {
+	_, _, err := s.adoptClusterPoolBlocks(ctx, space, node, pool, podCIDRs)
+	return err
+}
+
+// adoptClusterPoolBlocks registers node and adopts podCIDRs as its blocks
+// of the cluster-pool pool, in one transaction; it answers the node and
+// the pool's families it still holds no block of.
+func (s *Store) adoptClusterPoolBlocks(ctx context.Context, space, node, pool string, podCIDRs []netip.Prefix) (int64, []alloc.Family, error) {
+	if err := validatePodCIDRs(podCIDRs); err != nil {
+		return 0, nil, err
+	}
+	var nodeID int64
+	var fams []alloc.Family // the pool's families the node holds no block of
+	err := s.inTxWhy(ctx, reasonRegistration, func(tx querier) error {
+		now := s.now()
+		var err error
+		if nodeID, err = s.registerNode(ctx, tx, space, node, now); err != nil {
+			return err
+		}
+		// Its agent uses the cluster pool alone: no multi-pool pool
+		// pre-allocates for it (nodePoolUsageSQL).
+		if _, err := tx.Exec(ctx, `UPDATE nodes SET cilium_cluster_pool = true WHERE id = $1 AND NOT cilium_cluster_pool`, nodeID); err != nil {
+			return err
+		}
+		p, err := s.allocPool(ctx, tx, space, pool)
+		if err != nil {
+			return err
+		}
+		if p.mode != alloc.ModeClusterPool {
+			return alloc.Invalid("pool", "pool %q is a %s pool; Cilium's cluster-pool mode gives each node one block per family of a cluster-pool pool", pool, p.mode)
+		}
+		for i, c := range podCIDRs {
+			var in bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pool_cidrs WHERE pool_id = $1 AND cidr >>= $2)`, p.id, c).Scan(&in); err != nil {
+				return err
+			}
+			if !in {
+				return alloc.Invalid(fmt.Sprintf("podCIDRs[%d]", i), "%s lies in no CIDR of the cluster pool %q", c, pool)
+			}
+		}
+		if err := s.adopt(ctx, tx, space, nodeID, podCIDRs, now); err != nil {
+			return err
+		}
+		// The common case, a node served before, takes no carve lock.
+		fams = nil
+		for _, f := range p.families() {
+			have, err := nodeBlocksOf(ctx, tx, nodeID, p.id, f)
+			if err != nil {
+				return err
+			}
+			if len(have) == 0 {
+				fams = append(fams, f)
+			}
+		}
+		return nil
+	})
+	return nodeID, fams, err
 }
 
 // agentBlockRow is a node's block of a multi-pool pool.
@@ -312,7 +336,7 @@ func (s *Store) ReleaseReturnedBlocks(ctx context.Context, space, node string, l
 		if len(due) == 0 {
 			return nil
 		}
-		if err := lockCarveRowsOf(ctx, tx, `id = ANY ($1)`, due); err != nil {
+		if err := lockCarveRowsOf(ctx, tx, `id = ANY (@blocks)`, namedArgs{"blocks": due}); err != nil {
 			return err
 		}
 		return deleteBlocks(ctx, tx, `DELETE FROM blocks WHERE id = ANY ($1) AND allocated = 0

@@ -6,6 +6,7 @@ package store
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -426,5 +427,39 @@ func TestAgentNodes(t *testing.T) {
 	got, err = f.s.AgentNodes(f.ctx, alloc.DefaultSpace, alloc.ModeClusterPool)
 	if err != nil || !slices.Equal(got, []string{"c1"}) {
 		t.Fatalf("cluster-pool agent nodes %v, %v", got, err)
+	}
+}
+
+// A node Cilium's cluster-pool operator registered (it holds a block of a
+// cluster-pool pool) gets no pre-allocation of the space's multi-pool
+// pools: its agent allocates only inside its podCIDRs, so such blocks
+// would be held for nobody (a /16 default pool of /24s was exhausted by
+// 256 cluster-pool nodes). A node of the REST API still gets it.
+func TestClusterPoolNodesGetNoMultiPoolPreAllocation(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(o *Options) { o.DefaultPool = "default" })
+	f.pool("default", alloc.PoolSpec{IPv4: fam(27, "10.71.0.0/24")})
+	f.pool("cluster", alloc.PoolSpec{Mode: alloc.ModeClusterPool, IPv4: fam(27, "10.72.0.0/24")})
+	cp, err := f.s.ClusterPoolBlocks(f.ctx, alloc.DefaultSpace, "cilium-node", "cluster", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.s.PutNode(f.ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "api-node"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Rebalance(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var cpStrings []string
+	for _, c := range cp {
+		cpStrings = append(cpStrings, c.String())
+	}
+	if got := f.nodeBlockCIDRs("cilium-node"); !slices.Equal(got, cpStrings) {
+		t.Errorf("the cluster-pool node holds %v after Rebalance; want only its podCIDRs %v", got, cpStrings)
+	}
+	// PutNode gives it its cluster-pool block too; Rebalance adds one of
+	// the default pool.
+	if got := f.nodeBlockCIDRs("api-node"); len(got) != 2 || !slices.ContainsFunc(got, func(c string) bool { return strings.HasPrefix(c, "10.71.") }) {
+		t.Errorf("the REST API's node holds %v after Rebalance; want its pre-allocation of the default pool besides its cluster-pool block", got)
 	}
 }

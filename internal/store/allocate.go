@@ -362,7 +362,9 @@ func (a *allocation) leaseSticky(ctx context.Context, tx querier, row leaseRow, 
 	if err != nil {
 		return false, err
 	}
-	choice, err := alloc.ChooseSticky(id, bound, r.Node, row.pool.name, f, r.Sticky.Require)
+	// The bound row is locked: a restricted request's StickyMoves is
+	// compared with the row as it is now, whatever the API read before.
+	choice, err := alloc.ChooseSticky(*r.Sticky, bound, r.Node, row.pool.name, f, a.s.now())
 	if err != nil {
 		return false, err
 	}
@@ -380,8 +382,8 @@ func (a *allocation) leaseSticky(ctx context.Context, tx querier, row leaseRow, 
 	}
 	if bound != nil {
 		// The identity moves: its old address cools and frees as any other.
-		if _, err := tx.Exec(ctx, `UPDATE leases SET `+unbindSet+` WHERE space = $2 AND addr = $3`,
-			interval(a.s.opts.Cooldown), r.Space, bound.Addr); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE leases SET `+unbindSet+` WHERE space = @space AND addr = @addr`,
+			namedArgs{"cooldown": interval(a.s.opts.Cooldown), "space": r.Space, "addr": bound.Addr}); err != nil {
 			return false, err
 		}
 	}

@@ -234,8 +234,8 @@ func firstFreeBlock(ctx context.Context, tx querier, space string, f alloc.Famil
 	if from >= n || coversAll(pc.cidr, pc.starts, pc.ends) {
 		return 0, false, nil // full, or retired by a reserved range
 	}
-	err = tx.QueryRow(ctx, firstFreeBlockSQL, space, pc.cidr.Addr(), from, n-1,
-		alloc.BlockSize(f, mask), mask, pc.starts, pc.ends).Scan(&i)
+	err = tx.QueryRow(ctx, firstFreeBlockSQL, namedArgs{"space": space, "base": pc.cidr.Addr(), "from": from, "to": n - 1,
+		"size": alloc.BlockSize(f, mask), "mask": mask, "starts": pc.starts, "ends": pc.ends}).Scan(&i)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -266,11 +266,11 @@ func nodeBlocksOf(ctx context.Context, q querier, nodeID, poolID int64, f alloc.
 }
 
 // lockCarveRowsOf locks the pool CIDR rows whose carve cursors deleting
-// the blocks matching where (on blocks, with arg as $1) lowers, in the
-// order carving locks them.
-func lockCarveRowsOf(ctx context.Context, tx querier, where string, arg any) error {
+// the blocks matching where (on blocks, with its named parameters in args)
+// lowers, in the order carving locks them.
+func lockCarveRowsOf(ctx context.Context, tx querier, where string, args namedArgs) error {
 	_, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE id IN (SELECT pool_cidr_id FROM blocks WHERE `+where+`)
-		ORDER BY pool_id, family, position FOR NO KEY UPDATE`, arg)
+		ORDER BY pool_id, family, position FOR NO KEY UPDATE`, args)
 	return err
 }
 
@@ -285,23 +285,24 @@ func coversAll(c netip.Prefix, starts, ends []netip.Addr) bool {
 	return false
 }
 
-// firstFreeBlockSQL finds the lowest block number in [$3, $4] of a pool CIDR
-// starting at address $2 (blocks of $5 addresses, prefix length $6) that
-// overlaps no block of space $1 and no reserved range [$7[i], $8[i]]. The
-// LIMIT inside the lateral keeps each probe a single GiST lookup.
+// firstFreeBlockSQL finds the lowest block number in [@from, @to] of a pool
+// CIDR starting at address @base (blocks of @size addresses, prefix length
+// @mask) that overlaps no block of space @space and no reserved range
+// [@starts[i], @ends[i]]. The LIMIT inside the lateral keeps each probe a
+// single GiST lookup.
 //
 // The series is a set-returning function in a select list, which streams;
 // in FROM, PostgreSQL would materialize all of it (a million rows for a /8
 // in /28 blocks) before the first probe.
-const firstFreeBlockSQL = `SELECT s.i FROM (SELECT generate_series($3::bigint, $4::bigint) AS i) s
+const firstFreeBlockSQL = `SELECT s.i FROM (SELECT generate_series(@from::bigint, @to::bigint) AS i) s
 	LEFT JOIN LATERAL (
 		SELECT 1 AS taken FROM blocks b
-		WHERE b.space = $1 AND b.cidr && set_masklen($2::inet + s.i * $5::bigint, $6::int)::cidr
+		WHERE b.space = @space AND b.cidr && set_masklen(@base::inet + s.i * @size::bigint, @mask::int)::cidr
 		LIMIT 1
 	) t ON true
 	WHERE t.taken IS NULL
-	  AND NOT EXISTS (SELECT 1 FROM unnest($7::inet[], $8::inet[]) r (first, last)
-	                  WHERE r.first <= $2::inet + (s.i * $5::bigint + $5::bigint - 1) AND $2::inet + s.i * $5::bigint <= r.last)
+	  AND NOT EXISTS (SELECT 1 FROM unnest(@starts::inet[], @ends::inet[]) r (first, last)
+	                  WHERE r.first <= @base::inet + (s.i * @size::bigint + @size::bigint - 1) AND @base::inet + s.i * @size::bigint <= r.last)
 	LIMIT 1`
 
 // lowerCarveHints moves the carve cursors of the CIDRs the released blocks
@@ -362,9 +363,12 @@ func insertBlock(ctx context.Context, tx querier, space string, nodeID int64, p 
 	b := blockRow{cidr: prefix}
 	err := tx.QueryRow(ctx, `INSERT INTO blocks (space, pool_id, pool_cidr_id, parent_cidr, node_id, family, cidr,
 			first_offset, last_offset, reserved, router, health, ingress, capacity, next_offset, created_at, source)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $8, $15, $16) RETURNING id`,
-		space, p.id, parentID, parentCIDR, nodeID, int16(f), prefix, l.First, l.Last, reserved,
-		addrOrNil(l.Router), addrOrNil(l.Health), addrOrNil(l.Ingress), l.Capacity, now, source).Scan(&b.id)
+		VALUES (@space, @pool, @parent, @parentCIDR, @node, @family, @cidr,
+			@first, @last, @reserved, @router, @health, @ingress, @capacity, @first, @now, @source) RETURNING id`,
+		namedArgs{"space": space, "pool": p.id, "parent": parentID, "parentCIDR": parentCIDR, "node": nodeID,
+			"family": int16(f), "cidr": prefix, "first": l.First, "last": l.Last, "reserved": reserved,
+			"router": addrOrNil(l.Router), "health": addrOrNil(l.Health), "ingress": addrOrNil(l.Ingress),
+			"capacity": l.Capacity, "now": now, "source": source}).Scan(&b.id)
 	return b, err
 }
 
@@ -375,10 +379,12 @@ func addrOrNil(a netip.Addr) *netip.Addr {
 	return &a
 }
 
+// blockColumns are the columns scanBlock reads, of block b joined to its
+// node n and pool p; addresses count as cooling until @now.
 const blockColumns = `b.space, n.name, p.name, b.family, b.cidr, b.first_offset, b.last_offset, b.reserved,
 	b.router, b.health, b.ingress, b.capacity, b.created_at, b.source,
 	(SELECT count(*) FROM leases l WHERE l.block_id = b.id AND l.state <> 'released'),
-	(SELECT count(*) FROM leases l WHERE l.block_id = b.id AND l.state = 'released' AND l.cooldown_until > $%d)`
+	(SELECT count(*) FROM leases l WHERE l.block_id = b.id AND l.state = 'released' AND l.cooldown_until > @now)`
 
 func scanBlock(r pgx.Row) (alloc.Block, error) {
 	var b alloc.Block
@@ -404,9 +410,9 @@ func (s *Store) ListBlocks(ctx context.Context, space, node string) ([]alloc.Blo
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+fmt.Sprintf(blockColumns, 2)+`
+	rows, err := s.db.Query(ctx, `SELECT `+blockColumns+`
 		FROM blocks b JOIN nodes n ON n.id = b.node_id JOIN pools p ON p.id = b.pool_id
-		WHERE b.node_id = $1 ORDER BY p.name, b.family, b.cidr`, nodeID, s.now())
+		WHERE b.node_id = @node ORDER BY p.name, b.family, b.cidr`, namedArgs{"node": nodeID, "now": s.now()})
 	if err != nil {
 		return nil, err
 	}
@@ -439,10 +445,10 @@ func (s *Store) ListPoolBlocks(ctx context.Context, space, pool string, f alloc.
 	// plan on stale statistics (TestHotStatementsStayProbesOnStaleStatistics:
 	// 142 buffers for one lease instead of at most 80). A viewer's page
 	// reading the pool's blocks (thousands of rows) is the cheaper price.
-	rows, err := s.db.Query(ctx, `SELECT `+fmt.Sprintf(blockColumns, 2)+`
+	rows, err := s.db.Query(ctx, `SELECT `+blockColumns+`
 		FROM blocks b JOIN nodes n ON n.id = b.node_id JOIN pools p ON p.id = b.pool_id
-		WHERE b.pool_id = $1 AND ($3::smallint = 0 OR b.family = $3) AND ($4::cidr IS NULL OR b.cidr > $4)
-		ORDER BY b.cidr LIMIT $5`, p.id, s.now(), int(f), afterCIDR, page.Limit+1)
+		WHERE b.pool_id = @pool AND (@family::smallint = 0 OR b.family = @family) AND (@after::cidr IS NULL OR b.cidr > @after)
+		ORDER BY b.cidr LIMIT @limit`, namedArgs{"pool": p.id, "now": s.now(), "family": int(f), "after": afterCIDR, "limit": page.Limit + 1})
 	if err != nil {
 		return nil, "", err
 	}
@@ -493,9 +499,9 @@ func (s *Store) CarveBlock(ctx context.Context, space, node, pool string, f allo
 }
 
 func (s *Store) getBlock(ctx context.Context, space string, cidr netip.Prefix) (alloc.Block, error) {
-	return scanBlock(s.db.QueryRow(ctx, `SELECT `+fmt.Sprintf(blockColumns, 3)+`
+	return scanBlock(s.db.QueryRow(ctx, `SELECT `+blockColumns+`
 		FROM blocks b JOIN nodes n ON n.id = b.node_id JOIN pools p ON p.id = b.pool_id
-		WHERE b.space = $1 AND b.cidr = $2`, space, cidr, s.now()))
+		WHERE b.space = @space AND b.cidr = @cidr`, namedArgs{"space": space, "cidr": cidr, "now": s.now()}))
 }
 
 // ReleaseBlock returns an empty block to its pool. A block whose addresses

@@ -21,11 +21,12 @@ import (
 // cidr_group_cidrs per CIDR, in the group's order.
 
 const cidrGroupColumns = `g.space, g.name, g.labels, g.created_at, g.updated_at,
-	coalesce((SELECT array_agg(c.cidr ORDER BY c.position) FROM cidr_group_cidrs c WHERE c.group_id = g.id), '{}')`
+	coalesce((SELECT array_agg(c.cidr ORDER BY c.position) FROM cidr_group_cidrs c WHERE c.group_id = g.id), '{}'),
+	g.allow_special_purpose`
 
 func scanCIDRGroup(r pgx.Row) (alloc.CIDRGroup, error) {
 	var g alloc.CIDRGroup
-	err := r.Scan(&g.Space, &g.Name, &g.Labels, &g.CreatedAt, &g.UpdatedAt, &g.CIDRs)
+	err := r.Scan(&g.Space, &g.Name, &g.Labels, &g.CreatedAt, &g.UpdatedAt, &g.CIDRs, &g.AllowSpecialPurpose)
 	return g, err
 }
 
@@ -34,8 +35,8 @@ func scanCIDRGroup(r pgx.Row) (alloc.CIDRGroup, error) {
 var errCIDRGroupExists = errors.New("CIDR group exists")
 
 // CreateCIDRGroup adds a group. Creating one that exists with the same
-// labels and CIDRs answers it again (a retry); with others it is a
-// KindConflict.
+// labels, CIDRs and allowSpecialPurpose answers it again (a retry); with
+// others it is a KindConflict.
 func (s *Store) CreateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...alloc.WriteOption) (alloc.CIDRGroup, error) {
 	if err := g.Validate(); err != nil {
 		return alloc.CIDRGroup{}, err
@@ -43,8 +44,10 @@ func (s *Store) CreateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...
 	var out alloc.CIDRGroup
 	err := s.write(ctx, opts, func(tx querier) error {
 		var id int64
-		err := tx.QueryRow(ctx, `INSERT INTO cidr_groups (space, name, labels, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)
-			ON CONFLICT (space, name) DO NOTHING RETURNING id`, g.Space, g.Name, labelsOrEmpty(g.Labels), s.now()).Scan(&id)
+		err := tx.QueryRow(ctx, `INSERT INTO cidr_groups (space, name, labels, created_at, updated_at, allow_special_purpose)
+			VALUES (@space, @name, @labels, @now, @now, @allowSpecialPurpose)
+			ON CONFLICT (space, name) DO NOTHING RETURNING id`, namedArgs{"space": g.Space, "name": g.Name,
+			"labels": labelsOrEmpty(g.Labels), "now": s.now(), "allowSpecialPurpose": g.AllowSpecialPurpose}).Scan(&id)
 		switch code, _ := pgCode(err); {
 		case errors.Is(err, pgx.ErrNoRows):
 			return errCIDRGroupExists
@@ -64,9 +67,9 @@ func (s *Store) CreateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...
 		if gerr != nil {
 			return alloc.CIDRGroup{}, gerr
 		}
-		if !maps.Equal(have.Labels, labelsOrEmpty(g.Labels)) || !slices.Equal(have.CIDRs, g.CIDRs) {
+		if !maps.Equal(have.Labels, labelsOrEmpty(g.Labels)) || !slices.Equal(have.CIDRs, g.CIDRs) || have.AllowSpecialPurpose != g.AllowSpecialPurpose {
 			return alloc.CIDRGroup{}, &alloc.Error{Kind: alloc.KindConflict, Field: "name",
-				Detail: fmt.Sprintf("CIDR group %q already exists with other labels or CIDRs", g.Name)}
+				Detail: fmt.Sprintf("CIDR group %q already exists with other labels, CIDRs or allowSpecialPurpose", g.Name)}
 		}
 		return have, nil
 	}
@@ -86,7 +89,7 @@ func insertGroupCIDRs(ctx context.Context, tx querier, id int64, g alloc.CIDRGro
 	return err
 }
 
-// UpdateCIDRGroup replaces a group's labels and CIDRs.
+// UpdateCIDRGroup replaces a group's labels, CIDRs and allowSpecialPurpose.
 func (s *Store) UpdateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...alloc.WriteOption) (alloc.CIDRGroup, error) {
 	if err := g.Validate(); err != nil {
 		return alloc.CIDRGroup{}, err
@@ -94,8 +97,9 @@ func (s *Store) UpdateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...
 	var out alloc.CIDRGroup
 	err := s.write(ctx, opts, func(tx querier) error {
 		var id int64
-		err := tx.QueryRow(ctx, `UPDATE cidr_groups SET labels = $3, updated_at = $4 WHERE space = $1 AND name = $2 RETURNING id`,
-			g.Space, g.Name, labelsOrEmpty(g.Labels), s.now()).Scan(&id)
+		err := tx.QueryRow(ctx, `UPDATE cidr_groups SET labels = @labels, updated_at = @now, allow_special_purpose = @allowSpecialPurpose
+			WHERE space = @space AND name = @name RETURNING id`, namedArgs{"space": g.Space, "name": g.Name,
+			"labels": labelsOrEmpty(g.Labels), "now": s.now(), "allowSpecialPurpose": g.AllowSpecialPurpose}).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.notFoundIn(ctx, tx, g.Space, "group", "CIDR group", g.Name)
 		} else if err != nil {

@@ -247,8 +247,10 @@ func (s *Store) nodePool(ctx context.Context, q querier, space, node string, nod
 // in a block this transaction could not take (a new one can).
 func (s *Store) reserveFrom(ctx context.Context, tx querier, space string, nodeID int64, p allocPool, f alloc.Family,
 	by alloc.SelectedBy, n int, now time.Time) (got []alloc.HeldAddress, short, err error) {
-	args := func(want int, block int64) []any {
-		return []any{nodeID, p.id, int16(f), space, now, alloc.CiliumPoolNetwork, want, block, alloc.CiliumPoolInterface, string(by)}
+	args := func(want int, block int64) namedArgs {
+		return namedArgs{"node": nodeID, "pool": p.id, "family": int16(f), "space": space, "now": now,
+			"network": alloc.CiliumPoolNetwork, "want": want, "block": block, "iface": alloc.CiliumPoolInterface,
+			"selectedBy": string(by)}
 	}
 	held := func(cidr netip.Prefix, addr netip.Addr, gen int64) alloc.HeldAddress {
 		return alloc.HeldAddress{Addr: addr, Family: f, Pool: p.name, Block: cidr, State: alloc.StateReserved, Since: now, Generation: gen}
@@ -279,8 +281,7 @@ func (s *Store) reserveFrom(ctx context.Context, tx querier, space string, nodeI
 	}
 	// Released addresses of the node's blocks whose cooldown has ended.
 	if len(got) < n {
-		rows, err := tx.Query(ctx, reserveCooledSQL, nodeID, p.id, int16(f), space, now, alloc.CiliumPoolNetwork, n-len(got),
-			alloc.CiliumPoolInterface, string(by))
+		rows, err := tx.Query(ctx, reserveCooledSQL, args(n-len(got), 0)) // @block unused
 		if err != nil {
 			return got, nil, err
 		}
@@ -323,9 +324,9 @@ func (s *Store) reserveFrom(ctx context.Context, tx querier, space string, nodeI
 
 // reserveInBlock runs reserveOldestSQL or reserveInBlockSQL: it answers
 // the block (0 when none had room) and the addresses reserved in it.
-func (s *Store) reserveInBlock(ctx context.Context, tx querier, sql string, args []any,
+func (s *Store) reserveInBlock(ctx context.Context, tx querier, sql string, args namedArgs,
 	held func(netip.Prefix, netip.Addr, int64) alloc.HeldAddress) (int64, []alloc.HeldAddress, error) {
-	rows, err := tx.Query(ctx, sql, args...)
+	rows, err := tx.Query(ctx, sql, args)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -345,39 +346,41 @@ func (s *Store) reserveInBlock(ctx context.Context, tx querier, sql string, args
 	return block, out, err
 }
 
-// reserveOldestSQL reserves, in the oldest block of node $1, pool $2 and
-// family $3 whose lease rows leave room, numbered $8 or above, which it
-// locks (waiting for it), up to $7 fresh addresses (reserveFromBlockSQL).
-// Parameters: $1 node, $2 pool, $3 family, $4 space, $5 now, $6 network,
-// $7 how many, $8 the lowest block id, $9 interface, $10 the selection
-// rule. It answers one row per address reserved (block id, block CIDR,
-// address, generation), one row with a NULL address when it reserved
-// none, and no row when no block had room.
+// reserveOldestSQL reserves, in the oldest block of node @node, pool @pool
+// and family @family whose lease rows leave room, numbered @block or
+// above, which it locks (waiting for it), up to @want fresh addresses
+// (reserveFromBlockSQL). Its other parameters: @space, @now, @network,
+// @iface and the selection rule @selectedBy. It answers one row per
+// address reserved (block id, block CIDR, address, generation), one row
+// with a NULL address when it reserved none, and no row when no block had
+// room.
 var reserveOldestSQL = `WITH b AS (
 		SELECT ` + reserveBlockColumns + ` FROM blocks
-		WHERE node_id = $1 AND pool_id = $2 AND family = $3 AND allocated < capacity AND id >= $8
+		WHERE node_id = @node AND pool_id = @pool AND family = @family AND allocated < capacity AND id >= @block
 		ORDER BY id LIMIT 1 FOR NO KEY UPDATE
 	)` + reserveFromBlockSQL
 
-// reserveInBlockSQL is reserveOldestSQL in block $8, which the transaction
-// holds (locked by an earlier statement, or carved).
+// reserveInBlockSQL is reserveOldestSQL in block @block, which the
+// transaction holds (locked by an earlier statement, or carved).
 var reserveInBlockSQL = `WITH b AS (
-		SELECT ` + reserveBlockColumns + ` FROM blocks WHERE id = $8
+		SELECT ` + reserveBlockColumns + ` FROM blocks WHERE id = @block
 	)` + reserveFromBlockSQL
 
 const reserveBlockColumns = leaseBlockColumns + `, capacity - allocated AS room`
 
-// reserveFromBlockSQL is leaseFromBlockSQL for up to $7 addresses at once,
-// inserted as reserved rows of the node's crd attachment (network $6, the
-// address's text as container ID, interface $9): the first free offsets
+// reserveFromBlockSQL is leaseFromBlockSQL for up to @want addresses at
+// once, inserted as reserved rows of the node's crd attachment (network
+// @network, the address's text as container ID, interface @iface): the
+// first free offsets
 // from the block's round-robin cursor on, which moves past the last one
 // probed (see freeOffsetsSQL).
 var reserveFromBlockSQL = `, cand AS (
-		SELECT b.id, b.cidr, b.base, c.o, c.k FROM b, ` + freeOffsetsSQL("$4", "least($7::bigint, b.room)") + ` c
+		SELECT b.id, b.cidr, b.base, c.o, c.k FROM b, ` + freeOffsetsSQL("@space", "least(@want::bigint, b.room)") + ` c
 	), ins AS (
 		INSERT INTO leases (space, addr, block_id, block_cidr, node_id, pool_id, family, state, network, container_id, interface,
 			owner_namespace, owner_name, owner_uid, created_at, selected_by)
-		SELECT $4, base + o, id, cidr, $1, $2, $3, 'reserved', $6, host(base + o), $9, '', '', '', $5, $10 FROM cand
+		SELECT @space, base + o, id, cidr, @node, @pool, @family, 'reserved', @network, host(base + o), @iface, '', '', '',
+			@now, @selectedBy FROM cand
 		ON CONFLICT (space, addr) DO NOTHING
 		RETURNING addr, generation
 	), last AS (
@@ -389,21 +392,20 @@ var reserveFromBlockSQL = `, cand AS (
 	)
 	SELECT b.id, b.cidr, ins.addr, ins.generation FROM b LEFT JOIN ins ON true`
 
-// reserveCooledSQL reserves again, in place, up to $7 released addresses
-// of the node's blocks (pool $2, family $3) whose cooldown has ended,
-// those that ended longest ago first; SKIP LOCKED leaves rows others are
-// taking. Parameters $1-$7 as reserveOldestSQL, $8 the interface, $9
-// the selection rule. It answers the address, its block CIDR and
-// generation.
-const reserveCooledSQL = `UPDATE leases l SET state = 'reserved', network = $6, container_id = host(l.addr), interface = $8,
-		owner_namespace = '', owner_name = '', owner_uid = '', created_at = $5, expires_at = NULL, selected_by = $9,
+// reserveCooledSQL reserves again, in place, up to @want released
+// addresses of the node's blocks (pool @pool, family @family) whose
+// cooldown has ended, those that ended longest ago first; SKIP LOCKED
+// leaves rows others are taking. Its parameters are reserveOldestSQL's
+// but @block. It answers the address, its block CIDR and generation.
+const reserveCooledSQL = `UPDATE leases l SET state = 'reserved', network = @network, container_id = host(l.addr), interface = @iface,
+		owner_namespace = '', owner_name = '', owner_uid = '', created_at = @now, expires_at = NULL, selected_by = @selectedBy,
 		generation = nextval('lease_generations'), sticky_identity = NULL, sticky_retention = NULL,
 		confirmed_at = NULL, released_at = NULL, cooldown_until = NULL
 	WHERE (l.space, l.addr) IN (
 		SELECT c.space, c.addr FROM blocks cb JOIN leases c ON c.block_id = cb.id
-		WHERE cb.node_id = $1 AND cb.pool_id = $2 AND cb.family = $3 AND c.space = $4
-		  AND c.state = 'released' AND c.cooldown_until <= $5
-		ORDER BY c.cooldown_until LIMIT $7 FOR UPDATE OF c SKIP LOCKED)
+		WHERE cb.node_id = @node AND cb.pool_id = @pool AND cb.family = @family AND c.space = @space
+		  AND c.state = 'released' AND c.cooldown_until <= @now
+		ORDER BY c.cooldown_until LIMIT @want FOR UPDATE OF c SKIP LOCKED)
 	RETURNING l.addr, l.block_cidr, l.generation`
 
 // SyncNodeUse records which of the node's addresses Pods use, as the
@@ -537,10 +539,11 @@ func (s *Store) applyUse(ctx context.Context, tx querier, space string, held []a
 	actor := historyActor(ctx)
 	if len(take) > 0 {
 		rows, err := tx.Query(ctx, `UPDATE leases l SET state = 'active', owner_namespace = u.ns, owner_name = u.name,
-				owner_uid = u.uid, created_at = $2, cooldown_until = NULL, generation = nextval('lease_generations')
-			FROM unnest($3::inet[], $4::text[], $5::text[], $6::text[]) AS u (addr, ns, name, uid)
-			WHERE l.space = $1 AND l.addr = u.addr AND `+historyContextSQL(7, 8, 2)+`
-			RETURNING l.addr, l.generation`, space, now, take, ns, names, uids, actor, reasonCiliumUsed)
+				owner_uid = u.uid, created_at = @at, cooldown_until = NULL, generation = nextval('lease_generations')
+			FROM unnest(@addrs::inet[], @nss::text[], @names::text[], @uids::text[]) AS u (addr, ns, name, uid)
+			WHERE l.space = @space AND l.addr = u.addr AND `+historyContextSQL+`
+			RETURNING l.addr, l.generation`, namedArgs{"space": space, "at": now, "addrs": take, "nss": ns, "names": names,
+			"uids": uids, "actor": actor, "reason": reasonCiliumUsed})
 		if err != nil {
 			return err
 		}
@@ -563,9 +566,10 @@ func (s *Store) applyUse(ctx context.Context, tx querier, space string, held []a
 	if len(free) > 0 {
 		cool := now.Add(s.opts.Cooldown)
 		rows, err := tx.Query(ctx, `UPDATE leases l SET state = 'reserved', owner_namespace = '', owner_name = '', owner_uid = '',
-				created_at = $2, cooldown_until = $3, generation = nextval('lease_generations')
-			WHERE l.space = $1 AND l.addr = ANY ($4) AND `+historyContextSQL(5, 6, 2)+`
-			RETURNING l.addr, l.generation`, space, now, cool, free, actor, reasonCiliumUnused)
+				created_at = @at, cooldown_until = @until, generation = nextval('lease_generations')
+			WHERE l.space = @space AND l.addr = ANY (@addrs) AND `+historyContextSQL+`
+			RETURNING l.addr, l.generation`, namedArgs{"space": space, "at": now, "until": cool, "addrs": free,
+			"actor": actor, "reason": reasonCiliumUnused})
 		if err != nil {
 			return err
 		}
@@ -661,11 +665,12 @@ func (s *Store) ReleaseAllNodeAddresses(ctx context.Context, space, node string)
 	var n int
 	err := s.inTxWhy(ctx, reasonCiliumNodeGone, func(tx querier) error {
 		now := s.now()
-		tag, err := tx.Exec(ctx, `UPDATE leases l SET state = 'released', released_at = $3, cooldown_until = $4
+		tag, err := tx.Exec(ctx, `UPDATE leases l SET state = 'released', released_at = @now, cooldown_until = @until
 			WHERE (l.space, l.addr) IN (
 				SELECT x.space, x.addr FROM nodes n JOIN leases x ON x.node_id = n.id
-				WHERE n.space = $1 AND n.name = $2 AND x.network = $5 AND x.state <> 'released'
-				ORDER BY x.addr FOR UPDATE OF x)`, space, node, now, now.Add(s.opts.Cooldown), alloc.CiliumPoolNetwork)
+				WHERE n.space = @space AND n.name = @node AND x.network = @network AND x.state <> 'released'
+				ORDER BY x.addr FOR UPDATE OF x)`, namedArgs{"space": space, "node": node, "now": now,
+			"until": now.Add(s.opts.Cooldown), "network": alloc.CiliumPoolNetwork})
 		n = int(tag.RowsAffected())
 		return err
 	})

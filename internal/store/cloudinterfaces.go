@@ -77,9 +77,9 @@ func (s *Store) SetCloudInterfaces(ctx context.Context, space, node, instance st
 			return err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO cloud_interfaces (node_id, id, instance, doc, read_at)
-			SELECT $1, i.id, $3, i.doc, $5 FROM unnest($2::text[], $4::jsonb[]) AS i (id, doc)
+			SELECT @node, i.id, @instance, i.doc, @readAt FROM unnest(@ids::text[], @docs::jsonb[]) AS i (id, doc)
 			ON CONFLICT (node_id, id) DO UPDATE SET instance = excluded.instance, doc = excluded.doc, read_at = excluded.read_at`,
-			nodeID, ids, instance, docs, readAt)
+			namedArgs{"node": nodeID, "ids": ids, "instance": instance, "docs": docs, "readAt": readAt})
 		return err
 	})
 }

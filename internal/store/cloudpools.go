@@ -140,8 +140,10 @@ func recordCloudBlock(ctx context.Context, tx querier, space string, nodeID int6
 	size := int64(1) << (bits - prefix.Bits())
 	tag, err := tx.Exec(ctx, `INSERT INTO blocks (space, pool_id, pool_cidr_id, parent_cidr, node_id, family, cidr,
 			first_offset, last_offset, reserved, capacity, next_offset, created_at, source, cloud_interface)
-		VALUES ($1, $2, $3, $4, $5, $12, $6, 0, $7, '{}', $8, 0, $9, $10, $11) ON CONFLICT DO NOTHING`,
-		space, p.id, parentID, parent, nodeID, prefix, size-1, size, now, blockCloud, iface, family)
+		VALUES (@space, @pool, @parent, @parentCIDR, @node, @family, @cidr,
+			0, @last, '{}', @capacity, 0, @now, @source, @iface) ON CONFLICT DO NOTHING`,
+		namedArgs{"space": space, "pool": p.id, "parent": parentID, "parentCIDR": parent, "node": nodeID, "family": family,
+			"cidr": prefix, "last": size - 1, "capacity": size, "now": now, "source": blockCloud, "iface": iface})
 	if err != nil || tag.RowsAffected() == 1 {
 		return err
 	}

@@ -23,11 +23,11 @@ type nodeUsageRow struct {
 
 // poolFamiliesSQL lists, as the rows of mp, every family of pools p that
 // has a block mask, with the pool's effective pre-allocation (pre:
-// multi-pool pools only; $2 names the default pool, which pre-allocates $3
-// unless set) and what the capacity of a node's blocks is bounded by. The
+// multi-pool pools only; @defaultPool names the default pool, which
+// pre-allocates @defaultPre unless set) and what the capacity of a node's blocks is bounded by. The
 // caller appends its own condition on p (AND ...).
 const poolFamiliesSQL = `SELECT p.id, p.space, p.name, p.mode, f.family,
-		       CASE WHEN p.mode = 'multi-pool' THEN coalesce(p.pre_allocate, CASE WHEN p.name = $2 THEN $3 ELSE 0 END) ELSE 0 END AS pre,
+		       CASE WHEN p.mode = 'multi-pool' THEN coalesce(p.pre_allocate, CASE WHEN p.name = @defaultPool THEN @defaultPre ELSE 0 END) ELSE 0 END AS pre,
 		       CASE f.family WHEN 4 THEN p.ipv4_mask_size ELSE p.ipv6_mask_size END AS mask, p.max_blocks_per_node,
 		       p.allow_first_ip, p.allow_last_ip, p.reserve_router, p.reserve_health, p.reserve_ingress
 		FROM pools p CROSS JOIN (VALUES (4::smallint), (6::smallint)) f (family)
@@ -38,43 +38,46 @@ const poolFamiliesSQL = `SELECT p.id, p.space, p.name, p.mode, f.family,
 // that pool family (blocks, capacity, demand; NULL without blocks). A node
 // served in Cilium's crd mode (nodes.cilium_crd) pre-allocates nothing in
 // blocks: its CiliumNode's watermarks size it in addresses (cilium.go), so
-// its blocks hold what it holds and go back once empty.
-const nodeUsageColumnsSQL = `mp.space, n.name, mp.name, mp.mode, mp.family, CASE WHEN n.cilium_crd THEN 0 ELSE mp.pre END,
+// its blocks hold what it holds and go back once empty. Nor does a node of
+// Cilium's cluster-pool mode (nodes.cilium_cluster_pool), whose agent uses
+// only its podCIDRs.
+const nodeUsageColumnsSQL = `mp.space, n.name, mp.name, mp.mode, mp.family, CASE WHEN n.cilium_crd OR n.cilium_cluster_pool THEN 0 ELSE mp.pre END,
 	       coalesce(u.blocks, 0), coalesce(u.capacity, 0), coalesce(u.demand, 0),
 	       mp.mask, mp.max_blocks_per_node, mp.allow_first_ip, mp.allow_last_ip, mp.reserve_router, mp.reserve_health, mp.reserve_ingress`
 
-// nodePoolUsageSQL aggregates, per node, pool and family of the space $1,
-// pool $4 and node $5 (every one when NULL), the node's blocks: their
+// nodePoolUsageSQL aggregates, per node, pool and family of the space
+// @space, pool @pool and node @node (every one when NULL), the node's blocks: their
 // capacity and their lease rows (blocks.allocated: pending, active, and
 // released rows not yet purged, which the purge just before Rebalance
 // removes when cooled). Multi-pool pools whose effective pre-allocation is
 // positive also list every node of the space that holds no block of them
-// yet (crd-mode nodes excepted): Cilium's agent asks for the
+// yet (crd-mode and cluster-pool-mode nodes excepted): Cilium's agent asks for the
 // pre-allocation of such pools before the node's first Pod.
 const nodePoolUsageSQL = `WITH mp AS (
-		` + poolFamiliesSQL + ` AND ($1::text IS NULL OR p.space = $1) AND ($4::text IS NULL OR p.name = $4)
+		` + poolFamiliesSQL + ` AND (@space::text IS NULL OR p.space = @space) AND (@pool::text IS NULL OR p.name = @pool)
 	), used AS (
 		SELECT b.node_id, b.pool_id, b.family, count(*) AS blocks, sum(b.capacity) AS capacity, sum(b.allocated) AS demand
 		FROM blocks b JOIN mp ON mp.id = b.pool_id AND mp.family = b.family
 		GROUP BY b.node_id, b.pool_id, b.family
 	)
 	SELECT ` + nodeUsageColumnsSQL + `
-	FROM mp JOIN nodes n ON n.space = mp.space AND ($5::text IS NULL OR n.name = $5)
+	FROM mp JOIN nodes n ON n.space = mp.space AND (@node::text IS NULL OR n.name = @node)
 	LEFT JOIN used u ON u.node_id = n.id AND u.pool_id = mp.id AND u.family = mp.family
-	WHERE u.node_id IS NOT NULL OR (mp.pre > 0 AND NOT n.cilium_crd)
+	WHERE u.node_id IS NOT NULL OR (mp.pre > 0 AND NOT n.cilium_crd AND NOT n.cilium_cluster_pool)
 	ORDER BY mp.space, n.name, mp.name, mp.family`
 
 // nodePoolUsage lists the use of the pools by every node that holds blocks
 // of them or should (pre-allocation): of one space, pool and node, or of
 // all when nil.
 func (s *Store) nodePoolUsage(ctx context.Context, q querier, space, pool, node *string) ([]nodeUsageRow, error) {
-	return s.queryNodeUsage(ctx, q, nodePoolUsageSQL, space, s.opts.DefaultPool, alloc.DefaultPreAllocate, pool, node)
+	return s.queryNodeUsage(ctx, q, nodePoolUsageSQL, namedArgs{"space": space, "pool": pool, "node": node})
 }
 
 // queryNodeUsage runs sql, whose columns are nodeUsageColumnsSQL, with
-// args.
-func (s *Store) queryNodeUsage(ctx context.Context, q querier, sql string, args ...any) ([]nodeUsageRow, error) {
-	rows, err := q.Query(ctx, sql, args...)
+// args and poolFamiliesSQL's @defaultPool and @defaultPre.
+func (s *Store) queryNodeUsage(ctx context.Context, q querier, sql string, args namedArgs) ([]nodeUsageRow, error) {
+	args["defaultPool"], args["defaultPre"] = s.opts.DefaultPool, alloc.DefaultPreAllocate
+	rows, err := q.Query(ctx, sql, args)
 	if err != nil {
 		return nil, err
 	}
@@ -508,7 +511,7 @@ func (s *Store) releaseAboveNeed(ctx context.Context, u nodeUsageRow, holdOff ti
 		if len(ids) == 0 {
 			return nil
 		}
-		if err := lockCarveRowsOf(ctx, tx, `id = ANY ($1)`, ids); err != nil {
+		if err := lockCarveRowsOf(ctx, tx, `id = ANY (@blocks)`, namedArgs{"blocks": ids}); err != nil {
 			return err
 		}
 		if err := deleteBlocks(ctx, tx, `DELETE FROM blocks WHERE id = ANY ($1) AND allocated = 0

@@ -36,8 +36,9 @@ func (s *Store) ReleaseAddressAt(ctx context.Context, space string, addr netip.A
 		return nil, err
 	}
 	for range fenceAttempts {
-		released, err := s.released(ctx, reasonReleaseAddress, `l.space = $3 AND l.addr = $4 AND l.generation = $5 AND l.network <> $6`,
-			space, addr, gen, alloc.CiliumPoolNetwork)
+		released, err := s.released(ctx, reasonReleaseAddress,
+			`l.space = @space AND l.addr = @addr AND l.generation = @generation AND l.network <> @cilium`,
+			namedArgs{"space": space, "addr": addr, "generation": gen, "cilium": alloc.CiliumPoolNetwork})
 		if err != nil || len(released) > 0 {
 			return released, err
 		}
@@ -71,9 +72,10 @@ func (s *Store) ReleaseAttachmentAt(ctx context.Context, space, node string, a a
 		return nil, err
 	}
 	for range fenceAttempts {
-		released, err := s.released(ctx, reasonReleaseAttachment, `l.node_id = (SELECT id FROM nodes WHERE space = $3 AND name = $4)
-			AND l.network = $8 AND l.container_id = $5 AND l.interface = $6 AND l.generation = $7`,
-			space, node, a.ContainerID, a.Interface, gen, a.Network)
+		released, err := s.released(ctx, reasonReleaseAttachment, `l.node_id = (SELECT id FROM nodes WHERE space = @space AND name = @node)
+			AND l.network = @network AND l.container_id = @container AND l.interface = @iface AND l.generation = @generation`,
+			namedArgs{"space": space, "node": node, "container": a.ContainerID, "iface": a.Interface, "generation": gen,
+				"network": a.Network})
 		if err != nil || len(released) > 0 {
 			return released, err
 		}
@@ -99,10 +101,13 @@ func (s *Store) ConfirmAt(ctx context.Context, space, node string, a alloc.Attac
 		return alloc.Allocation{}, err
 	}
 	for range fenceAttempts {
-		if _, err := s.db.Exec(ctx, `UPDATE leases SET state = 'active', expires_at = NULL, confirmed_at = $5
-			WHERE node_id = (SELECT id FROM nodes WHERE space = $1 AND name = $2)
-			  AND network = $9 AND container_id = $3 AND interface = $4 AND state = 'pending' AND generation = $6 AND `+historyContextSQL(7, 8, 5),
-			space, node, a.ContainerID, a.Interface, s.now(), gen, historyActor(ctx), "", a.Network); err != nil {
+		now := s.now()
+		if _, err := s.db.Exec(ctx, `UPDATE leases SET state = 'active', expires_at = NULL, confirmed_at = @now
+			WHERE node_id = (SELECT id FROM nodes WHERE space = @space AND name = @node)
+			  AND network = @network AND container_id = @container AND interface = @iface AND state = 'pending'
+			  AND generation = @generation AND `+historyContextSQL,
+			namedArgs{"space": space, "node": node, "container": a.ContainerID, "iface": a.Interface, "now": now,
+				"generation": gen, "actor": historyActor(ctx), "reason": "", "at": now, "network": a.Network}); err != nil {
 			return alloc.Allocation{}, err
 		}
 		got, err := s.GetAttachment(ctx, space, node, a)
@@ -135,9 +140,9 @@ type heldGeneration struct {
 // active leases.
 func heldGenerations(ctx context.Context, q querier, space, node string, a alloc.Attachment) ([]heldGeneration, error) {
 	rows, err := q.Query(ctx, `SELECT generation, state FROM leases
-		WHERE node_id = (SELECT id FROM nodes WHERE space = $1 AND name = $2)
-		  AND network = $5 AND container_id = $3 AND interface = $4 AND state <> 'released' ORDER BY family`,
-		space, node, a.ContainerID, a.Interface, a.Network)
+		WHERE node_id = (SELECT id FROM nodes WHERE space = @space AND name = @node)
+		  AND network = @network AND container_id = @container AND interface = @iface AND state <> 'released' ORDER BY family`,
+		namedArgs{"space": space, "node": node, "container": a.ContainerID, "iface": a.Interface, "network": a.Network})
 	if err != nil {
 		return nil, err
 	}

@@ -25,9 +25,10 @@ func (s *Store) ExpirePending(ctx context.Context) (int64, error) {
 	for {
 		now := s.now()
 		tag, err := s.db.Exec(ctx, `UPDATE leases SET `+releaseSet+` WHERE (space, addr) IN (
-			SELECT space, addr FROM leases WHERE state = 'pending' AND expires_at <= $1
-			ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED) AND `+historyContextSQL(4, 5, 1),
-			now, now.Add(s.opts.Cooldown), gcBatch, historyActor(ctx), reasonExpired)
+			SELECT space, addr FROM leases WHERE state = 'pending' AND expires_at <= @now
+			ORDER BY expires_at LIMIT @limit FOR UPDATE SKIP LOCKED) AND `+historyContextSQL,
+			namedArgs{"now": now, "until": now.Add(s.opts.Cooldown), "limit": gcBatch,
+				"actor": historyActor(ctx), "reason": reasonExpired, "at": now})
 		if err != nil {
 			return total, err
 		}

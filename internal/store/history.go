@@ -6,7 +6,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -60,12 +59,10 @@ func historyActor(ctx context.Context) string {
 }
 
 // historyContextSQL is a WHERE-clause term that sets the history's actor
-// ($actor), reason ($reason) and clock ($at) for a single-statement change.
+// (@actor), reason (@reason) and clock (@at) for a single-statement change.
 // As an uncorrelated subquery it runs once, before any row changes; the
 // history triggers run after the statement.
-func historyContextSQL(actor, reason, at int) string {
-	return fmt.Sprintf(`(SELECT ipam_history_context($%d, $%d, $%d))`, actor, reason, at)
-}
+const historyContextSQL = `(SELECT ipam_history_context(@actor, @reason, @at))`
 
 const eventColumns = `id, at, kind, space, family, address, block, pool, node, state,
 	owner_namespace, owner_name, owner_uid, network, container_id, interface, actor, reason, generation`
@@ -183,21 +180,21 @@ func (s *Store) History(ctx context.Context, f alloc.HistoryFilter, page alloc.P
 	}
 	upper := timeBound(f.To, pgtype.Infinity)
 	var where string
-	args := []any{f.Space, lower, afterID, upper, page.Limit + 1}
+	args := namedArgs{"space": f.Space, "lower": lower, "afterID": afterID, "upper": upper, "limit": page.Limit + 1}
 	switch {
 	case f.Address.IsValid():
-		where = `address = $6`
-		args = append(args, f.Address)
+		where = `address = @address`
+		args["address"] = f.Address
 	case f.OwnerName != "":
-		where = `owner_namespace = $6 AND owner_name = $7`
-		args = append(args, f.OwnerNamespace, f.OwnerName)
+		where = `owner_namespace = @ns AND owner_name = @name`
+		args["ns"], args["name"] = f.OwnerNamespace, f.OwnerName
 	default:
-		where = `node = $6`
-		args = append(args, f.Node)
+		where = `node = @node`
+		args["node"] = f.Node
 	}
 	items, err := collectEvents(s.db.Query(ctx, `SELECT `+eventColumns+` FROM address_events
-		WHERE space = $1 AND `+where+` AND (at, id) > ($2, $3) AND at < $4
-		ORDER BY at, id LIMIT $5`, args...))
+		WHERE space = @space AND `+where+` AND (at, id) > (@lower, @afterID) AND at < @upper
+		ORDER BY at, id LIMIT @limit`, args))
 	if err != nil {
 		return nil, "", err
 	}
@@ -261,8 +258,8 @@ func (s *Store) HolderAt(ctx context.Context, space string, addr netip.Addr, at 
 			}
 		}
 		events, err := collectEvents(tx.Query(ctx, `SELECT `+eventColumns+` FROM address_events
-			WHERE space = $1 AND address = $2 AND (at, id) >= ($3, $4) ORDER BY at, id LIMIT $5`,
-			space, addr, lease.At, lease.ID, maxHoldingEvents))
+			WHERE space = @space AND address = @address AND (at, id) >= (@at, @id) ORDER BY at, id LIMIT @limit`,
+			namedArgs{"space": space, "address": addr, "at": lease.At, "id": lease.ID, "limit": maxHoldingEvents}))
 		if err != nil {
 			return err
 		}

@@ -56,7 +56,8 @@ const lbPoolColumns = `p.id, p.space, p.name, p.labels, p.service_selector, p.re
 	(SELECT count(*) FILTER (WHERE family(v.addr) = 6) FROM vips v WHERE v.lb_pool_id = p.id),
 	p.reserved_groups,
 	coalesce((SELECT array_agg(c.cidr ORDER BY c.cidr) FROM cidr_groups g JOIN cidr_group_cidrs c ON c.group_id = g.id
-		WHERE g.space = p.space AND g.name = ANY (p.reserved_groups)), '{}')`
+		WHERE g.space = p.space AND g.name = ANY (p.reserved_groups)), '{}'),
+	p.allow_special_purpose`
 
 func scanLBPool(r pgx.Row) (lbPoolRow, error) {
 	var (
@@ -66,7 +67,8 @@ func scanLBPool(r pgx.Row) (lbPoolRow, error) {
 	)
 	sp := &p.Spec
 	err := r.Scan(&p.id, &p.Space, &p.Name, &p.Labels, &sp.ServiceSelector, &sp.ReserveFirstLast, &sp.Disabled,
-		&p.Status.Conflict, &p.CreatedAt, &p.UpdatedAt, &blocks, &used4, &used6, &sp.ReservedGroups, &sp.Reserved)
+		&p.Status.Conflict, &p.CreatedAt, &p.UpdatedAt, &blocks, &used4, &used6, &sp.ReservedGroups, &sp.Reserved,
+		&sp.AllowSpecialPurpose)
 	if err != nil {
 		return p, err
 	}
@@ -145,10 +147,12 @@ func (s *Store) CreateLBPool(ctx context.Context, p alloc.LBPool, opts ...alloc.
 			return err
 		}
 		err = tx.QueryRow(ctx, `INSERT INTO lb_pools (space, name, labels, service_selector, reserve_first_last, disabled, conflict, created_at, updated_at,
-				reserved_groups)
-			VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $8, $9) RETURNING id`,
-			p.Space, p.Name, labelsOrEmpty(p.Labels), p.Spec.ServiceSelector, p.Spec.ReserveFirstLast, p.Spec.Disabled,
-			marks[len(pools)], now, groupsOrEmpty(p.Spec.ReservedGroups)).Scan(&id)
+				reserved_groups, allow_special_purpose)
+			VALUES (@space, @name, @labels, @serviceSelector, @reserveFirstLast, @disabled, nullif(@conflict, ''), @now, @now,
+				@reservedGroups, @allowSpecialPurpose) RETURNING id`,
+			namedArgs{"space": p.Space, "name": p.Name, "labels": labelsOrEmpty(p.Labels), "serviceSelector": p.Spec.ServiceSelector,
+				"reserveFirstLast": p.Spec.ReserveFirstLast, "disabled": p.Spec.Disabled, "conflict": marks[len(pools)], "now": now,
+				"reservedGroups": groupsOrEmpty(p.Spec.ReservedGroups), "allowSpecialPurpose": p.Spec.AllowSpecialPurpose}).Scan(&id)
 		if code, constraint := pgCode(err); code == codeUniqueViolation && constraint == constraintLBPoolName {
 			return errLBPoolExists
 		} else if err != nil {
@@ -224,10 +228,12 @@ func (s *Store) UpdateLBPool(ctx context.Context, space, name string, labels map
 		if err := lockReservedGroups(ctx, tx, space, spec.ReservedGroups); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE lb_pools SET labels = $2, service_selector = $3, reserve_first_last = $4, disabled = $5,
-				conflict = nullif($6, ''), updated_at = $7, reserved_groups = $8 WHERE id = $1`,
-			prev.id, labelsOrEmpty(labels), spec.ServiceSelector, spec.ReserveFirstLast, spec.Disabled, marks[self], s.now(),
-			groupsOrEmpty(spec.ReservedGroups)); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE lb_pools SET labels = @labels, service_selector = @serviceSelector,
+				reserve_first_last = @reserveFirstLast, disabled = @disabled, conflict = nullif(@conflict, ''), updated_at = @now,
+				reserved_groups = @reservedGroups, allow_special_purpose = @allowSpecialPurpose WHERE id = @id`,
+			namedArgs{"id": prev.id, "labels": labelsOrEmpty(labels), "serviceSelector": spec.ServiceSelector,
+				"reserveFirstLast": spec.ReserveFirstLast, "disabled": spec.Disabled, "conflict": marks[self], "now": s.now(),
+				"reservedGroups": groupsOrEmpty(spec.ReservedGroups), "allowSpecialPurpose": spec.AllowSpecialPurpose}); err != nil {
 			return err
 		}
 		if err := insertLBBlocks(ctx, tx, prev.id, space, spec, marks[self] != ""); err != nil {
@@ -438,7 +444,9 @@ func insertLBBlocks(ctx context.Context, tx querier, poolID int64, space string,
 			cidr = &b.CIDR
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO address_ranges (space, kind, first_addr, last_addr, lb_pool_id, position, cidr, conflicting)
-			VALUES ($1, 'vip', $2, $3, $4, $5, $6, $7)`, space, r.From(), r.To(), poolID, i, cidr, conflicting)
+			VALUES (@space, 'vip', @first, @last, @pool, @position, @cidr, @conflicting)`,
+			namedArgs{"space": space, "first": r.From(), "last": r.To(), "pool": poolID, "position": i, "cidr": cidr,
+				"conflicting": conflicting})
 		if code, constraint := pgCode(err); code == codeExclusionViolation && constraint == constraintRangesPodVIP {
 			return &alloc.Error{Kind: alloc.KindOverlap, Field: fmt.Sprintf("spec.blocks[%d]", i),
 				Detail: fmt.Sprintf("%s overlaps a Pod pool CIDR", b)}

@@ -241,7 +241,7 @@ var leaseWaitingSQL = `WITH b AS (` + lockOldestWithRoomSQL + `)` + leaseFromBlo
 // also sets the address history's context (@actor, @reason, @at) for the
 // statement it is part of, which may run as a transaction of its own.
 const lockOldestWithRoomSQL = `SELECT ` + leaseBlockColumns + ` FROM ` + blocksWithRoomSQL + `
-		AND ` + historyContextNamedSQL + `
+		AND ` + historyContextSQL + `
 		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`
 
 // blocksWithRoomSQL are the blocks of node @node, pool @pool and family
@@ -401,6 +401,3 @@ const blocksWantedSQL = `CASE WHEN (SELECT capacity - allocated FROM ` + wantedB
 // wantedBlocksWithRoomSQL is blocksWithRoomSQL for the node, pool and
 // family of w, a row of leaseManySQL's wanted.
 const wantedBlocksWithRoomSQL = `blocks WHERE node_id = w.node_id AND pool_id = w.pool_id AND family = w.family AND allocated < capacity`
-
-// historyContextNamedSQL is historyContextSQL with named parameters.
-const historyContextNamedSQL = `(SELECT ipam_history_context(@actor, @reason, @at))`

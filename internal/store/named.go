@@ -16,8 +16,12 @@ import (
 // parameters once per statement text rather than on every call: pgx's
 // rewrite scans the whole text, and the lease statements are long and run
 // for every allocation and release. The rewrite itself is pgx's, so the
-// statements mean what they would with pgx.NamedArgs: a name the map lacks
-// binds NULL.
+// statements mean what they would with pgx.NamedArgs, with one difference:
+// a name the statement uses and the map lacks is an error, not NULL, so a
+// misspelt or forgotten name cannot bind NULL unseen. A statement that
+// means NULL says so with an explicit nil in the map. Names the statement
+// does not use are ignored: leaseRow.args binds one map to several
+// statements, each using some of its names.
 type namedArgs pgx.NamedArgs
 
 // positional is a statement rewritten by pgx: its text with $n
@@ -44,7 +48,11 @@ func (a namedArgs) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string,
 	}
 	out := make([]any, len(p.names))
 	for i, name := range p.names {
-		out[i] = a[name]
+		v, ok := a[name]
+		if !ok {
+			return "", nil, fmt.Errorf("store: statement parameter @%s has no value (pass nil for NULL)", name)
+		}
+		out[i] = v
 	}
 	return p.sql, out, nil
 }

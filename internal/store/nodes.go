@@ -63,10 +63,11 @@ func (s *Store) PutNode(ctx context.Context, n alloc.Node) (alloc.Node, bool, er
 	err := s.inTx(ctx, func(tx querier) error {
 		now := s.now()
 		err := tx.QueryRow(ctx, `INSERT INTO nodes AS n (space, name, labels, addresses, provider_id, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $6)
+			VALUES (@space, @name, @labels, @addresses, @providerID, @now, @now)
 			ON CONFLICT (space, name) DO UPDATE SET labels = EXCLUDED.labels, addresses = EXCLUDED.addresses,
 				provider_id = EXCLUDED.provider_id, updated_at = EXCLUDED.updated_at
-			RETURNING id, (xmax = 0)`, n.Space, n.Name, labelsOrEmpty(n.Labels), addrs, n.ProviderID, now).Scan(&nodeID, &created)
+			RETURNING id, (xmax = 0)`, namedArgs{"space": n.Space, "name": n.Name, "labels": labelsOrEmpty(n.Labels),
+			"addresses": addrs, "providerID": n.ProviderID, "now": now}).Scan(&nodeID, &created)
 		if code, constraint := pgCode(err); code == codeForeignKey && constraint == constraintNodeSpace {
 			return alloc.NotFound("space", "address space", n.Space)
 		} else if err != nil {
@@ -304,7 +305,7 @@ func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) 
 		// Then the CIDR rows whose carve cursors the deletion lowers, in the
 		// order carving locks them, and only then the node: a carve holds
 		// those rows while it takes a key-share lock on its node.
-		if err := lockCarveRowsOf(ctx, tx, `node_id = $1`, id); err != nil {
+		if err := lockCarveRowsOf(ctx, tx, `node_id = @node`, namedArgs{"node": id}); err != nil {
 			return err
 		}
 		var active, bound, crd int64
@@ -342,4 +343,43 @@ func (s *Store) DeleteNode(ctx context.Context, space, name string, force bool) 
 		_, err = tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, id)
 		return err
 	})
+}
+
+// nodeID resolves a registered node.
+func (s *Store) nodeID(ctx context.Context, q querier, space, name string) (int64, error) {
+	var id int64
+	err := q.QueryRow(ctx, `SELECT id FROM nodes WHERE space = $1 AND name = $2`, space, name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, s.notFoundIn(ctx, q, space, "node", "node", name)
+	}
+	return id, err
+}
+
+// ensureNode resolves the node, registering it when unknown and the store
+// auto-registers. A concurrent registration of the same node makes the
+// insert fail on nodes_space_name_key, which inTx retries.
+func (s *Store) ensureNode(ctx context.Context, tx querier, space, name string, now time.Time) (int64, error) {
+	id, err := s.nodeID(ctx, tx, space, name)
+	if err == nil || !s.opts.AutoRegisterNodes || !alloc.IsKind(err, alloc.KindNotFound) {
+		return id, err
+	}
+	if e := (*alloc.Error)(nil); errors.As(err, &e) && e.Field == "space" {
+		return 0, err
+	}
+	// ON CONFLICT waits for a concurrent registration of the same node
+	// and then reads the winner's row, instead of failing on
+	// nodes_space_name_key and retrying the whole transaction (which a
+	// node registered and force-deleted again and again by other requests
+	// could exhaust). The winner may itself be deleted meanwhile: try again.
+	for range 3 {
+		err = tx.QueryRow(ctx, `INSERT INTO nodes (space, name, created_at, updated_at) VALUES ($1, $2, $3, $3)
+			ON CONFLICT (space, name) DO NOTHING RETURNING id`, space, name, now).Scan(&id)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return id, err
+		}
+		if id, err = s.nodeID(ctx, tx, space, name); !alloc.IsKind(err, alloc.KindNotFound) {
+			return id, err
+		}
+	}
+	return id, err
 }

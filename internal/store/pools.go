@@ -167,12 +167,17 @@ func (s *Store) CreatePool(ctx context.Context, p alloc.Pool, opts ...alloc.Writ
 				reserve_router, reserve_health, reserve_ingress, ipv4_mask_size, ipv6_mask_size, created_at, updated_at,
 				mode, pre_allocate, pod_selector, namespace_selector, disabled, skip_masquerade, max_blocks_per_node, allow_special_purpose,
 				node_selector, cloud)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) RETURNING id`,
-			p.Space, p.Name, labelsOrEmpty(p.Labels), sp.AllowFirstIP, sp.AllowLastIP,
-			sp.NodeLocal.Router, sp.NodeLocal.Health, sp.NodeLocal.Ingress,
-			maskOf(sp.IPv4), maskOf(sp.IPv6), now, string(sp.Mode), preAllocateOf(sp),
-			sp.PodSelector, sp.NamespaceSelector, sp.Disabled, sp.SkipMasquerade, int32Of(sp.MaxBlocksPerNode), sp.AllowSpecialPurpose,
-			sp.NodeSelector, cloud).Scan(&id)
+			VALUES (@space, @name, @labels, @allowFirst, @allowLast,
+				@router, @health, @ingress, @ipv4Mask, @ipv6Mask, @now, @now,
+				@mode, @preAllocate, @podSelector, @namespaceSelector, @disabled, @skipMasquerade, @maxBlocksPerNode, @allowSpecialPurpose,
+				@nodeSelector, @cloud) RETURNING id`,
+			namedArgs{"space": p.Space, "name": p.Name, "labels": labelsOrEmpty(p.Labels),
+				"allowFirst": sp.AllowFirstIP, "allowLast": sp.AllowLastIP,
+				"router": sp.NodeLocal.Router, "health": sp.NodeLocal.Health, "ingress": sp.NodeLocal.Ingress,
+				"ipv4Mask": maskOf(sp.IPv4), "ipv6Mask": maskOf(sp.IPv6), "now": now, "mode": string(sp.Mode), "preAllocate": preAllocateOf(sp),
+				"podSelector": sp.PodSelector, "namespaceSelector": sp.NamespaceSelector, "disabled": sp.Disabled,
+				"skipMasquerade": sp.SkipMasquerade, "maxBlocksPerNode": int32Of(sp.MaxBlocksPerNode),
+				"allowSpecialPurpose": sp.AllowSpecialPurpose, "nodeSelector": sp.NodeSelector, "cloud": cloud}).Scan(&id)
 		if code, constraint := pgCode(err); code == codeUniqueViolation {
 			return errPoolExists
 		} else if code == codeForeignKey && constraint == constraintPoolSpace {
@@ -259,9 +264,10 @@ func insertCIDRs(ctx context.Context, tx querier, poolID int64, space string, sp
 			field := fmt.Sprintf("spec.%s.cidrs[%d]", f, i)
 			starts, ends := reservedArrays(pf, c)
 			if have[c] {
-				if _, err := tx.Exec(ctx, `UPDATE pool_cidrs SET position = $3, reserved_start = $4, reserved_end = $5,
-						carve_hint = CASE WHEN reserved_start = $4 AND reserved_end = $5 THEN carve_hint ELSE 0 END
-					WHERE pool_id = $1 AND cidr = $2`, poolID, c, i, starts, ends); err != nil {
+				if _, err := tx.Exec(ctx, `UPDATE pool_cidrs SET position = @position, reserved_start = @starts, reserved_end = @ends,
+						carve_hint = CASE WHEN reserved_start = @starts AND reserved_end = @ends THEN carve_hint ELSE 0 END
+					WHERE pool_id = @pool AND cidr = @cidr`,
+					namedArgs{"pool": poolID, "cidr": c, "position": i, "starts": starts, "ends": ends}); err != nil {
 					return err
 				}
 				continue
@@ -279,7 +285,9 @@ func insertCIDRs(ctx context.Context, tx querier, poolID int64, space string, sp
 				return err
 			}
 			_, err = tx.Exec(ctx, `INSERT INTO pool_cidrs (pool_id, space, family, cidr, mask_size, position, reserved_start, reserved_end)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, poolID, space, int16(f), c, pf.MaskSize, i, starts, ends)
+				VALUES (@pool, @space, @family, @cidr, @mask, @position, @starts, @ends)`,
+				namedArgs{"pool": poolID, "space": space, "family": int16(f), "cidr": c, "mask": pf.MaskSize, "position": i,
+					"starts": starts, "ends": ends})
 			if code, _ := pgCode(err); code == codeExclusionViolation {
 				return &alloc.Error{Kind: alloc.KindOverlap, Field: field, Detail: fmt.Sprintf("%s overlaps a CIDR of another pool", c)}
 			} else if err != nil {
@@ -477,13 +485,17 @@ func (s *Store) UpdatePool(ctx context.Context, space, name string, labels map[s
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE pools SET labels = $2, ipv4_mask_size = $3, ipv6_mask_size = $4, updated_at = $5,
-				mode = $6, pre_allocate = $7, pod_selector = $8, namespace_selector = $9, disabled = $10, skip_masquerade = $11,
-				max_blocks_per_node = $12, allow_special_purpose = $13, node_selector = $14, cloud = $15
-			WHERE id = $1`,
-			prev.id, labelsOrEmpty(labels), maskOf(sp.IPv4), maskOf(sp.IPv6), s.now(), string(sp.Mode), preAllocateOf(sp),
-			sp.PodSelector, sp.NamespaceSelector, sp.Disabled, sp.SkipMasquerade, int32Of(sp.MaxBlocksPerNode), sp.AllowSpecialPurpose,
-			sp.NodeSelector, cloud); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE pools SET labels = @labels, ipv4_mask_size = @ipv4Mask, ipv6_mask_size = @ipv6Mask,
+				updated_at = @now, mode = @mode, pre_allocate = @preAllocate, pod_selector = @podSelector,
+				namespace_selector = @namespaceSelector, disabled = @disabled, skip_masquerade = @skipMasquerade,
+				max_blocks_per_node = @maxBlocksPerNode, allow_special_purpose = @allowSpecialPurpose,
+				node_selector = @nodeSelector, cloud = @cloud
+			WHERE id = @id`,
+			namedArgs{"id": prev.id, "labels": labelsOrEmpty(labels), "ipv4Mask": maskOf(sp.IPv4), "ipv6Mask": maskOf(sp.IPv6),
+				"now": s.now(), "mode": string(sp.Mode), "preAllocate": preAllocateOf(sp), "podSelector": sp.PodSelector,
+				"namespaceSelector": sp.NamespaceSelector, "disabled": sp.Disabled, "skipMasquerade": sp.SkipMasquerade,
+				"maxBlocksPerNode": int32Of(sp.MaxBlocksPerNode), "allowSpecialPurpose": sp.AllowSpecialPurpose,
+				"nodeSelector": sp.NodeSelector, "cloud": cloud}); err != nil {
 			return err
 		}
 		if err := insertCIDRs(ctx, tx, prev.id, space, spec, have); err != nil {
@@ -503,7 +515,7 @@ func removeCIDR(ctx context.Context, tx querier, p poolRow, c netip.Prefix, fiel
 	if err := tx.QueryRow(ctx, `SELECT id FROM pool_cidrs WHERE pool_id = $1 AND cidr = $2 FOR UPDATE`, p.id, c).Scan(&id); err != nil {
 		return err
 	}
-	nodes, n, err := nodesUsing(ctx, tx, `b.pool_cidr_id = $1`, id)
+	nodes, n, err := nodesUsing(ctx, tx, `b.pool_cidr_id = @cidr`, namedArgs{"cidr": id})
 	if err != nil {
 		return err
 	}
@@ -519,12 +531,13 @@ func removeCIDR(ctx context.Context, tx querier, p poolRow, c netip.Prefix, fiel
 const maxNamedNodes = 20
 
 // nodesUsing answers the names (up to maxNamedNodes, sorted) and the number
-// of the nodes holding blocks that match where (on blocks b).
-func nodesUsing(ctx context.Context, q querier, where string, args ...any) ([]string, int64, error) {
+// of the nodes holding blocks that match where (on blocks b, with its named
+// parameters in args).
+func nodesUsing(ctx context.Context, q querier, where string, args namedArgs) ([]string, int64, error) {
 	var names []string
 	var n int64
 	err := q.QueryRow(ctx, `SELECT coalesce((array_agg(name ORDER BY name))[1:`+fmt.Sprint(maxNamedNodes)+`], '{}'), count(*)
-		FROM (SELECT DISTINCT n.name FROM blocks b JOIN nodes n ON n.id = b.node_id WHERE `+where+`) u`, args...).Scan(&names, &n)
+		FROM (SELECT DISTINCT n.name FROM blocks b JOIN nodes n ON n.id = b.node_id WHERE `+where+`) u`, args).Scan(&names, &n)
 	return names, n, err
 }
 
@@ -553,7 +566,7 @@ func (s *Store) DeletePool(ctx context.Context, space, name string, opts ...allo
 		if _, err := tx.Exec(ctx, `SELECT id FROM pool_cidrs WHERE pool_id = $1 ORDER BY family, position FOR UPDATE`, p.id); err != nil {
 			return err
 		}
-		nodes, n, err := nodesUsing(ctx, tx, `b.pool_id = $1`, p.id)
+		nodes, n, err := nodesUsing(ctx, tx, `b.pool_id = @pool`, namedArgs{"pool": p.id})
 		if err != nil {
 			return err
 		}

@@ -73,10 +73,10 @@ func (s *Store) handOverIn(ctx context.Context, tx querier, r alloc.LeaseRequest
 		// Both attachments' rows, locked in address order (the order
 		// every multi-row lock of leases here takes).
 		rows, err := tx.Query(ctx, `SELECT container_id, interface, addr, generation, state FROM leases
-			WHERE node_id = $1 AND network = $2 AND state <> 'released'
-			  AND ((container_id = $3 AND interface = $4) OR (container_id = $5 AND interface = $6))
-			ORDER BY addr FOR UPDATE`, nodeID, r.Attachment.Network, h.ContainerID, h.Interface,
-			r.Attachment.ContainerID, r.Attachment.Interface)
+			WHERE node_id = @node AND network = @network AND state <> 'released'
+			  AND ((container_id = @slotContainer AND interface = @slotIface) OR (container_id = @container AND interface = @iface))
+			ORDER BY addr FOR UPDATE`, namedArgs{"node": nodeID, "network": r.Attachment.Network,
+			"slotContainer": h.ContainerID, "slotIface": h.Interface, "container": r.Attachment.ContainerID, "iface": r.Attachment.Interface})
 		if err != nil {
 			return err
 		}
@@ -136,8 +136,9 @@ func (s *Store) handOverIn(ctx context.Context, tx querier, r alloc.LeaseRequest
 		now := s.now()
 		if len(ownAddrs) > 0 {
 			if _, err := tx.Exec(ctx, `UPDATE leases SET `+releaseSet+`
-				WHERE space = $3 AND addr = ANY ($4) AND `+historyContextSQL(5, 6, 1),
-				now, now.Add(s.opts.Cooldown), r.Space, ownAddrs, historyActor(ctx), reasonSuperseded); err != nil {
+				WHERE space = @space AND addr = ANY (@addrs) AND `+historyContextSQL,
+				namedArgs{"now": now, "until": now.Add(s.opts.Cooldown), "space": r.Space, "addrs": ownAddrs,
+					"actor": historyActor(ctx), "reason": reasonSuperseded, "at": now}); err != nil {
 				return err
 			}
 		}
@@ -149,12 +150,13 @@ func (s *Store) handOverIn(ctx context.Context, tx querier, r alloc.LeaseRequest
 		}
 		// One new generation for all of them (a CTE runs once).
 		if _, err := tx.Exec(ctx, `WITH g AS (SELECT nextval('lease_generations') AS g)
-			UPDATE leases SET container_id = $3, interface = $4, owner_namespace = $5, owner_name = $6,
-				owner_uid = $7, state = $8, created_at = $9, expires_at = $10, confirmed_at = $11,
+			UPDATE leases SET container_id = @container, interface = @iface, owner_namespace = @ns, owner_name = @name,
+				owner_uid = @uid, state = @state, created_at = @now, expires_at = @expires, confirmed_at = @confirmed,
 				generation = g.g
-			FROM g WHERE space = $1 AND addr = ANY ($2) AND `+historyContextSQL(12, 13, 9),
-			r.Space, slotAddrs, r.Attachment.ContainerID, r.Attachment.Interface, r.Owner.Namespace, r.Owner.Name, r.Owner.UID,
-			string(state), now, expires, confirmed, historyActor(ctx), reasonFromReserve); err != nil {
+			FROM g WHERE space = @space AND addr = ANY (@addrs) AND `+historyContextSQL,
+			namedArgs{"space": r.Space, "addrs": slotAddrs, "container": r.Attachment.ContainerID, "iface": r.Attachment.Interface,
+				"ns": r.Owner.Namespace, "name": r.Owner.Name, "uid": r.Owner.UID, "state": string(state), "now": now,
+				"expires": expires, "confirmed": confirmed, "actor": historyActor(ctx), "reason": reasonFromReserve, "at": now}); err != nil {
 			return err
 		}
 		moved, err := attachmentLeases(ctx, tx, nodeID, r.Attachment)

@@ -151,12 +151,12 @@ func genericPlanBuffers(t *testing.T, f *fixture, sql string, args namedArgs) (b
 	}
 	defer func() { _, _ = conn.Exec(f.ctx, `DEALLOCATE hot`) }()
 	// EXPLAIN EXECUTE takes no bound parameters: the simple protocol
-	// writes the values into the text.
+	// writes the values into the text. The statement's parameters are
+	// named in the order of its positional ones (p.names).
 	params := make([]string, len(p.names))
-	values := make([]any, len(p.names))
 	requests = 1
 	for i, name := range p.names {
-		params[i], values[i] = fmt.Sprintf("$%d", i+1), args[name]
+		params[i] = "@" + name
 		if name == "nodes" {
 			switch v := args[name].(type) {
 			case []string:
@@ -175,7 +175,7 @@ func genericPlanBuffers(t *testing.T, f *fixture, sql string, args namedArgs) (b
 	}
 	var text string
 	if err := tx.QueryRow(f.ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE hot(`+strings.Join(params, ", ")+`)`,
-		append([]any{pgx.QueryExecModeSimpleProtocol}, values...)...).Scan(&text); err != nil {
+		pgx.QueryExecModeSimpleProtocol, args).Scan(&text); err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal([]byte(text), &plan); err != nil || len(plan) != 1 {

@@ -52,28 +52,35 @@ func intervalDuration(i pgtype.Interval) time.Duration {
 }
 
 // boundAddress reads, and locks, the address of family f bound to
-// identity; nil when none. The lock makes concurrent requests of one
+// identity; nil when none. A released row is answered after its retention
+// too, until something clears the binding (the address's next lease). The lock makes concurrent requests of one
 // identity take turns: the second sees what the first did.
 func boundAddress(ctx context.Context, tx querier, space, identity string, f alloc.Family) (*alloc.BoundAddress, error) {
 	var b alloc.BoundAddress
-	err := tx.QueryRow(ctx, `SELECT l.addr, l.block_cidr, n.name, p.name, l.state <> 'released', l.network, l.container_id, l.interface, l.generation
+	var until *time.Time // NULL while held
+	err := tx.QueryRow(ctx, `SELECT l.addr, l.block_cidr, n.name, p.name, l.state <> 'released', l.network, l.container_id, l.interface, l.generation,
+			l.cooldown_until
 		FROM leases l JOIN nodes n ON n.id = l.node_id JOIN pools p ON p.id = l.pool_id
 		WHERE l.space = $1 AND l.sticky_identity = $2 AND l.family = $3
 		FOR UPDATE OF l`, space, identity, int16(f)).
-		Scan(&b.Addr, &b.Block, &b.Node, &b.Pool, &b.Held, &b.Attachment.Network, &b.Attachment.ContainerID, &b.Attachment.Interface, &b.Generation)
+		Scan(&b.Addr, &b.Block, &b.Node, &b.Pool, &b.Held, &b.Attachment.Network, &b.Attachment.ContainerID, &b.Attachment.Interface, &b.Generation,
+			&until)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	if until != nil {
+		b.RetainedUntil = *until
+	}
 	return &b, nil
 }
 
 // unbindSet ends a binding: a released row then cools only for what is
-// left of its ordinary cooldown ($1), counted from its release.
+// left of its ordinary cooldown (@cooldown), counted from its release.
 const unbindSet = `sticky_identity = NULL, sticky_retention = NULL,
-	cooldown_until = CASE WHEN state = 'released' THEN least(cooldown_until, released_at + $1::interval) ELSE cooldown_until END`
+	cooldown_until = CASE WHEN state = 'released' THEN least(cooldown_until, released_at + @cooldown::interval) ELSE cooldown_until END`
 
 // Bindings answers the addresses bound to identity: held by a lease, or
 // released and within their retention.
@@ -99,9 +106,10 @@ func (s *Store) Unbind(ctx context.Context, space, identity string) ([]alloc.Lea
 		return nil, err
 	}
 	items, err := collectLeases(s.db.Query(ctx, `WITH u AS (
-			UPDATE leases SET `+unbindSet+` WHERE space = $2 AND sticky_identity = $3 RETURNING *
+			UPDATE leases SET `+unbindSet+` WHERE space = @space AND sticky_identity = @identity RETURNING *
 		)
-		SELECT `+leaseColumns+` FROM u l`+leaseJoins+` ORDER BY l.family`, interval(s.opts.Cooldown), space, identity))
+		SELECT `+leaseColumns+` FROM u l`+leaseJoins+` ORDER BY l.family`,
+		namedArgs{"cooldown": interval(s.opts.Cooldown), "space": space, "identity": identity}))
 	if err != nil {
 		return nil, err
 	}

@@ -1,13 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Copyright The ipam-dev/ipam Authors
 
-// Package store persists the IPAM's state in PostgreSQL. Every state change
-// is one transaction; serialization uses row locks only (never table locks
-// or a process-wide mutex), so any number of replicas can share a database.
-// Decisions that need no SQL (block layouts and numbering, validation) are
-// made by package alloc; choices that need an index (the free address of a
-// block, the first free block of a CIDR) are probes in SQL, one statement
-// each, so they cost the same however many leases and blocks exist.
 package store
 
 import (

@@ -133,12 +133,12 @@ type ToppedUp struct {
 }
 
 // notedUsageSQL is nodePoolUsageSQL for the node pool families listed by
-// $1 (spaces), $4 (nodes), $5 (pools) and $6 (families), each read by its
+// @spaces, @nodes, @pools and @families, each read by its
 // indexes: the pool and the node by name, the node's blocks of the pool
 // family by blocks_node_pool. A node or pool the space no longer has is
 // not answered.
 const notedUsageSQL = `WITH k AS (
-		SELECT DISTINCT * FROM unnest($1::text[], $4::text[], $5::text[], $6::smallint[]) AS k (space, node, pool, family)
+		SELECT DISTINCT * FROM unnest(@spaces::text[], @nodes::text[], @pools::text[], @families::smallint[]) AS k (space, node, pool, family)
 	), mp AS (
 		` + poolFamiliesSQL + ` AND (p.space, p.name) IN (SELECT space, pool FROM k)
 	)
@@ -160,7 +160,8 @@ func (s *Store) notedUsage(ctx context.Context, keys map[topUpKey]int64) ([]node
 	for k := range keys {
 		spaces, nodes, pools, families = append(spaces, k.space), append(nodes, k.node), append(pools, k.pool), append(families, int16(k.family))
 	}
-	rows, err := s.queryNodeUsage(ctx, s.db, notedUsageSQL, spaces, s.opts.DefaultPool, alloc.DefaultPreAllocate, nodes, pools, families)
+	rows, err := s.queryNodeUsage(ctx, s.db, notedUsageSQL,
+		namedArgs{"spaces": spaces, "nodes": nodes, "pools": pools, "families": families})
 	for i, u := range rows {
 		rows[i].Expected = topUpHorizon * keys[topUpKey{space: u.Space, node: u.Node, pool: u.Pool, family: u.Family}]
 	}

@@ -98,9 +98,10 @@ func (s *Store) assignVIPs(ctx context.Context, tx querier, r alloc.VIPRequest) 
 	}
 	var ownerID, generation int64
 	err = tx.QueryRow(ctx, `INSERT INTO vip_owners (space, namespace, name, request, satisfied, reason, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, false, '', $5, $5)
+		VALUES (@space, @ns, @name, @request, false, '', @now, @now)
 		ON CONFLICT (space, namespace, name) DO UPDATE SET request = EXCLUDED.request, updated_at = EXCLUDED.updated_at
-		RETURNING id, generation`, r.Space, r.Owner.Namespace, r.Owner.Name, req, now).Scan(&ownerID, &generation)
+		RETURNING id, generation`, namedArgs{"space": r.Space, "ns": r.Owner.Namespace, "name": r.Owner.Name, "request": req,
+		"now": now}).Scan(&ownerID, &generation)
 	if code, _ := pgCode(err); code == codeForeignKey {
 		return alloc.VIPAssignment{}, alloc.NotFound("space", "address space", r.Space)
 	} else if err != nil {
@@ -515,8 +516,9 @@ func firstFreeVIP(ctx context.Context, tx querier, space string, rg netipx.IPRan
 // insert gives a new address from pool poolID.
 func (a *vipAssigner) insert(ctx context.Context, poolID int64, addr netip.Addr) error {
 	var vipID int64
-	err := a.tx.QueryRow(ctx, `INSERT INTO vips (space, addr, lb_pool_id, sharing_key, created_at) VALUES ($1, $2, $3, $4, $5) RETURNING id`,
-		a.r.Space, addr, poolID, a.r.Sharing.Key, a.now).Scan(&vipID)
+	err := a.tx.QueryRow(ctx, `INSERT INTO vips (space, addr, lb_pool_id, sharing_key, created_at)
+		VALUES (@space, @addr, @pool, @sharingKey, @now) RETURNING id`,
+		namedArgs{"space": a.r.Space, "addr": addr, "pool": poolID, "sharingKey": a.r.Sharing.Key, "now": a.now}).Scan(&vipID)
 	if err != nil {
 		return err
 	}
