@@ -15,7 +15,6 @@ import (
 	iputil "github.com/cilium/cilium/pkg/ip"
 	ipamtypes "github.com/cilium/cilium/pkg/ipam/types"
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/store"
@@ -48,15 +47,8 @@ import (
 // spec.providerID, else one made of the CiliumNode's spec.instance-id as
 // the cloud providers write it (aws:///ZONE/i-..., azure://RESOURCE-ID).
 func (o *Operator) providerID(name string, cn *ciliumv2.CiliumNode) string {
-	o.mu.Lock()
-	idx := o.kNode
-	o.mu.Unlock()
-	if idx != nil {
-		if obj, ok, _ := idx.GetByKey(name); ok {
-			if id := obj.(*corev1.Node).Spec.ProviderID; id != "" {
-				return id
-			}
-		}
+	if n := o.kubeNode(name); n != nil && n.Spec.ProviderID != "" {
+		return n.Spec.ProviderID
 	}
 	id := cn.Spec.InstanceID
 	switch {
@@ -93,6 +85,20 @@ func (o *Operator) cloudRound(ctx context.Context, name string, cn, desired *cil
 			continue
 		}
 		f := interfaceHolding(reading.Interfaces, addr)
+		if f == nil && inUse(used, addr) {
+			// In use, yet not in the last reading: a reading that lags
+			// the assignment (the clouds' reads are eventually
+			// consistent). The entry keeps the interface it was last
+			// listed on, and that interface lists it: Cilium's ENI agent
+			// configures no device while a pool entry names an interface
+			// the status lacks or one that does not list the address
+			// (pkg/ipam/eni.go, validateENIConfig), and the crd agent
+			// routes the address by its entry's interface.
+			f = interfaceByID(reading.Interfaces, cn.Spec.IPAM.Pool[ip].Resource)
+			if f == nil {
+				o.log.Warn("an address in use is on none of the node's interfaces the cloud last listed", "node", name, "address", ip)
+			}
+		}
 		switch {
 		case f != nil:
 			a.Resource = f.ID
@@ -118,6 +124,17 @@ func (o *Operator) cloudRound(ctx context.Context, name string, cn, desired *cil
 func inUse(used map[netip.Addr]alloc.Owner, a netip.Addr) bool {
 	_, ok := used[a]
 	return ok
+}
+
+// interfaceByID is the interface of the reading with that id, nil when
+// none (or id is empty).
+func interfaceByID(ifaces []store.CloudInterface, id string) *store.CloudInterface {
+	for i := range ifaces {
+		if id != "" && ifaces[i].ID == id {
+			return &ifaces[i]
+		}
+	}
+	return nil
 }
 
 // interfaceHolding is the interface of ifaces that holds a (a secondary

@@ -33,8 +33,9 @@ import (
 // instance (EC2 fake, real SDK, real API server): the controller records
 // its providerID, names the ENI as each pool entry's resource, and lists
 // in status.eni.enis the ENI with what the agent routes by and exactly
-// the pool's addresses. The use an agent in ipam.mode=eni reports in
-// spec.ipam.pools.allocated becomes Pod leases, and the pool grows by it.
+// the pool's addresses. The use an agent in ipam.mode=eni states (its
+// demand less the pre-allocation) becomes that many Pod leases, and the
+// pool grows by it.
 func TestCRDCloudPoolENI(t *testing.T) {
 	x := newENIWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}}, time.Hour)
 	e, fake, inst, eni0, served := x.e, x.fake, x.inst, x.eni0, x.served
@@ -59,23 +60,16 @@ func TestCRDCloudPoolENI(t *testing.T) {
 		t.Fatalf("cloud nodes %+v, %v", nodes, err)
 	}
 
-	// The agent (ipam.mode=eni, v1.20) takes two into use and says so in
-	// spec.ipam.pools.allocated; status.ipam.used stays empty.
-	inUse := specPool(cn)[:2]
-	var cidrs []iputil.Prefix
-	for _, ip := range inUse {
-		cidrs = append(cidrs, iputil.PrefixFrom(netip.PrefixFrom(netip.MustParseAddr(ip), 32)))
-	}
-	e.eventually(10*time.Second, "the agent's write", func() (bool, string) {
-		cn := e.get("node-a")
-		cn.Spec.IPAM.Pools = ipamtypes.IPAMPoolSpec{Allocated: []ipamtypes.IPAMPoolAllocation{{Pool: "default", CIDRs: cidrs}}}
-		_, err := e.client.CiliumV2().CiliumNodes().Update(e.ctx, cn, metav1.UpdateOptions{})
-		return err == nil, fmt.Sprint(err)
-	})
+	// The agent (ipam.mode=eni, v1.20) takes two into use: it asks for 6
+	// (2 used plus its pre-allocation of 4) and keeps the four it holds
+	// in spec.ipam.pools.allocated; status.ipam.used stays empty. It names
+	// no address in use: the lowest two it keeps are recorded as such.
+	kept := specPool(cn)
+	x.eniAgent(t, kept, 2+4)
 	e.eventually(20*time.Second, "the pool grown by the use", served(6))
 	for _, a := range mustHeld(t, e, "node-a") {
-		if want := slices.Contains(inUse, a.Addr.String()); (a.State == alloc.StateActive) != want {
-			t.Errorf("%s: %s in the store; in use by the agent: %v", a.Addr, a.State, want)
+		if want := slices.Contains(kept[:2], a.Addr.String()); (a.State == alloc.StateActive) != want {
+			t.Errorf("%s: %s in the store; counted in use: %v", a.Addr, a.State, want)
 		}
 	}
 	if held, _ := fake.Held(eni0); len(held) != 6 {
@@ -196,48 +190,98 @@ func TestCRDCloudPoolENIIPv6(t *testing.T) {
 	e.consistent()
 }
 
+// eniAgent writes node-a's spec.ipam.pools as Cilium's v1.20 agent in
+// ipam.mode=eni (its multi-pool manager) does: its demand (in use plus
+// pre-allocate) in requested, the /32s it keeps, used and spare, in
+// allocated.
+func (x *eniWorld) eniAgent(t *testing.T, keep []string, requested int) {
+	t.Helper()
+	e := x.e
+	var cidrs []iputil.Prefix
+	for _, ip := range keep {
+		cidrs = append(cidrs, iputil.PrefixFrom(netip.PrefixFrom(netip.MustParseAddr(ip), 32)))
+	}
+	e.eventually(10*time.Second, "the agent's write", func() (bool, string) {
+		cn := e.get("node-a")
+		cn.Spec.IPAM.Pools = ipamtypes.IPAMPoolSpec{
+			Requested: []ipamtypes.IPAMPoolRequest{{Pool: "default", Needed: ipamtypes.IPAMPoolDemand{IPv4Addrs: requested}}},
+			Allocated: []ipamtypes.IPAMPoolAllocation{{Pool: "default", CIDRs: cidrs}}}
+		_, err := e.client.CiliumV2().CiliumNodes().Update(e.ctx, cn, metav1.UpdateOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// activeLeases counts node-a's addresses the store has as a Pod's.
+func (x *eniWorld) activeLeases(t *testing.T) int {
+	n := 0
+	for _, a := range mustHeld(t, x.e, "node-a") {
+		if a.State == alloc.StateActive {
+			n++
+		}
+	}
+	return n
+}
+
+// The eni worked example: pre-allocate 4, 2 Pods. Cilium's v1.20 agent
+// asks for 6 (in use plus pre-allocate) and keeps every address it is
+// given; Cilium's operator reads its use as requested - pre-allocate = 2
+// (nodemanager/node.go, cilium#45154) and settles at 6 addresses on the
+// node's interfaces. The 4 spare ones are the node's reserve, not Pod
+// leases. Before, every kept address counted as used: 6 kept made the
+// need 4 more, 10 kept 4 more again, and the pool never settled.
+func TestCRDENIWorkedExample(t *testing.T) {
+	x := newENIWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}, ReleaseDelay: time.Second}, 2*time.Second)
+	e := x.e
+	e.eventually(20*time.Second, "the pre-allocation from the cloud", x.served(4))
+	// Two Pods start: the agent keeps everything it holds and asks for 6.
+	settled := x.served(6)
+	e.eventually(30*time.Second, "six addresses", func() (bool, string) {
+		x.eniAgent(t, specPool(e.get("node-a")), 2+4)
+		return settled()
+	})
+	// Several more rounds of the same agent: nothing grows.
+	for range 5 {
+		x.eniAgent(t, specPool(e.get("node-a")), 2+4)
+		time.Sleep(400 * time.Millisecond)
+		if ok, why := settled(); !ok {
+			t.Fatalf("after settling at 6: %s", why)
+		}
+	}
+	if held, _ := x.fake.Held(x.eni0); len(held) != 6 {
+		t.Errorf("the ENI holds %d addresses %v; want 6", len(held), held)
+	}
+	if n := x.activeLeases(t); n != 2 {
+		t.Errorf("%d of node-a's addresses are Pod leases; the agent uses 2 (the other 4 are its reserve)", n)
+	}
+	e.consistent()
+}
+
 // TestCRDCloudPoolENIGivesBack: an agent in ipam.mode=eni (v1.20's
 // multi-pool allocator: spec.ipam.pools.requested set, status.ipam.used
 // empty) answers no release handshake; it releases an address by leaving
 // it out of spec.ipam.pools.allocated. After the release delay the
-// controller gives such excess back (no release-ips written), and the
-// capacity workers then unassign it from the ENI, as Cilium's operator
-// does (operator/pkg/ipam/nodemanager handleMultiPoolCIDRRelease). An
-// address back in allocated before the delay stays.
+// controller gives such an address back whatever the count (no
+// release-ips written), and the capacity workers then unassign it from
+// the ENI, as Cilium's operator does (operator/pkg/ipam/nodemanager
+// trackMultiPoolAllocatedLocked, handleMultiPoolCIDRRelease). An address
+// back in allocated before the delay stays.
 func TestCRDCloudPoolENIGivesBack(t *testing.T) {
 	x := newENIWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}, ReleaseDelay: time.Second}, 2*time.Second)
 	e := x.e
 	e.eventually(20*time.Second, "the pre-allocation from the cloud", x.served(4))
-	// The agent, as v1.20's multi-pool manager writes it: its demand in
-	// requested, the /32s it keeps (used and spare) in allocated.
-	agent := func(keep []string, needed int) {
-		t.Helper()
-		var cidrs []iputil.Prefix
-		for _, ip := range keep {
-			cidrs = append(cidrs, iputil.PrefixFrom(netip.PrefixFrom(netip.MustParseAddr(ip), 32)))
-		}
-		e.eventually(10*time.Second, "the agent's write", func() (bool, string) {
-			cn := e.get("node-a")
-			cn.Spec.IPAM.Pools = ipamtypes.IPAMPoolSpec{
-				Requested: []ipamtypes.IPAMPoolRequest{{Pool: "default", Needed: ipamtypes.IPAMPoolDemand{IPv4Addrs: needed}}},
-				Allocated: []ipamtypes.IPAMPoolAllocation{{Pool: "default", CIDRs: cidrs}}}
-			_, err := e.client.CiliumV2().CiliumNodes().Update(e.ctx, cn, metav1.UpdateOptions{})
-			return err == nil, fmt.Sprint(err)
-		})
-	}
-	// It keeps all four: the pool grows by four more.
-	agent(specPool(e.get("node-a")), 8)
-	e.eventually(20*time.Second, "the pool grown by the agent's use", x.served(8))
+	// Four Pods: the agent keeps the four and asks for 8.
+	x.eniAgent(t, specPool(e.get("node-a")), 4+4)
+	e.eventually(20*time.Second, "the pool grown for four Pods", x.served(8))
 	all := specPool(e.get("node-a"))
-	// Pods go: it keeps one, and re-keeps a second just before the delay.
-	agent(all[:1], 5)
+	x.eniAgent(t, all, 4+4)
+	// Two Pods go: the agent drops three of its eight, and re-keeps one
+	// of them just before the delay.
+	x.eniAgent(t, all[:5], 2+4)
 	time.Sleep(time.Second)
-	agent(all[:2], 6)
-	// Held 8, the agent keeps 2, pre-allocation 4: 2 are excess and go
-	// back, never one the agent keeps.
-	e.eventually(20*time.Second, "the excess given back", x.served(6))
+	x.eniAgent(t, all[:6], 2+4)
+	e.eventually(20*time.Second, "the dropped addresses given back", x.served(6))
 	cn := e.get("node-a")
-	for _, ip := range all[:2] {
+	for _, ip := range all[:6] {
 		if _, ok := cn.Spec.IPAM.Pool[ip]; !ok {
 			t.Fatalf("%s, kept by the agent, left the pool %v", ip, specPool(cn))
 		}
@@ -258,6 +302,9 @@ func TestCRDCloudPoolENIGivesBack(t *testing.T) {
 		if !slices.Contains(held, netip.MustParseAddr(ip)) {
 			t.Fatalf("%s is in the pool, not on the ENI (%v)", ip, held)
 		}
+	}
+	if n := x.activeLeases(t); n != 2 {
+		t.Errorf("%d of node-a's addresses are Pod leases; the agent uses 2", n)
 	}
 	e.consistent()
 }
@@ -303,5 +350,63 @@ func TestCloudStatusAndProviderID(t *testing.T) {
 		ai.Subnet.ID != nic.SubnetID || ai.State != "Succeeded" || ai.IP.Addr != nic.Primary ||
 		len(ai.Addresses) != 2 || ai.Addresses[0].IP.Addr != netip.MustParseAddr("10.96.0.5") || ai.Addresses[0].State != "Succeeded" {
 		t.Fatalf("status.azure.interfaces[0] = %+v", ai)
+	}
+}
+
+// A reading of the interfaces that lags (the clouds' reads are eventually
+// consistent) can leave out an address a Pod uses. Its pool entry keeps
+// the interface it was listed on, and status.eni.enis lists it there:
+// Cilium's ENI agent configures no device while an entry names an
+// interface the status lacks or one that does not list the address
+// (pkg/ipam/eni.go, validateENIConfig). Before, the entry fell back to
+// its pool and block ("default/10.90.0.0/28"), which no status lists.
+func TestCRDCloudPoolStaleReadingKeepsInterface(t *testing.T) {
+	x := newENIWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}}, time.Hour)
+	e := x.e
+	e.eventually(20*time.Second, "the pre-allocation from the cloud", x.served(4))
+	pool := specPool(e.get("node-a"))
+	report := func(ips ...string) {
+		t.Helper()
+		e.eventually(10*time.Second, "the agent's status", func() (bool, string) {
+			cn := e.get("node-a")
+			cn.Status.IPAM.Used = ipamtypes.AllocationMap{}
+			for i, ip := range ips {
+				cn.Status.IPAM.Used[ip] = ipamtypes.AllocationIP{Owner: fmt.Sprintf("default/web-%d", i)}
+			}
+			_, err := e.client.CiliumV2().CiliumNodes().UpdateStatus(e.ctx, cn, metav1.UpdateOptions{})
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	active := func(ip string) func() (bool, string) {
+		return func() (bool, string) {
+			l, err := e.st.GetAddress(e.ctx, alloc.DefaultSpace, netip.MustParseAddr(ip))
+			return err == nil && l.State == alloc.StateActive, fmt.Sprintf("%+v %v", l, err)
+		}
+	}
+	report(pool[0])
+	e.eventually(10*time.Second, "the use recorded", active(pool[0]))
+
+	// The reading now lacks pool[0] (the workers do not pass again).
+	r, err := e.st.CloudInterfaces(e.ctx, alloc.DefaultSpace, "node-a")
+	if err != nil || len(r.Interfaces) == 0 {
+		t.Fatalf("reading %+v, %v", r, err)
+	}
+	ifaces := slices.Clone(r.Interfaces)
+	ifaces[0].Addresses = slices.DeleteFunc(slices.Clone(ifaces[0].Addresses), func(a netip.Addr) bool { return a.String() == pool[0] })
+	if err := e.st.SetCloudInterfaces(e.ctx, alloc.DefaultSpace, "node-a", r.Instance, ifaces, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// A round after the stale reading: the agent reports a second Pod.
+	report(pool[0], pool[1])
+	e.eventually(10*time.Second, "the second use recorded", active(pool[1]))
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		cn := e.get("node-a")
+		if got := cn.Spec.IPAM.Pool[pool[0]].Resource; got != x.eni0 {
+			t.Fatalf("pool entry %s: resource %q; want %s, the interface it was listed on", pool[0], got, x.eni0)
+		}
+		eni := cn.Status.ENI.ENIs[x.eni0]
+		if !slices.ContainsFunc(eni.Addresses, func(a iputil.Addr) bool { return a.String() == pool[0] }) {
+			t.Fatalf("status.eni.enis[%s] lists %v, not %s", x.eni0, eni.Addresses, pool[0])
+		}
 	}
 }

@@ -84,10 +84,14 @@ func podCIDRs(blocks []netip.Prefix) []iputil.Prefix {
 
 // releaseAgentNode gives the blocks of a node whose CiliumNode is gone back
 // to their pools at once, as Cilium's operator does, by deleting the node
-// from the store (its history records the release). A node that also holds
+// from the store (its history records the release), unless the node's
+// Kubernetes Node still exists (liveAgent). A node that also holds
 // leases made through the API is left, with a warning: those are not the
 // agent's to end.
 func (o *Operator) releaseAgentNode(ctx context.Context, name string) error {
+	if o.liveAgent(name) {
+		return nil
+	}
 	err := o.store.DeleteNode(ctx, o.cfg.Space, name, false)
 	var ae *alloc.Error
 	switch {

@@ -121,6 +121,13 @@ type crdFamily struct {
 	pool    ipamtypes.AllocationMap
 	used    ipamtypes.AllocationMap
 	release map[string]ipamtypes.IPReleaseStatus
+	// multiPool: the agent allocates with Cilium's multi-pool allocator
+	// (multiPoolAgent). It then reports no used addresses: kept is what
+	// it lists in spec.ipam.pools.allocated (in use and spare) and
+	// requested its demand (in use plus pre-allocate).
+	multiPool bool
+	kept      ipamtypes.AllocationMap
+	requested int
 }
 
 // crdFamilies splits the node's maps by family. Cilium's agent in crd mode
@@ -130,23 +137,43 @@ type crdFamily struct {
 // ipv6-pool, ipv6-used and release-ipv6s fields of the type are not read
 // by it, so the operator leaves them alone.
 //
-// An agent in ipam.mode=eni (v1.20) leaves status.ipam.used empty and
-// lists what it uses in spec.ipam.pools.allocated instead: that is the
-// used map then.
+// An agent in ipam.mode=eni (v1.20) leaves status.ipam.used empty, writes
+// its demand to spec.ipam.pools.requested and lists what it keeps, used
+// and spare alike, in spec.ipam.pools.allocated: no address is known to
+// be a Pod's then, and the use is a count (Watermarks.UsedFromRequested).
 func crdFamilies(cn *ciliumv2.CiliumNode) []crdFamily {
-	used := cn.Status.IPAM.Used
-	if len(used) == 0 {
-		for _, a := range allocatedUse(cn.Spec.IPAM.Pools) {
-			if used == nil {
-				used = ipamtypes.AllocationMap{}
-			}
-			used[a.String()] = ipamtypes.AllocationIP{}
+	fams := []crdFamily{
+		{f: alloc.IPv4, pool: ofFamily(cn.Spec.IPAM.Pool, alloc.IPv4), used: ofFamily(cn.Status.IPAM.Used, alloc.IPv4), release: ofFamily(cn.Status.IPAM.ReleaseIPs, alloc.IPv4)},
+		{f: alloc.IPv6, pool: ofFamily(cn.Spec.IPAM.Pool, alloc.IPv6), used: ofFamily(cn.Status.IPAM.Used, alloc.IPv6), release: ofFamily(cn.Status.IPAM.ReleaseIPs, alloc.IPv6)},
+	}
+	if !multiPoolAgent(cn) {
+		return fams
+	}
+	kept := ipamtypes.AllocationMap{}
+	for _, a := range allocatedUse(cn.Spec.IPAM.Pools) {
+		kept[a.String()] = ipamtypes.AllocationIP{}
+	}
+	req4, req6 := agentDemand(cn)
+	for i := range fams {
+		fams[i].multiPool = true
+		fams[i].kept = ofFamily(kept, fams[i].f)
+		fams[i].requested = req4
+		if fams[i].f == alloc.IPv6 {
+			fams[i].requested = req6
 		}
 	}
-	return []crdFamily{
-		{alloc.IPv4, ofFamily(cn.Spec.IPAM.Pool, alloc.IPv4), ofFamily(used, alloc.IPv4), ofFamily(cn.Status.IPAM.ReleaseIPs, alloc.IPv4)},
-		{alloc.IPv6, ofFamily(cn.Spec.IPAM.Pool, alloc.IPv6), ofFamily(used, alloc.IPv6), ofFamily(cn.Status.IPAM.ReleaseIPs, alloc.IPv6)},
+	return fams
+}
+
+// agentDemand is a multi-pool agent's demand for the default pool, per
+// family (Cilium's poolRequestedIPs).
+func agentDemand(cn *ciliumv2.CiliumNode) (v4, v6 int) {
+	for _, r := range cn.Spec.IPAM.Pools.Requested {
+		if r.Pool == defaultAgentPool {
+			return r.Needed.IPv4Addrs, r.Needed.IPv6Addrs
+		}
 	}
+	return 0, 0
 }
 
 // multiPoolAgent: the node's agent allocates with Cilium's multi-pool
@@ -192,6 +219,9 @@ func ofFamily[M ~map[string]V, V any](m M, f alloc.Family) M {
 func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2.CiliumNode) (time.Duration, error) {
 	o := r.o
 	if cn == nil || !cn.DeletionTimestamp.IsZero() {
+		if o.liveAgent(name) {
+			return 0, nil
+		}
 		n, err := o.store.ReleaseAllNodeAddresses(ctx, o.cfg.Space, name)
 		if err != nil {
 			return 0, err
@@ -213,6 +243,12 @@ func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2
 	used := map[netip.Addr]alloc.Owner{}
 	fams := crdFamilies(cn)
 	for _, fam := range fams {
+		if fam.multiPool {
+			for _, a := range countedUse(fam.kept, w.UsedFromRequested(fam.requested)) {
+				used[a] = eniPodOwner
+			}
+			continue
+		}
 		for ip, a := range fam.used {
 			addr, err := netip.ParseAddr(ip)
 			if err != nil || alloc.FamilyOf(addr) != fam.f {
@@ -252,7 +288,7 @@ func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2
 		pool, release = mergeInto(pool, st.pool), mergeInto(release, st.release)
 	}
 	desired.Spec.IPAM.Pool, desired.Status.IPAM.ReleaseIPs = pool, release
-	if err := o.cloudRound(ctx, name, cn, desired, used); err != nil {
+	if err := o.cloudRound(ctx, name, cn, desired, withKept(used, fams)); err != nil {
 		return 0, err
 	}
 	o.needs.Store(name, need)
@@ -288,6 +324,9 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 		}
 	}
 	usedN := len(fam.used)
+	if fam.multiPool {
+		usedN = w.UsedFromRequested(fam.requested)
+	}
 
 	// Grow. IPv6 is asked for only of a pool that has it: the store
 	// answers nothing (and no error) for a family the pool lacks.
@@ -300,7 +339,13 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 		needed = 0
 	}
 	if needed > 0 {
-		n := w.ToAllocate(len(held), usedN, 0)
+		// The surge: Pods waiting on the node beyond the need. Cilium's
+		// operator counts it into IPv4 rounds only (nodemanager/node.go).
+		pending := 0
+		if fam.f == alloc.IPv4 {
+			pending = o.pendingPods(name)
+		}
+		n := w.ToAllocate(len(held), usedN, pending)
 		added, err := o.store.ReserveNodeAddresses(ctx, o.cfg.Space, name, o.nodeLabels(name, cn), o.cfg.DefaultPool, fam.f, n)
 		for _, a := range added {
 			held[a.Addr] = a
@@ -331,11 +376,22 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 	// Excess: reserved, unused, not cooling addresses beyond the
 	// watermark, the ones already in a handshake first.
 	var excess []netip.Addr
-	if needed == 0 {
+	if fam.multiPool {
+		// Cilium's operator gives back what a multi-pool agent leaves out
+		// of spec.ipam.pools.allocated once it stayed out for the delay,
+		// whatever the count (trackMultiPoolAllocatedLocked,
+		// handleMultiPoolCIDRRelease): the agent decides its spare.
+		for _, a := range held {
+			if a.Releasable(now) && !inMap(fam.kept, a.Addr) && !pinned(fam.pool, a.Addr) {
+				excess = append(excess, a.Addr)
+			}
+		}
+		slices.SortFunc(excess, netip.Addr.Compare)
+	} else if needed == 0 {
 		if n := w.Excess(len(held), usedN); n > 0 {
 			var cands []alloc.HeldAddress
 			for _, a := range held {
-				if a.Releasable(now) && !inMap(fam.used, a.Addr) {
+				if a.Releasable(now) && !inMap(fam.used, a.Addr) && !pinned(fam.pool, a.Addr) {
 					cands = append(cands, a)
 				}
 			}
@@ -428,13 +484,16 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 
 	// The pool is what the store holds. An address the agent uses stays
 	// even when the store does not know it (written by someone before
-	// this operator): removing it would pull it from under a Pod.
+	// this operator): removing it would pull it from under a Pod. An
+	// entry's owner stays as written: Cilium's crd-mode agent hands an
+	// address pinned to "namespace/pod" to that Pod only
+	// (pkg/ipam/crd.go, allocateNext).
 	pool := make(ipamtypes.AllocationMap, len(held))
 	for addr, a := range held {
-		pool[addr.String()] = ipamtypes.AllocationIP{Resource: a.Pool + "/" + a.Block.String()}
+		pool[addr.String()] = ipamtypes.AllocationIP{Owner: fam.pool[addr.String()].Owner, Resource: a.Pool + "/" + a.Block.String()}
 	}
 	for ip, a := range fam.pool {
-		if _, ok := pool[ip]; !ok && inMapString(fam.used, ip) {
+		if _, ok := pool[ip]; !ok && (inMapString(fam.used, ip) || inMapString(fam.kept, ip)) {
 			pool[ip] = a
 		}
 	}
@@ -472,4 +531,51 @@ func inMap(m ipamtypes.AllocationMap, a netip.Addr) bool { return inMapString(m,
 func inMapString(m ipamtypes.AllocationMap, ip string) bool {
 	_, ok := m[ip]
 	return ok
+}
+
+// pinned says whether the pool entry of addr names an owner: the agent
+// keeps such an address for that Pod alone, so it is never excess.
+func pinned(pool ipamtypes.AllocationMap, addr netip.Addr) bool {
+	return pool[addr.String()].Owner != ""
+}
+
+// withKept is used plus what a multi-pool agent keeps: addresses no
+// reading may pull from the node's pool. For other agents it is used.
+func withKept(used map[netip.Addr]alloc.Owner, fams []crdFamily) map[netip.Addr]alloc.Owner {
+	if !slices.ContainsFunc(fams, func(f crdFamily) bool { return len(f.kept) > 0 }) {
+		return used
+	}
+	out := maps.Clone(used)
+	for _, fam := range fams {
+		for ip := range fam.kept {
+			if a, err := netip.ParseAddr(ip); err == nil {
+				if _, ok := out[a]; !ok {
+					out[a] = alloc.Owner{}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// eniPodOwner holds the addresses counted as used on a node whose agent
+// runs Cilium's multi-pool allocator (countedUse).
+var eniPodOwner = alloc.CiliumOwner("eni-pod")
+
+// countedUse picks n of the addresses a multi-pool agent keeps (the
+// lowest) to record as used. Such an agent says how many addresses its
+// Pods use (its demand less the pre-allocation) but not which: the store
+// records that many as in use by eniPodOwner and the others as the
+// node's reserve, so that the count of used addresses (ipam_used_ips,
+// the cloud workers' sizing) is the agent's and its spare addresses are
+// no Pod's leases.
+func countedUse(kept ipamtypes.AllocationMap, n int) []netip.Addr {
+	var addrs []netip.Addr
+	for ip := range kept {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			addrs = append(addrs, a)
+		}
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	return addrs[:min(n, len(addrs))]
 }

@@ -67,14 +67,7 @@ func TestCRDExcessReleaseHandshake(t *testing.T) {
 	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(26, "10.40.0.0/16")})
 	const delay = 2 * time.Second
 	e.operator("op-1", func(c *Config) { c.ExcessIPReleaseDelay = delay; c.Resync = time.Second })
-	ag := newAgent(t, e.client, "excess", 0)
-	if err := ag.create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: 4}, nil); err != nil {
-		t.Fatal(err)
-	}
-	e.eventually(10*time.Second, "pre-allocation", func() (bool, string) {
-		n := len(e.get("excess").Spec.IPAM.Pool)
-		return n == 4, fmt.Sprintf("%d addresses", n)
-	})
+	ag := e.preAllocatedAgent("excess", 4)
 	// Use 6: the pool grows to 10.
 	ag.observe(e.get("excess"))
 	var used []string
@@ -164,14 +157,7 @@ func TestCRDExcessReleaseHandshake(t *testing.T) {
 func TestCRDDeletedNodeReleasesItsAddresses(t *testing.T) {
 	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(26, "10.50.0.0/16")})
 	e.operator("op-1", nil)
-	ag := newAgent(t, e.client, "doomed", 0)
-	if err := ag.create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: 4}, nil); err != nil {
-		t.Fatal(err)
-	}
-	e.eventually(10*time.Second, "pre-allocation", func() (bool, string) {
-		n := len(e.get("doomed").Spec.IPAM.Pool)
-		return n == 4, fmt.Sprintf("%d addresses", n)
-	})
+	ag := e.preAllocatedAgent("doomed", 4)
 	ag.observe(e.get("doomed"))
 	ip, _ := ag.podStart()
 	ag.sync(e.ctx, true)
@@ -265,16 +251,16 @@ func TestCRDChurnManyNodes(t *testing.T) {
 	e.consistent()
 }
 
-// A deleted Kubernetes Node takes its CiliumNode with it (as Cilium's
-// operator does), and so its addresses; its labels, while it lived, chose
-// the node's pool by the pool's nodeSelector.
+// A deleted Kubernetes Node takes its CiliumNode with it (Cilium's garbage
+// collector, gc.go), and so its addresses; its labels, while it lived,
+// chose the node's pool by the pool's nodeSelector.
 func TestCRDDeletedNodeObject(t *testing.T) {
 	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(26, "10.90.0.0/16")})
 	gpu := alloc.PoolSpec{IPv4: v4(26, "10.91.0.0/16"), NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "gpu"}}}
 	if _, err := e.st.CreatePool(e.ctx, alloc.Pool{Space: alloc.DefaultSpace, Name: "gpu", Spec: gpu}); err != nil {
 		t.Fatal(err)
 	}
-	e.operator("op-1", nil)
+	e.operator("op-1", func(c *Config) { c.NodesGCInterval = time.Second })
 	kc, err := kubernetes.NewForConfig(e.kc.Config())
 	if err != nil {
 		t.Fatal(err)

@@ -244,6 +244,22 @@ func TestCRDNewNodeGetsItsPreAllocation(t *testing.T) {
 	}
 }
 
+// preAllocatedAgent starts an agent simulator of the node called name with
+// spec.ipam.pre-allocate set to pre, and returns once the operator has
+// given it that many addresses.
+func (e *crdEnv) preAllocatedAgent(name string, pre int) *agent {
+	e.t.Helper()
+	ag := newAgent(e.t, e.client, name, 0)
+	if err := ag.create(e.ctx, ipamtypes.IPAMSpec{PreAllocate: pre}, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "pre-allocation", func() (bool, string) {
+		n := len(e.get(name).Spec.IPAM.Pool)
+		return n == pre, fmt.Sprintf("%d addresses", n)
+	})
+	return ag
+}
+
 // leader names the current holder of the election Lease ("" when none).
 func (e *crdEnv) leader() string {
 	kc, err := kubernetes.NewForConfig(e.kc.Config())

@@ -21,7 +21,10 @@ import (
 type metrics struct {
 	requests metric.Int64Counter
 	rounds   metric.Int64Counter
-	leading  atomic.Bool
+	// restoreRefusals counts CIDRs a CiliumNode lists that the store
+	// refused when the operator restored the nodes on taking the lead.
+	restoreRefusals metric.Int64Counter
+	leading         atomic.Bool
 }
 
 func newMetrics(m metric.Meter) (*metrics, error) {
@@ -36,6 +39,10 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 	}
 	if out.rounds, err = m.Int64Counter("ipam_cilium_operator_reconciles",
 		metric.WithDescription("CiliumNode reconcile rounds, by outcome (ok, conflict, error).")); err != nil {
+		return nil, err
+	}
+	if out.restoreRefusals, err = m.Int64Counter("ipam_cilium_operator_restore_refusals",
+		metric.WithDescription("CiliumNodes whose listed CIDRs the store refused when the operator restored every node on taking the lead, by kind (overlap: another node holds one; invalid: of no pool or of another mask; conflict). Each such node's operator-status says why; none is given a listed CIDR of another.")); err != nil {
 		return nil, err
 	}
 	_, err = m.Int64ObservableGauge("ipam_cilium_operator_leader",

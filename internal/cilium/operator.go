@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/cilium/cilium/pkg/annotation"
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	ciliumclient "github.com/cilium/cilium/pkg/k8s/client/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
@@ -55,7 +57,7 @@ func ParseMode(s string) (Mode, error) {
 
 // AnnotationIgnore is the annotation with which Cilium's operator leaves a
 // CiliumNode to someone else; this operator honours it too.
-const AnnotationIgnore = "ipam.cilium.io/ignore"
+const AnnotationIgnore = annotation.IPAMIgnore
 
 // Defaults of Cilium's operator that this one keeps.
 const (
@@ -87,6 +89,12 @@ type Config struct {
 	// ExcessIPReleaseDelay is how long an address stays excess before it
 	// is marked for release (crd mode).
 	ExcessIPReleaseDelay time.Duration
+	// NodesGCInterval is Cilium's nodes-gc-interval: how often the
+	// CiliumNodes of deleted Nodes are looked for, a CiliumNode being
+	// deleted on the first pass at least this long after it was first
+	// found without its Node (gc.go). 0 turns the collector off, as in
+	// Cilium.
+	NodesGCInterval time.Duration
 	// Resync re-examines every node this often (excess timers, drift).
 	Resync time.Duration
 	// Workers reconcile nodes in parallel; one node is never reconciled
@@ -167,7 +175,11 @@ type Operator struct {
 	mu    sync.Mutex
 	nodes cache.Indexer // CiliumNodes
 	kNode cache.Indexer // Kubernetes Nodes (labels for pool selection)
-	state *nodeStates
+	// pending holds the Pods in phase Pending (crd mode), indexed by
+	// node: the surge of an allocation round (pendingPods). Nil when
+	// not leading or in another mode.
+	pending cache.SharedIndexInformer
+	state   *nodeStates
 }
 
 // New builds an operator; Run starts it.
@@ -248,19 +260,24 @@ func (o *Operator) lead(ctx context.Context) error {
 		// A node's labels pick its pool: a change is a reason to look.
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
-		// Cilium's operator deletes the CiliumNode of a deleted Node;
-		// its deletion then releases the node's addresses.
-		DeleteFunc: func(obj any) { o.nodeDeleted(ctx, obj) },
+		// A CiliumNode deleted while its Node lived holds its addresses
+		// for the agent; the Node's deletion lets them go (liveAgent).
+		// The CiliumNode of a deleted Node is the garbage collector's.
+		DeleteFunc: enqueue,
 	}); err != nil {
 		return err
 	}
 	o.mu.Lock()
 	o.nodes, o.kNode = cnInformer.GetIndexer(), nodeInformer.GetIndexer()
+	if o.cfg.Mode == ModeCRD {
+		o.pending = o.pendingPodInformer()
+		go o.pending.Run(ctx.Done())
+	}
 	o.state = newNodeStates()
 	o.mu.Unlock()
 	defer func() {
 		o.mu.Lock()
-		o.nodes, o.kNode, o.state = nil, nil, nil
+		o.nodes, o.kNode, o.state, o.pending = nil, nil, nil, nil
 		o.mu.Unlock()
 	}()
 
@@ -269,9 +286,29 @@ func (o *Operator) lead(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), cnInformer.HasSynced, nodeInformer.HasSynced) {
 		return ctx.Err()
 	}
+	if o.pending != nil {
+		// The first rounds count pending Pods too; but a replica that may
+		// not list Pods serves without the surge rather than not at all.
+		wait, cancelWait := context.WithTimeout(ctx, pendingSyncTimeout)
+		if !cache.WaitForCacheSync(wait.Done(), o.pending.HasSynced) && ctx.Err() == nil {
+			o.log.Warn("pending Pods not listed: allocation rounds ask for no surge until they are", "waited", pendingSyncTimeout)
+		}
+		cancelWait()
+	}
 	rec, err := o.reconcilerFor(o.cfg.Mode)
 	if err != nil {
 		return err
+	}
+	if r, ok := rec.(restorer); ok {
+		var nodes []*ciliumv2.CiliumNode
+		for _, obj := range cnInformer.GetStore().List() {
+			if cn, ok := obj.(*ciliumv2.CiliumNode); ok {
+				nodes = append(nodes, cn)
+			}
+		}
+		if err := o.restoreAll(ctx, r, nodes); err != nil {
+			return err
+		}
 	}
 	o.m.leading.Store(true)
 	o.log.Info("caches synced: serving CiliumNodes")
@@ -290,6 +327,10 @@ func (o *Operator) lead(ctx context.Context) error {
 	}
 	var background sync.WaitGroup
 	defer background.Wait()
+	if o.cfg.NodesGCInterval > 0 {
+		gc := &nodeGC{o: o, interval: o.cfg.NodesGCInterval, candidates: map[string]time.Time{}}
+		background.Go(func() { gc.run(ctx) })
+	}
 	if b, ok := rec.(backgroundRunner); ok {
 		background.Go(func() {
 			b.run(ctx, func() {
@@ -381,13 +422,8 @@ func (o *Operator) cachedCiliumNode(name string) (*ciliumv2.CiliumNode, error) {
 // nodeLabels are the labels of the Kubernetes Node of that name, or, when
 // there is none, those of the CiliumNode (the agent copies them there).
 func (o *Operator) nodeLabels(name string, cn *ciliumv2.CiliumNode) map[string]string {
-	o.mu.Lock()
-	idx := o.kNode
-	o.mu.Unlock()
-	if idx != nil {
-		if obj, ok, _ := idx.GetByKey(name); ok {
-			return obj.(*corev1.Node).Labels
-		}
+	if n := o.kubeNode(name); n != nil {
+		return n.Labels
 	}
 	if cn != nil {
 		return cn.Labels
@@ -395,23 +431,76 @@ func (o *Operator) nodeLabels(name string, cn *ciliumv2.CiliumNode) map[string]s
 	return nil
 }
 
-// nodeDeleted deletes the CiliumNode of a deleted Kubernetes Node, as
-// Cilium's operator does; the CiliumNode's deletion releases its
-// addresses.
-func (o *Operator) nodeDeleted(ctx context.Context, obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+// liveAgent says whether the node called name, whose CiliumNode cn is
+// deleted or being deleted, still has its Kubernetes Node: its agent is
+// then taken to be running and to recreate the CiliumNode, so the
+// addresses and blocks it holds stay its own rather than going back to
+// the pools while Pods may still use them. They go once the Node is gone
+// (its deletion queues the name) or the CiliumNode comes back and is
+// reconciled as usual. Cilium's operator releases a deleted CiliumNode's
+// allocations at once; this is a deliberate difference (docs/cilium.md):
+// another node must never be handed an address a running Pod holds.
+func (o *Operator) liveAgent(name string) bool { return o.kubeNode(name) != nil }
+
+// kubeNode is the cached Kubernetes Node of that name; nil when there is
+// none, or when this replica does not lead.
+func (o *Operator) kubeNode(name string) *corev1.Node {
+	o.mu.Lock()
+	idx := o.kNode
+	o.mu.Unlock()
+	n, err := leader.Lookup[corev1.Node](idx, name)
 	if err != nil {
-		return
+		return nil
 	}
-	err = o.cilium.CiliumV2().CiliumNodes().Delete(ctx, key, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		o.log.Warn("deleting the CiliumNode of a deleted Node", "node", key, "err", err)
+	return n
+}
+
+// pendingSyncTimeout bounds the wait for the pending Pods' first list.
+const pendingSyncTimeout = 10 * time.Second
+
+// podsByNode indexes Pods by spec.nodeName.
+const podsByNode = "node"
+
+// pendingPodInformer caches the Pods in phase Pending: a field selector
+// keeps the cache to the Pods waiting (a Pod that starts running leaves
+// it), where Cilium's operator caches every Pod for the same count.
+func (o *Operator) pendingPodInformer() cache.SharedIndexInformer {
+	lw := cache.NewListWatchFromClient(o.kube.CoreV1().RESTClient(), "pods", metav1.NamespaceAll,
+		fields.OneTermEqualSelector("status.phase", string(corev1.PodPending)))
+	return cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{
+		podsByNode: func(obj any) ([]string, error) {
+			if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+				return []string{p.Spec.NodeName}, nil
+			}
+			return nil, nil
+		},
+	})
+}
+
+// pendingPods is how many Pods wait in phase Pending on the node, for
+// the surge of an allocation round (Cilium's getPendingPodCount). Until
+// the Pod cache has synced (or without the right to list Pods) it answers
+// 0, and the round asks for no surge, as Cilium's does when it cannot
+// count.
+func (o *Operator) pendingPods(node string) int {
+	o.mu.Lock()
+	inf := o.pending
+	o.mu.Unlock()
+	if inf == nil || !inf.HasSynced() {
+		return 0
 	}
+	pods, err := inf.GetIndexer().ByIndex(podsByNode, node)
+	if err != nil {
+		return 0
+	}
+	return len(pods)
 }
 
 // ignored says whether another party manages the node's IPAM.
 func ignored(cn *ciliumv2.CiliumNode) bool {
-	return cn != nil && cn.Annotations[AnnotationIgnore] == "true"
+	// Cilium's operator compares the value in lower case (nodewatcher.go):
+	// "True" and "TRUE" leave the node alone too.
+	return cn != nil && strings.ToLower(cn.Annotations[AnnotationIgnore]) == "true"
 }
 
 // NeededIPs is the addresses the node lacked after its last crd-mode round
@@ -452,18 +541,23 @@ func (o *Operator) stateOf() *nodeStates {
 // of podCIDRs and pools.allocated.
 func (o *Operator) write(ctx context.Context, cur, desired *ciliumv2.CiliumNode) error {
 	nodes := o.cilium.CiliumV2().CiliumNodes()
-	if !cur.Spec.DeepEqual(&desired.Spec) {
-		status := desired.Status
-		updated, err := nodes.Update(ctx, desired, metav1.UpdateOptions{FieldManager: fieldManager})
+	// Status first, as Cilium's operator writes it (syncToAPIServer): what
+	// the agent needs to use an address (its interface, the release
+	// handshake, why the pool is short) is there before the address is in
+	// spec. The status subresource leaves spec as it was; the spec update
+	// then carries the new resourceVersion.
+	if !cur.Status.DeepEqual(&desired.Status) {
+		spec := desired.Spec
+		updated, err := nodes.UpdateStatus(ctx, desired, metav1.UpdateOptions{FieldManager: fieldManager})
 		if err != nil {
-			return fmt.Errorf("updating CiliumNode %s: %w", cur.Name, err)
+			return fmt.Errorf("updating CiliumNode %s status: %w", cur.Name, err)
 		}
 		cur, desired = updated, updated.DeepCopy()
-		desired.Status = status
+		desired.Spec = spec
 	}
-	if !cur.Status.DeepEqual(&desired.Status) {
-		if _, err := nodes.UpdateStatus(ctx, desired, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
-			return fmt.Errorf("updating CiliumNode %s status: %w", cur.Name, err)
+	if !cur.Spec.DeepEqual(&desired.Spec) {
+		if _, err := nodes.Update(ctx, desired, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			return fmt.Errorf("updating CiliumNode %s: %w", cur.Name, err)
 		}
 	}
 	return nil

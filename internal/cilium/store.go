@@ -55,6 +55,10 @@ type BlockStore interface {
 	// answers its blocks of the pool, IPv4 first; when the pool cannot
 	// give a family, with a pool-exhausted error.
 	ClusterPoolBlocks(ctx context.Context, space, node, pool string, podCIDRs []netip.Prefix) ([]netip.Prefix, error)
+	// RestoreClusterPoolBlocks only adopts the node's listed podCIDRs as
+	// its blocks of the cluster-pool pool, carving nothing (the restore
+	// before allocating).
+	RestoreClusterPoolBlocks(ctx context.Context, space, node, pool string, podCIDRs []netip.Prefix) error
 	// SyncAgentPools follows the agent's spec.ipam.pools: blocks it no
 	// longer lists go back to their pools after the hold-off, listed
 	// CIDRs the node lacks are adopted, needs are covered with blocks.
