@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	ipamkube "github.com/ipam-dev/ipam/internal/kube"
 	"github.com/ipam-dev/ipam/internal/kubetest"
 )
 
@@ -93,7 +94,7 @@ func applyManifest(t *testing.T, cfg *rest.Config, path string) {
 
 // TestOperatorRBAC applies the RBAC of deploy/kube-access to a real API
 // server and checks, as the server's service account, that it may do
-// everything the Cilium operator role and the Pod metadata informers need,
+// everything the Cilium operator role and the Pod informers need,
 // and nothing else that matters.
 func TestOperatorRBAC(t *testing.T) {
 	c := kubetest.Start(t)
@@ -177,6 +178,29 @@ func TestOperatorRBAC(t *testing.T) {
 		forbidden(t, "relabel a node", err)
 		_, err = kube.CoreV1().Secrets(serverNamespace).Get(ctx, "ipam-database", metav1.GetOptions{})
 		forbidden(t, "read a secret", err)
+	})
+	t.Run("pod informers", func(t *testing.T) {
+		// The server's own Pod and namespace informers (internal/kube), as
+		// the service account: they sync, and read a Pod's node again
+		// from the API server when asked to.
+		c.CreateNamespace(t, "rbac-pods", nil, nil)
+		c.CreatePod(t, "rbac-pods", "web-0", "node-1", nil, nil)
+		inf, err := ipamkube.NewForConfig(sa, ipamkube.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ictx, stop := context.WithCancel(ctx)
+		defer stop()
+		inf.Start(ictx)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := inf.WaitForSync(wctx); err != nil {
+			t.Fatalf("the informers did not sync as %s: %v", user, err)
+		}
+		info, err := inf.Lookup(ctx, "rbac-pods", "web-0", func(ipamkube.PodInfo) bool { return true })
+		if err != nil || info.NodeName != "node-1" {
+			t.Errorf("lookup as %s: %+v %v", user, info, err)
+		}
 	})
 	t.Run("ciliumnodes", func(t *testing.T) {
 		nodes := ciliumclient.NewForConfigOrDie(sa).CiliumV2().CiliumNodes()

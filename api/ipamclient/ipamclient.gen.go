@@ -571,8 +571,10 @@ type BlockList struct {
 
 // CIDRGroup defines model for CIDRGroup.
 type CIDRGroup struct {
-	CreatedAt     time.Time `json:"createdAt"`
-	ExternalCIDRs []string  `json:"externalCIDRs"`
+	// AllowSpecialPurpose The CIDRs may overlap special-purpose ranges (CIDRGroupRequest).
+	AllowSpecialPurpose bool      `json:"allowSpecialPurpose"`
+	CreatedAt           time.Time `json:"createdAt"`
+	ExternalCIDRs       []string  `json:"externalCIDRs"`
 
 	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
 	Labels    Labels    `json:"labels"`
@@ -601,6 +603,14 @@ type CIDRGroupMatchList struct {
 
 // CIDRGroupRequest defines model for CIDRGroupRequest.
 type CIDRGroupRequest struct {
+	// AllowSpecialPurpose Let the CIDRs overlap special-purpose ranges: 0.0.0.0/8,
+	// 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4, ::/128,
+	// ::1/128, ::ffff:0:0/96 (IPv4-mapped), fe80::/10, ff00::/8.
+	// Default false: such a CIDR (0.0.0.0/0 and ::/0 among them) is
+	// a 400 naming it. Groups that held one before this rule were
+	// set to true. The mirrored CiliumCIDRGroup has no such field.
+	AllowSpecialPurpose *bool `json:"allowSpecialPurpose,omitempty"`
+
 	// ExternalCIDRs Canonical CIDRs, each once.
 	ExternalCIDRs *[]string `json:"externalCIDRs,omitempty"`
 
@@ -613,7 +623,14 @@ type CIDRGroupRequest struct {
 
 // CIDRGroupUpdate defines model for CIDRGroupUpdate.
 type CIDRGroupUpdate struct {
-	ExternalCIDRs *[]string `json:"externalCIDRs,omitempty"`
+	// AllowSpecialPurpose Let the CIDRs overlap special-purpose ranges: 0.0.0.0/8,
+	// 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4, ::/128,
+	// ::1/128, ::ffff:0:0/96 (IPv4-mapped), fe80::/10, ff00::/8.
+	// Default false: such a CIDR (0.0.0.0/0 and ::/0 among them) is
+	// a 400 naming it. Groups that held one before this rule were
+	// set to true. The mirrored CiliumCIDRGroup has no such field.
+	AllowSpecialPurpose *bool     `json:"allowSpecialPurpose,omitempty"`
+	ExternalCIDRs       *[]string `json:"externalCIDRs,omitempty"`
 
 	// Labels Kubernetes labels; keys are qualified names (at most 317 characters), values label values.
 	Labels *Labels `json:"labels,omitempty"`
@@ -922,6 +939,16 @@ type LBPoolSpec struct {
 	// more than two addresses out (network and broadcast); ranges
 	// are given whole.
 	AllowFirstLastIPs *LBPoolSpecAllowFirstLastIPs `json:"allowFirstLastIPs,omitempty"`
+
+	// AllowSpecialPurpose Let the blocks overlap special-purpose ranges: 0.0.0.0/8,
+	// 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4, ::/128,
+	// ::1/128, ::ffff:0:0/96 (IPv4-mapped), fe80::/10, ff00::/8.
+	// Default false: such a block, a cidr or a start/stop range
+	// reaching into one, is a 400 naming it. Pools that held one
+	// before this rule were set to true. Cilium's LB IPAM has no
+	// such rule, and the mirrored CiliumLoadBalancerIPPool no such
+	// field.
+	AllowSpecialPurpose *bool `json:"allowSpecialPurpose,omitempty"`
 
 	// Blocks No two blocks of a pool overlap.
 	Blocks []LBBlock `json:"blocks"`
@@ -2479,10 +2506,12 @@ type ClientInterface interface {
 
 	// CreateCIDRGroupWithBody Create a CIDR group.
 	//
-	// CIDRs are canonical and listed once; they may overlap anything.
-	// Creating a group that exists with the same labels and CIDRs
-	// answers it again (201, a retry); with others, 409. With
-	// dryRun=true nothing is written (200).
+	// CIDRs are canonical and listed once; they may overlap pools and
+	// other groups, and special-purpose ranges only with
+	// `allowSpecialPurpose` (else 400 naming `externalCIDRs[i]`).
+	// Creating a group that exists with the same labels, CIDRs and
+	// `allowSpecialPurpose` answers it again (201, a retry); with
+	// others, 409. With dryRun=true nothing is written (200).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2491,10 +2520,12 @@ type ClientInterface interface {
 
 	// CreateCIDRGroup Create a CIDR group.
 	//
-	// CIDRs are canonical and listed once; they may overlap anything.
-	// Creating a group that exists with the same labels and CIDRs
-	// answers it again (201, a retry); with others, 409. With
-	// dryRun=true nothing is written (200).
+	// CIDRs are canonical and listed once; they may overlap pools and
+	// other groups, and special-purpose ranges only with
+	// `allowSpecialPurpose` (else 400 naming `externalCIDRs[i]`).
+	// Creating a group that exists with the same labels, CIDRs and
+	// `allowSpecialPurpose` answers it again (201, a retry); with
+	// others, 409. With dryRun=true nothing is written (200).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2511,14 +2542,14 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/cidr-groups/{group} (the `GetCIDRGroup` operationId).
 	GetCIDRGroup(ctx context.Context, group string, params *GetCIDRGroupParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// UpdateCIDRGroupWithBody Replace a CIDR group's labels and CIDRs.
+	// UpdateCIDRGroupWithBody Replace a CIDR group's labels, CIDRs and allowSpecialPurpose.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/cidr-groups/{group} (the `UpdateCIDRGroup` operationId).
 	UpdateCIDRGroupWithBody(ctx context.Context, group string, params *UpdateCIDRGroupParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// UpdateCIDRGroup Replace a CIDR group's labels and CIDRs.
+	// UpdateCIDRGroup Replace a CIDR group's labels, CIDRs and allowSpecialPurpose.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2558,7 +2589,10 @@ type ClientInterface interface {
 	// CreateLBPoolWithBody Create a VIP pool.
 	//
 	// A block overlapping a Pod pool CIDR of the space is refused (409
-	// overlap naming `spec.blocks[i]`). A block overlapping a block of
+	// overlap naming `spec.blocks[i]`), and so is one overlapping a
+	// special-purpose range unless `spec.allowSpecialPurpose` (400
+	// naming `spec.blocks[i].cidr`, `.start`, `.stop`, or the block
+	// for a range passing over one). A block overlapping a block of
 	// another VIP pool does not refuse the pool: as in Cilium, the newer
 	// of two overlapping pools is marked conflicting
 	// (`status.conflicting`, `status.conflict` says why) and gives no
@@ -2575,7 +2609,10 @@ type ClientInterface interface {
 	// CreateLBPool Create a VIP pool.
 	//
 	// A block overlapping a Pod pool CIDR of the space is refused (409
-	// overlap naming `spec.blocks[i]`). A block overlapping a block of
+	// overlap naming `spec.blocks[i]`), and so is one overlapping a
+	// special-purpose range unless `spec.allowSpecialPurpose` (400
+	// naming `spec.blocks[i].cidr`, `.start`, `.stop`, or the block
+	// for a range passing over one). A block overlapping a block of
 	// another VIP pool does not refuse the pool: as in Cilium, the newer
 	// of two overlapping pools is marked conflicting
 	// (`status.conflicting`, `status.conflict` says why) and gives no
@@ -3150,10 +3187,12 @@ func (c *Client) ListCIDRGroups(ctx context.Context, params *ListCIDRGroupsParam
 
 // CreateCIDRGroupWithBody Create a CIDR group.
 //
-// CIDRs are canonical and listed once; they may overlap anything.
-// Creating a group that exists with the same labels and CIDRs
-// answers it again (201, a retry); with others, 409. With
-// dryRun=true nothing is written (200).
+// CIDRs are canonical and listed once; they may overlap pools and
+// other groups, and special-purpose ranges only with
+// `allowSpecialPurpose` (else 400 naming `externalCIDRs[i]`).
+// Creating a group that exists with the same labels, CIDRs and
+// `allowSpecialPurpose` answers it again (201, a retry); with
+// others, 409. With dryRun=true nothing is written (200).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3172,10 +3211,12 @@ func (c *Client) CreateCIDRGroupWithBody(ctx context.Context, params *CreateCIDR
 
 // CreateCIDRGroup Create a CIDR group.
 //
-// CIDRs are canonical and listed once; they may overlap anything.
-// Creating a group that exists with the same labels and CIDRs
-// answers it again (201, a retry); with others, 409. With
-// dryRun=true nothing is written (200).
+// CIDRs are canonical and listed once; they may overlap pools and
+// other groups, and special-purpose ranges only with
+// `allowSpecialPurpose` (else 400 naming `externalCIDRs[i]`).
+// Creating a group that exists with the same labels, CIDRs and
+// `allowSpecialPurpose` answers it again (201, a retry); with
+// others, 409. With dryRun=true nothing is written (200).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3222,7 +3263,7 @@ func (c *Client) GetCIDRGroup(ctx context.Context, group string, params *GetCIDR
 	return c.Client.Do(req)
 }
 
-// UpdateCIDRGroupWithBody Replace a CIDR group's labels and CIDRs.
+// UpdateCIDRGroupWithBody Replace a CIDR group's labels, CIDRs and allowSpecialPurpose.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3239,7 +3280,7 @@ func (c *Client) UpdateCIDRGroupWithBody(ctx context.Context, group string, para
 	return c.Client.Do(req)
 }
 
-// UpdateCIDRGroup Replace a CIDR group's labels and CIDRs.
+// UpdateCIDRGroup Replace a CIDR group's labels, CIDRs and allowSpecialPurpose.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3319,7 +3360,10 @@ func (c *Client) ListLBPools(ctx context.Context, params *ListLBPoolsParams, req
 // CreateLBPoolWithBody Create a VIP pool.
 //
 // A block overlapping a Pod pool CIDR of the space is refused (409
-// overlap naming `spec.blocks[i]`). A block overlapping a block of
+// overlap naming `spec.blocks[i]`), and so is one overlapping a
+// special-purpose range unless `spec.allowSpecialPurpose` (400
+// naming `spec.blocks[i].cidr`, `.start`, `.stop`, or the block
+// for a range passing over one). A block overlapping a block of
 // another VIP pool does not refuse the pool: as in Cilium, the newer
 // of two overlapping pools is marked conflicting
 // (`status.conflicting`, `status.conflict` says why) and gives no
@@ -3346,7 +3390,10 @@ func (c *Client) CreateLBPoolWithBody(ctx context.Context, params *CreateLBPoolP
 // CreateLBPool Create a VIP pool.
 //
 // A block overlapping a Pod pool CIDR of the space is refused (409
-// overlap naming `spec.blocks[i]`). A block overlapping a block of
+// overlap naming `spec.blocks[i]`), and so is one overlapping a
+// special-purpose range unless `spec.allowSpecialPurpose` (400
+// naming `spec.blocks[i].cidr`, `.start`, `.stop`, or the block
+// for a range passing over one). A block overlapping a block of
 // another VIP pool does not refuse the pool: as in Cilium, the newer
 // of two overlapping pools is marked conflicting
 // (`status.conflicting`, `status.conflict` says why) and gives no
@@ -8302,10 +8349,12 @@ type ClientWithResponsesInterface interface {
 
 	// CreateCIDRGroupWithBodyWithResponse Create a CIDR group.
 	//
-	// CIDRs are canonical and listed once; they may overlap anything.
-	// Creating a group that exists with the same labels and CIDRs
-	// answers it again (201, a retry); with others, 409. With
-	// dryRun=true nothing is written (200).
+	// CIDRs are canonical and listed once; they may overlap pools and
+	// other groups, and special-purpose ranges only with
+	// `allowSpecialPurpose` (else 400 naming `externalCIDRs[i]`).
+	// Creating a group that exists with the same labels, CIDRs and
+	// `allowSpecialPurpose` answers it again (201, a retry); with
+	// others, 409. With dryRun=true nothing is written (200).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8314,10 +8363,12 @@ type ClientWithResponsesInterface interface {
 
 	// CreateCIDRGroupWithResponse Create a CIDR group.
 	//
-	// CIDRs are canonical and listed once; they may overlap anything.
-	// Creating a group that exists with the same labels and CIDRs
-	// answers it again (201, a retry); with others, 409. With
-	// dryRun=true nothing is written (200).
+	// CIDRs are canonical and listed once; they may overlap pools and
+	// other groups, and special-purpose ranges only with
+	// `allowSpecialPurpose` (else 400 naming `externalCIDRs[i]`).
+	// Creating a group that exists with the same labels, CIDRs and
+	// `allowSpecialPurpose` answers it again (201, a retry); with
+	// others, 409. With dryRun=true nothing is written (200).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8338,14 +8389,14 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/cidr-groups/{group} (the `GetCIDRGroup` operationId).
 	GetCIDRGroupWithResponse(ctx context.Context, group string, params *GetCIDRGroupParams, reqEditors ...RequestEditorFn) (*GetCIDRGroupResponse, error)
 
-	// UpdateCIDRGroupWithBodyWithResponse Replace a CIDR group's labels and CIDRs.
+	// UpdateCIDRGroupWithBodyWithResponse Replace a CIDR group's labels, CIDRs and allowSpecialPurpose.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/cidr-groups/{group} (the `UpdateCIDRGroup` operationId).
 	UpdateCIDRGroupWithBodyWithResponse(ctx context.Context, group string, params *UpdateCIDRGroupParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateCIDRGroupResponse, error)
 
-	// UpdateCIDRGroupWithResponse Replace a CIDR group's labels and CIDRs.
+	// UpdateCIDRGroupWithResponse Replace a CIDR group's labels, CIDRs and allowSpecialPurpose.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8391,7 +8442,10 @@ type ClientWithResponsesInterface interface {
 	// CreateLBPoolWithBodyWithResponse Create a VIP pool.
 	//
 	// A block overlapping a Pod pool CIDR of the space is refused (409
-	// overlap naming `spec.blocks[i]`). A block overlapping a block of
+	// overlap naming `spec.blocks[i]`), and so is one overlapping a
+	// special-purpose range unless `spec.allowSpecialPurpose` (400
+	// naming `spec.blocks[i].cidr`, `.start`, `.stop`, or the block
+	// for a range passing over one). A block overlapping a block of
 	// another VIP pool does not refuse the pool: as in Cilium, the newer
 	// of two overlapping pools is marked conflicting
 	// (`status.conflicting`, `status.conflict` says why) and gives no
@@ -8408,7 +8462,10 @@ type ClientWithResponsesInterface interface {
 	// CreateLBPoolWithResponse Create a VIP pool.
 	//
 	// A block overlapping a Pod pool CIDR of the space is refused (409
-	// overlap naming `spec.blocks[i]`). A block overlapping a block of
+	// overlap naming `spec.blocks[i]`), and so is one overlapping a
+	// special-purpose range unless `spec.allowSpecialPurpose` (400
+	// naming `spec.blocks[i].cidr`, `.start`, `.stop`, or the block
+	// for a range passing over one). A block overlapping a block of
 	// another VIP pool does not refuse the pool: as in Cilium, the newer
 	// of two overlapping pools is marked conflicting
 	// (`status.conflicting`, `status.conflict` says why) and gives no
@@ -14916,10 +14973,12 @@ func (c *ClientWithResponses) ListCIDRGroupsWithResponse(ctx context.Context, pa
 
 // CreateCIDRGroupWithBodyWithResponse Create a CIDR group.
 //
-// CIDRs are canonical and listed once; they may overlap anything.
-// Creating a group that exists with the same labels and CIDRs
-// answers it again (201, a retry); with others, 409. With
-// dryRun=true nothing is written (200).
+// CIDRs are canonical and listed once; they may overlap pools and
+// other groups, and special-purpose ranges only with
+// `allowSpecialPurpose` (else 400 naming `externalCIDRs[i]`).
+// Creating a group that exists with the same labels, CIDRs and
+// `allowSpecialPurpose` answers it again (201, a retry); with
+// others, 409. With dryRun=true nothing is written (200).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14934,10 +14993,12 @@ func (c *ClientWithResponses) CreateCIDRGroupWithBodyWithResponse(ctx context.Co
 
 // CreateCIDRGroupWithResponse Create a CIDR group.
 //
-// CIDRs are canonical and listed once; they may overlap anything.
-// Creating a group that exists with the same labels and CIDRs
-// answers it again (201, a retry); with others, 409. With
-// dryRun=true nothing is written (200).
+// CIDRs are canonical and listed once; they may overlap pools and
+// other groups, and special-purpose ranges only with
+// `allowSpecialPurpose` (else 400 naming `externalCIDRs[i]`).
+// Creating a group that exists with the same labels, CIDRs and
+// `allowSpecialPurpose` answers it again (201, a retry); with
+// others, 409. With dryRun=true nothing is written (200).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14976,7 +15037,7 @@ func (c *ClientWithResponses) GetCIDRGroupWithResponse(ctx context.Context, grou
 	return ParseGetCIDRGroupResponse(rsp)
 }
 
-// UpdateCIDRGroupWithBodyWithResponse Replace a CIDR group's labels and CIDRs.
+// UpdateCIDRGroupWithBodyWithResponse Replace a CIDR group's labels, CIDRs and allowSpecialPurpose.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14989,7 +15050,7 @@ func (c *ClientWithResponses) UpdateCIDRGroupWithBodyWithResponse(ctx context.Co
 	return ParseUpdateCIDRGroupResponse(rsp)
 }
 
-// UpdateCIDRGroupWithResponse Replace a CIDR group's labels and CIDRs.
+// UpdateCIDRGroupWithResponse Replace a CIDR group's labels, CIDRs and allowSpecialPurpose.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15059,7 +15120,10 @@ func (c *ClientWithResponses) ListLBPoolsWithResponse(ctx context.Context, param
 // CreateLBPoolWithBodyWithResponse Create a VIP pool.
 //
 // A block overlapping a Pod pool CIDR of the space is refused (409
-// overlap naming `spec.blocks[i]`). A block overlapping a block of
+// overlap naming `spec.blocks[i]`), and so is one overlapping a
+// special-purpose range unless `spec.allowSpecialPurpose` (400
+// naming `spec.blocks[i].cidr`, `.start`, `.stop`, or the block
+// for a range passing over one). A block overlapping a block of
 // another VIP pool does not refuse the pool: as in Cilium, the newer
 // of two overlapping pools is marked conflicting
 // (`status.conflicting`, `status.conflict` says why) and gives no
@@ -15082,7 +15146,10 @@ func (c *ClientWithResponses) CreateLBPoolWithBodyWithResponse(ctx context.Conte
 // CreateLBPoolWithResponse Create a VIP pool.
 //
 // A block overlapping a Pod pool CIDR of the space is refused (409
-// overlap naming `spec.blocks[i]`). A block overlapping a block of
+// overlap naming `spec.blocks[i]`), and so is one overlapping a
+// special-purpose range unless `spec.allowSpecialPurpose` (400
+// naming `spec.blocks[i].cidr`, `.start`, `.stop`, or the block
+// for a range passing over one). A block overlapping a block of
 // another VIP pool does not refuse the pool: as in Cilium, the newer
 // of two overlapping pools is marked conflicting
 // (`status.conflicting`, `status.conflict` says why) and gives no

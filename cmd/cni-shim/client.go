@@ -15,7 +15,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 )
 
 // Error codes of the shim, 100 and up as the CNI specification reserves
@@ -48,11 +48,11 @@ var problemCodes = map[string]uint{
 }
 
 // newClient returns the service client of c; its requests never use a proxy.
-func newClient(c *config) (*ipamv1.ClientWithResponses, error) {
+func newClient(c *config) (*ipamclient.ClientWithResponses, error) {
 	// A Transport of its own: no proxy from the environment; ADD's two
 	// requests share one connection (one TLS handshake).
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: c.tls}}
-	cl, err := ipamv1.NewClientWithResponses(c.server.String(), ipamv1.WithHTTPClient(hc))
+	cl, err := ipamclient.NewClientWithResponses(c.server.String(), ipamclient.WithHTTPClient(hc))
 	if err != nil {
 		return nil, configError("ipam.server", "%v", err)
 	}
@@ -105,8 +105,8 @@ func isNotFound(status int, body []byte) bool {
 // when it is not one (a proxy's error page, say). The generated client
 // keeps a documented status's problem in a field of its own per status,
 // so the body is the one place every problem is found.
-func decodeProblem(body []byte) *ipamv1.Problem {
-	var p ipamv1.Problem
+func decodeProblem(body []byte) *ipamclient.Problem {
+	var p ipamclient.Problem
 	if json.Unmarshal(body, &p) != nil || p.Type == "" || p.Status == 0 {
 		return nil
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 )
 
 // Defaults of the ipam section.
@@ -73,8 +73,8 @@ type config struct {
 	server       *url.URL
 	tls          *tls.Config // nil for http://
 	pool         string      // empty: the service's selection rules
-	pools        map[ipamv1.Family]string
-	families     []ipamv1.Family
+	pools        map[ipamclient.Family]string
+	families     []ipamclient.Family
 	routes       []*types.Route
 	defaultRoute bool
 	timeout      time.Duration
@@ -124,25 +124,25 @@ func loadConfig(stdin []byte) (*config, error) {
 		return nil, err
 	}
 	for k, name := range s.Pools {
-		fam := ipamv1.Family(k)
+		fam := ipamclient.Family(k)
 		switch {
-		case fam != ipamv1.Ipv4 && fam != ipamv1.Ipv6:
+		case fam != ipamclient.Ipv4 && fam != ipamclient.Ipv6:
 			return nil, configError("ipam.pools."+k, "unknown family; the keys are \"ipv4\" and \"ipv6\"")
 		case name == "":
 			return nil, configError("ipam.pools."+k, "empty; omit it to let the service choose")
 		}
 		if c.pools == nil {
-			c.pools = map[ipamv1.Family]string{}
+			c.pools = map[ipamclient.Family]string{}
 		}
 		c.pools[fam] = name
 	}
-	seen := map[ipamv1.Family]bool{}
+	seen := map[ipamclient.Family]bool{}
 	if s.Families != nil && len(s.Families) == 0 {
 		return nil, configError("ipam.families", "empty; omit it to lease every family of the pool")
 	}
 	for i, f := range s.Families {
-		fam := ipamv1.Family(f)
-		if fam != ipamv1.Ipv4 && fam != ipamv1.Ipv6 {
+		fam := ipamclient.Family(f)
+		if fam != ipamclient.Ipv4 && fam != ipamclient.Ipv6 {
 			return nil, configError(fmt.Sprintf("ipam.families[%d]", i), "%q is neither \"ipv4\" nor \"ipv6\"", f)
 		}
 		if seen[fam] {
@@ -283,10 +283,10 @@ type cniArgs struct {
 
 // owner is the lease owner from CNI_ARGS, then args.cni, then the fallback
 // (namespace "cni", name from the container ID).
-func (c *config) owner(envArgs, containerID string) (ipamv1.Owner, error) {
+func (c *config) owner(envArgs, containerID string) (ipamclient.Owner, error) {
 	a := cniArgs{CommonArgs: types.CommonArgs{IgnoreUnknown: true}}
 	if err := types.LoadArgs(envArgs, &a); err != nil {
-		return ipamv1.Owner{}, types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS: "+err.Error(), "")
+		return ipamclient.Owner{}, types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS: "+err.Error(), "")
 	}
 	pick := func(env types.UnmarshallableString, key string) string {
 		if env != "" {
@@ -299,7 +299,7 @@ func (c *config) owner(envArgs, containerID string) (ipamv1.Owner, error) {
 		}
 		return ""
 	}
-	o := ipamv1.Owner{
+	o := ipamclient.Owner{
 		Namespace: pick(a.K8S_POD_NAMESPACE, "K8S_POD_NAMESPACE"),
 		Name:      pick(a.K8S_POD_NAME, "K8S_POD_NAME"),
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 )
 
 // The node's reserve: a few addresses leased to the node in advance, so a
@@ -40,6 +40,8 @@ const (
 	// reserveInterface is the interface of the slots' attachments.
 	reserveInterface = "reserve"
 	// reserveOwnerNamespace owns the slots' leases; the name is the network.
+	// The server knows it (alloc.ReserveOwnerNamespace) and looks no Pod up
+	// for it.
 	reserveOwnerNamespace = "cni-reserve"
 	// lockWait bounds the wait for another shim's lock.
 	lockWait = 5 * time.Second
@@ -55,9 +57,9 @@ type reserveState struct {
 
 // reserveSlot is one address set leased to the node in advance.
 type reserveSlot struct {
-	ID         int                   `json:"id"`
-	Generation int64                 `json:"generation"`
-	Addresses  []ipamv1.LeaseAddress `json:"addresses"`
+	ID         int                       `json:"id"`
+	Generation int64                     `json:"generation"`
+	Addresses  []ipamclient.LeaseAddress `json:"addresses"`
 	// UsedBy is the Pod the slot was given to while the service was
 	// unreachable; nil while the slot is free.
 	UsedBy *reserveUse `json:"usedBy,omitempty"`
@@ -65,9 +67,9 @@ type reserveSlot struct {
 
 // reserveUse is the attachment a slot serves until it is handed over.
 type reserveUse struct {
-	ContainerID string       `json:"containerID"`
-	IfName      string       `json:"ifname"`
-	Owner       ipamv1.Owner `json:"owner"`
+	ContainerID string           `json:"containerID"`
+	IfName      string           `json:"ifname"`
+	Owner       ipamclient.Owner `json:"owner"`
 }
 
 // pendingDel is a DEL the service has not seen yet.
@@ -251,7 +253,7 @@ func reserveFallback(err error) bool {
 // addFromReserve serves ADD from the reserve: the slot that already serves
 // the attachment (a retry), else a free one, recorded as the Pod's. With no
 // free slot it answers cause.
-func (c *call) addFromReserve(containerID, ifname string, owner ipamv1.Owner, cause error) (*ipamv1.Allocation, error) {
+func (c *call) addFromReserve(containerID, ifname string, owner ipamclient.Owner, cause error) (*ipamclient.Allocation, error) {
 	r, err := lockReserve(c.cfg.dataDir, lockWait)
 	if err != nil {
 		return nil, reserveError("add", err)
@@ -272,7 +274,7 @@ func (c *call) addFromReserve(containerID, ifname string, owner ipamv1.Owner, ca
 			return nil, reserveError("add", err)
 		}
 	}
-	return &ipamv1.Allocation{Addresses: sl.Addresses, Generation: sl.Generation}, nil
+	return &ipamclient.Allocation{Addresses: sl.Addresses, Generation: sl.Generation}, nil
 }
 
 // delOffline records a DEL the service could not take: a slot serving the
@@ -299,13 +301,13 @@ func (c *call) delOffline(containerID, ifname string) error {
 
 // served answers the reserve addresses serving containerID/ifname that the
 // service has not taken over yet; nil when none (or no reserve).
-func (c *call) served(containerID, ifname string) *ipamv1.Allocation {
+func (c *call) served(containerID, ifname string) *ipamclient.Allocation {
 	st, err := readReserve(c.cfg.dataDir)
 	if err != nil {
 		return nil
 	}
 	if sl := st.servedSlot(containerID, ifname); sl != nil {
-		return &ipamv1.Allocation{Addresses: sl.Addresses, Generation: sl.Generation}
+		return &ipamclient.Allocation{Addresses: sl.Addresses, Generation: sl.Generation}
 	}
 	return nil
 }
@@ -334,7 +336,7 @@ func (c *call) syncLocked(r *reserveFile) error {
 	for len(r.st.Dels) > 0 && failed == nil {
 		d := r.st.Dels[0]
 		resp, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, d.ContainerID, d.IfName,
-			&ipamv1.ReleaseAttachmentParams{Space: c.space(), Network: c.network()})
+			&ipamclient.ReleaseAttachmentParams{Space: c.space(), Network: c.network()})
 		switch {
 		case err != nil:
 			failed = transportError("reserve: replay del", err)
@@ -377,8 +379,8 @@ func (c *call) syncLocked(r *reserveFile) error {
 func (c *call) handOver(sl *reserveSlot) (done bool, err error) {
 	u := sl.UsedBy
 	req := c.leaseRequest(u.ContainerID, u.IfName, u.Owner, false)
-	req.FromReserve = &ipamv1.ReserveHandover{ContainerID: slotContainerID(sl.ID), Interface: reserveInterface, Generation: sl.Generation}
-	resp, err := c.client.AllocateLeaseWithResponse(c.ctx, c.cfg.node, &ipamv1.AllocateLeaseParams{Space: c.space()}, req)
+	req.FromReserve = &ipamclient.ReserveHandover{ContainerID: slotContainerID(sl.ID), Interface: reserveInterface, Generation: sl.Generation}
+	resp, err := c.client.AllocateLeaseWithResponse(c.ctx, c.cfg.node, &ipamclient.AllocateLeaseParams{Space: c.space()}, req)
 	if err != nil {
 		return false, transportError("reserve: hand over", err)
 	}
@@ -402,7 +404,7 @@ func (c *call) handOver(sl *reserveSlot) (done bool, err error) {
 	return true, nil
 }
 
-func addressesOf(as []ipamv1.LeaseAddress) []string {
+func addressesOf(as []ipamclient.LeaseAddress) []string {
 	out := make([]string, len(as))
 	for i, a := range as {
 		out[i] = a.Address
@@ -436,7 +438,7 @@ func (c *call) refillLocked(r *reserveFile) error {
 		sl := r.st.Slots[i]
 		g := sl.Generation
 		resp, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, slotContainerID(sl.ID), reserveInterface,
-			&ipamv1.ReleaseAttachmentParams{Space: c.space(), Network: c.network(), Generation: &g})
+			&ipamclient.ReleaseAttachmentParams{Space: c.space(), Network: c.network(), Generation: &g})
 		if err != nil {
 			return err
 		}
@@ -448,8 +450,8 @@ func (c *call) refillLocked(r *reserveFile) error {
 	for r.st.free() < c.cfg.reserve {
 		id := r.st.nextID()
 		req := c.leaseRequest(slotContainerID(id), reserveInterface,
-			ipamv1.Owner{Namespace: reserveOwnerNamespace, Name: containerLabel(c.cfg.net.Name)}, false)
-		resp, err := c.client.AllocateLeaseWithResponse(c.ctx, c.cfg.node, &ipamv1.AllocateLeaseParams{Space: c.space()}, req)
+			ipamclient.Owner{Namespace: reserveOwnerNamespace, Name: containerLabel(c.cfg.net.Name)}, false)
+		resp, err := c.client.AllocateLeaseWithResponse(c.ctx, c.cfg.node, &ipamclient.AllocateLeaseParams{Space: c.space()}, req)
 		if err != nil {
 			return err
 		}
@@ -457,7 +459,7 @@ func (c *call) refillLocked(r *reserveFile) error {
 		if got == nil {
 			got = resp.JSON200 // the slot's lease survived the file
 		}
-		if got == nil || got.State != ipamv1.Active {
+		if got == nil || got.State != ipamclient.Active {
 			return problemError("reserve: lease", resp.StatusCode(), resp.Body)
 		}
 		r.st.Slots = append(r.st.Slots, reserveSlot{ID: id, Generation: got.Generation, Addresses: got.Addresses})
@@ -466,10 +468,10 @@ func (c *call) refillLocked(r *reserveFile) error {
 }
 
 // reserveAttachments are the slots' attachments, which GC must keep.
-func (s *reserveState) attachments() []ipamv1.AttachmentRef {
-	out := make([]ipamv1.AttachmentRef, len(s.Slots))
+func (s *reserveState) attachments() []ipamclient.AttachmentRef {
+	out := make([]ipamclient.AttachmentRef, len(s.Slots))
 	for i, sl := range s.Slots {
-		out[i] = ipamv1.AttachmentRef{ContainerID: slotContainerID(sl.ID), Interface: reserveInterface}
+		out[i] = ipamclient.AttachmentRef{ContainerID: slotContainerID(sl.ID), Interface: reserveInterface}
 	}
 	return out
 }

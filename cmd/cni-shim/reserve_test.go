@@ -16,8 +16,19 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
+	"github.com/ipam-dev/ipam/internal/alloc"
 )
+
+// The server tells the reserve's slots from Pods by their owner namespace
+// (alloc.ReserveOwnerNamespace): it asks Kubernetes for no such Pod, and
+// lets a node certificate lease them, although no Pod of that name is
+// bound to the node.
+func TestReserveOwnerNamespaceIsTheServers(t *testing.T) {
+	if reserveOwnerNamespace != alloc.ReserveOwnerNamespace {
+		t.Errorf("the shim owns its reserve as %q, the server knows %q", reserveOwnerNamespace, alloc.ReserveOwnerNamespace)
+	}
+}
 
 // deadServer is a server URL nothing listens on: the service "down".
 const deadServer = "http://127.0.0.1:1"
@@ -50,13 +61,13 @@ func resultAddrs(t *testing.T, out []byte) []string {
 func (s *service) serviceLeases(t *testing.T) map[string][]string {
 	t.Helper()
 	node := "worker-1"
-	r, err := s.client.ListLeasesWithResponse(context.Background(), &ipamv1.ListLeasesParams{Node: &node, Limit: ptr(1000)})
+	r, err := s.client.ListLeasesWithResponse(context.Background(), &ipamclient.ListLeasesParams{Node: &node, Limit: ptr(1000)})
 	if err != nil || r.JSON200 == nil {
 		t.Fatalf("list leases: %v %s", err, r.Body)
 	}
 	out := map[string][]string{}
 	for _, l := range r.JSON200.Items {
-		if l.State == ipamv1.Cooling {
+		if l.State == ipamclient.Cooling {
 			continue
 		}
 		if l.Network == nil || *l.Network != testNetwork {
@@ -167,7 +178,7 @@ func TestReserveOutage(t *testing.T) {
 		}
 	}
 	a := s.attachment(t, "worker-1", "p1", "eth0")
-	if a == nil || a.Owner.Namespace != fallbackNamespace || a.Owner.Name != "p1" || a.State != ipamv1.Active {
+	if a == nil || a.Owner.Namespace != fallbackNamespace || a.Owner.Name != "p1" || a.State != ipamclient.Active {
 		t.Fatalf("p1 at the service: %+v", a)
 	}
 	st, err := readReserve(s.dataDir)
@@ -271,7 +282,7 @@ func TestReserveFileLock(t *testing.T) {
 	}
 	for id := range 5 {
 		r.st.Slots = append(r.st.Slots, reserveSlot{ID: id, Generation: int64(id + 1),
-			Addresses: []ipamv1.LeaseAddress{{Address: fmt.Sprintf("10.0.0.%d/24", id+10)}}})
+			Addresses: []ipamclient.LeaseAddress{{Address: fmt.Sprintf("10.0.0.%d/24", id+10)}}})
 	}
 	if err := r.save(); err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/api"
 	"github.com/ipam-dev/ipam/internal/pgtest"
@@ -79,8 +79,8 @@ type service struct {
 	requests atomic.Int64
 	srv      *httptest.Server
 	url      string
-	client   *ipamv1.ClientWithResponses // plain API client for setup and checks
-	tls      *pki                        // nil for plain http
+	client   *ipamclient.ClientWithResponses // plain API client for setup and checks
+	tls      *pki                            // nil for plain http
 	// dataDir is the shim's reserve directory; the reserve is off unless
 	// a test turns it on.
 	dataDir string
@@ -141,7 +141,7 @@ func newServiceWith(t *testing.T, p *pki, opts func(*store.Options)) *service {
 	}
 	t.Cleanup(s.srv.Close)
 	s.url = s.srv.URL
-	s.client, err = ipamv1.NewClientWithResponses(s.url, ipamv1.WithHTTPClient(hc))
+	s.client, err = ipamclient.NewClientWithResponses(s.url, ipamclient.WithHTTPClient(hc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,28 +151,28 @@ func newServiceWith(t *testing.T, p *pki, opts func(*store.Options)) *service {
 // createPool creates a pool; v6 may be empty for an IPv4-only pool.
 func (s *service) createPool(t *testing.T, name, v4 string, mask4 int, v6 string, mask6 int) {
 	t.Helper()
-	spec := ipamv1.PoolSpec{Ipv4: &ipamv1.PoolFamilySpec{Cidrs: []string{v4}, MaskSize: mask4}}
+	spec := ipamclient.PoolSpec{Ipv4: &ipamclient.PoolFamilySpec{Cidrs: []string{v4}, MaskSize: mask4}}
 	if v6 != "" {
-		spec.Ipv6 = &ipamv1.PoolFamilySpec{Cidrs: []string{v6}, MaskSize: mask6}
+		spec.Ipv6 = &ipamclient.PoolFamilySpec{Cidrs: []string{v6}, MaskSize: mask6}
 	}
-	r, err := s.client.CreatePoolWithResponse(context.Background(), nil, ipamv1.PoolRequest{Name: name, Spec: spec})
+	r, err := s.client.CreatePoolWithResponse(context.Background(), nil, ipamclient.PoolRequest{Name: name, Spec: spec})
 	if err != nil || r.StatusCode() != http.StatusCreated {
 		t.Fatalf("create pool %s: %v %s", name, err, r.Body)
 	}
 }
 
 // createPoolSpec creates a pool of any spec (single-family, selectors).
-func (s *service) createPoolSpec(t *testing.T, name string, spec ipamv1.PoolSpec) {
+func (s *service) createPoolSpec(t *testing.T, name string, spec ipamclient.PoolSpec) {
 	t.Helper()
-	r, err := s.client.CreatePoolWithResponse(context.Background(), nil, ipamv1.PoolRequest{Name: name, Spec: spec})
+	r, err := s.client.CreatePoolWithResponse(context.Background(), nil, ipamclient.PoolRequest{Name: name, Spec: spec})
 	if err != nil || r.StatusCode() != http.StatusCreated {
 		t.Fatalf("create pool %s: %v %s", name, err, r.Body)
 	}
 }
 
 // family is a pool family spec of one CIDR.
-func family(cidr string, mask int) *ipamv1.PoolFamilySpec {
-	return &ipamv1.PoolFamilySpec{Cidrs: []string{cidr}, MaskSize: mask}
+func family(cidr string, mask int) *ipamclient.PoolFamilySpec {
+	return &ipamclient.PoolFamilySpec{Cidrs: []string{cidr}, MaskSize: mask}
 }
 
 // testNetwork is the name of the network configurations of netconf.
@@ -180,9 +180,9 @@ const testNetwork = "podnet"
 
 // attachment is the service's view of one container interface of
 // testNetwork; nil when it holds nothing (404).
-func (s *service) attachment(t *testing.T, node, cid, ifname string) *ipamv1.Allocation {
+func (s *service) attachment(t *testing.T, node, cid, ifname string) *ipamclient.Allocation {
 	t.Helper()
-	r, err := s.client.GetAttachmentWithResponse(context.Background(), node, cid, ifname, &ipamv1.GetAttachmentParams{Network: ptr(testNetwork)})
+	r, err := s.client.GetAttachmentWithResponse(context.Background(), node, cid, ifname, &ipamclient.GetAttachmentParams{Network: ptr(testNetwork)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,20 +361,20 @@ func TestAddIsActiveAndConfirmsAPendingRetry(t *testing.T) {
 	if n := s.requests.Load(); n != 1 {
 		t.Errorf("ADD sent %d requests, want 1", n)
 	}
-	if a := s.attachment(t, "worker-1", "c1", "eth0"); a == nil || a.State != ipamv1.Active || a.ExpiresAt != nil {
+	if a := s.attachment(t, "worker-1", "c1", "eth0"); a == nil || a.State != ipamclient.Active || a.ExpiresAt != nil {
 		t.Fatalf("after ADD the service holds %+v, want an active lease without expiry", a)
 	}
 
 	expire := true
-	r, err := s.client.AllocateLeaseWithResponse(context.Background(), "worker-1", nil, ipamv1.LeaseRequest{
+	r, err := s.client.AllocateLeaseWithResponse(context.Background(), "worker-1", nil, ipamclient.LeaseRequest{
 		Network: ptr(testNetwork), ContainerID: "c2", Interface: "eth0", Expire: &expire,
-		Owner: ipamv1.Owner{Namespace: "cni", Name: "c2"}})
-	if err != nil || r.JSON201 == nil || r.JSON201.State != ipamv1.Pending {
+		Owner: ipamclient.Owner{Namespace: "cni", Name: "c2"}})
+	if err != nil || r.JSON201 == nil || r.JSON201.State != ipamclient.Pending {
 		t.Fatalf("pending lease: %v %s", err, r.Body)
 	}
 	shim(t, "ADD", "c2", "eth0", conf).ok(t)
 	a := s.attachment(t, "worker-1", "c2", "eth0")
-	if a == nil || a.State != ipamv1.Active || a.Generation != r.JSON201.Generation || a.Addresses[0].Address != r.JSON201.Addresses[0].Address {
+	if a == nil || a.State != ipamclient.Active || a.Generation != r.JSON201.Generation || a.Addresses[0].Address != r.JSON201.Addresses[0].Address {
 		t.Fatalf("after the retry the service holds %+v, want the pending lease %+v confirmed", a, r.JSON201)
 	}
 }
@@ -496,8 +496,8 @@ func TestGCIsPerNetwork(t *testing.T) {
 	// The same container and interface on a second network is a second
 	// attachment with addresses of its own.
 	shim(t, "ADD", "c-lab", "eth0", named("cmp", nil)).ok(t)
-	get := func(network, cid string) *ipamv1.Allocation {
-		r, err := s.client.GetAttachmentWithResponse(context.Background(), "worker-1", cid, "eth0", &ipamv1.GetAttachmentParams{Network: &network})
+	get := func(network, cid string) *ipamclient.Allocation {
+		r, err := s.client.GetAttachmentWithResponse(context.Background(), "worker-1", cid, "eth0", &ipamclient.GetAttachmentParams{Network: &network})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -644,9 +644,9 @@ func TestPoolExhausted(t *testing.T) {
 	// Fill the pool's one block through the API.
 	var detail string
 	for i := 0; detail == ""; i++ {
-		r, err := s.client.AllocateLeaseWithResponse(context.Background(), "worker-1", nil, ipamv1.LeaseRequest{
+		r, err := s.client.AllocateLeaseWithResponse(context.Background(), "worker-1", nil, ipamclient.LeaseRequest{
 			ContainerID: fmt.Sprintf("fill-%d", i), Interface: "eth0", Pool: ptr("tiny"),
-			Owner: ipamv1.Owner{Namespace: "t", Name: fmt.Sprintf("fill-%d", i)}})
+			Owner: ipamclient.Owner{Namespace: "t", Name: fmt.Sprintf("fill-%d", i)}})
 		switch {
 		case err != nil:
 			t.Fatal(err)
@@ -671,8 +671,8 @@ func TestPoolExhausted(t *testing.T) {
 func TestNodeBlockLimit(t *testing.T) {
 	s := dualStack(t, nil)
 	one := 1
-	s.createPoolSpec(t, "capped", ipamv1.PoolSpec{Ipv4: family("10.9.0.0/24", 30), MaxBlocksPerNode: &one,
-		NodeLocal: &ipamv1.NodeLocalAddresses{Router: ptr(false), Health: ptr(false)}})
+	s.createPoolSpec(t, "capped", ipamclient.PoolSpec{Ipv4: family("10.9.0.0/24", 30), MaxBlocksPerNode: &one,
+		NodeLocal: &ipamclient.NodeLocalAddresses{Router: ptr(false), Health: ptr(false)}})
 	for i := range 2 { // a /30 leases two addresses
 		shim(t, "ADD", fmt.Sprint("c", i), "eth0", netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "capped"}), nil)).ok(t)
 	}
@@ -688,8 +688,8 @@ func ptr[T any](v T) *T { return &v }
 // a dual-stack service, with block sizes other than the default pool's.
 func singleFamilyPools(t *testing.T) *service {
 	s := dualStack(t, nil)
-	s.createPoolSpec(t, "v4", ipamv1.PoolSpec{Ipv4: family("10.50.0.0/16", 26)})
-	s.createPoolSpec(t, "v6", ipamv1.PoolSpec{Ipv6: family("fd00:50::/108", 124)})
+	s.createPoolSpec(t, "v4", ipamclient.PoolSpec{Ipv4: family("10.50.0.0/16", 26)})
+	s.createPoolSpec(t, "v6", ipamclient.PoolSpec{Ipv6: family("fd00:50::/108", 124)})
 	return s
 }
 
@@ -792,13 +792,13 @@ func TestPoolMatch(t *testing.T) {
 	s := dualStack(t, nil)
 	// Two IPv4 pools select every Pod of namespace shop: the synthetic
 	// label is all the service knows of a Pod without Kubernetes access.
-	shop := ipamv1.LabelSelector{MatchLabels: &ipamv1.Labels{"io.kubernetes.pod.namespace": "shop"}}
-	s.createPoolSpec(t, "shop-a", ipamv1.PoolSpec{Ipv4: family("10.60.0.0/16", 24), PodSelector: &shop})
-	s.createPoolSpec(t, "shop-b", ipamv1.PoolSpec{Ipv4: family("10.61.0.0/16", 24), PodSelector: &shop})
+	shop := ipamclient.LabelSelector{MatchLabels: &ipamclient.Labels{"io.kubernetes.pod.namespace": "shop"}}
+	s.createPoolSpec(t, "shop-a", ipamclient.PoolSpec{Ipv4: family("10.60.0.0/16", 24), PodSelector: &shop})
+	s.createPoolSpec(t, "shop-b", ipamclient.PoolSpec{Ipv4: family("10.61.0.0/16", 24), PodSelector: &shop})
 
 	// The service's own answer to the same request.
-	r, err := s.client.AllocateLeaseWithResponse(context.Background(), "worker-1", nil, ipamv1.LeaseRequest{
-		ContainerID: "probe", Interface: "eth0", Owner: ipamv1.Owner{Namespace: "shop", Name: "web-0"}})
+	r, err := s.client.AllocateLeaseWithResponse(context.Background(), "worker-1", nil, ipamclient.LeaseRequest{
+		ContainerID: "probe", Interface: "eth0", Owner: ipamclient.Owner{Namespace: "shop", Name: "web-0"}})
 	if err != nil || r.StatusCode() != http.StatusConflict || r.ApplicationproblemJSON409 == nil ||
 		r.ApplicationproblemJSON409.Type != "urn:ipam:problem:pool-match" || r.ApplicationproblemJSON409.Detail == nil {
 		t.Fatalf("the service answers %v %s, want 409 pool-match", err, r.Body)
@@ -1071,8 +1071,8 @@ func TestTLSSessionResumption(t *testing.T) {
 // createLeaseOn leases an address to cid/eth0 on node through the API.
 func (s *service) createLeaseOn(t *testing.T, node, cid string) {
 	t.Helper()
-	r, err := s.client.AllocateLeaseWithResponse(context.Background(), node, nil, ipamv1.LeaseRequest{
-		Network: ptr(testNetwork), ContainerID: cid, Interface: "eth0", Owner: ipamv1.Owner{Namespace: "t", Name: cid}})
+	r, err := s.client.AllocateLeaseWithResponse(context.Background(), node, nil, ipamclient.LeaseRequest{
+		Network: ptr(testNetwork), ContainerID: cid, Interface: "eth0", Owner: ipamclient.Owner{Namespace: "t", Name: cid}})
 	if err != nil || r.JSON201 == nil {
 		t.Fatalf("lease %s on %s: %v %s", cid, node, err, r.Body)
 	}

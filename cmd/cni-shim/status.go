@@ -10,7 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 )
 
 // canServeAdd reports whether an ADD of this configuration would get an
@@ -31,12 +31,12 @@ func (c *call) canServeAdd() *types.Error {
 	// those that need the Pod).
 	wanted, explicit := c.cfg.families, true
 	if len(wanted) == 0 {
-		wanted, explicit = []ipamv1.Family{ipamv1.Ipv4, ipamv1.Ipv6}, false
+		wanted, explicit = []ipamclient.Family{ipamclient.Ipv4, ipamclient.Ipv6}, false
 	}
-	params := &ipamv1.GetNodeUsageParams{Space: c.space()}
+	params := &ipamclient.GetNodeUsageParams{Space: c.space()}
 	var names []string
-	poolOf := map[ipamv1.Family]string{}
-	perFamily := map[ipamv1.Family]bool{}
+	poolOf := map[ipamclient.Family]string{}
+	perFamily := map[ipamclient.Family]bool{}
 	for _, f := range wanted {
 		switch {
 		case c.cfg.pools[f] != "":

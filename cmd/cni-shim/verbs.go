@@ -18,13 +18,13 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 )
 
 // call is one verb's configuration, client and deadline.
 type call struct {
 	cfg    *config
-	client *ipamv1.ClientWithResponses
+	client *ipamclient.ClientWithResponses
 	ctx    context.Context
 }
 
@@ -50,7 +50,7 @@ func (c *call) network() *string {
 	return &n
 }
 
-func (c *call) space() *ipamv1.SpaceParam {
+func (c *call) space() *ipamclient.SpaceParam {
 	if c.cfg.space == "" {
 		return nil
 	}
@@ -97,17 +97,17 @@ func cmdAdd(args *skel.CmdArgs) error {
 
 // leaseRequest is the request of ADD (and of the reserve's slots) for the
 // attachment of this network.
-func (c *call) leaseRequest(containerID, ifname string, owner ipamv1.Owner, expire bool) ipamv1.LeaseRequest {
-	req := ipamv1.LeaseRequest{Network: c.network(), ContainerID: containerID, Interface: ifname, Owner: owner, Expire: &expire}
+func (c *call) leaseRequest(containerID, ifname string, owner ipamclient.Owner, expire bool) ipamclient.LeaseRequest {
+	req := ipamclient.LeaseRequest{Network: c.network(), ContainerID: containerID, Interface: ifname, Owner: owner, Expire: &expire}
 	if c.cfg.pool != "" {
 		req.Pool = &c.cfg.pool
 	}
 	if len(c.cfg.pools) > 0 {
-		req.Pools = &ipamv1.FamilyPools{}
-		if n, ok := c.cfg.pools[ipamv1.Ipv4]; ok {
+		req.Pools = &ipamclient.FamilyPools{}
+		if n, ok := c.cfg.pools[ipamclient.Ipv4]; ok {
 			req.Pools.Ipv4 = &n
 		}
-		if n, ok := c.cfg.pools[ipamv1.Ipv6]; ok {
+		if n, ok := c.cfg.pools[ipamclient.Ipv6]; ok {
 			req.Pools.Ipv6 = &n
 		}
 	}
@@ -127,9 +127,9 @@ func (c *call) leaseRequest(containerID, ifname string, owner ipamv1.Owner, expi
 // A retry that finds a pending lease (made by an older shim that died
 // before confirming it) confirms it, with the generation it got, so that
 // the address cannot expire under the running Pod.
-func (c *call) allocate(args *skel.CmdArgs, owner ipamv1.Owner) (*ipamv1.Allocation, error) {
+func (c *call) allocate(args *skel.CmdArgs, owner ipamclient.Owner) (*ipamclient.Allocation, error) {
 	req := c.leaseRequest(args.ContainerID, args.IfName, owner, false)
-	r, err := c.client.AllocateLeaseWithResponse(c.ctx, c.cfg.node, &ipamv1.AllocateLeaseParams{Space: c.space()}, req)
+	r, err := c.client.AllocateLeaseWithResponse(c.ctx, c.cfg.node, &ipamclient.AllocateLeaseParams{Space: c.space()}, req)
 	if err != nil {
 		return nil, transportError("allocate", err)
 	}
@@ -140,13 +140,13 @@ func (c *call) allocate(args *skel.CmdArgs, owner ipamv1.Owner) (*ipamv1.Allocat
 	if alloc == nil {
 		return nil, problemError("allocate", r.StatusCode(), r.Body)
 	}
-	if alloc.State != ipamv1.Pending {
+	if alloc.State != ipamclient.Pending {
 		return alloc, nil
 	}
 	// Confirm the leases this ADD got and no others: if they were released
 	// and the attachment leased again meanwhile, the confirm is refused.
 	conf, err := c.client.ConfirmAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName,
-		&ipamv1.ConfirmAttachmentParams{Space: c.space(), Network: c.network(), Generation: &alloc.Generation})
+		&ipamclient.ConfirmAttachmentParams{Space: c.space(), Network: c.network(), Generation: &alloc.Generation})
 	if err != nil {
 		return nil, transportError("confirm", err)
 	}
@@ -159,10 +159,10 @@ func (c *call) allocate(args *skel.CmdArgs, owner ipamv1.Owner) (*ipamv1.Allocat
 // result is the CNI result of an allocation: the addresses IPv4 first, a
 // default route per family via its gateway (unless disabled), the
 // configured routes and the configured DNS.
-func (c *call) result(a *ipamv1.Allocation) (*current.Result, error) {
+func (c *call) result(a *ipamclient.Allocation) (*current.Result, error) {
 	res := &current.Result{CNIVersion: current.ImplementedSpecVersion, DNS: c.cfg.net.DNS}
 	addrs := slices.Clone(a.Addresses)
-	slices.SortStableFunc(addrs, func(x, y ipamv1.LeaseAddress) int { return strings.Compare(string(x.Family), string(y.Family)) })
+	slices.SortStableFunc(addrs, func(x, y ipamclient.LeaseAddress) int { return strings.Compare(string(x.Family), string(y.Family)) })
 	for _, la := range addrs {
 		p, err := netip.ParsePrefix(la.Address)
 		if err != nil {
@@ -219,7 +219,7 @@ func cmdDel(args *skel.CmdArgs) error {
 }
 
 func (c *call) release(args *skel.CmdArgs) error {
-	r, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamv1.ReleaseAttachmentParams{Space: c.space(), Network: c.network()})
+	r, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamclient.ReleaseAttachmentParams{Space: c.space(), Network: c.network()})
 	if err != nil {
 		return transportError("release", err)
 	}
@@ -243,7 +243,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if a := c.served(args.ContainerID, args.IfName); a != nil {
 		return checkAddresses(args, a.Addresses, prev, "the node's reserve")
 	}
-	r, err := c.client.GetAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamv1.GetAttachmentParams{Space: c.space(), Network: c.network()})
+	r, err := c.client.GetAttachmentWithResponse(c.ctx, c.cfg.node, args.ContainerID, args.IfName, &ipamclient.GetAttachmentParams{Space: c.space(), Network: c.network()})
 	if err != nil {
 		return transportError("check", err)
 	}
@@ -254,7 +254,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 }
 
 // checkAddresses compares prevResult's addresses with those holder holds.
-func checkAddresses(args *skel.CmdArgs, addrs []ipamv1.LeaseAddress, prev *current.Result, holder string) error {
+func checkAddresses(args *skel.CmdArgs, addrs []ipamclient.LeaseAddress, prev *current.Result, holder string) error {
 	var held, want []string
 	for _, la := range addrs {
 		p, err := netip.ParsePrefix(la.Address)
@@ -314,9 +314,9 @@ func cmdGC(args *skel.CmdArgs) error {
 		return nil // no list: nothing is known to be stale
 	}
 	// Only this network's attachments: the runtime lists them per network.
-	req := ipamv1.ReconcileRequest{Network: c.network(), Attachments: []ipamv1.AttachmentRef{}}
+	req := ipamclient.ReconcileRequest{Network: c.network(), Attachments: []ipamclient.AttachmentRef{}}
 	for _, a := range *valid {
-		req.Attachments = append(req.Attachments, ipamv1.AttachmentRef{ContainerID: a.ContainerID, Interface: a.IfName})
+		req.Attachments = append(req.Attachments, ipamclient.AttachmentRef{ContainerID: a.ContainerID, Interface: a.IfName})
 	}
 	// The reserve's slots are this network's attachments too: hold the
 	// file from the handovers to the reconcile, so no slot is leased or
@@ -332,7 +332,7 @@ func cmdGC(args *skel.CmdArgs) error {
 		}
 		req.Attachments = append(req.Attachments, r.st.attachments()...)
 	}
-	resp, err := c.client.ReconcileNodeWithResponse(c.ctx, c.cfg.node, &ipamv1.ReconcileNodeParams{Space: c.space()}, req)
+	resp, err := c.client.ReconcileNodeWithResponse(c.ctx, c.cfg.node, &ipamclient.ReconcileNodeParams{Space: c.space()}, req)
 	if err != nil {
 		return transportError("gc", err)
 	}

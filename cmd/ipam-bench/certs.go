@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/internal/pki"
 )
 
@@ -141,6 +141,6 @@ func (p *benchPKI) client(cert tls.Certificate, perHost int) *http.Client {
 }
 
 // apiClient is the generated client of server over hc.
-func apiClient(server string, hc *http.Client) (*ipamv1.ClientWithResponses, error) {
-	return ipamv1.NewClientWithResponses(server, ipamv1.WithHTTPClient(hc))
+func apiClient(server string, hc *http.Client) (*ipamclient.ClientWithResponses, error) {
+	return ipamclient.NewClientWithResponses(server, ipamclient.WithHTTPClient(hc))
 }

@@ -25,7 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/kubetest"
 )
@@ -93,7 +93,7 @@ func ciliumNodeName(i int) string { return fmt.Sprintf("%s%04d", ciliumNodePrefi
 // not served within the bound, the request rate over the bucket, an
 // address in two pools, a pool the database disagrees with) are added to
 // failed; an error means the phase could not run.
-func runCilium(ctx context.Context, cfg config, so serverOptions, probe *http.Client, admin *ipamv1.ClientWithResponses, private bool, out io.Writer, failed *[]string) (*ciliumReport, error) {
+func runCilium(ctx context.Context, cfg config, so serverOptions, probe *http.Client, admin *ipamclient.ClientWithResponses, private bool, out io.Writer, failed *[]string) (*ciliumReport, error) {
 	rep := &ciliumReport{Nodes: cfg.CiliumNodes, PreAllocate: ciliumPreAllocate, QPS: cfg.CiliumQPS, Burst: cfg.CiliumBurst,
 		Pool: fmt.Sprintf("%s %s /%d (default space)", ciliumPool, ciliumPoolCIDR, ciliumPoolMask), BoundSeconds: cfg.CiliumBound.Seconds()}
 	began := time.Now()
@@ -304,10 +304,10 @@ func sinceCreated(nodes []string, created []time.Time, errs []error, at map[stri
 }
 
 // createCiliumPool creates the operator's pool in the default space.
-func createCiliumPool(ctx context.Context, admin *ipamv1.ClientWithResponses) error {
-	resp, err := admin.CreatePoolWithResponse(ctx, &ipamv1.CreatePoolParams{}, ipamv1.PoolRequest{
+func createCiliumPool(ctx context.Context, admin *ipamclient.ClientWithResponses) error {
+	resp, err := admin.CreatePoolWithResponse(ctx, &ipamclient.CreatePoolParams{}, ipamclient.PoolRequest{
 		Name: ciliumPool,
-		Spec: ipamv1.PoolSpec{Ipv4: &ipamv1.PoolFamilySpec{Cidrs: []string{ciliumPoolCIDR}, MaskSize: ciliumPoolMask}},
+		Spec: ipamclient.PoolSpec{Ipv4: &ipamclient.PoolFamilySpec{Cidrs: []string{ciliumPoolCIDR}, MaskSize: ciliumPoolMask}},
 	})
 	if err != nil {
 		return fmt.Errorf("create pool: %w", err)
@@ -318,10 +318,10 @@ func createCiliumPool(ctx context.Context, admin *ipamv1.ClientWithResponses) er
 // teardownCilium deletes the phase's nodes (with their addresses) and
 // its pool from a shared database's default space, once the operator has
 // stopped.
-func teardownCilium(ctx context.Context, admin *ipamv1.ClientWithResponses, nodes []string) error {
+func teardownCilium(ctx context.Context, admin *ipamclient.ClientWithResponses, nodes []string) error {
 	force := true
 	for _, n := range nodes {
-		resp, err := admin.DeleteNodeWithResponse(ctx, n, &ipamv1.DeleteNodeParams{Force: &force})
+		resp, err := admin.DeleteNodeWithResponse(ctx, n, &ipamclient.DeleteNodeParams{Force: &force})
 		if err != nil {
 			return fmt.Errorf("delete node: %w", err)
 		}
@@ -331,7 +331,7 @@ func teardownCilium(ctx context.Context, admin *ipamv1.ClientWithResponses, node
 			}
 		}
 	}
-	resp, err := admin.DeletePoolWithResponse(ctx, ciliumPool, &ipamv1.DeletePoolParams{})
+	resp, err := admin.DeletePoolWithResponse(ctx, ciliumPool, &ipamclient.DeletePoolParams{})
 	if err != nil {
 		return fmt.Errorf("delete pool: %w", err)
 	}
@@ -578,7 +578,7 @@ func (w *nodeWatch) follow(ctx context.Context, nodes ciliumNodes, listed chan<-
 // checkCiliumPools reads every phase node's pool and compares the pools
 // with each other and with the database: its leases of the pool (through
 // the API's lease list) and, per address, GET /v1/addresses/{a}.
-func checkCiliumPools(ctx context.Context, cn ciliumNodes, admin *ipamv1.ClientWithResponses, nodes []string, rep *ciliumReport) error {
+func checkCiliumPools(ctx context.Context, cn ciliumNodes, admin *ipamclient.ClientWithResponses, nodes []string, rep *ciliumReport) error {
 	l, err := cn.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing CiliumNodes: %w", err)
@@ -608,7 +608,7 @@ func checkCiliumPools(ctx context.Context, cn ciliumNodes, admin *ipamv1.ClientW
 	limit := 1000
 	var cont *string
 	for {
-		resp, err := admin.ListLeasesWithResponse(ctx, &ipamv1.ListLeasesParams{Pool: &pool, Limit: &limit, Continue: cont})
+		resp, err := admin.ListLeasesWithResponse(ctx, &ipamclient.ListLeasesParams{Pool: &pool, Limit: &limit, Continue: cont})
 		if err != nil {
 			return fmt.Errorf("listing the pool's leases: %w", err)
 		}
@@ -616,7 +616,7 @@ func checkCiliumPools(ctx context.Context, cn ciliumNodes, admin *ipamv1.ClientW
 			return err
 		}
 		for _, ls := range resp.JSON200.Items {
-			if ls.State != ipamv1.Cooling {
+			if ls.State != ipamclient.Cooling {
 				a, err := leaseAddr(ls.Address)
 				if err != nil {
 					return err
@@ -640,7 +640,7 @@ func checkCiliumPools(ctx context.Context, cn ciliumNodes, admin *ipamv1.ClientW
 	for range 8 {
 		wg.Go(func() {
 			for j := range jobs {
-				resp, err := admin.GetAddressWithResponse(ctx, j.addr, &ipamv1.GetAddressParams{})
+				resp, err := admin.GetAddressWithResponse(ctx, j.addr, &ipamclient.GetAddressParams{})
 				mu.Lock()
 				switch {
 				case err != nil:

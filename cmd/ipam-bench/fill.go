@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
@@ -223,14 +223,14 @@ func loadFill(ctx context.Context, conn *pgx.Conn, space, pool string, perNode, 
 // settings are the service's defaults): one /24 per node, multi-pool
 // without pre-allocation, so the service's rebalancing carves nothing for
 // it.
-func createFillPool(ctx context.Context, c *ipamv1.ClientWithResponses, space string) error {
+func createFillPool(ctx context.Context, c *ipamclient.ClientWithResponses, space string) error {
 	if err := createSpace(ctx, c, space); err != nil {
 		return err
 	}
 	zero := 0
-	resp, err := c.CreatePoolWithResponse(ctx, &ipamv1.CreatePoolParams{Space: &space}, ipamv1.PoolRequest{
+	resp, err := c.CreatePoolWithResponse(ctx, &ipamclient.CreatePoolParams{Space: &space}, ipamclient.PoolRequest{
 		Name: fillPool,
-		Spec: ipamv1.PoolSpec{Ipv4: &ipamv1.PoolFamilySpec{Cidrs: []string{fillCIDR}, MaskSize: fillMask}, PreAllocate: &zero},
+		Spec: ipamclient.PoolSpec{Ipv4: &ipamclient.PoolFamilySpec{Cidrs: []string{fillCIDR}, MaskSize: fillMask}, PreAllocate: &zero},
 	})
 	if err != nil {
 		return fmt.Errorf("create pool %s: %w", fillPool, err)
@@ -241,9 +241,9 @@ func createFillPool(ctx context.Context, c *ipamv1.ClientWithResponses, space st
 // verifyFill asks the service what it sees of the fill: the pool's status
 // must count leases active leases in nodes blocks, and the first node's
 // leases must list min(perNode, leases) active leases.
-func verifyFill(ctx context.Context, c *ipamv1.ClientWithResponses, space string, perNode, leases int) error {
+func verifyFill(ctx context.Context, c *ipamclient.ClientWithResponses, space string, perNode, leases int) error {
 	nodes := int64((leases + perNode - 1) / perNode)
-	p, err := c.GetPoolWithResponse(ctx, fillPool, &ipamv1.GetPoolParams{Space: &space})
+	p, err := c.GetPoolWithResponse(ctx, fillPool, &ipamclient.GetPoolParams{Space: &space})
 	if err != nil {
 		return err
 	}
@@ -262,7 +262,7 @@ func verifyFill(ctx context.Context, c *ipamv1.ClientWithResponses, space string
 		return nil
 	}
 	node, pool, limit := fillNodeName(0), fillPool, 1000
-	l, err := c.ListLeasesWithResponse(ctx, &ipamv1.ListLeasesParams{Space: &space, Node: &node, Pool: &pool, Limit: &limit})
+	l, err := c.ListLeasesWithResponse(ctx, &ipamclient.ListLeasesParams{Space: &space, Node: &node, Pool: &pool, Limit: &limit})
 	if err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func verifyFill(ctx context.Context, c *ipamv1.ClientWithResponses, space string
 	want := min(perNode, leases)
 	active := 0
 	for _, x := range l.JSON200.Items {
-		if x.State == ipamv1.Active {
+		if x.State == ipamclient.Active {
 			active++
 		}
 	}

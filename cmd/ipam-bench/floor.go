@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 )
 
 // The floor phase runs the mixed run's clients, unchanged, against a
@@ -55,7 +55,7 @@ type floorServer struct {
 func (f *floorServer) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/nodes/{node}/leases", func(w http.ResponseWriter, r *http.Request) {
-		var req ipamv1.LeaseRequest
+		var req ipamclient.LeaseRequest
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil || req.ContainerID == "" {
@@ -69,9 +69,9 @@ func (f *floorServer) routes() http.Handler {
 		gw := block.Addr().Next().String()
 		gen := int64(n)
 		expires := time.Now().Add(time.Hour)
-		a := ipamv1.Allocation{
-			Addresses: []ipamv1.LeaseAddress{{Address: netip.PrefixFrom(addr, 26).String(), Block: block.String(),
-				Family: ipamv1.Ipv4, Gateway: &gw, Generation: &gen, Pool: "default"}},
+		a := ipamclient.Allocation{
+			Addresses: []ipamclient.LeaseAddress{{Address: netip.PrefixFrom(addr, 26).String(), Block: block.String(),
+				Family: ipamclient.Ipv4, Gateway: &gw, Generation: &gen, Pool: "default"}},
 			ContainerID: req.ContainerID, Interface: req.Interface, Node: r.PathValue("node"),
 			Generation: gen, ExpiresAt: &expires,
 		}
@@ -81,7 +81,7 @@ func (f *floorServer) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/nodes/{node}/blocks", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(ipamv1.BlockList{Items: []ipamv1.Block{}})
+		_ = json.NewEncoder(w).Encode(ipamclient.BlockList{Items: []ipamclient.Block{}})
 	})
 	mux.HandleFunc("DELETE /v1/nodes/{node}/attachments/{container}/{iface}", func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(f.delay)

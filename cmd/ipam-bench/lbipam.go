@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/internal/kubetest"
 	"github.com/ipam-dev/ipam/internal/lbipam"
 )
@@ -76,7 +76,7 @@ func (r *lbipamReport) failures(bound time.Duration) []string {
 	return out
 }
 
-func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Client, admin *ipamv1.ClientWithResponses, private bool, out io.Writer, failed *[]string) (*lbipamReport, error) {
+func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Client, admin *ipamclient.ClientWithResponses, private bool, out io.Writer, failed *[]string) (*lbipamReport, error) {
 	rep := &lbipamReport{Services: cfg.LBServices, QPS: cfg.LBQPS, Burst: cfg.LBBurst, BoundSeconds: cfg.LBBound.Seconds()}
 	// ClusterIPs for every Service: the default range holds 254.
 	kc, err := kubetest.Launch(kubetest.WithAPIServerFlags("--service-cluster-ip-range=" + lbServiceCIDR))
@@ -101,8 +101,8 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	if err := kc.WriteKubeconfig(kc.Config(), kubeconfig); err != nil {
 		return nil, err
 	}
-	resp, err := admin.CreateLBPoolWithResponse(ctx, &ipamv1.CreateLBPoolParams{}, ipamv1.LBPoolRequest{
-		Name: lbPool, Spec: ipamv1.LBPoolSpec{Blocks: []ipamv1.LBBlock{{Cidr: ptrTo(lbPoolCIDR)}}}})
+	resp, err := admin.CreateLBPoolWithResponse(ctx, &ipamclient.CreateLBPoolParams{}, ipamclient.LBPoolRequest{
+		Name: lbPool, Spec: ipamclient.LBPoolSpec{Blocks: []ipamclient.LBBlock{{Cidr: ptrTo(lbPoolCIDR)}}}})
 	if err != nil {
 		return nil, err
 	}
@@ -289,9 +289,9 @@ func (w *ingressWatch) snapshot() (map[string]time.Time, map[string]string) {
 
 // teardownLBIPAM releases the phase's owners and deletes its pool from a
 // shared database, once the server has stopped.
-func teardownLBIPAM(ctx context.Context, admin *ipamv1.ClientWithResponses, names []string) error {
+func teardownLBIPAM(ctx context.Context, admin *ipamclient.ClientWithResponses, names []string) error {
 	for _, n := range names {
-		resp, err := admin.ReleaseVIPsWithResponse(ctx, lbNamespace, n, &ipamv1.ReleaseVIPsParams{})
+		resp, err := admin.ReleaseVIPsWithResponse(ctx, lbNamespace, n, &ipamclient.ReleaseVIPsParams{})
 		if err != nil {
 			return err
 		}
@@ -299,7 +299,7 @@ func teardownLBIPAM(ctx context.Context, admin *ipamv1.ClientWithResponses, name
 			return err
 		}
 	}
-	resp, err := admin.DeleteLBPoolWithResponse(ctx, lbPool, &ipamv1.DeleteLBPoolParams{})
+	resp, err := admin.DeleteLBPoolWithResponse(ctx, lbPool, &ipamclient.DeleteLBPoolParams{})
 	if err != nil {
 		return err
 	}

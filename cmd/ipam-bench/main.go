@@ -87,7 +87,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/internal/cloud/scaleout"
 	"github.com/ipam-dev/ipam/internal/store"
 )
@@ -223,7 +223,7 @@ type bench struct {
 	fillSpace string
 	servers   []*serverProc
 	pki       *benchPKI
-	admin     *ipamv1.ClientWithResponses
+	admin     *ipamclient.ClientWithResponses
 	fleet     *fleet
 	ceil      *ceiling
 	nodes     []string

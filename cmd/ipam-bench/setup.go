@@ -7,12 +7,12 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 )
 
 // createSpace creates an address space.
-func createSpace(ctx context.Context, c *ipamv1.ClientWithResponses, space string) error {
-	resp, err := c.CreateSpaceWithResponse(ctx, ipamv1.SpaceRequest{Name: space})
+func createSpace(ctx context.Context, c *ipamclient.ClientWithResponses, space string) error {
+	resp, err := c.CreateSpaceWithResponse(ctx, ipamclient.SpaceRequest{Name: space})
 	if err != nil {
 		return fmt.Errorf("create space: %w", err)
 	}
@@ -27,19 +27,19 @@ func createSpace(ctx context.Context, c *ipamv1.ClientWithResponses, space strin
 // measurement's way.
 var benchMaxBlocksPerNode = 1 << 20
 
-func setupPool(ctx context.Context, c *ipamv1.ClientWithResponses, space *string, mask int, nodes []string) error {
+func setupPool(ctx context.Context, c *ipamclient.ClientWithResponses, space *string, mask int, nodes []string) error {
 	if space != nil {
 		if err := createSpace(ctx, c, *space); err != nil {
 			return err
 		}
 	}
-	pool, err := c.CreatePoolWithResponse(ctx, &ipamv1.CreatePoolParams{Space: space}, ipamv1.PoolRequest{
+	pool, err := c.CreatePoolWithResponse(ctx, &ipamclient.CreatePoolParams{Space: space}, ipamclient.PoolRequest{
 		Name: "default",
 		// The hot-node phase runs every client on one node: with the 30 s
 		// cooldown it holds thousands of cooling addresses, far past the
 		// default per-node limit (1,024 addresses' worth of blocks), which
 		// guards a real cluster's pools against one node certificate.
-		Spec: ipamv1.PoolSpec{Ipv4: &ipamv1.PoolFamilySpec{Cidrs: []string{"10.0.0.0/8"}, MaskSize: mask},
+		Spec: ipamclient.PoolSpec{Ipv4: &ipamclient.PoolFamilySpec{Cidrs: []string{"10.0.0.0/8"}, MaskSize: mask},
 			MaxBlocksPerNode: &benchMaxBlocksPerNode},
 	})
 	if err != nil {
@@ -49,7 +49,7 @@ func setupPool(ctx context.Context, c *ipamv1.ClientWithResponses, space *string
 		return err
 	}
 	for _, n := range nodes {
-		resp, err := c.PutNodeWithResponse(ctx, n, &ipamv1.PutNodeParams{Space: space}, ipamv1.NodeSpec{})
+		resp, err := c.PutNodeWithResponse(ctx, n, &ipamclient.PutNodeParams{Space: space}, ipamclient.NodeSpec{})
 		if err != nil {
 			return fmt.Errorf("register node: %w", err)
 		}
@@ -62,10 +62,10 @@ func setupPool(ctx context.Context, c *ipamv1.ClientWithResponses, space *string
 
 // teardown deletes the nodes, the pools and the space setupPool (or
 // createFillPool) made in a space of its own.
-func teardown(ctx context.Context, c *ipamv1.ClientWithResponses, space string, nodes, pools []string) error {
+func teardown(ctx context.Context, c *ipamclient.ClientWithResponses, space string, nodes, pools []string) error {
 	force := true
 	for _, n := range nodes {
-		resp, err := c.DeleteNodeWithResponse(ctx, n, &ipamv1.DeleteNodeParams{Space: &space, Force: &force})
+		resp, err := c.DeleteNodeWithResponse(ctx, n, &ipamclient.DeleteNodeParams{Space: &space, Force: &force})
 		if err != nil {
 			return fmt.Errorf("delete node: %w", err)
 		}
@@ -74,7 +74,7 @@ func teardown(ctx context.Context, c *ipamv1.ClientWithResponses, space string, 
 		}
 	}
 	for _, p := range pools {
-		resp, err := c.DeletePoolWithResponse(ctx, p, &ipamv1.DeletePoolParams{Space: &space})
+		resp, err := c.DeletePoolWithResponse(ctx, p, &ipamclient.DeletePoolParams{Space: &space})
 		if err != nil {
 			return fmt.Errorf("delete pool: %w", err)
 		}

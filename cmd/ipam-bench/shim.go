@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 )
 
 // The shim phase runs the CNI plugin cmd/cni-shim as a runtime does: one
@@ -415,7 +415,7 @@ func (b *shimBench) mode(ctx context.Context, name string, workers, calls int) s
 // runShim runs the shim phase against the running server: build, the
 // node's certificate, a space of its own, sequential then parallel, then
 // under bridge in namespaces of its own, with a server of options so.
-func runShim(ctx context.Context, cfg config, p *benchPKI, server string, so serverOptions, admin *ipamv1.ClientWithResponses, out io.Writer) (*shimReport, error) {
+func runShim(ctx context.Context, cfg config, p *benchPKI, server string, so serverOptions, admin *ipamclient.ClientWithResponses, out io.Writer) (*shimReport, error) {
 	rep := &shimReport{CNIVersion: shimCNIVersion, Space: fmt.Sprintf("shim-bench-%d", time.Now().Unix())}
 	certDir, err := os.MkdirTemp("", "ipam-bench-shim-")
 	if err != nil {

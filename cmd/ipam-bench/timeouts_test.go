@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 )
 
 // TestRetryAfterTimeout: with retry, an allocation that timed out is sent
@@ -27,7 +27,7 @@ func TestRetryAfterTimeout(t *testing.T) {
 		remotes    []string
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body ipamv1.LeaseRequest
+		var body ipamclient.LeaseRequest
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 			t.Error(err)
 		}
@@ -46,15 +46,15 @@ func TestRetryAfterTimeout(t *testing.T) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(ipamv1.Allocation{ContainerID: body.ContainerID, Interface: body.Interface,
-			Addresses: []ipamv1.LeaseAddress{{Address: "10.0.0.7/26", Family: ipamv1.Ipv4}}})
+		_ = json.NewEncoder(w).Encode(ipamclient.Allocation{ContainerID: body.ContainerID, Interface: body.Interface,
+			Addresses: []ipamclient.LeaseAddress{{Address: "10.0.0.7/26", Family: ipamclient.Ipv4}}})
 	}))
 	defer srv.Close()
 	cl, err := apiClient(srv.URL, &http.Client{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &worker{clients: map[string]*ipamv1.ClientWithResponses{"n": cl}, ledger: newLedger(), errs: map[string]int64{},
+	w := &worker{clients: map[string]*ipamclient.ClientWithResponses{"n": cl}, ledger: newLedger(), errs: map[string]int64{},
 		retry: true, timeout: 100 * time.Millisecond}
 	if err := w.allocate(t.Context(), "n", true); err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestRetryAfterTimeout(t *testing.T) {
 	}
 
 	// Without retry, a timeout is an error.
-	w = &worker{clients: map[string]*ipamv1.ClientWithResponses{"n": cl}, ledger: newLedger(), errs: map[string]int64{}, timeout: 100 * time.Millisecond}
+	w = &worker{clients: map[string]*ipamclient.ClientWithResponses{"n": cl}, ledger: newLedger(), errs: map[string]int64{}, timeout: 100 * time.Millisecond}
 	mu.Lock()
 	containers = nil
 	mu.Unlock()

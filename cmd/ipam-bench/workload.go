@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
@@ -72,8 +72,8 @@ type attachment struct {
 // reset before each run.
 type worker struct {
 	id      int
-	clients map[string]*ipamv1.ClientWithResponses // node -> client with the node's certificate
-	space   *string                                // nil for the default space
+	clients map[string]*ipamclient.ClientWithResponses // node -> client with the node's certificate
+	space   *string                                    // nil for the default space
 	nodes   []string
 	ledger  *ledger
 	next    int // round-robin position in nodes for the next allocation
@@ -150,17 +150,17 @@ func retryAfter(h http.Header) time.Duration {
 // pending lease, as a CNI ADD does.
 func (w *worker) allocate(ctx context.Context, node string, expire bool) error {
 	cid := w.ledger.containerID()
-	body := ipamv1.LeaseRequest{
+	body := ipamclient.LeaseRequest{
 		ContainerID: cid,
 		Interface:   benchInterface,
-		Owner:       ipamv1.Owner{Namespace: "bench", Name: cid},
+		Owner:       ipamclient.Owner{Namespace: "bench", Name: cid},
 		Expire:      &expire,
 	}
 	start := time.Now()
-	var resp *ipamv1.AllocateLeaseResponse
+	var resp *ipamclient.AllocateLeaseResponse
 	_, err := w.send(ctx, func(ctx context.Context) (*http.Response, error) {
 		var err error
-		resp, err = w.clients[node].AllocateLeaseWithResponse(ctx, node, &ipamv1.AllocateLeaseParams{Space: w.space}, body)
+		resp, err = w.clients[node].AllocateLeaseWithResponse(ctx, node, &ipamclient.AllocateLeaseParams{Space: w.space}, body)
 		if err != nil {
 			return nil, err
 		}
@@ -203,11 +203,11 @@ func (w *worker) release(ctx context.Context, i int) error {
 	w.held[i] = w.held[len(w.held)-1]
 	w.held = w.held[:len(w.held)-1]
 	start := time.Now()
-	var resp *ipamv1.ReleaseAttachmentResponse
+	var resp *ipamclient.ReleaseAttachmentResponse
 	_, err := w.send(ctx, func(ctx context.Context) (*http.Response, error) {
 		var err error
 		resp, err = w.clients[a.node].ReleaseAttachmentWithResponse(ctx, a.node, a.containerID, benchInterface,
-			&ipamv1.ReleaseAttachmentParams{Space: w.space})
+			&ipamclient.ReleaseAttachmentParams{Space: w.space})
 		if err != nil {
 			return nil, err
 		}
@@ -270,7 +270,7 @@ func statusError(what string, code int, body []byte) error {
 	}
 	cause := fmt.Sprintf("%s %d", what, code)
 	detail := strings.TrimSpace(string(body))
-	var p ipamv1.Problem
+	var p ipamclient.Problem
 	if json.Unmarshal(body, &p) == nil && p.Type != "" {
 		cause += " " + strings.TrimPrefix(p.Type, "urn:ipam:problem:")
 		if p.Detail != nil {
@@ -308,7 +308,7 @@ func (f *fleet) workers(c int, nodes []string) ([]*worker, error) {
 	ws := make([]*worker, c)
 	drivers := map[string][]*worker{}
 	for i := range ws {
-		w := &worker{id: i, space: f.space, ledger: f.ledger, clients: map[string]*ipamv1.ClientWithResponses{},
+		w := &worker{id: i, space: f.space, ledger: f.ledger, clients: map[string]*ipamclient.ClientWithResponses{},
 			rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))), errs: map[string]int64{}}
 		server := f.servers[i%len(f.servers)]
 		for _, n := range nodesFor(i, c, len(nodes)) {
@@ -374,10 +374,10 @@ func warm(ctx context.Context, ws []*worker) error {
 	for _, w := range ws {
 		wg.Go(func() {
 			for _, n := range w.nodes {
-				var resp *ipamv1.ListBlocksResponse
+				var resp *ipamclient.ListBlocksResponse
 				var err error
 				for range maxAttempts {
-					resp, err = w.clients[n].ListBlocksWithResponse(ctx, n, &ipamv1.ListBlocksParams{Space: w.space})
+					resp, err = w.clients[n].ListBlocksWithResponse(ctx, n, &ipamclient.ListBlocksParams{Space: w.space})
 					if err != nil || resp.StatusCode() != http.StatusServiceUnavailable {
 						break
 					}

@@ -62,12 +62,13 @@ type config struct {
 	Kubeconfig         string
 	KubeInCluster      bool
 	// Cilium operator role (internal/cilium); off when CiliumIPAMMode is "".
-	CiliumIPAMMode       string
-	CiliumLeaseNamespace string
-	CiliumKubeQPS        float64
-	CiliumKubeBurst      int
-	CiliumWorkers        int
-	ExcessIPReleaseDelay time.Duration
+	CiliumIPAMMode        string
+	CiliumLeaseNamespace  string
+	CiliumKubeQPS         float64
+	CiliumKubeBurst       int
+	CiliumWorkers         int
+	ExcessIPReleaseDelay  time.Duration
+	CiliumNodesGCInterval time.Duration
 	// LB IPAM controller (internal/lbipam); off unless LBIPAM.
 	LBIPAM          bool
 	LBIPAMClasses   string
@@ -93,6 +94,10 @@ type config struct {
 	MaxInFlight    int
 	AdmissionQueue int
 	AdmissionWait  time.Duration
+	// MaxPerCaller bounds one caller's requests in progress (0: half of
+	// the in-flight limit); BodyTimeout bounds the reading of a body.
+	MaxPerCaller int
+	BodyTimeout  time.Duration
 	// Cloud capacity workers (cloud.go); off when CloudProvider is "".
 	CloudProvider     string
 	CloudInterval     time.Duration
@@ -125,6 +130,10 @@ func (c config) admission() api.Admission {
 		a.Queue = c.AdmissionQueue
 	}
 	a.Wait = c.AdmissionWait
+	if c.MaxPerCaller > 0 {
+		a.PerCaller = c.MaxPerCaller
+	}
+	a.BodyTimeout = c.BodyTimeout
 	return a
 }
 
@@ -197,6 +206,12 @@ func (c config) Validate() error {
 	if c.AdmissionWait <= 0 {
 		errs = append(errs, errors.New("admission-wait must be positive"))
 	}
+	if c.MaxPerCaller < 0 {
+		errs = append(errs, errors.New("max-per-caller must not be negative"))
+	}
+	if c.BodyTimeout <= 0 {
+		errs = append(errs, errors.New("body-timeout must be positive"))
+	}
 	if c.HistoryRetention < 0 {
 		errs = append(errs, errors.New("history-retention must not be negative"))
 	}
@@ -237,6 +252,9 @@ func (c config) Validate() error {
 		if c.CiliumKubeQPS < cilium.MinKubeQPS || c.CiliumKubeBurst < cilium.MinKubeBurst {
 			errs = append(errs, fmt.Errorf("cilium-kube-qps must be at least %d and cilium-kube-burst at least %d (the leader Lease's renewals take 1/s and 2 of them)",
 				cilium.MinKubeQPS, cilium.MinKubeBurst))
+		}
+		if c.CiliumNodesGCInterval < 0 {
+			errs = append(errs, errors.New("cilium-nodes-gc-interval must not be negative"))
 		}
 		if c.CiliumWorkers <= 0 {
 			errs = append(errs, errors.New("cilium-workers must be positive"))
@@ -302,13 +320,14 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.StringVar(&c.AzureAuthorityHost, "azure-authority-host", "", "the Microsoft Entra ID host that issues azure-endpoint's tokens (https://...); its instance discovery is skipped")
 	fs.StringVar(&c.AzureCAFile, "azure-ca-file", "", "PEM file of CAs to trust, beside the system's, for Azure's endpoints (a private cloud's)")
 	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "how long address history events are kept; 0 keeps them forever")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection from this cluster")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection, and where Pods run for the node certificates' rules, from this cluster")
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")
 	fs.StringVar(&c.CiliumIPAMMode, "cilium-ipam-mode", "", "play Cilium's operator for this IPAM mode (crd, multi-pool or cluster-pool) in the cluster of kubeconfig or kube-in-cluster; empty: off")
 	fs.StringVar(&c.CiliumLeaseNamespace, "cilium-lease-namespace", "kube-system", "namespace of the Lease the replicas elect the one Cilium operator with (deploy/kubernetes sets the Pod's own)")
 	fs.Float64Var(&c.CiliumKubeQPS, "cilium-kube-qps", 20, "the Cilium operator's steady request rate to the API server (client-side limit)")
 	fs.IntVar(&c.CiliumKubeBurst, "cilium-kube-burst", 40, "the Cilium operator's request burst to the API server")
 	fs.IntVar(&c.CiliumWorkers, "cilium-workers", cilium.DefaultWorkers, "CiliumNodes the operator reconciles in parallel")
+	fs.DurationVar(&c.CiliumNodesGCInterval, "cilium-nodes-gc-interval", cilium.DefaultNodesGCInterval, "how often the operator looks for CiliumNodes whose Node is gone; it deletes one found so at least this long before (Cilium's nodes-gc-interval); 0: never")
 	fs.DurationVar(&c.ExcessIPReleaseDelay, "excess-ip-release-delay", cilium.DefaultExcessIPReleaseDelay, "how long an address stays excess on a node before the operator marks it for release (Cilium's excess-ip-release-delay; crd mode)")
 	fs.BoolVar(&c.LBIPAM, "lbipam", false, "play Cilium's LB IPAM for the LoadBalancer Services of the cluster of kubeconfig or kube-in-cluster: VIPs from the default space's VIP pools (leader-elected)")
 	fs.StringVar(&c.LBIPAMClasses, "lbipam-classes", lbipam.ClassL2+","+lbipam.ClassBGP, "loadBalancerClass values LB IPAM serves, comma-separated (Services of other classes are left alone)")
@@ -322,6 +341,8 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", 0, "API requests served at once per replica; more wait in line (see admission-queue); 0 = as many as database connections (max-conns)")
 	fs.IntVar(&c.AdmissionQueue, "admission-queue", 0, "requests that may wait for a slot; more are answered 503 with Retry-After at once; 0 = 4 x max-in-flight")
 	fs.DurationVar(&c.AdmissionWait, "admission-wait", api.DefaultAdmission(1).Wait, "the longest a request waits for a slot before it is answered 503 with Retry-After")
+	fs.IntVar(&c.MaxPerCaller, "max-per-caller", 0, "API requests one caller (a node, a token, an operator certificate) may have in progress at once, from reading its body to the answer; more wait for one of its own for at most admission-wait, then are answered 429; 0 = half of max-in-flight")
+	fs.DurationVar(&c.BodyTimeout, "body-timeout", api.DefaultBodyTimeout, "how long a request body may take to arrive; it is read before the request waits for a slot, and a body not there in time is answered 408")
 	c.authFlags(fs)
 
 	// Environment first, so explicit flags override it.

@@ -23,18 +23,29 @@ import (
 // podMetadata answers the API's Pod lookups from the Kubernetes informers.
 type podMetadata struct{ inf *kube.Informers }
 
-func (p podMetadata) PodMetadata(ctx context.Context, namespace, name string) (pod, ns alloc.Metadata, err error) {
-	info, err := p.inf.Lookup(ctx, namespace, name)
-	if errors.Is(err, kube.ErrNotFound) {
-		return pod, ns, fmt.Errorf("%w: %w", api.ErrPodNotFound, err)
-	} else if err != nil {
-		return pod, ns, err
+func (p podMetadata) Pod(ctx context.Context, namespace, name string, recheck func(alloc.PodPlacement) bool) (api.PodInfo, error) {
+	var stale func(kube.PodInfo) bool
+	if recheck != nil {
+		stale = func(i kube.PodInfo) bool { return recheck(placementOf(i)) }
 	}
-	return alloc.Metadata(info.Pod), alloc.Metadata(info.Namespace), nil
+	info, err := p.inf.Lookup(ctx, namespace, name, stale)
+	if errors.Is(err, kube.ErrNotFound) {
+		return api.PodInfo{}, fmt.Errorf("%w: %w", api.ErrPodNotFound, err)
+	} else if err != nil {
+		return api.PodInfo{}, err
+	}
+	return api.PodInfo{Pod: alloc.Metadata(info.Pod), Namespace: alloc.Metadata(info.Namespace), Placement: placementOf(info)}, nil
+}
+
+// placementOf is where a Pod the informers found is.
+func placementOf(i kube.PodInfo) alloc.PodPlacement {
+	return alloc.PodPlacement{Exists: true, UID: i.UID, Node: i.NodeName}
 }
 
 // startKube starts the Pod and namespace informers when the configuration
-// asks for Kubernetes access, and answers nil otherwise. Lookups before the
+// asks for Kubernetes access, and answers nil otherwise (node certificates
+// then never take a sticky identity from another node: internal/api's
+// placement.go). Lookups before the
 // caches sync fall back to direct reads, so serving need not wait.
 func startKube(ctx context.Context, cfg config, log *slog.Logger) (api.PodMetadataSource, error) {
 	if cfg.Kubeconfig == "" && !cfg.KubeInCluster {
@@ -69,7 +80,7 @@ func startCiliumOperator(ctx context.Context, cfg config, st cilium.Store, meter
 	op, err = cilium.New(cilium.Config{
 		Mode: cilium.Mode(cfg.CiliumIPAMMode), Space: "default", DefaultPool: cfg.DefaultPool, Kube: rc,
 		LeaseNamespace: cfg.CiliumLeaseNamespace, ExcessIPReleaseDelay: cfg.ExcessIPReleaseDelay,
-		Workers: cfg.CiliumWorkers, Logger: log, Meter: meter,
+		NodesGCInterval: cfg.CiliumNodesGCInterval, Workers: cfg.CiliumWorkers, Logger: log, Meter: meter,
 	}, st)
 	if err != nil {
 		return nil, nil, err

@@ -20,7 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/internal/pgtest"
 )
 
@@ -75,9 +75,9 @@ func TestConcurrentReplicasNeverDuplicate(t *testing.T) {
 		startServer(t, dbURL, "--cooldown", "0s", "--max-conns", "16"),
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 60 * time.Second}
-	var cs []*ipamv1.ClientWithResponses
+	var cs []*ipamclient.ClientWithResponses
 	for _, u := range urls {
-		c, err := ipamv1.NewClientWithResponses(u, ipamv1.WithHTTPClient(hc))
+		c, err := ipamclient.NewClientWithResponses(u, ipamclient.WithHTTPClient(hc))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,9 +85,9 @@ func TestConcurrentReplicasNeverDuplicate(t *testing.T) {
 	}
 	ctx := context.Background()
 	// Small blocks so the run carves many (/26: 62 leasable per block).
-	pool, err := cs[0].CreatePoolWithResponse(ctx, nil, ipamv1.PoolRequest{Name: "default", Spec: ipamv1.PoolSpec{
-		Ipv4: &ipamv1.PoolFamilySpec{Cidrs: []string{"10.0.0.0/16"}, MaskSize: 26},
-		Ipv6: &ipamv1.PoolFamilySpec{Cidrs: []string{"fd00:10::/104"}, MaskSize: 120},
+	pool, err := cs[0].CreatePoolWithResponse(ctx, nil, ipamclient.PoolRequest{Name: "default", Spec: ipamclient.PoolSpec{
+		Ipv4: &ipamclient.PoolFamilySpec{Cidrs: []string{"10.0.0.0/16"}, MaskSize: 26},
+		Ipv6: &ipamclient.PoolFamilySpec{Cidrs: []string{"fd00:10::/104"}, MaskSize: 120},
 	}})
 	if err != nil || pool.StatusCode() != http.StatusCreated {
 		t.Fatalf("create pool: %v %s", err, pool.Body)
@@ -119,8 +119,8 @@ func TestConcurrentReplicasNeverDuplicate(t *testing.T) {
 				c := cs[rng.IntN(len(cs))]
 				if len(mine) == 0 || rng.IntN(100) < 55 {
 					a := attachment{node: fmt.Sprintf("node-%02d", rng.IntN(nodes)), cid: fmt.Sprintf("w%d-%d", w, n)}
-					body := ipamv1.LeaseRequest{ContainerID: a.cid, Interface: "eth0",
-						Owner: ipamv1.Owner{Namespace: "bench", Name: a.cid}}
+					body := ipamclient.LeaseRequest{ContainerID: a.cid, Interface: "eth0",
+						Owner: ipamclient.Owner{Namespace: "bench", Name: a.cid}}
 					r, err := c.AllocateLeaseWithResponse(ctx, a.node, nil, body)
 					// Admission control answers 503 before doing anything
 					// when no request slot came free (a loaded machine): a

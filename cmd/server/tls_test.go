@@ -22,41 +22,9 @@ import (
 // With --tls-cert-file, --tls-key-file and --client-ca-file the server
 // speaks mutual TLS only, and a node certificate reaches its own node only.
 func TestServeMutualTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := pki.NewCA("test CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name string, data []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	sc, sk, err := ca.IssueServer([]string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := startServer(t, pgtest.NewDatabase(t),
-		"--tls-cert-file", write("server.crt", sc), "--tls-key-file", write("server.key", sk),
-		"--client-ca-file", write("ca.crt", pki.EncodeCert(ca.Cert)))
-	base = strings.Replace(base, "http://", "https://", 1)
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
-	client := func(certPEM, keyPEM []byte) *http.Client {
-		cfg := &tls.Config{RootCAs: roots}
-		if certPEM != nil {
-			pair, err := tls.X509KeyPair(certPEM, keyPEM)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Certificates = []tls.Certificate{pair}
-		}
-		return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
-	}
-	nc, nk, _ := ca.IssueNode("node-a", time.Hour)
-	node := client(nc, nk)
+	srv := startMutualTLS(t, pgtest.NewDatabase(t))
+	ca, base, client := srv.ca, srv.base, srv.client
+	node := client(ca.IssueNode("node-a", time.Hour))
 	res, err := node.Get(base + "/readyz")
 	if err != nil || res.StatusCode != 200 {
 		t.Fatalf("node readyz: %v %v", res, err)
@@ -68,7 +36,7 @@ func TestServeMutualTLS(t *testing.T) {
 	}
 	res.Body.Close()
 	// Without a certificate: the probes' endpoints only.
-	anon := client(nil, nil)
+	anon := client(nil, nil, nil)
 	for path, want := range map[string]int{"/readyz": 200, "/healthz": 200, "/v1/pools": 401, "/v1/nodes/node-a/blocks": 401} {
 		res, err := anon.Get(base + path)
 		if err != nil || res.StatusCode != want {
@@ -80,8 +48,7 @@ func TestServeMutualTLS(t *testing.T) {
 	// even offer it (it is not of the CA the server asks for), so it counts
 	// as none.
 	other, _ := pki.NewCA("other CA", time.Hour)
-	oc, ok, _ := other.IssueClient("intruder", time.Hour)
-	res, err = client(oc, ok).Get(base + "/v1/pools")
+	res, err = client(other.IssueClient("intruder", time.Hour)).Get(base + "/v1/pools")
 	if err == nil {
 		res.Body.Close()
 	}
@@ -217,4 +184,59 @@ func TestIssueCert(t *testing.T) {
 			t.Errorf("%v accepted", args)
 		}
 	}
+}
+
+// mutualTLS is a server started with certificates of a test CA, answering
+// over mutual TLS at base.
+type mutualTLS struct {
+	ca    *pki.CA
+	base  string
+	roots *x509.CertPool
+	t     *testing.T
+}
+
+// startMutualTLS starts the server on dbURL with a server certificate of a
+// new test CA and that CA for its clients, and extra flags.
+func startMutualTLS(t *testing.T, dbURL string, extra ...string) *mutualTLS {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := pki.NewCA("test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	sc, sk, err := ca.IssueServer([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := startServer(t, dbURL, append([]string{
+		"--tls-cert-file", write("server.crt", sc), "--tls-key-file", write("server.key", sk),
+		"--client-ca-file", write("ca.crt", pki.EncodeCert(ca.Cert))}, extra...)...)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	return &mutualTLS{ca: ca, base: strings.Replace(base, "http://", "https://", 1), roots: roots, t: t}
+}
+
+// client is an HTTPS client presenting the certificate certPEM (none when
+// nil), in the order pki's Issue methods answer; it fails the test on err.
+func (m *mutualTLS) client(certPEM, keyPEM []byte, err error) *http.Client {
+	m.t.Helper()
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	cfg := &tls.Config{RootCAs: m.roots}
+	if certPEM != nil {
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 30 * time.Second}
 }

@@ -56,7 +56,8 @@ type authenticator struct {
 	routes       *chi.Mux // to find the operation before the router runs it
 	anonymous    alloc.Role
 	loopbackOnly bool
-	sessions     bool // the web view's session cookie counts (Options.UI set)
+	sessions     bool          // the web view's session cookie counts (Options.UI set)
+	bodyTimeout  time.Duration // a sign-in's body must arrive within it (Admission.BodyTimeout)
 	limits       RateLimits
 	buckets      *limiters
 	log          *slog.Logger

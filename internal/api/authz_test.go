@@ -172,10 +172,8 @@ func pathEncodings(name string) []string {
 func TestNodeAuthorizationUsesTheUnescapedNode(t *testing.T) {
 	e := newEnv(t, nil)
 	s := newAuthServer(t, e, Options{})
-	adminCert, adminKey, _ := s.ca.IssueClient("platform", time.Hour)
-	aCert, aKey, _ := s.ca.IssueNode("node-a", time.Hour)
-	admin := caller{name: "admin", client: s.client(adminCert, adminKey), base: s.url}
-	nodeA := caller{name: "node-a", client: s.client(aCert, aKey), base: s.url}
+	admin := s.certCaller("admin")(s.ca.IssueClient("platform", time.Hour))
+	nodeA := s.nodeCaller("node-a")
 	if r := admin.do(t, "POST", "/v1/pools", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24}}}`); r.status != 201 {
 		t.Fatalf("pool: %d %s", r.status, r.body)
 	}
@@ -277,8 +275,7 @@ func TestNodeAuthorizationUsesTheUnescapedNode(t *testing.T) {
 func TestNodeCertificateIsConfinedToItsSpace(t *testing.T) {
 	e := newEnv(t, nil)
 	s := newAuthServer(t, e, Options{})
-	adminCert, adminKey, _ := s.ca.IssueClient("platform", time.Hour)
-	admin := caller{name: "admin", client: s.client(adminCert, adminKey), base: s.url}
+	admin := s.certCaller("admin")(s.ca.IssueClient("platform", time.Hour))
 	for _, r := range []struct{ method, path, body string }{
 		{"POST", "/v1/spaces", `{"name":"tenant2"}`},
 		{"POST", "/v1/pools", `{"name":"default","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24}}}`},

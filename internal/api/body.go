@@ -5,6 +5,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -57,22 +59,26 @@ var bodyTypes = func() map[string]reflect.Type {
 	return m
 }()
 
-// checkBody reads a request body once and refuses it before any handler
-// decodes it when it is not UTF-8 (PostgreSQL text cannot hold it, and
-// encoding/json would turn it into U+FFFD silently), or, for an operation
-// with a JSON body, when it has an unknown, duplicate or differently cased
-// property, or a null. It runs after routing and after requireJSON, so
-// the body is JSON for a known operation; a body that is not even valid
-// JSON is left to the generated decoder, whose errors bodyError already
-// names. The handler reads the same bytes.
-func checkBody(ps problems) ipamv1.MiddlewareFunc {
+// checkBody reads a request body once, whole, within timeout (see
+// readBody), and refuses it before any handler decodes it when it is not
+// UTF-8 (PostgreSQL text cannot hold it, and encoding/json would turn it
+// into U+FFFD silently), or, for a POST or PUT (whose body requireJSON has
+// made JSON), when it is not exactly one JSON value (oneJSONValue) or, for
+// an operation with a JSON body, when it has an unknown, duplicate or
+// differently cased property, or a null. It runs after routing and
+// requireJSON, and before admission (admitter.middleware): a request
+// waits for a slot with its body in memory, so a slow body holds no slot,
+// and a client that gives up while it waits is noticed at once (net/http
+// watches the connection only once the body is read). The handler reads
+// the same bytes.
+func checkBody(ps problems, timeout time.Duration) ipamv1.MiddlewareFunc {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 				next.ServeHTTP(w, r)
 				return
 			}
-			data, err := io.ReadAll(r.Body)
+			data, err := readBody(w, r, timeout)
 			if err != nil {
 				ps.write(w, r, bodyError(err))
 				return
@@ -82,6 +88,10 @@ func checkBody(ps problems) ipamv1.MiddlewareFunc {
 				return
 			}
 			if r.Method == http.MethodPost || r.Method == http.MethodPut {
+				if err := oneJSONValue(data); err != nil {
+					ps.write(w, r, err)
+					return
+				}
 				id := operationsByRoute[r.Method+" "+chi.RouteContext(r.Context()).RoutePattern()]
 				if t, ok := bodyTypes[id]; ok {
 					if err := checkStrictJSON(data, t); err != nil {
@@ -95,6 +105,47 @@ func checkBody(ps problems) ipamv1.MiddlewareFunc {
 		})
 	}
 }
+
+// readBody reads r's body whole (the edge bounds its size), within timeout
+// when it is positive. The deadline is the connection's, set through w;
+// afterwards the connection has none until net/http sets its own for the
+// next request, since net/http watches it during the handler for the
+// client going away, and a deadline passing then would end the request's
+// context. A writer without deadlines (a test recorder) reads without one.
+func readBody(w http.ResponseWriter, r *http.Request, timeout time.Duration) ([]byte, error) {
+	if timeout > 0 {
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
+			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+		}
+	}
+	return io.ReadAll(r.Body)
+}
+
+// oneJSONValue refuses data that is not exactly one JSON value with only
+// whitespace around it, naming "body". The generated decoder reads the
+// first value and ignores the rest, and checkStrictJSON can only check
+// data that is JSON: without this, one byte after the value would let the
+// generated decoder read it leniently (an unknown property ignored, the
+// last of a duplicate taken, a property matched in another letter case).
+func oneJSONValue(data []byte) error {
+	if json.Valid(data) {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var first json.RawMessage
+	if err := dec.Decode(&first); err != nil {
+		return bodyError(err) // malformed, cut short or empty
+	}
+	at := int(dec.InputOffset())
+	for at < len(data) && isJSONSpace(data[at]) {
+		at++
+	}
+	return alloc.Invalid("body", "must be one JSON value; more data follows it at byte %d", at)
+}
+
+// isJSONSpace reports whether b is whitespace between JSON tokens.
+func isJSONSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
 
 // invalidUTF8At answers the offset of the first byte of b that is not
 // valid UTF-8, or -1.
@@ -112,7 +163,8 @@ func invalidUTF8At(b []byte) int {
 // checkStrictJSON answers the first null, unknown or duplicate property of
 // data, decoded as a t, as an invalid-input error naming its JSON path; nil
 // when there is none or when data is not valid JSON of t's shape (the
-// generated decoder reports that).
+// generated decoder reports that). data must be one JSON value
+// (oneJSONValue): anything else passes unchecked.
 func checkStrictJSON(data []byte, t reflect.Type) error {
 	// A null is the bytes "null" (no escape spells a token): most bodies
 	// have none, and tokenizing them all would cost more than the rest of
@@ -143,6 +195,11 @@ func checkStrictJSON(data []byte, t reflect.Type) error {
 		return alloc.Invalid("body", "%s", strict[0].Error())
 	}
 	path := fe.FieldPath()
+	if path == "" || strings.HasSuffix(path, ".") {
+		// An empty property name ({"": 1}) leaves no name to report: the
+		// problem names the object that holds it instead.
+		return alloc.Invalid(cmp.Or(strings.TrimSuffix(path, "."), "body"), "has a property with an empty name, which no request has")
+	}
 	if strings.HasPrefix(strict[0].Error(), "duplicate field") {
 		return alloc.Invalid(path, "is given more than once")
 	}

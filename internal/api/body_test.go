@@ -6,6 +6,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"testing"
@@ -63,6 +64,31 @@ func TestStrictBodies(t *testing.T) {
 			`{"labels":{"a":"b"},"addresses":[{"type":"InternalIP","address":"192.0.2.1"}],"providerID":null}`,
 			"providerID", "must not be null"},
 		{"a null body", "POST", "/v1/pools", `null`, "body", "not null"},
+		{"a property with an empty name", "POST", "/v1/pools",
+			`{"name":"p","":1,"spec":{"ipv4":{"cidrs":["10.50.0.0/16"],"maskSize":24}}}`, "body", "empty name"},
+		{"a nested property with an empty name", "POST", "/v1/pools",
+			`{"name":"p","spec":{"ipv4":{"cidrs":["10.50.0.0/16"],"maskSize":24,"":[]}}}`, "spec.ipv4", "empty name"},
+		{"an empty name given twice", "PUT", "/v1/nodes/n1", `{"":1,"":2}`, "body", "empty name"},
+
+		// One byte after the value used to switch the checks above off
+		// (the generated decoder reads the first value alone, leniently):
+		// the reproducers of outside testing.
+		{"letter case decides, then a letter", "POST", "/v1/nodes/n1/leases",
+			`{"owner":{"namespace":"ns","name":"p"},"containerID":"t","interface":"eth0","expire":true,"Expire":false} x`,
+			"body", "more data follows it at byte 106"},
+		{"a role given twice, then !", "POST", "/v1/tokens",
+			`{"name":"d","role":"viewer","role":"admin"}!`, "body", "more data follows it at byte 43"},
+		{"a name given twice, then }", "POST", "/v1/pools",
+			`{"name":"dupa","name":"dupb","spec":{"ipv4":{"cidrs":["10.50.0.0/16"],"maskSize":24}}}}`, "body", "more data follows"},
+		{"an unknown property, then ]", "PUT", "/v1/nodes/n1",
+			`{"labels":{"zone":"u"},"bogus":1}]`, "body", "more data follows"},
+		{"a second object", "POST", "/v1/nodes/n1/leases",
+			`{"owner":{"namespace":"ns","name":"p"},"containerID":"c5","interface":"eth0"}{"expire":true}`, "body", "more data follows"},
+		{"NUL after the value", "POST", "/v1/nodes/n1/leases",
+			"{\"owner\":{\"namespace\":\"ns\",\"name\":\"p\"},\"containerID\":\"c5\",\"interface\":\"eth0\"}\x00", "body", "more data follows"},
+		{"a value cut short", "POST", "/v1/nodes/n1/leases",
+			`{"owner":{"namespace":"ns","name":"p"},"containerID":"c5"`, "body", "ends early"},
+		{"a top-level number, then a letter", "POST", "/v1/pools", `1x`, "body", "more data follows it at byte 1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -86,9 +112,10 @@ func TestStrictBodies(t *testing.T) {
 	}
 	e.t = t
 
-	// The same bodies without the fault are served.
+	// The same bodies without the fault are served, with whitespace
+	// around the value too.
 	e.mustDo(201, "POST", "/v1/nodes/n1/leases",
-		`{"owner":{"namespace":"ns","name":"p"},"containerID":"c5","interface":"eth0","expire":false}`, nil)
+		" \r\n\t"+`{"owner":{"namespace":"ns","name":"p"},"containerID":"c5","interface":"eth0","expire":false}`+" \r\n\t", nil)
 	e.mustDo(200, "PUT", "/v1/nodes/n1", `{"labels":{"zone":"b"}}`, nil)
 }
 
@@ -96,6 +123,9 @@ func TestStrictBodies(t *testing.T) {
 // that takes a body, the body {"zzUnknown": 1}, a body with its first
 // property twice and a body with its first property null, and expects a
 // 400 naming that property each time: no operation decodes leniently.
+// Each of these bodies followed by data (a letter, a closing brace or
+// bracket, NUL, a second object) is a 400 naming "body": the checks
+// cannot be switched off by what follows the value.
 func TestStrictBodiesEveryOperation(t *testing.T) {
 	e := newEnv(t, nil)
 	seedBadInput(e)
@@ -122,6 +152,12 @@ func TestStrictBodiesEveryOperation(t *testing.T) {
 				"null":      fmt.Sprintf(`{%q: null}`, first),
 			}
 			want := map[string]string{"unknown": "zzUnknown", "duplicate": first, "null": first}
+			for kind, body := range maps.Clone(bodies) {
+				for name, trail := range map[string]string{"x": " x", "brace": "}", "bracket": "]", "NUL": "\x00", "object": `{"a": 1}`} {
+					bodies[kind+"+"+name] = body + trail
+					want[kind+"+"+name] = "body"
+				}
+			}
 			for kind, body := range bodies {
 				t.Run(op.OperationID+"/"+kind, func(t *testing.T) {
 					e.t = t

@@ -39,3 +39,14 @@ func mayReadEveryNode(ctx context.Context) bool {
 func withCaller(ctx context.Context, id identity) context.Context {
 	return context.WithValue(ctx, callerKey{}, id)
 }
+
+// nodeCaller answers the node of the request's caller when it is a node
+// certificate, which acts only for the Pods on its node (placement.go);
+// ok is false for every other caller.
+func nodeCaller(ctx context.Context) (node string, ok bool) {
+	id, ok := ctx.Value(callerKey{}).(identity)
+	if !ok || id.role != alloc.RoleNode {
+		return "", false
+	}
+	return id.node, true
+}

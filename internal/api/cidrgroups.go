@@ -51,7 +51,7 @@ func (h *cidrGroupHandlers) CreateCIDRGroup(ctx context.Context, req ipamv1.Crea
 	if err != nil {
 		return nil, err
 	}
-	g, err := cidrGroupFromAPI(space, req.Body.Name, req.Body.Labels, req.Body.ExternalCIDRs)
+	g, err := cidrGroupFromAPI(space, req.Body.Name, req.Body.Labels, req.Body.ExternalCIDRs, req.Body.AllowSpecialPurpose)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (h *cidrGroupHandlers) UpdateCIDRGroup(ctx context.Context, req ipamv1.Upda
 	if n := req.Body.Name; n != nil && *n != req.Group {
 		return nil, alloc.Invalid("name", "must be the group's name %q as in the path, or absent: a group cannot be renamed", req.Group)
 	}
-	g, err := cidrGroupFromAPI(space, req.Group, req.Body.Labels, req.Body.ExternalCIDRs)
+	g, err := cidrGroupFromAPI(space, req.Group, req.Body.Labels, req.Body.ExternalCIDRs, req.Body.AllowSpecialPurpose)
 	if err != nil {
 		return nil, err
 	}
@@ -136,9 +136,10 @@ func (h *cidrGroupHandlers) GetAddressCIDRGroups(ctx context.Context, req ipamv1
 	return ipamv1.GetAddressCIDRGroups200JSONResponse(out), nil
 }
 
-// cidrGroupFromAPI parses and validates a group.
-func cidrGroupFromAPI(space, name string, l *ipamv1.Labels, cidrs *[]string) (alloc.CIDRGroup, error) {
-	g := alloc.CIDRGroup{Space: space, Name: name}
+// cidrGroupFromAPI parses and validates a group; allowSpecialPurpose
+// absent is false, on an update too, as for pools.
+func cidrGroupFromAPI(space, name string, l *ipamv1.Labels, cidrs *[]string, allowSpecialPurpose *bool) (alloc.CIDRGroup, error) {
+	g := alloc.CIDRGroup{Space: space, Name: name, AllowSpecialPurpose: deref(allowSpecialPurpose, false)}
 	var err error
 	if g.Labels, err = labelsFromAPI("labels", l); err != nil {
 		return g, err
@@ -159,7 +160,7 @@ func cidrGroupFromAPI(space, name string, l *ipamv1.Labels, cidrs *[]string) (al
 
 func cidrGroupToAPI(g alloc.CIDRGroup) ipamv1.CIDRGroup {
 	out := ipamv1.CIDRGroup{Name: g.Name, Space: g.Space, Labels: labelsToAPI(g.Labels), ExternalCIDRs: make([]string, len(g.CIDRs)),
-		CreatedAt: g.CreatedAt.UTC(), UpdatedAt: g.UpdatedAt.UTC()}
+		AllowSpecialPurpose: g.AllowSpecialPurpose, CreatedAt: g.CreatedAt.UTC(), UpdatedAt: g.UpdatedAt.UTC()}
 	for i, c := range g.CIDRs {
 		out.ExternalCIDRs[i] = c.String()
 	}

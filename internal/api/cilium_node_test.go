@@ -10,7 +10,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/store"
 )
@@ -36,7 +36,7 @@ func (c ciliumNodes) CiliumNodeState(_ context.Context, space, node string) (all
 func TestGetNodeShowsCiliumState(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, n := range []string{"crd-node", "pool-node", "plain-node"} {
-		if r, err := e.client.PutNodeWithResponse(t.Context(), n, nil, ipamv1.NodeSpec{}); err != nil || r.StatusCode() >= 300 {
+		if r, err := e.client.PutNodeWithResponse(t.Context(), n, nil, ipamclient.NodeSpec{}); err != nil || r.StatusCode() >= 300 {
 			t.Fatalf("PUT node %s: %v %s", n, err, r.Body)
 		}
 	}
@@ -46,11 +46,11 @@ func TestGetNodeShowsCiliumState(t *testing.T) {
 		"default/pool-node": {Mode: "multi-pool", ResourceVersion: "7", Pools: []alloc.CiliumPoolState{
 			{Pool: "mars", Allocated: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/27")}, NeededIPv4: 20}}},
 	}}
-	get := func(src CiliumNodeSource, node string) *ipamv1.Node {
+	get := func(src CiliumNodeSource, node string) *ipamclient.Node {
 		t.Helper()
 		srv := httptest.NewServer(NewHandler(StoresOf(e.store), Options{IsUnavailable: store.IsUnavailable, AnonymousRole: alloc.RoleAdmin, CiliumNodes: src}))
 		defer srv.Close()
-		c, err := ipamv1.NewClientWithResponses(srv.URL)
+		c, err := ipamclient.NewClientWithResponses(srv.URL)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -34,6 +35,10 @@ type edge struct {
 
 func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		rec.body = &trackedBody{ReadCloser: r.Body}
+		r.Body = rec.body
+	}
 	logged := e.log.Enabled(r.Context(), slog.LevelDebug)
 	measured := e.metrics.duration.Enabled(r.Context())
 	var start time.Time
@@ -108,15 +113,18 @@ func internalProblem() ipamv1.Problem {
 	return p
 }
 
-// statusRecorder remembers the status a handler wrote.
+// statusRecorder remembers the status a handler wrote, and closes the
+// connection after an answer given before the request's body was read.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	body   *trackedBody // nil: the request has no body
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
 	if s.status == 0 && code >= 200 {
 		s.status = code
+		s.closeIfBodyUnread()
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
@@ -124,8 +132,36 @@ func (s *statusRecorder) WriteHeader(code int) {
 func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
+		s.closeIfBodyUnread()
 	}
 	return s.ResponseWriter.Write(b)
+}
+
+// closeIfBodyUnread marks the answer Connection: close when the request's
+// body has not been read to its end: a request refused before its body
+// (unauthenticated, over its caller's share, too large) or never read.
+// Otherwise net/http reads up to 256 KiB of the rest before it sends the
+// answer, to keep the connection, and a client that trickles its body
+// would keep the answer, and a goroutine, waiting for the server's whole
+// read timeout.
+func (s *statusRecorder) closeIfBodyUnread() {
+	if s.body != nil && !s.body.ended {
+		s.ResponseWriter.Header().Set("Connection", "close")
+	}
+}
+
+// trackedBody is a request body that knows whether it was read to its end.
+type trackedBody struct {
+	io.ReadCloser
+	ended bool // a read answered an error: EOF, or a failure that ends it
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.ended = true
+	}
+	return n, err
 }
 
 // Unwrap lets http.ResponseController reach the connection's writer.

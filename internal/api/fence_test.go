@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/store"
 )
 
@@ -644,24 +645,17 @@ func TestDuplicatedCallsKeepOneLeasePerAttachment(t *testing.T) {
 
 // What a node certificate learns of a sticky identity bound on another
 // node: that it is held, or bound, elsewhere, never where (node, block,
-// address, attachment, generation). An operator, through the same
-// requests, still gets the whole story.
+// address, attachment, generation), whether it is refused the address
+// (require), refused the takeover (forbidden) or, once the retention has
+// ended, given a fresh address. An operator, through the same requests,
+// still gets the whole story.
 func TestStickyDetailIsTheCallers(t *testing.T) {
 	e := newEnv(t, nil)
 	s := newAuthServer(t, e, Options{})
-	opCert, opKey, _ := s.ca.IssueOperator("platform", "operator", time.Hour)
-	n1Cert, n1Key, _ := s.ca.IssueNode("n1", time.Hour)
-	n2Cert, n2Key, _ := s.ca.IssueNode("n2", time.Hour)
-	op := caller{name: "operator", client: s.client(opCert, opKey), base: s.url}
-	n1 := caller{name: "n1", client: s.client(n1Cert, n1Key), base: s.url}
-	n2 := caller{name: "n2", client: s.client(n2Cert, n2Key), base: s.url}
-	body := func(v any) string {
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
+	op := s.operatorCaller()
+	n1 := s.nodeCaller("n1")
+	n2 := s.nodeCaller("n2")
+	body := func(v any) string { return jsonBody(t, v) }
 	if r := op.do(t, "POST", "/v1/pools", body(pool4("default", 28, "10.0.3.0/24"))); r.status != 201 {
 		t.Fatalf("pool: %d %s", r.status, r.body)
 	}
@@ -722,6 +716,19 @@ func TestStickyDetailIsTheCallers(t *testing.T) {
 	if p := wantProblem(t, "operator requires", res, 409, "sticky-unavailable", "sticky.identity"); !strings.Contains(deref(p.Detail, ""), want) {
 		t.Errorf("operator: detail %q, want %q", deref(p.Detail, ""), want)
 	}
+	// Without require, a node may not take the identity from n1 (this
+	// server has no Kubernetes to say its Pod left n1: placement.go), and
+	// the refusal does not say where it is either.
+	before := e.snapshot()
+	res = n2.do(t, "POST", "/v1/nodes/n2/leases", body(stickyLease("c2", "db-0", id, nil)))
+	wantProblem(t, "n2 takes over", res, 403, "forbidden", "sticky.identity")
+	leak("the forbidden to n2", string(res.body))
+	if after := e.snapshot(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatal("a refused takeover changed the database")
+	}
+	// Once the binding's retention (the server's default) has ended, n2
+	// gets a fresh address, and a reason that does not say where either.
+	e.clock.Advance(alloc.DefaultStickyRetention)
 	res = n2.do(t, "POST", "/v1/nodes/n2/leases", body(stickyLease("c2", "db-0", id, nil)))
 	var moved ipamv1.Allocation
 	if res.status != 201 || json.Unmarshal(res.body, &moved) != nil {

@@ -6,11 +6,13 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -69,6 +71,13 @@ func FuzzRequestBody(f *testing.F) {
 		{1, "default", `{"spec":{"ipv4":{"cidrs":["10.0.0.0/16"],"maskSize":2147483648},"preAllocate":1e30}}`},
 		{4, "n1", `{"owner":{"namespace":"ns","name":"pod","uid":"\u0007"},"containerID":"c1","interface":"eth0","pod":{"annotations":{"a":"\u0000"}}}`},
 		{4, "n1", "{\"owner\":{\"namespace\":\"\xff\xfe\",\"name\":\"pod\"},\"containerID\":\"c1\",\"interface\":\"eth0\"}"},
+		// More than one value: what follows must not switch the strict
+		// decoding off.
+		{4, "n1", `{"owner":{"namespace":"ns","name":"pod"},"containerID":"c4","interface":"eth0","expire":true,"Expire":false} x`},
+		{2, "", `{"name":"dupa","name":"dupb"}}`},
+		{3, "n1", `{"labels":{"a":"b"},"bogus":1}]`},
+		{6, "n1", "{\"pool\":\"default\",\"family\":\"ipv4\"}\x00"},
+		{0, "", `{"name":"p9","spec":{"ipv4":{"cidrs":["10.9.0.0/16"],"maskSize":24}}}{"name":"p10"}`},
 	}
 	for _, s := range seeds {
 		f.Add(uint8(s.route), s.name, []byte(s.body))
@@ -83,6 +92,46 @@ func FuzzRequestBody(f *testing.F) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		checkAnswer(t, r.method+" "+path, body, rec.Result())
+		if !json.Valid(body) && rec.Code < 400 {
+			t.Fatalf("%s %s with a body that is not one JSON value (%.300q): status %d", r.method, path, body, rec.Code)
+		}
+	})
+}
+
+// FuzzOneJSONValue checks the body's first gate against encoding/json's
+// own validity: data passes exactly when it is one JSON value with only
+// whitespace around it, and is otherwise refused as invalid input naming
+// body; checkStrictJSON then never panics on what passed, whatever the
+// operation's type.
+func FuzzOneJSONValue(f *testing.F) {
+	for _, s := range []string{`{}`, ` {"a":1} `, `{} x`, `{}}`, `[]]`, "{}\x00", `{}{}`, `1x`, `"a"`, ``, ` `, `{"a":`,
+		`{"owner":{"namespace":"ns","name":"p"},"expire":true,"Expire":false} x`, `{"a":[1,2,{"b":null}]}` + "\n\t"} {
+		f.Add([]byte(s))
+	}
+	types := make([]reflect.Type, 0, len(bodyTypes))
+	for _, t := range bodyTypes {
+		types = append(types, t)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		err := oneJSONValue(data)
+		if valid := json.Valid(data); valid != (err == nil) {
+			t.Fatalf("%q: json.Valid %v, oneJSONValue %v", data, valid, err)
+		}
+		if err != nil {
+			var ae *alloc.Error
+			if !errors.As(err, &ae) || ae.Kind != alloc.KindInvalid || ae.Field != "body" {
+				t.Fatalf("%q: %v, want invalid input of body", data, err)
+			}
+			return
+		}
+		for _, ty := range types {
+			if err := checkStrictJSON(data, ty); err != nil {
+				var ae *alloc.Error
+				if !errors.As(err, &ae) || ae.Kind != alloc.KindInvalid || ae.Field == "" {
+					t.Fatalf("%q as %v: %v, want invalid input naming a field", data, ty, err)
+				}
+			}
+		}
 	})
 }
 

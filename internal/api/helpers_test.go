@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pgtest"
@@ -38,7 +39,7 @@ type env struct {
 	conn    string // the database's connection string
 	store   *store.Store
 	srv     *httptest.Server
-	client  *ipamv1.ClientWithResponses
+	client  *ipamclient.ClientWithResponses
 	clock   *testclock.Clock
 	logs    *syncBuffer // everything the handler logged, debug level and up
 	db      *pgx.Conn   // for snapshots
@@ -93,7 +94,7 @@ func newEnvWith(t *testing.T, wrap func(*store.Store) Stores, opts func(*store.O
 	srv := httptest.NewServer(NewHandler(s, Options{Logger: log, Meter: metrics.Meter(), IsUnavailable: store.IsUnavailable,
 		AnonymousRole: alloc.RoleAdmin}))
 	t.Cleanup(srv.Close)
-	client, err := ipamv1.NewClientWithResponses(srv.URL)
+	client, err := ipamclient.NewClientWithResponses(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

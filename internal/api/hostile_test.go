@@ -36,7 +36,10 @@ import (
 //   - integers: 2^31, 2^63-1, 2^63, -1, 1e30, the string
 //     "9223372036854775808", and one past each bound the spec declares;
 //   - continue tokens: forged, tampered, of the format before version 1,
-//     and real tokens of another list.
+//     and real tokens of another list;
+//   - after a valid body: data of every kind (a letter, a closing brace or
+//     bracket, NUL, a second object, a second body), which must be a 400
+//     naming "body", never the first value read alone.
 //
 // Every value outside the site's spec (every string here, every integer
 // outside [minimum, maximum]) must be a 4xx application/problem+json naming
@@ -114,13 +117,32 @@ type site struct {
 	param  *openapi3.Parameter // nil for a body site
 	path   []string            // body: property names, "[0]" (array item), "[*]" (a map's value), "{}" (a map's key)
 	schema *openapi3.Schema
+	// trailing: the site is after the body's JSON value (the body is
+	// valid; the value is appended to it).
+	trailing bool
 }
 
 func (s site) String() string {
-	if s.param != nil {
+	switch {
+	case s.param != nil:
 		return s.param.In + " " + s.param.Name
+	case s.trailing:
+		return "after the body"
 	}
 	return "body " + strings.Join(s.path, ".")
+}
+
+// hostileTrailing is what may follow a body's JSON value: anything but
+// whitespace makes it more than one value.
+var hostileTrailing = []hostile{
+	{label: "a letter", json: " x"},
+	{label: "a closing brace", json: "}"},
+	{label: "a closing bracket", json: "]"},
+	{label: "NUL", json: "\x00"},
+	{label: "a second object", json: `{"zzUnknown": 1}`},
+	{label: "the body again", json: "\n{}"},
+	{label: "a comma and a property", json: `,"zzUnknown": 1}`},
+	{label: "a number after whitespace", json: " \t\r\n 1"},
 }
 
 // field is the field a 400 for value h at s must name, as checkRequestText
@@ -129,7 +151,7 @@ func (s site) field(h hostile) string {
 	if s.param != nil {
 		return s.param.Name
 	}
-	if h.rawBytes {
+	if h.rawBytes || s.trailing {
 		return "body"
 	}
 	var b strings.Builder
@@ -185,6 +207,13 @@ var hostileStrings = []hostile{
 // values are the hostile values of s, each marked mustRefuse unless the
 // spec admits it.
 func (s site) values(tokens []hostile) []hostile {
+	if s.trailing {
+		out := slices.Clone(hostileTrailing)
+		for i := range out {
+			out[i].mustRefuse = true
+		}
+		return out
+	}
 	typ := s.schema.Type
 	var out []hostile
 	switch {
@@ -256,6 +285,7 @@ func sitesOf(t *testing.T, op operation) []site {
 	if op.body == nil {
 		return out
 	}
+	out = append(out, site{trailing: true})
 	var walk func(s *openapi3.Schema, path []string, depth int)
 	walk = func(s *openapi3.Schema, path []string, depth int) {
 		if s == nil || s.Type == nil || depth > 8 {
@@ -385,6 +415,14 @@ func hostileRequest(op operation, s site, h hostile) badRequest {
 		body = sampleOf(op.body, "", 0)
 	}
 	token := `"` + placeholder + `"`
+	if s.trailing {
+		b, err := json.Marshal(body)
+		if err != nil {
+			panic(err)
+		}
+		r.body, r.contentType = append(b, h.json...), "application/json"
+		return r
+	}
 	if s.param == nil {
 		// A site of a property that excludes another of the valid body
 		// goes in without the other, or the exclusion is all it meets.

@@ -14,8 +14,10 @@ import (
 // check and answer without writing.
 type LBPoolStore interface {
 	// CreateLBPool refuses a block overlapping a Pod pool CIDR of the
-	// space (KindOverlap naming spec.blocks[i]); overlap with another VIP
-	// pool marks the newer one conflicting. Creating a pool that exists
+	// space (KindOverlap naming spec.blocks[i]), and one overlapping a
+	// special-purpose range unless spec.AllowSpecialPurpose (KindInvalid,
+	// as alloc.LBPoolSpec.Validate); overlap with another VIP pool marks
+	// the newer one conflicting. Creating a pool that exists
 	// with the same labels and spec answers it again; with others it is
 	// KindConflict.
 	CreateLBPool(ctx context.Context, p alloc.LBPool, opts ...alloc.WriteOption) (alloc.LBPool, error)

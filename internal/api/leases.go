@@ -5,8 +5,6 @@ package api
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -45,6 +43,7 @@ type LeaseStore interface {
 // confirm and release. AllocateLease is the hot path.
 type leaseHandlers struct {
 	store       LeaseStore
+	bindings    bindingReader     // a node's sticky takeovers (placement.go)
 	metrics     *metrics          // never nil
 	podMetadata PodMetadataSource // nil: requests carry their metadata or have none
 }
@@ -69,7 +68,9 @@ func (h *leaseHandlers) AllocateLease(ctx context.Context, req ipamv1.AllocateLe
 }
 
 // allocate parses the request, completes the Pod's metadata from
-// Kubernetes when the request carries none, and makes the one store call.
+// Kubernetes when the request carries none, holds a node certificate to
+// the Pods on its node (placement.go), and makes the one store call. A
+// slot of a node's reserve names no Pod: Kubernetes is not asked.
 func (h *leaseHandlers) allocate(ctx context.Context, req ipamv1.AllocateLeaseRequestObject) (alloc.Allocation, error) {
 	space, err := parseSpace(req.Params.Space)
 	if err != nil {
@@ -79,13 +80,20 @@ func (h *leaseHandlers) allocate(ctx context.Context, req ipamv1.AllocateLeaseRe
 	if err != nil {
 		return alloc.Allocation{}, err
 	}
-	if h.podMetadata != nil && req.Body.Pod == nil && req.Body.Namespace == nil {
-		r.Pod, r.Namespace, err = h.podMetadata.PodMetadata(ctx, r.Owner.Namespace, r.Owner.Name)
-		switch {
-		case errors.Is(err, ErrPodNotFound):
-			return alloc.Allocation{}, alloc.NotFound("owner", "pod", r.Owner.Namespace+"/"+r.Owner.Name+" in Kubernetes")
-		case err != nil:
-			return alloc.Allocation{}, &unavailableError{err: fmt.Errorf("kubernetes lookup: %w", err)}
+	_, restricted := nodeCaller(ctx)
+	carried := req.Body.Pod != nil || req.Body.Namespace != nil
+	if h.podMetadata != nil && !r.Owner.IsReserve() && (restricted || !carried) {
+		pod, err := h.owner(ctx, r.Owner, r.Node, restricted)
+		if err != nil {
+			return alloc.Allocation{}, err
+		}
+		if !carried {
+			r.Pod, r.Namespace = pod.Pod, pod.Namespace
+		}
+	}
+	if restricted && r.Sticky != nil {
+		if r.Sticky.Moves, err = h.stickyMoves(ctx, r); err != nil {
+			return alloc.Allocation{}, err
 		}
 	}
 	return h.store.Allocate(ctx, r)

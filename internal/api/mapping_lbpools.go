@@ -46,6 +46,7 @@ func lbPoolContentFromAPI(l *ipamv1.Labels, s ipamv1.LBPoolSpec) (map[string]str
 		return nil, alloc.LBPoolSpec{}, alloc.Invalid("spec.allowFirstLastIPs", "%q: must be \"Yes\" or \"No\"", string(v))
 	}
 	spec.Disabled = deref(s.Disabled, false)
+	spec.AllowSpecialPurpose = deref(s.AllowSpecialPurpose, false)
 	groups := deref(s.ReservedCIDRGroups, nil)
 	if err := checkCount("spec.reservedCIDRGroups", len(groups), alloc.MaxLBReservedGroups); err != nil {
 		return nil, alloc.LBPoolSpec{}, err
@@ -74,6 +75,7 @@ func lbPoolToAPI(p alloc.LBPool) ipamv1.LBPool {
 	}
 	sp.AllowFirstLastIPs = &first
 	sp.Disabled = &p.Spec.Disabled
+	sp.AllowSpecialPurpose = &p.Spec.AllowSpecialPurpose
 	if len(p.Spec.ReservedGroups) > 0 {
 		sp.ReservedCIDRGroups = &p.Spec.ReservedGroups
 	}

@@ -31,7 +31,7 @@ const problemTypePrefix = "urn:ipam:problem:"
 // constants; together they are the problem types of the API.
 const (
 	kindUnauthenticated      alloc.Kind = "unauthenticated"
-	kindForbidden            alloc.Kind = "forbidden"
+	kindForbidden            alloc.Kind = alloc.KindForbidden // the domain raises it too
 	kindRateLimited          alloc.Kind = "rate-limited"
 	kindMethodNotAllowed     alloc.Kind = "method-not-allowed"
 	kindPayloadTooLarge      alloc.Kind = "payload-too-large"
@@ -91,12 +91,27 @@ var problemClasses = map[alloc.Kind]problemClass{
 	alloc.KindNodeBlockLimit: {http.StatusConflict, "Node block limit reached"},
 }
 
-// unavailableError says the service cannot serve now (the database is
-// unreachable or its schema is behind); the cause is logged, not sent.
-type unavailableError struct{ err error }
+// unavailableError says the service cannot serve now because something it
+// depends on cannot be reached: the database (unreachable, restarting, or
+// its schema behind), or Kubernetes for a Pod lookup. The cause is logged,
+// not sent.
+type unavailableError struct {
+	err error
+	// dependency names what is unavailable, as the client reads it; ""
+	// is the database.
+	dependency string
+}
 
 func (e *unavailableError) Error() string { return "unavailable: " + e.err.Error() }
 func (e *unavailableError) Unwrap() error { return e.err }
+
+// what is the dependency's name for the problem's detail and the log.
+func (e *unavailableError) what() string {
+	if e.dependency == "" {
+		return "the database"
+	}
+	return e.dependency
+}
 
 // sqlStateError is a database error with its SQLSTATE (pgconn.PgError),
 // seen without importing the driver.
@@ -109,6 +124,16 @@ type sqlStateError interface{ SQLState() string }
 // first (checkRequestText, the parsers), so these mean a check is missing:
 // they are answered 400, as the input's fault, and logged (problems.write).
 var unstorableStates = map[string]bool{"22021": true, "22P05": true, "22003": true}
+
+// isUnstorable reports whether err is the database refusing a value it
+// cannot hold (unstorableStates), and nothing else: not a domain error
+// that wraps one, and not a failed connection, whose SQLSTATE (class 08,
+// 57P01 when the server shuts down) says nothing about the input.
+func isUnstorable(err error) bool {
+	var se sqlStateError
+	return errors.As(err, &se) && unstorableStates[se.SQLState()] &&
+		!errors.As(err, new(*alloc.Error)) && !errors.As(err, new(*unavailableError))
+}
 
 // problems writes every error response of the API.
 type problems struct {
@@ -126,17 +151,16 @@ func problemOf(err error) (p ipamv1.Problem, ok bool) {
 	var nodes []string
 	var ae *alloc.Error
 	var ue *unavailableError
-	var se sqlStateError
 	switch {
 	case errors.As(err, &ue):
-		kind, detail = kindUnavailable, "the database is unavailable; retry later"
+		kind, detail = kindUnavailable, ue.what()+" is unavailable; retry later"
 		ok = true
 	case errors.As(err, &ae):
 		if _, known := problemClasses[ae.Kind]; known {
 			kind, detail, field, pool, family, nodes = ae.Kind, ae.Detail, ae.Field, ae.Pool, ae.Family, ae.Nodes
 			ok = true
 		}
-	case errors.As(err, &se) && unstorableStates[se.SQLState()]:
+	case isUnstorable(err):
 		kind, detail, ok = alloc.KindInvalid, "a value the database cannot store: text with a NUL or an invalid character, or a number out of range", true
 	}
 	if !ok {
@@ -159,15 +183,23 @@ func problemOf(err error) (p ipamv1.Problem, ok bool) {
 	}, ok
 }
 
-// write answers err as a problem. Errors the client cannot see are logged
-// with their text (they are bugs); an unreachable database is logged as a
-// warning. A request whose client went away is answered 499 (nobody reads
-// it; the request metric counts it so) and logged at debug level only, and
-// a body cut by the server's read timeout is a 408 on a connection that
-// then closes: neither is the server's fault.
+// write answers err as a problem, and logs what the operator must hear of
+// it under a class that says what it is (the attribute class):
+//   - internal (error): an error the client cannot see, a bug;
+//   - unavailable (warn): a dependency could not be reached (the database
+//     restarting or failing over, Kubernetes), which retries outlive;
+//   - validation-gap (warn): the database refused a value the edge let
+//     through (isUnstorable), so a check is missing;
+//   - client-gone (debug): the client went away first; it is answered 499
+//     (nobody reads it; the request metric counts it so).
+//
+// A body cut by the server's read timeout is a 408 on a connection that
+// then closes; like every other 4xx it is the client's, and not logged.
 func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *alloc.Error
-	if ps.isUnavailable != nil && !errors.As(err, &ae) && r.Context().Err() == nil && ps.isUnavailable(err) {
+	// An error already classified (a Kubernetes lookup's) keeps its
+	// dependency, though a failed dial inside it looks like the database's.
+	if ps.isUnavailable != nil && !errors.As(err, &ae) && !errors.As(err, new(*unavailableError)) && r.Context().Err() == nil && ps.isUnavailable(err) {
 		err = &unavailableError{err: err}
 	}
 	if errors.As(err, &ae) && ae.OperatorDetail != "" && mayReadEveryNode(r.Context()) {
@@ -178,7 +210,7 @@ func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 	p, ok := problemOf(err)
 	var ue *unavailableError
 	if (!ok || errors.As(err, &ue)) && ps.clientGone(r, err) {
-		ps.log.LogAttrs(r.Context(), slog.LevelDebug, "api: client closed request",
+		ps.log.LogAttrs(r.Context(), slog.LevelDebug, "api: client closed request", slog.String("class", logClassClientGone),
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 		p, _ = problemOf(&alloc.Error{Kind: kindClientClosed, Detail: "the client closed the request before its answer"})
 		writeProblem(w, p)
@@ -187,15 +219,16 @@ func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 	if ok && errors.As(err, &ae) && ae.RetryAfter > 0 {
 		w.Header().Set("Retry-After", retryAfter(ae.RetryAfter))
 	}
+	// Availability first: a failed connection may carry a SQLSTATE too.
 	switch {
 	case !ok:
-		ps.log.LogAttrs(r.Context(), slog.LevelError, "api: internal error",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
-	case errors.As(err, new(sqlStateError)) && !errors.As(err, new(*alloc.Error)):
-		ps.log.LogAttrs(r.Context(), slog.LevelWarn, "api: the database refused a value the edge let through",
+		ps.log.LogAttrs(r.Context(), slog.LevelError, "api: internal error", slog.String("class", logClassInternal),
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 	case errors.As(err, &ue):
-		ps.log.LogAttrs(r.Context(), slog.LevelWarn, "api: unavailable",
+		ps.log.LogAttrs(r.Context(), slog.LevelWarn, "api: unavailable", slog.String("class", logClassUnavailable), slog.String("dependency", ue.what()),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+	case isUnstorable(err):
+		ps.log.LogAttrs(r.Context(), slog.LevelWarn, "api: the database refused a value the edge let through", slog.String("class", logClassValidationGap),
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 	case p.Status == http.StatusRequestTimeout:
 		// The connection's read deadline has passed: answer within a
@@ -206,6 +239,14 @@ func (ps problems) write(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	writeProblem(w, p)
 }
+
+// The classes of the API's log lines about failed requests (write).
+const (
+	logClassInternal      = "internal"
+	logClassUnavailable   = "unavailable"
+	logClassValidationGap = "validation-gap"
+	logClassClientGone    = "client-gone"
+)
 
 // requestTimeoutWrite bounds the writing of a 408.
 const requestTimeoutWrite = 5 * time.Second

@@ -119,6 +119,7 @@ func TestRoleTableMatchesSpec(t *testing.T) {
 type authServer struct {
 	t    *testing.T
 	url  string
+	addr string // host:port of url
 	ca   *pki.CA
 	pool *x509.CertPool
 }
@@ -143,13 +144,21 @@ func newAuthServer(t *testing.T, e *env, o Options) *authServer {
 	srv := httptest.NewUnstartedServer(NewHandler(StoresOf(e.store), o))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven,
 		MinVersion: tls.VersionTLS12}
+	// cmd/server's timeouts: a slow client meets the same bounds here.
+	srv.Config.ReadHeaderTimeout, srv.Config.ReadTimeout, srv.Config.WriteTimeout = 5*time.Second, 30*time.Second, 30*time.Second
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return &authServer{t: t, url: srv.URL, ca: ca, pool: pool}
+	return &authServer{t: t, url: srv.URL, addr: srv.Listener.Addr().String(), ca: ca, pool: pool}
 }
 
 // client answers an HTTPS client presenting certPEM (nil: none).
 func (s *authServer) client(certPEM, keyPEM []byte) *http.Client {
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: s.tlsConfig(certPEM, keyPEM)}, Timeout: 30 * time.Second}
+}
+
+// tlsConfig is the client side of a connection presenting certPEM (nil:
+// none).
+func (s *authServer) tlsConfig(certPEM, keyPEM []byte) *tls.Config {
 	cfg := &tls.Config{RootCAs: s.pool}
 	if certPEM != nil {
 		pair, err := tls.X509KeyPair(certPEM, keyPEM)
@@ -158,7 +167,42 @@ func (s *authServer) client(certPEM, keyPEM []byte) *http.Client {
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 30 * time.Second}
+	return cfg
+}
+
+// operatorCaller is a caller presenting an operator certificate of s's CA.
+func (s *authServer) operatorCaller() caller {
+	s.t.Helper()
+	return s.certCaller("operator")(s.ca.IssueOperator("platform", "operator", time.Hour))
+}
+
+// nodeCaller is a caller presenting the node certificate of node.
+func (s *authServer) nodeCaller(node string) caller {
+	s.t.Helper()
+	return s.certCaller(node)(s.ca.IssueNode(node, time.Hour))
+}
+
+// certCaller answers a function making the caller name out of a
+// certificate as s.ca's Issue methods answer it (a failed issue fails the
+// test).
+func (s *authServer) certCaller(name string) func(certPEM, keyPEM []byte, err error) caller {
+	return func(certPEM, keyPEM []byte, err error) caller {
+		s.t.Helper()
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		return caller{name: name, client: s.client(certPEM, keyPEM), base: s.url}
+	}
+}
+
+// jsonBody is v as a request body.
+func jsonBody(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // caller is one identity of the role table.

@@ -93,9 +93,13 @@ type Options struct {
 	// cmd/server passes its flags, which default to DefaultAdmission of
 	// its connection pool.
 	Admission Admission
-	// PodMetadata, when set, looks up the labels and annotations of a
-	// lease request's Pod and namespace that the request does not carry
-	// (the server's Kubernetes informers), for pool selection.
+	// PodMetadata, when set, looks up a lease request's Pod in
+	// Kubernetes (the server's informers): the labels and annotations of
+	// the Pod and its namespace that the request does not carry, for pool
+	// selection, and, for a node certificate's request, the node the Pod
+	// is bound to (placement.go). Nil: requests carry their metadata or
+	// have none, and a node certificate never takes a sticky identity
+	// from another node.
 	PodMetadata PodMetadataSource
 	// CiliumNodes, when set, adds the node's CiliumNode state to GET
 	// /v1/nodes/{node}.
@@ -115,10 +119,24 @@ type CiliumNodeSource interface {
 	CiliumNodeState(ctx context.Context, space, node string) (st alloc.CiliumNodeState, ok bool, err error)
 }
 
-// PodMetadataSource answers the metadata of a Pod and of its namespace.
-// An unknown Pod or namespace is an error that Is ErrPodNotFound.
+// PodMetadataSource answers what Kubernetes knows of a Pod. An unknown
+// Pod or namespace is an error that Is ErrPodNotFound; any other error
+// means Kubernetes could not be asked.
 type PodMetadataSource interface {
-	PodMetadata(ctx context.Context, namespace, name string) (pod, ns alloc.Metadata, err error)
+	// Pod answers Pod namespace/name from a cache, reading the API server
+	// on a miss. recheck, when not nil, is asked of a cached Pod's
+	// placement: when it answers true (the caller expected another), the
+	// Pod is read again from the API server, whose answer stands; the
+	// cache lags behind the scheduler's binding, and behind a StatefulSet
+	// Pod recreated under the same name on another node.
+	Pod(ctx context.Context, namespace, name string, recheck func(alloc.PodPlacement) bool) (PodInfo, error)
+}
+
+// PodInfo is what a PodMetadataSource knows of a Pod: its metadata and
+// its namespace's, and where it is (Placement.Exists is true).
+type PodInfo struct {
+	Pod, Namespace alloc.Metadata
+	Placement      alloc.PodPlacement
 }
 
 // ErrPodNotFound is what a PodMetadataSource answers for a Pod (or
@@ -192,7 +210,7 @@ func NewHandler(st Stores, o Options) http.Handler {
 	// the operation's role learns nothing about its request, and every
 	// request counts against its identity's rate.
 	auth := &authenticator{ps: ps, tokens: st.Credentials, routes: r, anonymous: o.AnonymousRole, loopbackOnly: o.AnonymousLoopbackOnly,
-		sessions: o.UI != nil, limits: o.RateLimits, buckets: newLimiters(), log: o.Logger, now: time.Now}
+		sessions: o.UI != nil, bodyTimeout: o.Admission.BodyTimeout, limits: o.RateLimits, buckets: newLimiters(), log: o.Logger, now: time.Now}
 	r.Use(auth.middleware)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		ps.write(w, req, &alloc.Error{Kind: alloc.KindNotFound,
@@ -225,9 +243,11 @@ func NewHandler(st Stores, o Options) http.Handler {
 	h := ipamv1.HandlerWithOptions(strict, ipamv1.ChiServerOptions{
 		BaseRouter:       r,
 		ErrorHandlerFunc: ps.paramError,
-		// The last runs first, after routing: admission, then a body must
-		// be JSON, then UTF-8 and strictly decodable.
-		Middlewares: []ipamv1.MiddlewareFunc{checkBody(ps), requireJSON(ps), admit.middleware},
+		// The last runs first, after routing: the caller's own limit,
+		// then a body must be JSON, then it is read whole and must be
+		// UTF-8, one JSON value and strictly decodable, and only then
+		// does the request wait for a slot.
+		Middlewares: []ipamv1.MiddlewareFunc{admit.middleware, checkBody(ps, o.Admission.BodyTimeout), requireJSON(ps), admit.perCaller},
 	})
 	if o.TracerProvider == nil {
 		return h

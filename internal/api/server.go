@@ -142,7 +142,7 @@ func newServer(st Stores, m *metrics, o Options) *Server {
 		cidrGroupHandlers:   cidrGroupHandlers{store: st.CIDRGroups},
 		nodeHandlers:        nodeHandlers{store: st.Nodes, ciliumNodes: o.CiliumNodes, log: o.Logger},
 		blockHandlers:       blockHandlers{store: st.Blocks},
-		leaseHandlers:       leaseHandlers{store: st.Leases, metrics: m, podMetadata: o.PodMetadata},
+		leaseHandlers:       leaseHandlers{store: st.Leases, bindings: st.Sticky, metrics: m, podMetadata: o.PodMetadata},
 		reconcileHandlers:   reconcileHandlers{store: st.Reconcile, metrics: m},
 		addressHandlers:     addressHandlers{store: st.Addresses, metrics: m},
 		stickyHandlers:      stickyHandlers{store: st.Sticky},

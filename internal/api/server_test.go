@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/api/ipamv1"
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pgtest"
@@ -208,9 +209,9 @@ func TestNodes(t *testing.T) {
 	ctx := t.Context()
 	e.mustDo(201, "POST", "/v1/pools", pool4("default", 26, "10.0.0.0/16"), nil)
 
-	spec := ipamv1.NodeSpec{
-		Labels:     &ipamv1.Labels{"topology.kubernetes.io/zone": "a"},
-		Addresses:  &[]ipamv1.NodeAddress{{Type: ipamv1.InternalIP, Address: "192.168.1.10"}, {Type: ipamv1.ExternalIP, Address: "2001:db8::10"}},
+	spec := ipamclient.NodeSpec{
+		Labels:     &ipamclient.Labels{"topology.kubernetes.io/zone": "a"},
+		Addresses:  &[]ipamclient.NodeAddress{{Type: ipamclient.InternalIP, Address: "192.168.1.10"}, {Type: ipamclient.ExternalIP, Address: "2001:db8::10"}},
 		ProviderID: ptr("aws:///eu-west-1a/i-0123"),
 	}
 	r, err := e.client.PutNodeWithResponse(ctx, "node-1.example", nil, spec)
@@ -224,7 +225,7 @@ func TestNodes(t *testing.T) {
 	}
 
 	// Replacing answers 200; absent fields become empty.
-	r, err = e.client.PutNodeWithResponse(ctx, "node-1.example", nil, ipamv1.NodeSpec{Labels: &ipamv1.Labels{"role": "worker"}})
+	r, err = e.client.PutNodeWithResponse(ctx, "node-1.example", nil, ipamclient.NodeSpec{Labels: &ipamclient.Labels{"role": "worker"}})
 	if err != nil || r.StatusCode() != 200 || r.JSON200 == nil {
 		t.Fatalf("replace: %v %d %s", err, r.StatusCode(), r.Body)
 	}
@@ -326,8 +327,8 @@ func TestLeaseLifecycle(t *testing.T) {
 		},
 	}, nil)
 
-	req := ipamv1.LeaseRequest{
-		Owner:       ipamv1.Owner{Namespace: "kube-system", Name: "coredns-1", Uid: ptr("0b6a-11")},
+	req := ipamclient.LeaseRequest{
+		Owner:       ipamclient.Owner{Namespace: "kube-system", Name: "coredns-1", Uid: ptr("0b6a-11")},
 		ContainerID: "0123456789abcdef",
 		Interface:   "eth0",
 	}
@@ -336,17 +337,17 @@ func TestLeaseLifecycle(t *testing.T) {
 		t.Fatalf("allocate: %v %d %s", err, r.StatusCode(), r.Body)
 	}
 	first := *r.JSON201
-	if first.State != ipamv1.Pending || first.ExpiresAt == nil || !first.ExpiresAt.Equal(e.clock.Now().Add(testLeaseExpiry)) {
+	if first.State != ipamclient.Pending || first.ExpiresAt == nil || !first.ExpiresAt.Equal(e.clock.Now().Add(testLeaseExpiry)) {
 		t.Errorf("state %s expires %v", first.State, first.ExpiresAt)
 	}
 	if dump(first.Owner) != dump(req.Owner) {
 		t.Errorf("owner %+v", first.Owner)
 	}
-	wantAddrs := []ipamv1.LeaseAddress{
-		{Family: ipamv1.Ipv4, Address: "10.244.0.3/26", Gateway: ptr("10.244.0.1"), Pool: "default", Block: "10.244.0.0/26",
-			SelectedBy: ptr(ipamv1.LeaseAddressSelectedByDefault), Generation: ptr(first.Generation)},
-		{Family: ipamv1.Ipv6, Address: "fd00::3/120", Gateway: ptr("fd00::1"), Pool: "default", Block: "fd00::/120",
-			SelectedBy: ptr(ipamv1.LeaseAddressSelectedByDefault), Generation: ptr(first.Generation)},
+	wantAddrs := []ipamclient.LeaseAddress{
+		{Family: ipamclient.Ipv4, Address: "10.244.0.3/26", Gateway: ptr("10.244.0.1"), Pool: "default", Block: "10.244.0.0/26",
+			SelectedBy: ptr(ipamclient.LeaseAddressSelectedByDefault), Generation: ptr(first.Generation)},
+		{Family: ipamclient.Ipv6, Address: "fd00::3/120", Gateway: ptr("fd00::1"), Pool: "default", Block: "fd00::/120",
+			SelectedBy: ptr(ipamclient.LeaseAddressSelectedByDefault), Generation: ptr(first.Generation)},
 	}
 	if first.Generation < 1 {
 		t.Errorf("generation %d", first.Generation)
@@ -366,7 +367,7 @@ func TestLeaseLifecycle(t *testing.T) {
 
 	// The same key for another owner is a conflict.
 	other := req
-	other.Owner = ipamv1.Owner{Namespace: "kube-system", Name: "coredns-2"}
+	other.Owner = ipamclient.Owner{Namespace: "kube-system", Name: "coredns-2"}
 	r, err = e.client.AllocateLeaseWithResponse(ctx, "n1", nil, other)
 	if err != nil || r.StatusCode() != 409 || r.ApplicationproblemJSON409 == nil ||
 		r.ApplicationproblemJSON409.Type != "urn:ipam:problem:lease-conflict" {
@@ -378,11 +379,11 @@ func TestLeaseLifecycle(t *testing.T) {
 	if err != nil || c.StatusCode() != 200 || c.JSON200 == nil {
 		t.Fatalf("confirm: %v %d %s", err, c.StatusCode(), c.Body)
 	}
-	if c.JSON200.State != ipamv1.Active || c.JSON200.ExpiresAt != nil || dump(c.JSON200.Addresses) != dump(first.Addresses) {
+	if c.JSON200.State != ipamclient.Active || c.JSON200.ExpiresAt != nil || dump(c.JSON200.Addresses) != dump(first.Addresses) {
 		t.Errorf("confirmed %s", dump(c.JSON200))
 	}
 	g, err := e.client.GetAttachmentWithResponse(ctx, "n1", req.ContainerID, "eth0", nil)
-	if err != nil || g.StatusCode() != 200 || g.JSON200.State != ipamv1.Active {
+	if err != nil || g.StatusCode() != 200 || g.JSON200.State != ipamclient.Active {
 		t.Fatalf("get attachment: %v %d %s", err, g.StatusCode(), g.Body)
 	}
 
@@ -409,13 +410,13 @@ func TestLeaseLifecycle(t *testing.T) {
 	e.mustDo(204, "DELETE", "/v1/addresses/10.244.99.99", nil, nil)
 
 	// The address is not handed out again before its cooldown ends.
-	r, err = e.client.AllocateLeaseWithResponse(ctx, "n1", nil, ipamv1.LeaseRequest{
-		Owner: req.Owner, ContainerID: "fedcba", Interface: "eth0", Families: &[]ipamv1.Family{ipamv1.Ipv4}, Expire: ptr(false),
+	r, err = e.client.AllocateLeaseWithResponse(ctx, "n1", nil, ipamclient.LeaseRequest{
+		Owner: req.Owner, ContainerID: "fedcba", Interface: "eth0", Families: &[]ipamclient.Family{ipamclient.Ipv4}, Expire: ptr(false),
 	})
 	if err != nil || r.StatusCode() != 201 {
 		t.Fatalf("allocate v4 only: %v %d %s", err, r.StatusCode(), r.Body)
 	}
-	if a := r.JSON201; len(a.Addresses) != 1 || a.Addresses[0].Address == "10.244.0.3/26" || a.State != ipamv1.Active || a.ExpiresAt != nil {
+	if a := r.JSON201; len(a.Addresses) != 1 || a.Addresses[0].Address == "10.244.0.3/26" || a.State != ipamclient.Active || a.ExpiresAt != nil {
 		t.Errorf("second allocation %s", dump(a))
 	}
 }

@@ -5,13 +5,13 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"net/url"
+	"reflect"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
@@ -64,7 +64,7 @@ func (a *authenticator) signIn(w http.ResponseWriter, r *http.Request) {
 		a.ps.write(w, r, err)
 		return
 	}
-	secret, err := sessionBody(r)
+	secret, err := sessionBody(w, r, a.bodyTimeout)
 	if err != nil {
 		a.ps.write(w, r, err)
 		return
@@ -127,53 +127,62 @@ func sameOrigin(r *http.Request) error {
 	return nil
 }
 
+// signInBody is the JSON body of a sign-in.
+type signInBody struct {
+	Token string `json:"token"`
+}
+
 // sessionBody reads the token of a sign-in: {"token": "..."} as JSON, or
-// token=... as a form (a browser without JavaScript).
-func sessionBody(r *http.Request) (string, error) {
+// token=... as a form (a browser without JavaScript). The body is read as
+// the API's are (readBody, within timeout) and held to the same rules:
+// UTF-8, one JSON value, no unknown, duplicate, differently cased or null
+// property; a form names token once and nothing else.
+func sessionBody(w http.ResponseWriter, r *http.Request, timeout time.Duration) (string, error) {
 	ct := r.Header.Get("Content-Type")
 	mt, _, _ := mime.ParseMediaType(ct)
+	if mt != "application/json" && mt != "application/x-www-form-urlencoded" {
+		return "", &alloc.Error{Kind: kindUnsupportedMediaType, Field: "Content-Type",
+			Detail: fmt.Sprintf("the body must be application/json or application/x-www-form-urlencoded, not %q", ct)}
+	}
+	b, err := readBody(w, r, timeout)
+	if err != nil {
+		return "", bodyError(err)
+	}
+	if !utf8.Valid(b) {
+		return "", alloc.Invalid("body", "is not valid UTF-8 (byte %d)", invalidUTF8At(b))
+	}
 	var secret string
 	switch mt {
 	case "application/json":
-		b, err := io.ReadAll(r.Body)
-		if err != nil {
-			return "", bodyError(err)
+		if err := oneJSONValue(b); err != nil {
+			return "", err
 		}
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(b, &fields); err != nil || fields == nil {
+		if err := checkStrictJSON(b, reflect.TypeFor[signInBody]()); err != nil {
+			return "", err
+		}
+		var req signInBody
+		if err := json.Unmarshal(b, &req); err != nil {
 			return "", alloc.Invalid("body", `must be a JSON object {"token": "ipam_..."}`)
 		}
-		for k := range fields {
-			if k != "token" {
-				return "", alloc.Invalid(k, "unknown property; the body holds only token")
-			}
-		}
-		raw, ok := fields["token"]
-		if !ok {
-			return "", alloc.Invalid("token", "is required: an API token (ipam_...)")
-		}
-		if err := json.Unmarshal(raw, &secret); err != nil || raw[0] != '"' {
-			return "", alloc.Invalid("token", "must be a string")
-		}
+		secret = req.Token
 	case "application/x-www-form-urlencoded":
-		if err := r.ParseForm(); err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return "", bodyError(err)
-			}
+		form, err := url.ParseQuery(string(b))
+		if err != nil {
 			return "", alloc.Invalid("body", "is not a URL-encoded form")
 		}
-		vs, ok := r.PostForm["token"]
+		vs, ok := form["token"]
 		if !ok {
 			return "", alloc.Invalid("token", "is required: an API token (ipam_...)")
 		}
 		if len(vs) != 1 {
 			return "", alloc.Invalid("token", "is given %d times", len(vs))
 		}
+		for k := range form {
+			if k != "token" {
+				return "", alloc.Invalid(k, "is not a field of this form; the form holds only token")
+			}
+		}
 		secret = vs[0]
-	default:
-		return "", &alloc.Error{Kind: kindUnsupportedMediaType, Field: "Content-Type",
-			Detail: fmt.Sprintf("the body must be application/json or application/x-www-form-urlencoded, not %q", ct)}
 	}
 	if secret == "" {
 		return "", alloc.Invalid("token", "is required: an API token (ipam_...)")

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
 )
@@ -63,8 +62,7 @@ func TestSpecialPurposeCIDRs(t *testing.T) {
 func TestNodeBlockLimitOverHTTP(t *testing.T) {
 	e := newEnv(t, nil)
 	s := newAuthServer(t, e, Options{})
-	nc, nk, _ := s.ca.IssueNode("n1", time.Hour)
-	node := caller{name: "n1", client: s.client(nc, nk), base: s.url}
+	node := s.nodeCaller("n1")
 	body := pool4("default", 30, "10.7.0.0/24")
 	body["spec"].(map[string]any)["maxBlocksPerNode"] = 2
 	body["spec"].(map[string]any)["nodeLocal"] = map[string]any{"router": false, "health": false}

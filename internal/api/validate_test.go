@@ -5,6 +5,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -131,6 +132,13 @@ func (s *sqlStateStore) GetSpace(ctx context.Context, name string) (alloc.Space,
 		return alloc.Space{}, s.db.QueryRow(ctx, `SELECT '"\u0000"'::jsonb`).Scan(&v)
 	case "range": // 22003
 		return alloc.Space{}, s.db.QueryRow(ctx, `SELECT 2147483647::int4 + 1`).Scan(&v)
+	case "shutdown": // 57P01, as every session gets from pg_ctl restart -m fast
+		c, err := pgx.Connect(ctx, s.db.Config().ConnString())
+		if err != nil {
+			return alloc.Space{}, err
+		}
+		defer c.Close(ctx)
+		return alloc.Space{}, c.QueryRow(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`).Scan(&v)
 	}
 	return s.Store.GetSpace(ctx, name)
 }
@@ -154,4 +162,27 @@ func TestUnstorableValueIsInvalidInput(t *testing.T) {
 		t.Errorf("not logged:\n%s", logs)
 	}
 	e.mustDo(200, "GET", "/v1/spaces/default", nil, nil)
+}
+
+// A session the database ends (SQLSTATE 57P01, a server shutting down)
+// carries a SQLSTATE too, but is no fault of the input: it is a 503, and
+// logged as an outage (class unavailable), never as a missing check.
+func TestLostSessionIsLoggedAsUnavailable(t *testing.T) {
+	wrapped := &sqlStateStore{}
+	e := newEnv(t, func(s *store.Store) Stores { wrapped.Store = s; st := StoresOf(s); st.Spaces = wrapped; return st })
+	wrapped.db = e.db
+	res := e.do("GET", "/v1/spaces/shutdown", nil)
+	if res.status != 503 || res.problem(t).Type != problemTypePrefix+"unavailable" {
+		t.Fatalf("%d %s", res.status, res.body)
+	}
+	var lines []map[string]any
+	for line := range strings.Lines(e.logs.String()) {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && strings.HasPrefix(fmt.Sprint(m["msg"]), "api: ") {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 1 || lines[0]["msg"] != "api: unavailable" || lines[0]["class"] != "unavailable" || lines[0]["dependency"] != "the database" {
+		t.Errorf("logged %v, want one line of class unavailable", lines)
+	}
 }

@@ -7,6 +7,7 @@ package faulttest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -269,10 +270,14 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	// measures recovery, not queueing behind a saturated pool.
 	const clients = 12
 	pg, dbURL := startPostgres(t)
-	var urls []string
+	var (
+		urls     []string
+		replicas []*replica
+	)
 	for i := range 2 {
 		r := startReplica(t, "r"+strconv.Itoa(i), dbURL, "--cooldown", "0s", "--max-conns", "16")
 		urls = append(urls, r.url)
+		replicas = append(replicas, r)
 	}
 	c := newClient(urls...)
 	createPool(t, c)
@@ -330,6 +335,18 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	figure(t, "pg_ctl restart -m immediate took %v; the service recovered %v later (every replica ready, the clients' calls succeeding)",
 		restarted.Round(time.Millisecond), recovery.Round(time.Millisecond))
 
+	// 1b. pg_ctl restart -m fast: the server ends each session with
+	// SQLSTATE 57P01 (admin_shutdown), an error with a code that is still
+	// no fault of the input.
+	began = time.Now()
+	if err := pg.pgCtl("restart", "-m", "fast"); err != nil {
+		t.Fatal(err)
+	}
+	restarted = time.Since(began)
+	recoveryFast := recovered("after the fast restart")
+	figure(t, "pg_ctl restart -m fast took %v; the service recovered %v later",
+		restarted.Round(time.Millisecond), recoveryFast.Round(time.Millisecond))
+
 	// 2. Down for a while: every replica says so, properly.
 	if err := pg.pgCtl("stop", "-m", "immediate"); err != nil {
 		t.Fatal(err)
@@ -340,7 +357,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	}
 	recovery2 := recovered("after the start")
 	figure(t, "while PostgreSQL was down: %d probes answered 503 problem+json with Retry-After; recovered %v after pg_ctl start", probes, recovery2.Round(time.Millisecond))
-	for _, d := range []time.Duration{recovery, recovery2} {
+	for _, d := range []time.Duration{recovery, recoveryFast, recovery2} {
 		if d > 10*time.Second {
 			t.Errorf("the service took %v to recover, more than 10s", d)
 		}
@@ -349,6 +366,16 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	w.finish(t, stopLoad)
 	if c.unavailable.Load() == 0 {
 		t.Error("no client saw a 503: the outage was not felt")
+	}
+	classes := logClasses(t, replicas)
+	figure(t, "the replicas' log lines about failed requests, by class: %v", classes)
+	if classes["unavailable"] == 0 {
+		t.Error("the outage was not logged as unavailable")
+	}
+	for class, n := range classes {
+		if class != "unavailable" {
+			t.Errorf("%d failed requests logged as %q during a database restart; a lost connection is an availability problem", n, class)
+		}
 	}
 	if c.noAnswer.Load() != 0 {
 		t.Errorf("%d attempts got no answer from a running replica", c.noAnswer.Load())
@@ -361,6 +388,31 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	if checked == 0 {
 		t.Error("no address was left to check")
 	}
+}
+
+// logClasses counts the API's log lines about failed requests in the
+// replicas' logs, by their class attribute (internal, unavailable,
+// validation-gap); a line of one of the API's failure messages without a
+// class counts under its message.
+func logClasses(t *testing.T, replicas []*replica) map[string]int {
+	t.Helper()
+	classes := map[string]int{}
+	for _, r := range replicas {
+		for line := range strings.Lines(r.log.String()) {
+			var entry struct{ Msg, Class string }
+			if json.Unmarshal([]byte(line), &entry) != nil || !strings.HasPrefix(entry.Msg, "api: ") {
+				continue
+			}
+			switch {
+			case entry.Class != "":
+				classes[entry.Class]++
+			case entry.Msg == "api: internal error" || entry.Msg == "api: unavailable" ||
+				strings.Contains(entry.Msg, "refused a value"):
+				classes[entry.Msg]++
+			}
+		}
+	}
+	return classes
 }
 
 // waitReady polls /readyz on every replica until all answer 200 and

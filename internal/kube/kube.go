@@ -1,19 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
 // Copyright The ipam-dev/ipam Authors
 
-// Package kube looks up the labels and annotations of a Pod and of its
-// namespace, which pool selection reads (Cilium multi-pool semantics: the
-// ipam.cilium.io/ip-pool annotations and pod or namespace label selectors).
-// With it the server resolves pools itself, so the CNI plugin sends only the
-// Pod's namespace and name.
+// Package kube looks up what the server needs of a Pod: its labels and
+// annotations and its namespace's, which pool selection reads (Cilium
+// multi-pool semantics: the ipam.cilium.io/ip-pool annotations and pod or
+// namespace label selectors), and the node it is bound to, which decides
+// what a node certificate may do for it (a node acts only for the Pods on
+// it, as Kubernetes' Node authorizer has it). With it the server resolves
+// pools itself, so the CNI plugin sends only the Pod's namespace and name.
 //
 // Lookups sit on the Pod start critical path, so they are answered from
-// informer caches. The caches hold object metadata only (metadata informers,
-// trimmed further by a transform): a node-wide server watches every Pod of
-// the cluster, and full Pod specs and statuses would cost far more memory
-// and watch traffic than the two maps selection needs. A Pod that the cache
-// has not seen yet (the watch lags its creation by a moment, and the CNI
-// call comes right after the kubelet has it) is fetched with one direct GET.
+// informer caches. A node-wide server watches every Pod of the cluster,
+// so the caches keep only what lookups read: namespaces through a
+// metadata informer, Pods through a typed informer (spec.nodeName is not
+// metadata) whose transform drops everything but the name, UID, labels,
+// annotations and node name before an object is stored; full Pod specs
+// and statuses would cost many times the memory. The Pod watch does carry
+// whole Pods, in protobuf, as the kube-controller-manager's do.
+//
+// The caches lag the API server by a moment: a Pod created a moment ago
+// (the CNI call comes right after the kubelet has it) is fetched with one
+// direct GET on a miss, and a caller that expects something else of a
+// cached Pod (bound to its node, not elsewhere) asks for the Pod to be read
+// again (Lookup's stale), since the watch trails the scheduler's binding
+// and a StatefulSet Pod recreated under the same name on another node.
 package kube
 
 import (
@@ -26,9 +36,13 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/metadata/metadatalister"
@@ -43,10 +57,15 @@ type Metadata struct {
 	Annotations map[string]string
 }
 
-// PodInfo is what is known of a Pod for pool selection.
+// PodInfo is what is known of a Pod: its metadata and its namespace's, for
+// pool selection, and its identity and placement.
 type PodInfo struct {
 	Pod       Metadata
 	Namespace Metadata
+	UID       string
+	// NodeName is spec.nodeName: the node the Pod is bound to, empty while
+	// it is not scheduled.
+	NodeName string
 }
 
 // ErrNotFound is returned, wrapped, when the Pod or its namespace does not
@@ -57,10 +76,12 @@ var ErrNotFound = errors.New("not found")
 // object as applied; pool selection never reads it.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
-var (
-	podsGVR       = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
-	namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-)
+var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// protobuf is the Pod client's wire format: a Pod decodes several times
+// faster from it than from JSON, and the watch of every Pod of a cluster
+// is the server's largest stream.
+const protobuf = "application/vnd.kubernetes.protobuf"
 
 // Config says how to reach the API server.
 type Config struct {
@@ -74,40 +95,70 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// QPS and Burst bound the client's request rate; 0 means client-go's
-	// defaults (5 and 10). Cache misses are the only steady requests.
+	// defaults (5 and 10). Cache misses and rechecks (Lookup's stale)
+	// are the only steady requests.
 	QPS   float32
 	Burst int
 }
 
-// Informers watches Pod and Namespace metadata and answers lookups from its
-// caches. It is safe for concurrent use.
+// Informers watches Pods and Namespace metadata and answers lookups from
+// its caches. It is safe for concurrent use.
 type Informers struct {
-	client     metadata.Interface
+	core       kubernetes.Interface // Pods
+	meta       metadata.Interface   // namespaces
 	log        *slog.Logger
-	pods       resource
+	pods       podResource
 	namespaces resource
 	start      sync.Once
 }
 
-// resource is the informer of one resource and the lister over its cache.
+// podResource is the Pod informer and the lister over its cache.
+type podResource struct {
+	informer cache.SharedIndexInformer
+	lister   corelisters.PodLister
+}
+
+// resource is the metadata informer of one resource and the lister over
+// its cache.
 type resource struct {
 	gvr      schema.GroupVersionResource
 	informer cache.SharedIndexInformer
 	lister   metadatalister.Lister
 }
 
-// New builds a metadata client from cfg and the informers over it. It
-// contacts nothing; Start does.
+// New builds the clients from cfg's kubeconfig and the informers over
+// them. It contacts nothing; Start does.
 func New(cfg Config) (*Informers, error) {
 	rc, err := RESTConfig(cfg.Kubeconfig, cfg.QPS, cfg.Burst)
 	if err != nil {
 		return nil, err
 	}
-	c, err := metadata.NewForConfig(rc)
+	return NewForConfig(rc, cfg)
+}
+
+// NewForConfig builds the clients from rc and the informers over them;
+// only cfg.Resync and cfg.Logger are used. It contacts nothing; Start
+// does. Tests pass a kubetest cluster's configuration.
+func NewForConfig(rc *rest.Config, cfg Config) (*Informers, error) {
+	pc := rest.CopyConfig(rc)
+	pc.ContentType = protobuf
+	pc.AcceptContentTypes = protobuf + ",application/json"
+	core, err := kubernetes.NewForConfig(pc)
+	if err != nil {
+		return nil, fmt.Errorf("kube: building client: %w", err)
+	}
+	meta, err := metadata.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kube: building metadata client: %w", err)
 	}
-	return NewFromClient(c, cfg), nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	i := &Informers{core: core, meta: meta, log: log}
+	i.pods = i.newPodResource(cfg.Resync)
+	i.namespaces = i.newResource(namespacesGVR, cfg.Resync)
+	return i, nil
 }
 
 // RESTConfig loads the client configuration from a kubeconfig file, or the
@@ -135,22 +186,20 @@ func RESTConfig(kubeconfig string, qps float32, burst int) (*rest.Config, error)
 	return rc, nil
 }
 
-// NewFromClient builds the informers over c; only cfg.Resync and cfg.Logger
-// are used. Tests pass a fake client.
-func NewFromClient(c metadata.Interface, cfg Config) *Informers {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	i := &Informers{client: c, log: log}
-	i.pods = i.newResource(podsGVR, cfg.Resync)
-	i.namespaces = i.newResource(namespacesGVR, cfg.Resync)
-	return i
+func (i *Informers) newPodResource(resync time.Duration) podResource {
+	// No indexers: lookups are by namespace/name key only.
+	inf := coreinformers.NewPodInformer(i.core, metav1.NamespaceAll, resync, cache.Indexers{})
+	// Both setters fail only once the informer runs, which it cannot yet.
+	_ = inf.SetTransform(trimPod)
+	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		i.watchError("pods", err)
+	})
+	return podResource{informer: inf, lister: corelisters.NewPodLister(inf.GetIndexer())}
 }
 
 func (i *Informers) newResource(gvr schema.GroupVersionResource, resync time.Duration) resource {
 	// No indexers: lookups are by namespace/name key only.
-	inf := metadatainformer.NewFilteredMetadataInformer(i.client, gvr, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer()
+	inf := metadatainformer.NewFilteredMetadataInformer(i.meta, gvr, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer()
 	// Both setters fail only once the informer runs, which it cannot yet.
 	_ = inf.SetTransform(trim)
 	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
@@ -173,33 +222,50 @@ func (i *Informers) watchError(resource string, err error) {
 	}
 }
 
-// trim is the informers' transform: it keeps only what lookups and the cache
-// itself need. Every Pod of the cluster sits in the cache, and managedFields
-// and kubectl's last-applied-configuration annotation are usually larger than
-// everything else in the metadata together; dropping them (and owner
-// references, finalizers and the like) keeps the cache small. It is
-// idempotent, as client-go requires of transforms.
+// trim is the namespace informer's transform: it keeps only what lookups
+// and the cache itself need (trimmedMeta). It is idempotent, as client-go
+// requires of transforms.
 func trim(obj any) (any, error) {
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return obj, nil
 	}
-	out := &metav1.PartialObjectMetadata{
-		TypeMeta: m.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:       m.Namespace,
-			Name:            m.Name,
-			UID:             m.UID,
-			ResourceVersion: m.ResourceVersion,
-			Labels:          m.Labels,
-			Annotations:     m.Annotations,
-		},
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: trimmedMeta(m.ObjectMeta)}, nil
+}
+
+// trimPod is the Pod informer's transform: of the whole Pod it keeps the
+// metadata lookups read (trimmedMeta) and spec.nodeName, nothing of the
+// rest of the spec or of the status. Every Pod of the cluster sits in the
+// cache, and a Pod's containers, volumes and status are many times the
+// size of what is kept. It is idempotent, as client-go requires.
+func trimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: trimmedMeta(p.ObjectMeta),
+		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}}, nil
+}
+
+// trimmedMeta keeps of m its key, UID and resource version (which the
+// cache needs) and its labels and annotations. managedFields and kubectl's
+// last-applied-configuration annotation are usually larger than everything
+// else in the metadata together; dropping them (and owner references,
+// finalizers and the like) keeps the cache small. m is not changed.
+func trimmedMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{
+		Namespace:       m.Namespace,
+		Name:            m.Name,
+		UID:             m.UID,
+		ResourceVersion: m.ResourceVersion,
+		Labels:          m.Labels,
+		Annotations:     m.Annotations,
 	}
 	if _, ok := m.Annotations[lastApplied]; ok {
 		out.Annotations = maps.Clone(m.Annotations)
 		delete(out.Annotations, lastApplied)
 	}
-	return out, nil
+	return out
 }
 
 // Start starts the informers; they stop when ctx ends. Calls after the first
@@ -237,66 +303,97 @@ func (i *Informers) Synced() bool {
 }
 
 // Lookup returns the labels and annotations of Pod namespace/name and of
-// its namespace. It reads the caches and falls back to a direct GET on a
-// miss; an error wrapping ErrNotFound means the API server has no such
-// object. The maps returned are the caller's own.
-func (i *Informers) Lookup(ctx context.Context, namespace, name string) (PodInfo, error) {
+// its namespace, and the Pod's UID and node. It reads the caches and falls
+// back to a direct GET on a miss; an error wrapping ErrNotFound means the
+// API server has no such object. stale, when not nil, is asked about a
+// Pod found in the cache: when it answers true (the caller expected
+// otherwise, say the Pod bound to its node), the Pod is read again from
+// the API server, whose answer stands. The maps returned are the caller's
+// own.
+func (i *Informers) Lookup(ctx context.Context, namespace, name string, stale func(PodInfo) bool) (PodInfo, error) {
 	if namespace == "" || name == "" {
 		return PodInfo{}, fmt.Errorf("kube: lookup needs a namespace and a pod name, got %q and %q", namespace, name)
 	}
-	ns, err := i.get(ctx, &i.namespaces, "", namespace)
+	ns, err := i.getNamespace(ctx, namespace)
 	if err != nil {
 		return PodInfo{}, err
 	}
-	pod, err := i.get(ctx, &i.pods, namespace, name)
+	pod, cached, err := i.getPod(ctx, namespace, name, false)
+	if err == nil && cached && stale != nil && stale(podInfo(pod, ns)) {
+		i.log.DebugContext(ctx, "kubernetes cache may be stale, reading from the API server",
+			"object", "pods "+namespace+"/"+name, "cachedNode", pod.Spec.NodeName)
+		pod, _, err = i.getPod(ctx, namespace, name, true)
+	}
 	if err != nil {
 		return PodInfo{}, err
 	}
-	return PodInfo{Pod: metadataOf(pod), Namespace: metadataOf(ns)}, nil
+	return podInfo(pod, ns), nil
 }
 
-// get returns object namespace/name (name alone for a cluster-scoped
-// resource) from r's cache, or from the API server on a miss. A miss is
-// expected for a Pod created a moment ago; the object is not added to the
-// cache, which the watch fills in shortly.
-func (i *Informers) get(ctx context.Context, r *resource, namespace, name string) (*metav1.PartialObjectMetadata, error) {
-	var (
-		obj *metav1.PartialObjectMetadata
-		err error
-	)
-	if namespace == "" {
-		obj, err = r.lister.Get(name)
-	} else {
-		obj, err = r.lister.Namespace(namespace).Get(name)
-	}
+// podInfo is what Lookup answers of pod in namespace ns.
+func podInfo(pod *corev1.Pod, ns *metav1.PartialObjectMetadata) PodInfo {
+	return PodInfo{Pod: metadataOf(pod.ObjectMeta), Namespace: metadataOf(ns.ObjectMeta), UID: string(pod.UID), NodeName: pod.Spec.NodeName}
+}
+
+// getNamespace returns the namespace from its cache, or from the API
+// server on a miss.
+func (i *Informers) getNamespace(ctx context.Context, name string) (*metav1.PartialObjectMetadata, error) {
+	r := &i.namespaces
+	obj, err := r.lister.Get(name)
 	if err == nil {
 		return obj, nil
 	}
 	desc := r.gvr.Resource + " " + name
-	if namespace != "" {
-		desc = r.gvr.Resource + " " + namespace + "/" + name
-	}
 	if !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("kube: reading %s from cache: %w", desc, err)
 	}
 	i.log.DebugContext(ctx, "kubernetes cache miss, reading from the API server", "object", desc)
-	// A plain GET is a quorum read: the point is to see what the cache has
-	// not, so the API server's own watch cache (ResourceVersion "0") would
-	// share the lag.
-	obj, err = i.client.Resource(r.gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("kube: %s: %w", desc, ErrNotFound)
-	case err != nil:
-		return nil, fmt.Errorf("kube: getting %s: %w", desc, err)
+	obj, err = i.meta.Resource(r.gvr).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, getError(desc, err)
 	}
 	trimmed, _ := trim(obj)
 	return trimmed.(*metav1.PartialObjectMetadata), nil
 }
 
+// getPod returns Pod namespace/name from the cache, or from the API server
+// on a miss or when direct; cached says which. An object read from the API
+// server is not added to the cache, which the watch fills in shortly.
+func (i *Informers) getPod(ctx context.Context, namespace, name string, direct bool) (pod *corev1.Pod, cached bool, err error) {
+	desc := "pods " + namespace + "/" + name
+	if !direct {
+		pod, err = i.pods.lister.Pods(namespace).Get(name)
+		if err == nil {
+			return pod, true, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, false, fmt.Errorf("kube: reading %s from cache: %w", desc, err)
+		}
+		i.log.DebugContext(ctx, "kubernetes cache miss, reading from the API server", "object", desc)
+	}
+	// A plain GET is a quorum read: the point is to see what the cache has
+	// not, so the API server's own watch cache (ResourceVersion "0") would
+	// share the lag.
+	pod, err = i.core.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, false, getError(desc, err)
+	}
+	trimmed, _ := trimPod(pod)
+	return trimmed.(*corev1.Pod), false, nil
+}
+
+// getError wraps the error of a direct GET of desc: ErrNotFound for an
+// object the API server does not have.
+func getError(desc string, err error) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("kube: %s: %w", desc, ErrNotFound)
+	}
+	return fmt.Errorf("kube: getting %s: %w", desc, err)
+}
+
 // metadataOf copies the maps of m: cached objects are shared and must not
 // change.
-func metadataOf(m *metav1.PartialObjectMetadata) Metadata {
+func metadataOf(m metav1.ObjectMeta) Metadata {
 	return Metadata{Labels: copyMap(m.Labels), Annotations: copyMap(m.Annotations)}
 }
 

@@ -201,7 +201,10 @@ export interface paths {
         /**
          * Create a VIP pool.
          * @description A block overlapping a Pod pool CIDR of the space is refused (409
-         *     overlap naming `spec.blocks[i]`). A block overlapping a block of
+         *     overlap naming `spec.blocks[i]`), and so is one overlapping a
+         *     special-purpose range unless `spec.allowSpecialPurpose` (400
+         *     naming `spec.blocks[i].cidr`, `.start`, `.stop`, or the block
+         *     for a range passing over one). A block overlapping a block of
          *     another VIP pool does not refuse the pool: as in Cilium, the newer
          *     of two overlapping pools is marked conflicting
          *     (`status.conflicting`, `status.conflict` says why) and gives no
@@ -323,10 +326,12 @@ export interface paths {
         put?: never;
         /**
          * Create a CIDR group.
-         * @description CIDRs are canonical and listed once; they may overlap anything.
-         *     Creating a group that exists with the same labels and CIDRs
-         *     answers it again (201, a retry); with others, 409. With
-         *     dryRun=true nothing is written (200).
+         * @description CIDRs are canonical and listed once; they may overlap pools and
+         *     other groups, and special-purpose ranges only with
+         *     `allowSpecialPurpose` (else 400 naming `externalCIDRs[i]`).
+         *     Creating a group that exists with the same labels, CIDRs and
+         *     `allowSpecialPurpose` answers it again (201, a retry); with
+         *     others, 409. With dryRun=true nothing is written (200).
          */
         post: operations["createCIDRGroup"];
         delete?: never;
@@ -350,7 +355,7 @@ export interface paths {
         };
         /** One CIDR group. */
         get: operations["getCIDRGroup"];
-        /** Replace a CIDR group's labels and CIDRs. */
+        /** Replace a CIDR group's labels, CIDRs and allowSpecialPurpose. */
         put: operations["updateCIDRGroup"];
         post?: never;
         /** Delete a CIDR group. */
@@ -1230,6 +1235,17 @@ export interface components {
              *     kept and reported stranded. A named group is not deleted.
              */
             reservedCIDRGroups?: string[];
+            /**
+             * @description Let the blocks overlap special-purpose ranges: 0.0.0.0/8,
+             *     127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4, ::/128,
+             *     ::1/128, ::ffff:0:0/96 (IPv4-mapped), fe80::/10, ff00::/8.
+             *     Default false: such a block, a cidr or a start/stop range
+             *     reaching into one, is a 400 naming it. Pools that held one
+             *     before this rule were set to true. Cilium's LB IPAM has no
+             *     such rule, and the mirrored CiliumLoadBalancerIPPool no such
+             *     field.
+             */
+            allowSpecialPurpose?: boolean;
         };
         LBFamilyStatus: {
             /**
@@ -1376,18 +1392,38 @@ export interface components {
             labels?: components["schemas"]["Labels"];
             /** @description Canonical CIDRs, each once. */
             externalCIDRs?: string[];
+            /**
+             * @description Let the CIDRs overlap special-purpose ranges: 0.0.0.0/8,
+             *     127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4, ::/128,
+             *     ::1/128, ::ffff:0:0/96 (IPv4-mapped), fe80::/10, ff00::/8.
+             *     Default false: such a CIDR (0.0.0.0/0 and ::/0 among them) is
+             *     a 400 naming it. Groups that held one before this rule were
+             *     set to true. The mirrored CiliumCIDRGroup has no such field.
+             */
+            allowSpecialPurpose?: boolean;
         };
         CIDRGroupUpdate: {
             /** @description The group's name, as in the path; optional. */
             name?: string;
             labels?: components["schemas"]["Labels"];
             externalCIDRs?: string[];
+            /**
+             * @description Let the CIDRs overlap special-purpose ranges: 0.0.0.0/8,
+             *     127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4, ::/128,
+             *     ::1/128, ::ffff:0:0/96 (IPv4-mapped), fe80::/10, ff00::/8.
+             *     Default false: such a CIDR (0.0.0.0/0 and ::/0 among them) is
+             *     a 400 naming it. Groups that held one before this rule were
+             *     set to true. The mirrored CiliumCIDRGroup has no such field.
+             */
+            allowSpecialPurpose?: boolean;
         };
         CIDRGroup: {
             name: string;
             space: string;
             labels: components["schemas"]["Labels"];
             externalCIDRs: string[];
+            /** @description The CIDRs may overlap special-purpose ranges (CIDRGroupRequest). */
+            allowSpecialPurpose: boolean;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */

@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/api/ipamclient"
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/pgtest"
 	"github.com/ipam-dev/ipam/internal/pki"
@@ -567,7 +567,7 @@ func cnitoolContainerID(netns string) string {
 // each. The pools are single-family and the conflist names one per family.
 func TestDualStackPools(t *testing.T) {
 	e := setup(t)
-	pools := map[ipamv1.Family]netip.Prefix{ipamv1.Ipv4: netip.MustParsePrefix("10.98.0.0/16"), ipamv1.Ipv6: netip.MustParsePrefix("fd00:98::/108")}
+	pools := map[ipamclient.Family]netip.Prefix{ipamclient.Ipv4: netip.MustParsePrefix("10.98.0.0/16"), ipamclient.Ipv6: netip.MustParsePrefix("fd00:98::/108")}
 	for _, pool := range []string{
 		`{"name": "v4", "spec": {"ipv4": {"cidrs": ["10.98.0.0/16"], "maskSize": 26}}}`,
 		`{"name": "v6", "spec": {"ipv6": {"cidrs": ["fd00:98::/108"], "maskSize": 122}}}`,
@@ -594,26 +594,26 @@ func TestDualStackPools(t *testing.T) {
 	// certificate.
 	attachment := "/v1/nodes/e2e-node/attachments/" + cnitoolContainerID("/var/run/netns/"+e.prefix+"-ds1") + "/eth0?network=" + netName
 	code, body := e.api("node", "GET", attachment, "")
-	var a ipamv1.Allocation
+	var a ipamclient.Allocation
 	if code != 200 {
 		t.Fatalf("GET %s: %d %s", attachment, code, body)
 	}
 	if err := json.Unmarshal(body, &a); err != nil {
 		t.Fatalf("GET %s: %v %s", attachment, err, body)
 	}
-	if a.State != ipamv1.Active || a.Owner.Namespace != "e2e" || a.Owner.Name != "ds1" || len(a.Addresses) != 2 {
+	if a.State != ipamclient.Active || a.Owner.Namespace != "e2e" || a.Owner.Name != "ds1" || len(a.Addresses) != 2 {
 		t.Fatalf("the service holds %s, want two active addresses owned by e2e/ds1", body)
 	}
 	var want []string
-	gateways := map[ipamv1.Family]string{}
+	gateways := map[ipamclient.Family]string{}
 	for _, la := range a.Addresses {
 		p, err := netip.ParsePrefix(la.Address)
 		wantPool, wantBits := "v4", 26
-		if la.Family == ipamv1.Ipv6 {
+		if la.Family == ipamclient.Ipv6 {
 			wantPool, wantBits = "v6", 122
 		}
 		if err != nil || la.Pool != wantPool || p.Bits() != wantBits || !pools[la.Family].Contains(p.Addr()) ||
-			la.SelectedBy == nil || *la.SelectedBy != ipamv1.LeaseAddressSelectedByRequest || la.Gateway == nil {
+			la.SelectedBy == nil || *la.SelectedBy != ipamclient.LeaseAddressSelectedByRequest || la.Gateway == nil {
 			t.Fatalf("the service leased %+v, want a /%d of pool %s chosen by the request, with a gateway", la, wantBits, wantPool)
 		}
 		want = append(want, p.String())
@@ -627,7 +627,7 @@ func TestDualStackPools(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("the pod's global addresses are %v, the service leased %v:\n%s", got, want, raw)
 	}
-	for fam, flag := range map[ipamv1.Family]string{ipamv1.Ipv4: "-4", ipamv1.Ipv6: "-6"} {
+	for fam, flag := range map[ipamclient.Family]string{ipamclient.Ipv4: "-4", ipamclient.Ipv6: "-6"} {
 		routes := must(t, nil, "ip", "netns", "exec", e.prefix+"-ds1", "ip", flag, "route", "show", "default")
 		if !strings.Contains(routes, "via "+gateways[fam]+" ") {
 			t.Errorf("the pod's %s default route is not via %s:\n%s", fam, gateways[fam], routes)
@@ -648,11 +648,11 @@ func TestDualStackPools(t *testing.T) {
 	}
 	for _, pool := range []string{"v4", "v6"} {
 		code, body := e.api("operator", "GET", "/v1/pools/"+pool, "")
-		var p ipamv1.Pool
+		var p ipamclient.Pool
 		if code != 200 || json.Unmarshal(body, &p) != nil {
 			t.Fatalf("GET pool %s: %d %s", pool, code, body)
 		}
-		for fam, st := range map[string]*ipamv1.PoolFamilyStatus{"ipv4": p.Status.Ipv4, "ipv6": p.Status.Ipv6} {
+		for fam, st := range map[string]*ipamclient.PoolFamilyStatus{"ipv4": p.Status.Ipv4, "ipv6": p.Status.Ipv6} {
 			if st != nil && st.Leased != 0 {
 				t.Errorf("pool %s %s still has %d leased after DEL", pool, fam, st.Leased)
 			}

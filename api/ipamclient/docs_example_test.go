@@ -1,3 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
+// Copyright The ipam-dev/ipam Authors
+
 package ipamclient_test
 
 import (
@@ -9,24 +12,24 @@ import (
 	"testing"
 )
 
-// The README's Go example (its one ```go block) compiles against this
-// package as it stands: it is built as a main package placed, through an
-// overlay, in a directory of this module that does not exist on disk.
-func TestReadmeExampleBuilds(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// The Go example of docs/clients.md (its one ```go block) compiles against
+// this package as it stands: it is built as a main package placed, through
+// an overlay, in a directory of this module that does not exist on disk.
+func TestDocsExampleBuilds(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/clients.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(readme), "```go\n")
 	if !ok {
-		t.Fatal("README has no ```go block")
+		t.Fatal("docs/clients.md has no ```go block")
 	}
 	src, _, ok := strings.Cut(rest, "```")
 	if !ok {
 		t.Fatal("unterminated ```go block")
 	}
 	if !strings.Contains(src, `"github.com/ipam-dev/ipam/api/ipamclient"`) {
-		t.Fatal("the README's Go example does not use api/ipamclient")
+		t.Fatal("the Go example of docs/clients.md does not use api/ipamclient")
 	}
 	wd, err := os.Getwd()
 	if err != nil {
@@ -47,6 +50,6 @@ func TestReadmeExampleBuilds(t *testing.T) {
 	}
 	cmd := exec.Command("go", "build", "-overlay", filepath.Join(dir, "overlay.json"), "-o", filepath.Join(dir, "example"), "./readmeexample")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("the README's Go example does not build: %v\n%s", err, out)
+		t.Fatalf("the Go example of docs/clients.md does not build: %v\n%s", err, out)
 	}
 }
