@@ -5,6 +5,7 @@ package deploy
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,18 +13,19 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
-	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/moby/buildkit/frontend/dockerfile/command"
+	dockerfile "github.com/moby/buildkit/frontend/dockerfile/parser"
 )
 
 // serverEnv lists the environment variables cmd/server reads: IPAM_ and its
@@ -77,6 +79,8 @@ var serverEnv = []string{
 	"IPAM_MAX_IN_FLIGHT",
 	"IPAM_ADMISSION_QUEUE",
 	"IPAM_ADMISSION_WAIT",
+	"IPAM_MAX_PER_CALLER",
+	"IPAM_BODY_TIMEOUT",
 	"IPAM_LBIPAM",
 	"IPAM_LBIPAM_CLASSES",
 	"IPAM_LBIPAM_DEFAULT_IPAM",
@@ -184,261 +188,102 @@ func readFile(t *testing.T, path string) string {
 // ---------------------------------------------------------------------------
 // docker-compose.yaml
 
-// compose is the part of a compose file the checks read.
-type compose struct {
-	Services map[string]service `yaml:"services"`
-	Volumes  map[string]any     `yaml:"volumes"`
+// composeEnv is the environment docker-compose.yaml is interpolated with.
+// The README and docs/operations.md run it as `docker compose up --build`
+// with no .env file and no variable set, so it is empty: a ${VAR} the file
+// comes to use must be set here, and where the docs say, too.
+var composeEnv = map[string]string{}
+
+// loadCompose loads the compose file at path with the Compose
+// specification's own loader: its JSON schema (no unknown key, a known
+// depends_on condition, ...), interpolation from env alone (neither the
+// caller's environment nor a .env file), normalization, and its consistency
+// checks (an image or a build, defined dependencies, networks and volumes).
+func loadCompose(path string, env map[string]string) (*types.Project, error) {
+	var list []string
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+	opts, err := cli.NewProjectOptions([]string{path},
+		cli.WithWorkingDirectory(filepath.Dir(path)),
+		cli.WithEnv(list))
+	if err != nil {
+		return nil, err
+	}
+	return opts.LoadProject(context.Background())
 }
 
-type service struct {
-	Image       string        `yaml:"image"`
-	Build       *build        `yaml:"build"`
-	DependsOn   dependsOn     `yaml:"depends_on"`
-	Environment environment   `yaml:"environment"`
-	Healthcheck *healthcheck  `yaml:"healthcheck"`
-	Ports       []port        `yaml:"ports"`
-	Volumes     []volumeMount `yaml:"volumes"`
-}
-
-// build is a service's build: a context directory, or a mapping with
-// context and dockerfile.
-type build struct {
-	Context    string `yaml:"context"`
-	Dockerfile string `yaml:"dockerfile"`
-}
-
-func (b *build) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode {
-		b.Context = n.Value
-		return nil
-	}
-	type plain build
-	return n.Decode((*plain)(b))
-}
-
-// dependsOn maps each dependency to its condition; the list form means
-// service_started.
-type dependsOn map[string]string
-
-func (d *dependsOn) UnmarshalYAML(n *yaml.Node) error {
-	*d = dependsOn{}
-	switch n.Kind {
-	case yaml.SequenceNode:
-		var names []string
-		if err := n.Decode(&names); err != nil {
-			return err
-		}
-		for _, name := range names {
-			(*d)[name] = "service_started"
-		}
-	case yaml.MappingNode:
-		var m map[string]struct {
-			Condition string `yaml:"condition"`
-		}
-		if err := n.Decode(&m); err != nil {
-			return err
-		}
-		for name, dep := range m {
-			(*d)[name] = cmp.Or(dep.Condition, "service_started")
-		}
-	default:
-		return fmt.Errorf("line %d: depends_on is neither a list nor a mapping", n.Line)
-	}
-	return nil
-}
-
-// environment is a service's environment, from the mapping form or the
-// list form (KEY=VALUE, or KEY alone to pass the caller's value through).
-type environment map[string]string
-
-func (e *environment) UnmarshalYAML(n *yaml.Node) error {
-	*e = environment{}
-	switch n.Kind {
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			(*e)[n.Content[i].Value] = n.Content[i+1].Value
-		}
-	case yaml.SequenceNode:
-		for _, item := range n.Content {
-			k, v, _ := strings.Cut(item.Value, "=")
-			(*e)[k] = v
-		}
-	default:
-		return fmt.Errorf("line %d: environment is neither a mapping nor a list", n.Line)
-	}
-	return nil
-}
-
-type healthcheck struct {
-	Test    yaml.Node `yaml:"test"`
-	Disable bool      `yaml:"disable"`
-}
-
-// command returns the healthcheck's test as words; a string is one
-// CMD-SHELL command.
-func (h *healthcheck) command() []string {
-	switch h.Test.Kind {
-	case yaml.ScalarNode:
-		if h.Test.Value == "" {
-			return nil
-		}
-		return []string{"CMD-SHELL", h.Test.Value}
-	case yaml.SequenceNode:
-		var words []string
-		_ = h.Test.Decode(&words)
-		return words
-	}
-	return nil
-}
-
-// port is one entry of a service's ports, kept in the short syntax
-// [HOST_IP:][HOST:]CONTAINER[/PROTOCOL]; the long syntax is converted to it.
-type port struct{ spec string }
-
-func (p *port) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode {
-		p.spec = n.Value
-		return nil
-	}
-	var long struct {
-		Target    string `yaml:"target"`
-		Published string `yaml:"published"`
-		HostIP    string `yaml:"host_ip"`
-		Protocol  string `yaml:"protocol"`
-	}
-	if err := n.Decode(&long); err != nil {
-		return err
-	}
-	spec := long.Target
-	if long.Published != "" || long.HostIP != "" {
-		spec = long.Published + ":" + spec
-	}
-	if long.HostIP != "" {
-		host := long.HostIP
-		if strings.Contains(host, ":") {
-			host = "[" + host + "]"
-		}
-		spec = host + ":" + spec
-	}
-	if long.Protocol != "" {
-		spec += "/" + long.Protocol
-	}
-	p.spec = spec
-	return nil
-}
-
-// volumeMount is one entry of a service's volumes; only its source matters.
-type volumeMount struct{ source string }
-
-func (v *volumeMount) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode {
-		v.source, _, _ = strings.Cut(n.Value, ":")
-		return nil
-	}
-	var long struct {
-		Source string `yaml:"source"`
-	}
-	err := n.Decode(&long)
-	v.source = long.Source
-	return err
-}
-
-// named reports whether the mount's source is a named volume rather than a
-// path on the host.
-func (v volumeMount) named() bool {
-	return v.source != "" && !strings.ContainsAny(v.source[:1], "./~$")
-}
-
-func parseCompose(src string) (compose, error) {
-	var c compose
-	err := yaml.Unmarshal([]byte(src), &c)
-	return c, err
-}
-
-// checkCompose reports every problem with c. root is the compose file's
-// directory, which build contexts are relative to.
-func checkCompose(c compose, root string) error {
+// checkCompose reports every problem the loader leaves to this project:
+// the services it needs, build contexts, health checks to wait for, and the
+// server's environment.
+func checkCompose(p *types.Project) error {
 	var errs []error
 	for _, name := range []string{databaseService, serverService} {
-		if _, ok := c.Services[name]; !ok {
+		if _, ok := p.Services[name]; !ok {
 			errs = append(errs, fmt.Errorf("service %q is missing", name))
 		}
 	}
-	names := make([]string, 0, len(c.Services))
-	for name := range c.Services {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		s := c.Services[name]
-		if s.Image == "" && s.Build == nil {
-			errs = append(errs, fmt.Errorf("service %q has neither image nor build", name))
-		}
+	for _, name := range slices.Sorted(maps.Keys(p.Services)) {
+		s := p.Services[name]
 		if s.Build != nil {
-			if err := checkBuild(*s.Build, root); err != nil {
+			if err := checkBuild(*s.Build); err != nil {
 				errs = append(errs, fmt.Errorf("service %q: %w", name, err))
 			}
 		}
-		errs = append(errs, checkDependsOn(c, name))
-		if s.Healthcheck != nil {
-			if cmd := s.Healthcheck.command(); s.Healthcheck.Disable || len(cmd) < 2 ||
-				!slices.Contains([]string{"CMD", "CMD-SHELL"}, cmd[0]) {
-				errs = append(errs, fmt.Errorf("service %q: healthcheck test %v is not [CMD|CMD-SHELL, command...]", name, cmd))
+		if s.HealthCheck != nil {
+			if err := checkHealthcheck(*s.HealthCheck); err != nil {
+				errs = append(errs, fmt.Errorf("service %q: %w", name, err))
 			}
 		}
-		for _, p := range s.Ports {
-			if err := checkPort(p.spec); err != nil {
-				errs = append(errs, fmt.Errorf("service %q: port %q: %w", name, p.spec, err))
-			}
-		}
-		for _, v := range s.Volumes {
-			if _, declared := c.Volumes[v.source]; v.named() && !declared {
-				errs = append(errs, fmt.Errorf("service %q: volume %q is not declared under the top-level volumes", name, v.source))
-			}
-		}
+		errs = append(errs, checkDependsOn(p, name))
 	}
-	if db, ok := c.Services[databaseService]; ok && db.Healthcheck == nil {
+	if db, ok := p.Services[databaseService]; ok && db.HealthCheck == nil {
 		errs = append(errs, fmt.Errorf("service %q has no healthcheck", databaseService))
 	}
-	if srv, ok := c.Services[serverService]; ok {
+	if srv, ok := p.Services[serverService]; ok {
 		if srv.Build == nil {
 			errs = append(errs, fmt.Errorf("service %q is not built from this repository", serverService))
 		}
-		errs = append(errs, checkServerEnv(c))
+		errs = append(errs, checkServerEnv(p))
 	}
 	return errors.Join(errs...)
 }
 
-// checkBuild checks that the build context is a directory holding the named
-// Dockerfile.
-func checkBuild(b build, root string) error {
-	dir := filepath.Join(root, cmp.Or(b.Context, "."))
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+// checkBuild checks that the build context, which the loader made absolute,
+// is a directory holding the named Dockerfile.
+func checkBuild(b types.BuildConfig) error {
+	if fi, err := os.Stat(b.Context); err != nil || !fi.IsDir() {
 		return fmt.Errorf("build context %q is not a directory", b.Context)
 	}
 	dockerfile := cmp.Or(b.Dockerfile, "Dockerfile")
-	if fi, err := os.Stat(filepath.Join(dir, dockerfile)); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("build context %q has no file %q", b.Context, dockerfile)
+	if !filepath.IsAbs(dockerfile) {
+		dockerfile = filepath.Join(b.Context, dockerfile)
+	}
+	if fi, err := os.Stat(dockerfile); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("build context %q has no file %q", b.Context, b.Dockerfile)
 	}
 	return nil
 }
 
-// checkDependsOn checks the dependencies of service name: defined, not
-// itself, a known condition, and a healthcheck to wait for.
-func checkDependsOn(c compose, name string) error {
+// checkHealthcheck checks that a healthcheck runs a command: the loader
+// accepts a test of "NONE", a lone "CMD" and disable: true.
+func checkHealthcheck(h types.HealthCheckConfig) error {
+	if h.Disable || len(h.Test) < 2 || !slices.Contains([]string{"CMD", "CMD-SHELL"}, h.Test[0]) {
+		return fmt.Errorf("healthcheck test %v is not [CMD|CMD-SHELL, command...]", []string(h.Test))
+	}
+	return nil
+}
+
+// checkDependsOn checks what the loader does not: a service that waits for
+// a dependency to be healthy waits for one with a healthcheck (Compose would
+// otherwise fail at up). The loader reports undefined dependencies and
+// cycles.
+func checkDependsOn(p *types.Project, name string) error {
 	var errs []error
-	deps := c.Services[name].DependsOn
+	deps := p.Services[name].DependsOn
 	for _, dep := range slices.Sorted(maps.Keys(deps)) {
-		cond := deps[dep]
-		target, ok := c.Services[dep]
-		switch {
-		case !ok:
-			errs = append(errs, fmt.Errorf("service %q depends on undefined service %q", name, dep))
-		case dep == name:
-			errs = append(errs, fmt.Errorf("service %q depends on itself", name))
-		case !slices.Contains([]string{"service_started", "service_healthy", "service_completed_successfully"}, cond):
-			errs = append(errs, fmt.Errorf("service %q: depends_on %q has unknown condition %q", name, dep, cond))
-		case cond == "service_healthy" && target.Healthcheck == nil:
+		target, ok := p.Services[dep]
+		if ok && deps[dep].Condition == types.ServiceConditionHealthy && target.HealthCheck == nil {
 			errs = append(errs, fmt.Errorf("service %q waits for %q to be healthy, but it has no healthcheck", name, dep))
 		}
 	}
@@ -447,9 +292,9 @@ func checkDependsOn(c compose, name string) error {
 
 // checkServerEnv checks the server's environment: only variables the server
 // reads, and a database URL that names a service the server waits for.
-func checkServerEnv(c compose) error {
+func checkServerEnv(p *types.Project) error {
 	var errs []error
-	srv := c.Services[serverService]
+	srv := p.Services[serverService]
 	for _, k := range slices.Sorted(maps.Keys(srv.Environment)) {
 		switch {
 		case !strings.HasPrefix(k, "IPAM_"):
@@ -458,7 +303,7 @@ func checkServerEnv(c compose) error {
 			errs = append(errs, fmt.Errorf("service %q: environment variable %q is not one the server reads (%v)", serverService, k, serverEnv))
 		}
 	}
-	dbURL := srv.Environment["IPAM_DATABASE_URL"]
+	dbURL := envValue(srv, "IPAM_DATABASE_URL")
 	if dbURL == "" {
 		return errors.Join(append(errs, fmt.Errorf("service %q: IPAM_DATABASE_URL is unset, and the image has no PostgreSQL", serverService))...)
 	}
@@ -469,7 +314,7 @@ func checkServerEnv(c compose) error {
 	case u.Scheme != "postgres" && u.Scheme != "postgresql":
 		errs = append(errs, fmt.Errorf("service %q: IPAM_DATABASE_URL scheme %q is not postgres", serverService, u.Scheme))
 	default:
-		if _, ok := c.Services[u.Hostname()]; !ok {
+		if _, ok := p.Services[u.Hostname()]; !ok {
 			errs = append(errs, fmt.Errorf("service %q: IPAM_DATABASE_URL host %q is not a service", serverService, u.Hostname()))
 		} else if _, waits := srv.DependsOn[u.Hostname()]; !waits {
 			errs = append(errs, fmt.Errorf("service %q does not depend on its database %q", serverService, u.Hostname()))
@@ -478,70 +323,13 @@ func checkServerEnv(c compose) error {
 	return errors.Join(errs...)
 }
 
-// checkPort checks a short-syntax port [HOST_IP:][HOST:]CONTAINER[/PROTOCOL],
-// where HOST and CONTAINER are ports or ranges (8000-8010) and an IPv6
-// HOST_IP is in brackets.
-func checkPort(spec string) error {
-	if spec == "" {
-		return errors.New("empty")
+// envValue is the value s's environment gives name, or "" (also for a name
+// listed without a value, which the loader leaves nil).
+func envValue(s types.ServiceConfig, name string) string {
+	if v := s.Environment[name]; v != nil {
+		return *v
 	}
-	if rest, proto, ok := strings.Cut(spec, "/"); ok {
-		if !slices.Contains([]string{"tcp", "udp", "sctp"}, proto) {
-			return fmt.Errorf("protocol %q is not tcp, udp or sctp", proto)
-		}
-		spec = rest
-	}
-	if strings.HasPrefix(spec, "[") {
-		ip, rest, ok := strings.Cut(spec[1:], "]:")
-		if !ok {
-			return errors.New("unterminated [IPv6 address]")
-		}
-		if a, err := netip.ParseAddr(ip); err != nil || !a.Is6() {
-			return fmt.Errorf("host IP %q is not an IPv6 address", ip)
-		}
-		spec = rest
-		if strings.Count(spec, ":") != 1 {
-			return errors.New("want [HOST_IP]:HOST:CONTAINER")
-		}
-	}
-	parts := strings.Split(spec, ":")
-	if len(parts) > 3 {
-		return errors.New("too many colons (an IPv6 host IP needs brackets)")
-	}
-	if len(parts) == 3 {
-		if _, err := netip.ParseAddr(parts[0]); err != nil {
-			return fmt.Errorf("host IP %q: %w", parts[0], err)
-		}
-		parts = parts[1:]
-	}
-	container, err := portRange(parts[len(parts)-1])
-	if err != nil {
-		return fmt.Errorf("container port: %w", err)
-	}
-	if len(parts) == 2 && parts[0] != "" { // an empty HOST means any free port
-		host, err := portRange(parts[0])
-		if err != nil {
-			return fmt.Errorf("host port: %w", err)
-		}
-		if container > 1 && host != container {
-			return fmt.Errorf("host range of %d ports for a container range of %d", host, container)
-		}
-	}
-	return nil
-}
-
-// portRange parses "N" or "N-M" and returns how many ports it holds.
-func portRange(s string) (int, error) {
-	lo, hi, isRange := strings.Cut(s, "-")
-	if !isRange {
-		hi = lo
-	}
-	a, errA := strconv.Atoi(lo)
-	b, errB := strconv.Atoi(hi)
-	if errA != nil || errB != nil || a < 1 || b > 65535 || a > b {
-		return 0, fmt.Errorf("%q is not a port or range within 1-65535", s)
-	}
-	return b - a + 1, nil
+	return ""
 }
 
 // ---------------------------------------------------------------------------
@@ -552,61 +340,34 @@ func portRange(s string) (int, error) {
 type instruction struct {
 	Line int    // where it starts, from 1
 	Cmd  string // upper case: FROM, RUN, ...
-	Args string
+	Args string // the words after Cmd, one space apart
 }
 
-var knownInstructions = []string{
-	"ADD", "ARG", "CMD", "COPY", "ENTRYPOINT", "ENV", "EXPOSE", "FROM", "HEALTHCHECK",
-	"LABEL", "MAINTAINER", "ONBUILD", "RUN", "SHELL", "STOPSIGNAL", "USER", "VOLUME", "WORKDIR",
-}
-
-var heredocStart = regexp.MustCompile(`<<-?["']?([A-Za-z_][A-Za-z0-9_]*)["']?`)
-
-// parseDockerfile splits src into instructions. A line ending in a backslash
-// continues on the next; comment lines, also within a continuation, are
-// dropped, as are the bodies of heredocs (RUN <<EOF ... EOF).
+// parseDockerfile parses src with BuildKit's Dockerfile parser, the one
+// docker build runs: parser directives, continuation lines, comments within
+// them and heredoc bodies as Docker reads them. It adds two refusals: an
+// instruction Docker does not know, which the parser passes on and the
+// build refuses, and any warning of the parser (an empty continuation line,
+// which Docker says will become an error).
 func parseDockerfile(src string) ([]instruction, error) {
+	res, err := dockerfile.Parse(strings.NewReader(src))
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, w := range res.Warnings {
+		errs = append(errs, errors.New(w.Short))
+	}
 	var out []instruction
-	var cur *instruction
-	var args []string
-	lines := strings.Split(src, "\n")
-	for i := 0; i < len(lines); i++ {
-		line := strings.TrimRight(lines[i], " \t\r")
-		trimmed := strings.TrimSpace(line)
-		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+	for _, n := range res.AST.Children {
+		words := strings.Fields(n.Original)
+		if _, ok := command.Commands[strings.ToLower(n.Value)]; !ok || len(words) == 0 {
+			errs = append(errs, fmt.Errorf("line %d: unknown instruction %q", n.StartLine, strings.Join(words[:min(1, len(words))], "")))
 			continue
 		}
-		if cur == nil {
-			keyword, rest, _ := strings.Cut(trimmed, " ")
-			if k, r, ok := strings.Cut(trimmed, "\t"); ok && len(k) < len(keyword) {
-				keyword, rest = k, r
-			}
-			cur = &instruction{Line: i + 1, Cmd: strings.ToUpper(keyword)}
-			if !slices.Contains(knownInstructions, cur.Cmd) {
-				return nil, fmt.Errorf("line %d: unknown instruction %q", i+1, keyword)
-			}
-			line = rest
-		}
-		if cont, ok := strings.CutSuffix(line, `\`); ok {
-			args = append(args, strings.TrimSpace(cont))
-			continue
-		}
-		args = append(args, strings.TrimSpace(line))
-		cur.Args = strings.TrimSpace(strings.Join(args, " "))
-		if m := heredocStart.FindStringSubmatch(cur.Args); m != nil && (cur.Cmd == "RUN" || cur.Cmd == "COPY") {
-			for i++; i < len(lines) && strings.TrimSpace(lines[i]) != m[1]; i++ {
-			}
-			if i == len(lines) {
-				return nil, fmt.Errorf("line %d: heredoc %s is not terminated", cur.Line, m[1])
-			}
-		}
-		out = append(out, *cur)
-		cur, args = nil, nil
+		out = append(out, instruction{Line: n.StartLine, Cmd: strings.ToUpper(n.Value), Args: strings.Join(words[1:], " ")})
 	}
-	if cur != nil {
-		return nil, fmt.Errorf("line %d: continuation runs past the end of the file", cur.Line)
-	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // stage is one FROM ... of a Dockerfile, with what the checks need.
@@ -806,18 +567,17 @@ func checkExecForm(in instruction) error {
 // checkServerPorts cross-checks compose and Dockerfile: each container port
 // the compose file publishes for the server is EXPOSEd by the image, and is
 // the port of IPAM_LISTEN.
-func checkServerPorts(c compose, d dockerfileSummary) error {
+func checkServerPorts(p *types.Project, d dockerfileSummary) error {
 	var errs []error
-	srv := c.Services[serverService]
-	_, listenPort, err := splitHostPort(cmp.Or(srv.Environment["IPAM_LISTEN"], ":8080"))
+	srv := p.Services[serverService]
+	_, listenPort, err := splitHostPort(cmp.Or(envValue(srv, "IPAM_LISTEN"), ":8080"))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("IPAM_LISTEN: %w", err))
 	}
 	exposed := d.final().expose
-	for _, p := range srv.Ports {
-		spec, _, _ := strings.Cut(p.spec, "/")
-		container := spec[strings.LastIndex(spec, ":")+1:]
-		if !slices.Contains(exposed, container) && !slices.Contains(exposed, container+"/tcp") {
+	for _, port := range srv.Ports {
+		container := strconv.FormatUint(uint64(port.Target), 10)
+		if !slices.Contains(exposed, container) && !slices.Contains(exposed, container+"/"+cmp.Or(port.Protocol, "tcp")) {
 			errs = append(errs, fmt.Errorf("compose publishes container port %s, which the image does not EXPOSE (%v)", container, exposed))
 		}
 		if listenPort != "" && container != listenPort {
@@ -870,12 +630,11 @@ func ignoredBy(dockerignore, path string) string {
 // Tests of this repository's files
 
 func TestComposeFile(t *testing.T) {
-	root := repoRoot(t)
-	c, err := parseCompose(readFile(t, filepath.Join(root, "docker-compose.yaml")))
+	p, err := loadCompose(filepath.Join(repoRoot(t), "docker-compose.yaml"), composeEnv)
 	if err != nil {
 		t.Fatalf("docker-compose.yaml: %v", err)
 	}
-	if err := checkCompose(c, root); err != nil {
+	if err := checkCompose(p); err != nil {
 		t.Errorf("docker-compose.yaml:\n%v", err)
 	}
 }
@@ -893,11 +652,11 @@ func TestDockerfile(t *testing.T) {
 	if !slices.Contains(sum.buildPaths, "./cmd/server") {
 		t.Errorf("Dockerfile builds %v; want ./cmd/server", sum.buildPaths)
 	}
-	c, err := parseCompose(readFile(t, filepath.Join(root, "docker-compose.yaml")))
+	p, err := loadCompose(filepath.Join(root, "docker-compose.yaml"), composeEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkServerPorts(c, sum); err != nil {
+	if err := checkServerPorts(p, sum); err != nil {
 		t.Errorf("docker-compose.yaml and Dockerfile disagree:\n%v", err)
 	}
 }
@@ -941,6 +700,7 @@ func TestDockerComposeConfig(t *testing.T) {
 // Tests that each check can fail
 
 const goodCompose = `
+name: ipam
 services:
   postgres:
     image: postgres:15
@@ -1015,11 +775,24 @@ func edit(t *testing.T, src string, replacements ...string) string {
 	return src
 }
 
+// loadComposeIn writes src as root's docker-compose.yaml and loads it.
+func loadComposeIn(t *testing.T, root, src string, env map[string]string) (*types.Project, error) {
+	t.Helper()
+	path := filepath.Join(root, "docker-compose.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return loadCompose(path, env)
+}
+
+// Each case breaks goodCompose once; the loader or checkCompose must say
+// what is wrong.
 func TestCheckComposeFindsProblems(t *testing.T) {
 	tests := []struct {
 		name    string
-		edits   []string // old, new, ...
-		wantErr string   // "" means valid
+		edits   []string          // old, new, ...
+		env     map[string]string // the environment it is loaded with
+		wantErr string            // "" means valid
 	}{
 		{name: "valid", wantErr: ""},
 		{name: "list forms of depends_on and environment",
@@ -1028,53 +801,64 @@ func TestCheckComposeFindsProblems(t *testing.T) {
 				"environment:\n      IPAM_DATABASE_URL: ", "environment:\n      - IPAM_DATABASE_URL=",
 				`      IPAM_LISTEN: ":8080"`, `      - IPAM_LISTEN=:8080`,
 			}},
-		{name: "missing server", edits: []string{"  server:\n", "  srv:\n"}, wantErr: `service "server" is missing`},
-		{name: "build context absent", edits: []string{"context: .", "context: ./nowhere"}, wantErr: `build context "./nowhere" is not a directory`},
-		{name: "dockerfile absent", edits: []string{"dockerfile: Dockerfile", "dockerfile: Dockerfile.prod"}, wantErr: `no file "Dockerfile.prod"`},
+		{name: "healthcheck as a string", edits: []string{`test: ["CMD-SHELL", "pg_isready -U ipam"]`, `test: pg_isready -U ipam`}},
+		{name: "required variable set", env: map[string]string{"IPAM_PORT": "8080"},
+			edits: []string{`IPAM_LISTEN: ":8080"`, `IPAM_LISTEN: ":${IPAM_PORT:?set the port}"`}},
+
+		// What the Compose specification's loader rejects.
+		{name: "unknown key", edits: []string{"    depends_on:", "    dependson:"}, wantErr: "services.server.dependson"},
+		{name: "unknown condition", edits: []string{"condition: service_healthy", "condition: healthy"},
+			wantErr: "depends_on.postgres.condition value must be one of"},
+		{name: "depends on itself", edits: []string{"      postgres:\n        condition", "      server:\n        condition"},
+			wantErr: "dependency cycle detected: server -> server"},
+		{name: "required variable missing", edits: []string{`IPAM_LISTEN: ":8080"`, `IPAM_LISTEN: ":${IPAM_PORT:?set the port}"`},
+			wantErr: "required variable IPAM_PORT is missing a value: set the port"},
 		{name: "depends on undefined", edits: []string{"      postgres:\n        condition", "      db:\n        condition"},
 			wantErr: `depends on undefined service "db"`},
-		{name: "unknown condition", edits: []string{"condition: service_healthy", "condition: healthy"}, wantErr: `unknown condition "healthy"`},
+		{name: "host port out of range", edits: []string{`"8080:8080"`, `"80800:8080"`}, wantErr: "invalid hostPort: 80800"},
+		{name: "bad protocol", edits: []string{`"8080:8080"`, `"8080:8080/tcpx"`}, wantErr: "invalid proto: tcpx"},
+		{name: "undeclared volume", edits: []string{"volumes:\n  pgdata:\n", ""}, wantErr: "refers to undefined volume pgdata"},
+		{name: "no image nor build", edits: []string{"    image: postgres:15\n", ""}, wantErr: `service "postgres" has neither an image nor a build context`},
+
+		// What checkCompose adds.
+		{name: "missing server", edits: []string{"  server:\n", "  srv:\n"}, wantErr: `service "server" is missing`},
+		{name: "build context absent", edits: []string{"context: .", "context: ./nowhere"}, wantErr: "nowhere\" is not a directory"},
+		{name: "dockerfile absent", edits: []string{"dockerfile: Dockerfile", "dockerfile: Dockerfile.prod"}, wantErr: `no file "Dockerfile.prod"`},
 		{name: "waits for health without healthcheck", edits: []string{
 			"    healthcheck:\n      test: [\"CMD-SHELL\", \"pg_isready -U ipam\"]\n", ""}, wantErr: "but it has no healthcheck"},
 		{name: "healthcheck without command", edits: []string{`test: ["CMD-SHELL", "pg_isready -U ipam"]`, `test: ["CMD"]`},
+			wantErr: "healthcheck test"},
+		{name: "healthcheck NONE", edits: []string{`test: ["CMD-SHELL", "pg_isready -U ipam"]`, `test: ["NONE"]`},
 			wantErr: "healthcheck test"},
 		{name: "variable without IPAM_", edits: []string{`IPAM_LISTEN: ":8080"`, `LISTEN: ":8080"`}, wantErr: `"LISTEN" does not start with IPAM_`},
 		{name: "misspelt variable", edits: []string{`IPAM_LISTEN: ":8080"`, `IPAM_LISTN: ":8080"`}, wantErr: `"IPAM_LISTN" is not one the server reads`},
 		{name: "no database URL", edits: []string{"      IPAM_DATABASE_URL: postgres://ipam:ipam@postgres:5432/ipam?sslmode=disable\n", ""},
 			wantErr: "IPAM_DATABASE_URL is unset"},
 		{name: "database URL host not a service", edits: []string{"@postgres:5432", "@localhost:5432"}, wantErr: `host "localhost" is not a service`},
-		{name: "host port out of range", edits: []string{`"8080:8080"`, `"80800:8080"`}, wantErr: `port "80800:8080"`},
-		{name: "bad protocol", edits: []string{`"8080:8080"`, `"8080:8080/tcpx"`}, wantErr: `protocol "tcpx"`},
-		{name: "undeclared volume", edits: []string{"volumes:\n  pgdata:\n", ""}, wantErr: `volume "pgdata" is not declared`},
-		{name: "no image nor build", edits: []string{"    image: postgres:15\n", ""}, wantErr: `service "postgres" has neither image nor build`},
 	}
 	root := fakeRepo(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := parseCompose(edit(t, goodCompose, tt.edits...))
-			if err != nil {
-				t.Fatalf("parse: %v", err)
+			p, err := loadComposeIn(t, root, edit(t, goodCompose, tt.edits...), tt.env)
+			if err == nil {
+				err = checkCompose(p)
 			}
-			err = checkCompose(c, root)
-			wantError(t, "checkCompose", err, tt.wantErr)
+			wantError(t, "loadCompose and checkCompose", err, tt.wantErr)
 		})
 	}
 }
 
-func TestCheckPort(t *testing.T) {
-	good := []string{"8080", "8080:8080", "127.0.0.1:8080:8080", "127.0.0.1::8080", "[::1]:8080:8080",
-		"8000-8001:8000-8001", "9000-9001:80", "8080:8080/udp"}
-	bad := []string{"", "0:8080", "65536:80", "a:b", "8080:8080/icmp", "1.2.3:80:80", "::1:80:80",
-		"8001-8000:80", "8000-8002:8000-8001", "1:2:3:4", "[127.0.0.1]:80:80", "[::1:80:80"}
-	for _, p := range good {
-		if err := checkPort(p); err != nil {
-			t.Errorf("checkPort(%q) = %v; want nil", p, err)
-		}
-	}
-	for _, p := range bad {
-		if err := checkPort(p); err == nil {
-			t.Errorf("checkPort(%q) = nil; want an error", p)
-		}
+// The repository's own compose file, with one key misspelt or one
+// condition unknown, is rejected: the test above is not the only one that
+// can fail.
+func TestComposeFileMutated(t *testing.T) {
+	src := readFile(t, filepath.Join(repoRoot(t), "docker-compose.yaml"))
+	for _, tt := range []struct{ old, new, wantErr string }{
+		{"condition: service_healthy", "condition: service_ready", "condition value must be one of"},
+		{"    restart: unless-stopped", "    restart_policy: unless-stopped", "services.server.restart_policy"},
+	} {
+		_, err := loadComposeIn(t, fakeRepo(t), edit(t, src, tt.old, tt.new), composeEnv)
+		wantError(t, "loadCompose with "+tt.new, err, tt.wantErr)
 	}
 }
 
@@ -1156,9 +940,9 @@ func TestCheckDockerfileFindsProblems(t *testing.T) {
 
 func TestParseDockerfileFindsProblems(t *testing.T) {
 	tests := []struct{ name, src, wantErr string }{
-		{"dangling continuation", "FROM a:1\nRUN echo \\\n", "continuation runs past the end"},
 		{"unknown instruction", "FROM a:1\nCOPPY . .\n", `unknown instruction "COPPY"`},
-		{"unterminated heredoc", "FROM a:1\nRUN <<EOF\necho\n", "heredoc EOF is not terminated"},
+		{"unterminated heredoc", "FROM a:1\nRUN <<EOF\necho\n", "unterminated heredoc"},
+		{"empty continuation line", "FROM a:1\nRUN echo \\\n\n  done\n", "Empty continuation line"},
 	}
 	for _, tt := range tests {
 		if _, err := parseDockerfile(tt.src); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
@@ -1187,11 +971,11 @@ func TestCheckServerPortsFindsProblems(t *testing.T) {
 		{name: "listens elsewhere", edits: []string{`IPAM_LISTEN: ":8080"`, `IPAM_LISTEN: ":9090"`}, wantErr: "listens on 9090"},
 	}
 	for _, tt := range tests {
-		c, err := parseCompose(edit(t, goodCompose, tt.edits...))
+		p, err := loadComposeIn(t, root, edit(t, goodCompose, tt.edits...), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = checkServerPorts(c, sum)
+		err = checkServerPorts(p, sum)
 		if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
 			t.Errorf("%s: checkServerPorts = %v; want %q", tt.name, err, tt.wantErr)
 		}
