@@ -17,6 +17,8 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 # has no PostgreSQL: set IPAM_DATABASE_URL.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /ipam-server /ipam-server
+LABEL org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/ipam-dev/ipam"
 USER nonroot:nonroot
 EXPOSE 8080
 ENTRYPOINT ["/ipam-server"]
