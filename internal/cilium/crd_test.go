@@ -169,6 +169,21 @@ func (e *crdEnv) heldByStore(node string) []string {
 	return out
 }
 
+// blocksOf is the store's blocks of node, as "CIDR(source, leased)":
+// what a failure shows beside the CiliumNode.
+func (e *crdEnv) blocksOf(node string) []string {
+	e.t.Helper()
+	bs, err := e.st.ListBlocks(e.ctx, alloc.DefaultSpace, node)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, b := range bs {
+		out = append(out, fmt.Sprintf("%s(%s, %d)", b.Layout.Prefix, b.Source, b.Leased))
+	}
+	return out
+}
+
 func specPool(cn *ciliumv2.CiliumNode) []string {
 	var out []string
 	for ip := range cn.Spec.IPAM.Pool {
