@@ -478,7 +478,7 @@ func TestHelmTemplate(t *testing.T) {
 		env     map[string]string // "" means unset
 	}{
 		{set: "", objects: []string{srv, svc, sa, pdb},
-			env: map[string]string{"IPAM_DATABASE_URL": "secret:ipam-database/IPAM_DATABASE_URL", "IPAM_KUBE_IN_CLUSTER": "", "IPAM_CILIUM_IPAM_MODE": "", "IPAM_LBIPAM": "", "IPAM_CLOUD_PROVIDER": "", "IPAM_BOOTSTRAP_TOKEN_FILE": ""}},
+			env: map[string]string{"IPAM_DATABASE_URL": "secret:ipam-database/IPAM_DATABASE_URL", "IPAM_KUBE_IN_CLUSTER": "", "IPAM_CILIUM_IPAM_MODE": "", "IPAM_LBIPAM": "", "IPAM_CLOUD_PROVIDER": "", "IPAM_BOOTSTRAP_TOKEN_FILE": "", "IPAM_CLUSTER_SPACE": ""}},
 		{set: "everything", objects: slices.Concat([]string{srv, svc, sa, pdb, "Secret ipam-bootstrap-token", "ServiceMonitor ipam-server", "PrometheusRule ipam", "ConfigMap ipam-dashboard"},
 			cni, rbac("pod-metadata"), rbac("cilium-operator"), rbac("lbipam"), rbac("leader-election")),
 			env: map[string]string{"IPAM_KUBE_IN_CLUSTER": "true", "IPAM_CILIUM_IPAM_MODE": "crd", "IPAM_CILIUM_LEASE_NAMESPACE": "fieldRef:metadata.namespace",
@@ -491,7 +491,7 @@ func TestHelmTemplate(t *testing.T) {
 		{set: "created-secrets", objects: []string{srv, svc, sa, pdb, "Secret ipam-database", "Secret ipam-server-tls", "Secret ipam-bootstrap-token"},
 			env: map[string]string{"IPAM_DATABASE_URL": "secret:ipam-database/IPAM_DATABASE_URL"}},
 		{set: "ha", objects: slices.Concat([]string{srv, svc, sa, pdb}, rbac("pod-metadata"), rbac("cilium-operator"), rbac("leader-election")),
-			env: map[string]string{"IPAM_CILIUM_IPAM_MODE": "multi-pool", "IPAM_LBIPAM": "", "IPAM_CLOUD_PROVIDER": "azure", "IPAM_AZURE_SUBSCRIPTION": "00000000-0000-0000-0000-000000000000",
+			env: map[string]string{"IPAM_CILIUM_IPAM_MODE": "multi-pool", "IPAM_CLUSTER_SPACE": "eu-west-prod", "IPAM_LBIPAM": "", "IPAM_CLOUD_PROVIDER": "azure", "IPAM_AZURE_SUBSCRIPTION": "00000000-0000-0000-0000-000000000000",
 				"IPAM_SHUTDOWN_TIMEOUT": "40s", "IPAM_MAX_CONNS": "40"}},
 		{set: "cni", objects: slices.Concat([]string{srv, svc, sa, pdb}, cni)},
 	}

@@ -61,6 +61,11 @@ type config struct {
 	DurabilityInterval time.Duration
 	Kubeconfig         string
 	KubeInCluster      bool
+	// ClusterSpace is the address space of the cluster of Kubeconfig or
+	// KubeInCluster: its Pods' metadata, its CiliumNodes and its Services
+	// are that space's, so that several clusters share one database
+	// without cross-talk, even with the same node names.
+	ClusterSpace string
 	// Cilium operator role (internal/cilium); off when CiliumIPAMMode is "".
 	CiliumIPAMMode        string
 	CiliumLeaseNamespace  string
@@ -215,6 +220,9 @@ func (c config) Validate() error {
 	if c.HistoryRetention < 0 {
 		errs = append(errs, errors.New("history-retention must not be negative"))
 	}
+	if err := alloc.ValidateLabelName("cluster-space", c.ClusterSpace); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Kubeconfig != "" && c.KubeInCluster {
 		errs = append(errs, errors.New("kubeconfig and kube-in-cluster exclude each other"))
 	}
@@ -322,6 +330,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "how long address history events are kept; 0 keeps them forever")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "read Pod and namespace labels and annotations for pool selection, and where Pods run for the node certificates' rules, from this cluster")
 	fs.BoolVar(&c.KubeInCluster, "kube-in-cluster", false, "as kubeconfig, with the Pod's service account (in-cluster config)")
+	fs.StringVar(&c.ClusterSpace, "cluster-space", alloc.DefaultSpace, "the address space of the cluster of kubeconfig or kube-in-cluster: the Cilium operator, LB IPAM and the Pod lookups work in it alone, so that clusters sharing the database stay apart (it must exist: POST /v1/spaces)")
 	fs.StringVar(&c.CiliumIPAMMode, "cilium-ipam-mode", "", "play Cilium's operator for this IPAM mode (crd, multi-pool or cluster-pool) in the cluster of kubeconfig or kube-in-cluster; empty: off")
 	fs.StringVar(&c.CiliumLeaseNamespace, "cilium-lease-namespace", "kube-system", "namespace of the Lease the replicas elect the one Cilium operator with (deploy/kubernetes sets the Pod's own)")
 	fs.Float64Var(&c.CiliumKubeQPS, "cilium-kube-qps", 20, "the Cilium operator's steady request rate to the API server (client-side limit)")
@@ -329,10 +338,10 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.IntVar(&c.CiliumWorkers, "cilium-workers", cilium.DefaultWorkers, "CiliumNodes the operator reconciles in parallel")
 	fs.DurationVar(&c.CiliumNodesGCInterval, "cilium-nodes-gc-interval", cilium.DefaultNodesGCInterval, "how often the operator looks for CiliumNodes whose Node is gone; it deletes one found so at least this long before (Cilium's nodes-gc-interval); 0: never")
 	fs.DurationVar(&c.ExcessIPReleaseDelay, "excess-ip-release-delay", cilium.DefaultExcessIPReleaseDelay, "how long an address stays excess on a node before the operator marks it for release (Cilium's excess-ip-release-delay; crd mode)")
-	fs.BoolVar(&c.LBIPAM, "lbipam", false, "play Cilium's LB IPAM for the LoadBalancer Services of the cluster of kubeconfig or kube-in-cluster: VIPs from the default space's VIP pools (leader-elected)")
+	fs.BoolVar(&c.LBIPAM, "lbipam", false, "play Cilium's LB IPAM for the LoadBalancer Services of the cluster of kubeconfig or kube-in-cluster: VIPs from the cluster space's VIP pools (leader-elected)")
 	fs.StringVar(&c.LBIPAMClasses, "lbipam-classes", lbipam.ClassL2+","+lbipam.ClassBGP, "loadBalancerClass values LB IPAM serves, comma-separated (Services of other classes are left alone)")
 	fs.StringVar(&c.LBIPAMDefault, "lbipam-default-ipam", lbipam.DefaultLBIPAM, "who serves Services without a loadBalancerClass, as Cilium's defaultLBServiceIPAM: lbipam, nodeipam (needs node-ipam) or none")
-	fs.BoolVar(&c.LBIPAMMirror, "lbipam-mirror", false, "with lbipam, write the default space's VIP pools as CiliumLoadBalancerIPPool objects (with Cilium's conditions) and its CIDR groups as CiliumCIDRGroup objects; Cilium's own LB IPAM must be off (Helm enableLBIPAM=false)")
+	fs.BoolVar(&c.LBIPAMMirror, "lbipam-mirror", false, "with lbipam, write the cluster space's VIP pools as CiliumLoadBalancerIPPool objects (with Cilium's conditions) and its CIDR groups as CiliumCIDRGroup objects; Cilium's own LB IPAM must be off (Helm enableLBIPAM=false)")
 	fs.BoolVar(&c.NodeIPAM, "node-ipam", false, "with lbipam, publish node addresses for the Services of class io.cilium/node (Cilium's nodeIPAM.enabled; reads Nodes and EndpointSlices)")
 	fs.StringVar(&c.LBIPAMFamilies, "lbipam-families", "ipv4", "the cluster's families for Services' ipFamilyPolicy: ipv4, ipv6 or ipv4,ipv6")
 	fs.StringVar(&c.LBIPAMLeaseNS, "lbipam-lease-namespace", "kube-system", "namespace of the Lease the replicas elect the one LB IPAM controller with")

@@ -64,6 +64,22 @@ func startKube(ctx context.Context, cfg config, log *slog.Logger) (api.PodMetada
 	return podMetadata{inf: inf}, nil
 }
 
+// checkClusterSpace refuses to start the Kubernetes side in a cluster
+// space that does not exist: every controller would fail each round, and
+// a misspelt space would look like a cluster without addresses.
+func checkClusterSpace(ctx context.Context, cfg config, getSpace func(context.Context, string) (alloc.Space, error)) error {
+	if cfg.Kubeconfig == "" && !cfg.KubeInCluster {
+		return nil
+	}
+	if _, err := getSpace(ctx, cfg.ClusterSpace); err != nil {
+		if alloc.IsKind(err, alloc.KindNotFound) {
+			return fmt.Errorf("cluster-space %q: no such address space; create it first (POST /v1/spaces), then start this cluster's replicas", cfg.ClusterSpace)
+		}
+		return fmt.Errorf("cluster-space %q: %w", cfg.ClusterSpace, err)
+	}
+	return nil
+}
+
 // startCiliumOperator runs the Cilium operator role when the configuration
 // names a mode, until ctx ends; done is closed when it has stopped (its
 // leader lease given up). Off, it answers no operator and a closed channel.
@@ -78,7 +94,7 @@ func startCiliumOperator(ctx context.Context, cfg config, st cilium.Store, meter
 		return nil, nil, err
 	}
 	op, err = cilium.New(cilium.Config{
-		Mode: cilium.Mode(cfg.CiliumIPAMMode), Space: "default", DefaultPool: cfg.DefaultPool, Kube: rc,
+		Mode: cilium.Mode(cfg.CiliumIPAMMode), Space: cfg.ClusterSpace, DefaultPool: cfg.DefaultPool, Kube: rc,
 		LeaseNamespace: cfg.CiliumLeaseNamespace, ExcessIPReleaseDelay: cfg.ExcessIPReleaseDelay,
 		NodesGCInterval: cfg.CiliumNodesGCInterval, Workers: cfg.CiliumWorkers, Logger: log, Meter: meter,
 	}, st)
@@ -132,7 +148,7 @@ func startLBIPAM(ctx context.Context, cfg config, st lbipam.Store, log *slog.Log
 			classes = append(classes, c)
 		}
 	}
-	ctl, err := lbipam.New(lbipam.Config{Space: alloc.DefaultSpace, Kube: rc, Election: leader.Election{LeaseNamespace: cfg.LBIPAMLeaseNS},
+	ctl, err := lbipam.New(lbipam.Config{Space: cfg.ClusterSpace, Kube: rc, Election: leader.Election{LeaseNamespace: cfg.LBIPAMLeaseNS},
 		DefaultIPAM: cfg.LBIPAMDefault, NodeIPAM: cfg.NodeIPAM, Mirror: cfg.LBIPAMMirror, Classes: append([]string{}, classes...), IPv4: v4, IPv6: v6, Logger: log}, st)
 	if err != nil {
 		return nil, err
@@ -152,7 +168,7 @@ func startLBIPAM(ctx context.Context, cfg config, st lbipam.Store, log *slog.Log
 // so the one running the maintenance pass knows it too.
 func agentPoolsSpace(cfg config) string {
 	if cilium.Mode(cfg.CiliumIPAMMode) == cilium.ModeMultiPool {
-		return alloc.DefaultSpace
+		return cfg.ClusterSpace
 	}
 	return ""
 }

@@ -4,8 +4,12 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
 // In Cilium's multi-pool mode the store's maintenance leaves the
@@ -20,6 +24,7 @@ func TestAgentPoolsSpace(t *testing.T) {
 		{[]string{"--kubeconfig", "/k", "--cilium-ipam-mode", "multi-pool"}, "default"},
 		{[]string{"--kubeconfig", "/k", "--cilium-ipam-mode", "cluster-pool"}, ""},
 		{[]string{"--kubeconfig", "/k", "--cilium-ipam-mode", "crd"}, ""},
+		{[]string{"--kubeconfig", "/k", "--cilium-ipam-mode", "multi-pool", "--cluster-space", "east"}, "east"},
 	} {
 		cfg, err := parseConfig("serve", append(c.args, "--database-url", "postgres://x"), func(string) string { return "" })
 		if err != nil {
@@ -66,10 +71,45 @@ func TestCiliumFlagsValidated(t *testing.T) {
 		{[]string{"--kube-in-cluster", "--lbipam", "--lbipam-default-ipam", "metallb"}, "want lbipam, nodeipam or none"},
 		{[]string{"--kube-in-cluster", "--node-ipam"}, "set lbipam too"},
 		{[]string{"--kube-in-cluster", "--lbipam-mirror"}, "set lbipam too"},
+		{[]string{"--kube-in-cluster", "--cluster-space", "East Side"}, "cluster-space"},
+		{[]string{"--kube-in-cluster", "--cluster-space", ""}, "cluster-space"},
 	} {
 		_, err := parseConfig("serve", append(append([]string{}, base...), c.args...), env)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v; want an error saying %q", c.args, err, c.want)
+		}
+	}
+}
+
+// The cluster space must exist before the Kubernetes side starts in it: a
+// misspelt space fails the start, naming the flag, rather than leaving
+// every CiliumNode unserved. Without Kubernetes it is not looked up.
+func TestClusterSpaceMustExist(t *testing.T) {
+	spaces := func(_ context.Context, name string) (alloc.Space, error) {
+		switch name {
+		case "east":
+			return alloc.Space{Name: name}, nil
+		case "down":
+			return alloc.Space{}, errors.New("connection refused")
+		}
+		return alloc.Space{}, alloc.NotFound("space", "address space", name)
+	}
+	for _, c := range []struct {
+		args []string
+		want string // "" for no error
+	}{
+		{[]string{"--cluster-space", "nowhere"}, ""},
+		{[]string{"--kube-in-cluster", "--cluster-space", "east"}, ""},
+		{[]string{"--kube-in-cluster", "--cluster-space", "esat"}, `cluster-space "esat": no such address space; create it first`},
+		{[]string{"--kubeconfig", "/k", "--cluster-space", "down"}, `cluster-space "down": connection refused`},
+	} {
+		cfg, err := parseConfig("serve", append(c.args, "--database-url", "postgres://x"), func(string) string { return "" })
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		err = checkClusterSpace(t.Context(), cfg, spaces)
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%v: %v; want %q", c.args, err, c.want)
 		}
 	}
 }

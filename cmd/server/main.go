@@ -203,6 +203,9 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 			return err
 		}
 	}
+	if err := checkClusterSpace(ctx, cfg, st.GetSpace); err != nil {
+		return err
+	}
 	pods, err := startKube(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -237,7 +240,7 @@ func serve(ctx context.Context, cfg config, dbURL string, dbAlive func() error, 
 	}
 	handler := api.NewHandler(api.StoresOf(st), api.Options{
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Meter: metrics.Meter(), CiliumMeter: metrics.CiliumMeter(), TracerProvider: tracing.Provider(), IsUnavailable: store.IsUnavailable,
-		PodMetadata: pods, CiliumNodes: ciliumNodes, RateLimits: cfg.RateLimits,
+		PodMetadata: pods, KubeSpace: cfg.ClusterSpace, CiliumNodes: ciliumNodes, RateLimits: cfg.RateLimits,
 		AnonymousRole: anonymousRole(cfg), AnonymousLoopbackOnly: true, Liveness: dbAlive,
 		Pprof: cfg.Pprof, Admission: cfg.admission(), UI: webView,
 	})

@@ -46,6 +46,18 @@ type leaseHandlers struct {
 	bindings    bindingReader     // a node's sticky takeovers (placement.go)
 	metrics     *metrics          // never nil
 	podMetadata PodMetadataSource // nil: requests carry their metadata or have none
+	kubeSpace   string            // the space of podMetadata's cluster (Options.KubeSpace)
+}
+
+// podsOf is the Pod metadata of space's cluster: podMetadata for the
+// space of the cluster it reads, nil for any other (another cluster's
+// Pods are not in it, and a lookup there would answer "not on this node"
+// for every Pod).
+func (h *leaseHandlers) podsOf(space string) PodMetadataSource {
+	if space != h.kubeSpace {
+		return nil
+	}
+	return h.podMetadata
 }
 
 // AllocateLease is the hot path (one call per Pod interface): parse,
@@ -82,8 +94,8 @@ func (h *leaseHandlers) allocate(ctx context.Context, req ipamv1.AllocateLeaseRe
 	}
 	_, restricted := nodeCaller(ctx)
 	carried := req.Body.Pod != nil || req.Body.Namespace != nil
-	if h.podMetadata != nil && !r.Owner.IsReserve() && (restricted || !carried) {
-		pod, err := h.owner(ctx, r.Owner, r.Node, restricted)
+	if pods := h.podsOf(r.Space); pods != nil && !r.Owner.IsReserve() && (restricted || !carried) {
+		pod, err := h.owner(ctx, pods, r.Owner, r.Node, restricted)
 		if err != nil {
 			return alloc.Allocation{}, err
 		}

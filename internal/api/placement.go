@@ -47,12 +47,12 @@ const noKubernetes = "this server has no Kubernetes access to see that the workl
 // any Pod not bound there (elsewhere, not scheduled, absent) is a 403 on
 // owner, the same for each so that a node learns nothing of other nodes'
 // Pods. For other callers an absent Pod is a 404 on owner.
-func (h *leaseHandlers) owner(ctx context.Context, owner alloc.Owner, node string, restricted bool) (PodInfo, error) {
+func (h *leaseHandlers) owner(ctx context.Context, pods PodMetadataSource, owner alloc.Owner, node string, restricted bool) (PodInfo, error) {
 	var recheck func(alloc.PodPlacement) bool
 	if restricted {
 		recheck = func(p alloc.PodPlacement) bool { return !p.BoundTo(owner, node) }
 	}
-	pod, err := h.podMetadata.Pod(ctx, owner.Namespace, owner.Name, recheck)
+	pod, err := pods.Pod(ctx, owner.Namespace, owner.Name, recheck)
 	switch {
 	case errors.Is(err, ErrPodNotFound) && restricted:
 		return PodInfo{}, alloc.CheckOwnerPlacement(owner, node, alloc.PodPlacement{})
@@ -78,7 +78,8 @@ func (h *leaseHandlers) owner(ctx context.Context, owner alloc.Owner, node strin
 // on the request's node, need no decision (the store answers a conflict,
 // or no move).
 func (h *leaseHandlers) stickyMoves(ctx context.Context, r alloc.LeaseRequest) (*alloc.StickyMoves, error) {
-	if h.podMetadata == nil {
+	pods := h.podsOf(r.Space)
+	if pods == nil {
 		return &alloc.StickyMoves{Why: noKubernetes}, nil
 	}
 	bound, err := h.bindings.Bindings(ctx, r.Space, r.Sticky.Identity)
@@ -98,7 +99,7 @@ func (h *leaseHandlers) stickyMoves(ctx context.Context, r alloc.LeaseRequest) (
 		k := holder{owner: alloc.Owner{Namespace: l.Owner.Namespace, Name: l.Owner.Name}, node: l.Node}
 		why, ok := decided[k]
 		if !ok {
-			now, err := h.placementNow(ctx, l.Owner)
+			now, err := placementNow(ctx, pods, l.Owner)
 			if err != nil {
 				return nil, err
 			}
@@ -116,11 +117,11 @@ func (h *leaseHandlers) stickyMoves(ctx context.Context, r alloc.LeaseRequest) (
 }
 
 // placementNow is where the API server, not the cache, has owner's Pod.
-func (h *leaseHandlers) placementNow(ctx context.Context, owner alloc.Owner) (alloc.PodPlacement, error) {
+func placementNow(ctx context.Context, pods PodMetadataSource, owner alloc.Owner) (alloc.PodPlacement, error) {
 	if owner.Namespace == "" || owner.Name == "" {
 		return alloc.PodPlacement{}, nil
 	}
-	pod, err := h.podMetadata.Pod(ctx, owner.Namespace, owner.Name, func(alloc.PodPlacement) bool { return true })
+	pod, err := pods.Pod(ctx, owner.Namespace, owner.Name, func(alloc.PodPlacement) bool { return true })
 	switch {
 	case errors.Is(err, ErrPodNotFound):
 		return alloc.PodPlacement{}, nil

@@ -377,3 +377,29 @@ func TestKubernetesUnreachable(t *testing.T) {
 		t.Errorf("an operator's request carrying its metadata: %d %s", r.status, r.body)
 	}
 }
+
+// The Pods the server sees are those of its cluster, whose address space
+// is KubeSpace (the server's --cluster-space). A node certificate of
+// another space belongs to another cluster: Kubernetes is not asked for
+// its Pods (they are not in this one, and every lookup would answer "not
+// on this node"), and it is served as by a server without Kubernetes.
+func TestPlacementOnlyInTheClusterSpace(t *testing.T) {
+	k := newKubeEnv(t)
+	k.c.CreatePod(t, k.ns, "there", "node-b", nil, nil)
+	s := newAuthServer(t, k.env, Options{PodMetadata: kubePods{inf: k.inf}, KubeSpace: "east"})
+	if _, err := k.env.store.CreateSpace(t.Context(), "east"); err != nil {
+		t.Fatal(err)
+	}
+	if res := s.operatorCaller().do(t, "POST", "/v1/pools?space=east", k.body(pool4("default", 28, "10.0.3.0/24"))); res.status != 201 {
+		t.Fatalf("the pool of east: %d %s", res.status, res.body)
+	}
+	east := s.certCaller("node-a")(s.ca.IssueNodeInSpace("east", "node-a", time.Hour))
+	other := s.nodeCaller("node-a") // the default space: not this server's cluster
+
+	// In the cluster's space the rule holds: the Pod is on node-b.
+	wantProblem(t, "the cluster space", east.do(t, "POST", "/v1/nodes/node-a/leases?space=east", k.lease("e1", "there", nil)), 403, "forbidden", "owner")
+	// In another space the server has no Kubernetes: the lease is served.
+	if res := other.do(t, "POST", "/v1/nodes/node-a/leases", k.lease("d1", "there", nil)); res.status != 201 {
+		t.Fatalf("another space's node, a Pod this cluster has on node-b: %d %s; want 201, as without Kubernetes", res.status, res.body)
+	}
+}

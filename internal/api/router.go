@@ -101,6 +101,11 @@ type Options struct {
 	// have none, and a node certificate never takes a sticky identity
 	// from another node.
 	PodMetadata PodMetadataSource
+	// KubeSpace is the address space of the cluster PodMetadata reads
+	// ("": the default space). Requests of other spaces belong to other
+	// clusters, which this server cannot see: for them it acts as a server
+	// without Kubernetes.
+	KubeSpace string
 	// CiliumNodes, when set, adds the node's CiliumNode state to GET
 	// /v1/nodes/{node}.
 	CiliumNodes CiliumNodeSource

@@ -12,6 +12,7 @@
 package api
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -20,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/ipam-dev/ipam/api/ipamv1"
+	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
 // Server implements the generated strict server interface. Each group of
@@ -142,7 +144,7 @@ func newServer(st Stores, m *metrics, o Options) *Server {
 		cidrGroupHandlers:   cidrGroupHandlers{store: st.CIDRGroups},
 		nodeHandlers:        nodeHandlers{store: st.Nodes, ciliumNodes: o.CiliumNodes, log: o.Logger},
 		blockHandlers:       blockHandlers{store: st.Blocks},
-		leaseHandlers:       leaseHandlers{store: st.Leases, bindings: st.Sticky, metrics: m, podMetadata: o.PodMetadata},
+		leaseHandlers:       leaseHandlers{store: st.Leases, bindings: st.Sticky, metrics: m, podMetadata: o.PodMetadata, kubeSpace: cmp.Or(o.KubeSpace, alloc.DefaultSpace)},
 		reconcileHandlers:   reconcileHandlers{store: st.Reconcile, metrics: m},
 		addressHandlers:     addressHandlers{store: st.Addresses, metrics: m},
 		stickyHandlers:      stickyHandlers{store: st.Sticky},

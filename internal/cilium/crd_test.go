@@ -4,6 +4,7 @@
 package cilium
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -43,6 +44,8 @@ type crdEnv struct {
 	client ciliumclient.Interface
 	ctx    context.Context
 	dbURL  string
+	// space is the address space of this cluster ("": the default).
+	space string
 	// op is the replica operator started last.
 	op *Operator
 }
@@ -51,6 +54,21 @@ func newCRDEnv(t *testing.T, pool alloc.PoolSpec) *crdEnv {
 	t.Helper()
 	kc := kubetest.Start(t)
 	kc.InstallCiliumCRDs(t)
+	st, dbURL := openTestStore(t)
+	if _, err := st.CreatePool(t.Context(), alloc.Pool{Space: alloc.DefaultSpace, Name: "default", Spec: pool}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := ciliumclient.NewForConfig(kc.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &crdEnv{t: t, kc: kc, st: st, client: client, ctx: t.Context(), dbURL: dbURL}
+}
+
+// openTestStore opens a store on a new database, with the server's
+// maintenance running until the test ends.
+func openTestStore(t *testing.T) (*store.Store, string) {
+	t.Helper()
 	dbURL := pgtest.NewDatabase(t)
 	st, err := store.Open(t.Context(), dbURL, store.Options{
 		LeaseExpiry: time.Minute, Cooldown: 2 * time.Second, AutoRegisterNodes: true, BlockReleaseHoldOff: time.Second})
@@ -73,14 +91,7 @@ func newCRDEnv(t *testing.T, pool alloc.PoolSpec) *crdEnv {
 		})
 	}()
 	t.Cleanup(func() { stopMaintenance(); <-maintained })
-	if _, err := st.CreatePool(t.Context(), alloc.Pool{Space: alloc.DefaultSpace, Name: "default", Spec: pool}); err != nil {
-		t.Fatal(err)
-	}
-	client, err := ciliumclient.NewForConfig(kc.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &crdEnv{t: t, kc: kc, st: st, client: client, ctx: t.Context(), dbURL: dbURL}
+	return st, dbURL
 }
 
 // operator starts an operator replica until the returned stop is called
@@ -88,7 +99,7 @@ func newCRDEnv(t *testing.T, pool alloc.PoolSpec) *crdEnv {
 func (e *crdEnv) operator(identity string, tweak func(*Config)) (stop func()) {
 	e.t.Helper()
 	cfg := Config{
-		Mode: ModeCRD, Space: alloc.DefaultSpace, DefaultPool: "default", Kube: e.kc.Config(),
+		Mode: ModeCRD, Space: cmp.Or(e.space, alloc.DefaultSpace), DefaultPool: "default", Kube: e.kc.Config(),
 		LeaseNamespace: "default", Identity: identity, ExcessIPReleaseDelay: time.Hour, Workers: 8,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
