@@ -478,10 +478,10 @@ func TestHelmTemplate(t *testing.T) {
 		env     map[string]string // "" means unset
 	}{
 		{set: "", objects: []string{srv, svc, sa, pdb},
-			env: map[string]string{"IPAM_DATABASE_URL": "secret:ipam-database/IPAM_DATABASE_URL", "IPAM_KUBE_IN_CLUSTER": "", "IPAM_CILIUM_IPAM_MODE": "", "IPAM_LBIPAM": "", "IPAM_CLOUD_PROVIDER": "", "IPAM_BOOTSTRAP_TOKEN_FILE": "", "IPAM_CLUSTER_SPACE": ""}},
+			env: map[string]string{"IPAM_DATABASE_URL": "secret:ipam-database/IPAM_DATABASE_URL", "IPAM_KUBE_IN_CLUSTER": "", "IPAM_CILIUM_IPAM_MODE": "", "IPAM_LBIPAM": "", "IPAM_CLOUD_PROVIDER": "", "IPAM_BOOTSTRAP_TOKEN_FILE": "", "IPAM_CLUSTER_SPACE": "", "IPAM_AWS_RELEASE_EXCESS_IPS": ""}},
 		{set: "everything", objects: slices.Concat([]string{srv, svc, sa, pdb, "Secret ipam-bootstrap-token", "ServiceMonitor ipam-server", "PrometheusRule ipam", "ConfigMap ipam-dashboard"},
 			cni, rbac("pod-metadata"), rbac("cilium-operator"), rbac("lbipam"), rbac("leader-election")),
-			env: map[string]string{"IPAM_KUBE_IN_CLUSTER": "true", "IPAM_CILIUM_IPAM_MODE": "crd", "IPAM_CILIUM_LEASE_NAMESPACE": "fieldRef:metadata.namespace",
+			env: map[string]string{"IPAM_KUBE_IN_CLUSTER": "true", "IPAM_CILIUM_IPAM_MODE": "crd", "IPAM_AWS_RELEASE_EXCESS_IPS": "true", "IPAM_CILIUM_LEASE_NAMESPACE": "fieldRef:metadata.namespace",
 				"IPAM_LBIPAM": "true", "IPAM_NODE_IPAM": "true", "IPAM_LBIPAM_MIRROR": "true", "IPAM_LBIPAM_LEASE_NAMESPACE": "fieldRef:metadata.namespace",
 				"IPAM_LBIPAM_FAMILIES": "ipv4,ipv6", "IPAM_LBIPAM_DEFAULT_IPAM": "nodeipam", "IPAM_LBIPAM_CLASSES": "io.cilium/l2-announcer,io.cilium/bgp-control-plane",
 				"IPAM_CLOUD_PROVIDER": "aws", "IPAM_AWS_REGION": "eu-west-1", "IPAM_CLOUD_CLUSTER": "prod-eu",

@@ -73,6 +73,7 @@ type config struct {
 	CiliumKubeBurst       int
 	CiliumWorkers         int
 	ExcessIPReleaseDelay  time.Duration
+	AWSReleaseExcessIPs   bool
 	CiliumNodesGCInterval time.Duration
 	// LB IPAM controller (internal/lbipam); off unless LBIPAM.
 	LBIPAM          bool
@@ -337,6 +338,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.IntVar(&c.CiliumKubeBurst, "cilium-kube-burst", 40, "the Cilium operator's request burst to the API server")
 	fs.IntVar(&c.CiliumWorkers, "cilium-workers", cilium.DefaultWorkers, "CiliumNodes the operator reconciles in parallel")
 	fs.DurationVar(&c.CiliumNodesGCInterval, "cilium-nodes-gc-interval", cilium.DefaultNodesGCInterval, "how often the operator looks for CiliumNodes whose Node is gone; it deletes one found so at least this long before (Cilium's nodes-gc-interval); 0: never")
+	fs.BoolVar(&c.AWSReleaseExcessIPs, "aws-release-excess-ips", false, "let the operator give back the excess addresses of nodes of AWS cloud pools, as Cilium's aws-release-excess-ips (off, as there); nodes of Azure pools never do, nodes of other pools always do")
 	fs.DurationVar(&c.ExcessIPReleaseDelay, "excess-ip-release-delay", cilium.DefaultExcessIPReleaseDelay, "how long an address stays excess on a node before the operator marks it for release (Cilium's excess-ip-release-delay; crd mode)")
 	fs.BoolVar(&c.LBIPAM, "lbipam", false, "play Cilium's LB IPAM for the LoadBalancer Services of the cluster of kubeconfig or kube-in-cluster: VIPs from the cluster space's VIP pools (leader-elected)")
 	fs.StringVar(&c.LBIPAMClasses, "lbipam-classes", lbipam.ClassL2+","+lbipam.ClassBGP, "loadBalancerClass values LB IPAM serves, comma-separated (Services of other classes are left alone)")

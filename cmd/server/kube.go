@@ -95,7 +95,7 @@ func startCiliumOperator(ctx context.Context, cfg config, st cilium.Store, meter
 	}
 	op, err = cilium.New(cilium.Config{
 		Mode: cilium.Mode(cfg.CiliumIPAMMode), Space: cfg.ClusterSpace, DefaultPool: cfg.DefaultPool, Kube: rc,
-		LeaseNamespace: cfg.CiliumLeaseNamespace, ExcessIPReleaseDelay: cfg.ExcessIPReleaseDelay,
+		LeaseNamespace: cfg.CiliumLeaseNamespace, ExcessIPReleaseDelay: cfg.ExcessIPReleaseDelay, AWSReleaseExcessIPs: cfg.AWSReleaseExcessIPs,
 		NodesGCInterval: cfg.CiliumNodesGCInterval, Workers: cfg.CiliumWorkers, Logger: log, Meter: meter,
 	}, st)
 	if err != nil {

@@ -60,18 +60,57 @@ func (o *Operator) providerID(name string, cn *ciliumv2.CiliumNode) string {
 	return ""
 }
 
-// cloudRound applies the cloud's part to desired after the round: it
-// records the node's providerID when its pool is a cloud pool, and then
-// sets each pool entry's resource and the status from the workers' last
-// reading. used are the addresses Pods use.
-func (o *Operator) cloudRound(ctx context.Context, name string, cn, desired *ciliumv2.CiliumNode, used map[netip.Addr]alloc.Owner) error {
+// cloudNode is what a round knows of the node's cloud: whether its pool
+// is a cloud pool, and the provider its providerID names.
+type cloudNode struct {
+	isCloud  bool
+	provider alloc.CloudProvider
+}
+
+// cloudOf records the node's providerID when its pool is a cloud pool, for
+// the workers, and answers the node's cloud.
+func (o *Operator) cloudOf(ctx context.Context, name string, cn *ciliumv2.CiliumNode) (cloudNode, error) {
 	pid := o.providerID(name, cn)
 	if pid == "" {
-		return nil
+		return cloudNode{}, nil
 	}
 	isCloud, err := o.store.SetCiliumNodeProviderID(ctx, o.cfg.Space, name, o.nodeLabels(name, cn), o.cfg.DefaultPool, pid)
 	if err != nil || !isCloud {
-		return err
+		return cloudNode{}, err
+	}
+	c := cloudNode{isCloud: true}
+	switch {
+	case strings.HasPrefix(pid, string(alloc.CloudAWS)+"://"):
+		c.provider = alloc.CloudAWS
+	case strings.HasPrefix(pid, string(alloc.CloudAzure)+"://"):
+		c.provider = alloc.CloudAzure
+	}
+	return c, nil
+}
+
+// excessReleased says whether a node of the provider's cloud pool (""
+// for other pools) gives excess addresses back, as Cilium's operator
+// decides it: AWS only with --aws-release-excess-ips (off by default),
+// Azure never (v1.20.2's Azure IPAM prepares no release). Other pools
+// have no Cilium operator to follow (Cilium's crd mode leaves allocation
+// to an external one): they give back what exceeds the watermark, so that
+// a shared pool's addresses return to it.
+func (o *Operator) excessReleased(p alloc.CloudProvider) bool {
+	switch p {
+	case alloc.CloudAWS:
+		return o.cfg.AWSReleaseExcessIPs
+	case alloc.CloudAzure:
+		return false
+	}
+	return true
+}
+
+// cloudRound applies the cloud's part to desired after the round, for a
+// node of a cloud pool: it sets each pool entry's resource and the status
+// from the workers' last reading. used are the addresses Pods use.
+func (o *Operator) cloudRound(ctx context.Context, name string, cn, desired *ciliumv2.CiliumNode, c cloudNode, used map[netip.Addr]alloc.Owner) error {
+	if !c.isCloud {
+		return nil
 	}
 	reading, err := o.store.CloudInterfaces(ctx, o.cfg.Space, name)
 	if err != nil {
@@ -112,10 +151,10 @@ func (o *Operator) cloudRound(ctx context.Context, name string, cn, desired *cil
 	if len(pool) == 0 {
 		desired.Spec.IPAM.Pool = nil
 	}
-	switch {
-	case strings.HasPrefix(pid, string(alloc.CloudAWS)+"://"):
+	switch c.provider {
+	case alloc.CloudAWS:
 		desired.Status.ENI.ENIs = eniStatus(reading.Interfaces, onIface)
-	case strings.HasPrefix(pid, string(alloc.CloudAzure)+"://"):
+	case alloc.CloudAzure:
 		desired.Status.Azure.Interfaces = azureStatus(reading.Interfaces, onIface)
 	}
 	return nil

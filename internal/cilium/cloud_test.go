@@ -106,7 +106,18 @@ func newENIWorld(t *testing.T, spec alloc.CloudSpec, delay time.Duration) *eniWo
 
 // newENIWorldV6 is newENIWorld with IPv6: the pool takes v6 (the VPC's
 // range) and the subnet has v6's first /64, when v6 is valid.
+//
+// These worlds run the operator with Cilium's --aws-release-excess-ips on,
+// so that excess goes back after delay; newENIWorldWith sets the operator
+// otherwise.
 func newENIWorldV6(t *testing.T, spec alloc.CloudSpec, delay time.Duration, v6 netip.Prefix) *eniWorld {
+	t.Helper()
+	return newENIWorldWith(t, spec, v6, func(c *Config) { c.ExcessIPReleaseDelay, c.AWSReleaseExcessIPs = delay, true })
+}
+
+// newENIWorldWith is the world of one node on an AWS pool with IPv6 when
+// v6 is valid, its operator set by tweak.
+func newENIWorldWith(t *testing.T, spec alloc.CloudSpec, v6 netip.Prefix, tweak func(*Config)) *eniWorld {
 	t.Helper()
 	pool := alloc.PoolSpec{IPv4: v4(28, "10.90.0.0/24"), NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec}
 	if v6.IsValid() {
@@ -132,7 +143,7 @@ func newENIWorldV6(t *testing.T, spec alloc.CloudSpec, delay time.Duration, v6 n
 	w := &capacity.Worker{Store: e.st, Provider: alloc.CloudAWS, Cloud: provider, Interfaces: provider,
 		Tags: map[string]string{cloud.TagCluster: "test"}}
 
-	e.operator("op-1", func(c *Config) { c.ExcessIPReleaseDelay = delay })
+	e.operator("op-1", tweak)
 	cn := &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
 	cn.Spec.InstanceID = inst
 	cn.Spec.ENI.AvailabilityZone = "eu-west-1a"
@@ -262,6 +273,58 @@ func TestCRDENIWorkedExample(t *testing.T) {
 		t.Errorf("%d of node-a's addresses are Pod leases; the agent uses 2 (the other 4 are its reserve)", n)
 	}
 	e.consistent()
+}
+
+// TestCRDCloudPoolKeepsExcessByDefault: Cilium's operator gives an AWS
+// node's excess back only with --aws-release-excess-ips, off by default
+// (operator/pkg/ipam/aws.go; nodemanager's releaseExcessIPs gates both the
+// handshake and handleMultiPoolCIDRRelease). With the default, the
+// addresses an eni-mode agent leaves out of spec.ipam.pools.allocated stay
+// in its pool and on its ENI long after the release delay; before the
+// switch they went back after it (TestCRDCloudPoolENIGivesBack, switched
+// on, still shows that path).
+func TestCRDCloudPoolKeepsExcessByDefault(t *testing.T) {
+	x := newENIWorldWith(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}, ReleaseDelay: time.Second},
+		netip.Prefix{}, func(c *Config) { c.ExcessIPReleaseDelay = time.Second })
+	e := x.e
+	e.eventually(servedWithin, "the pre-allocation from the cloud", x.served(4))
+	x.eniAgent(t, specPool(e.get("node-a")), 4+4)
+	e.eventually(servedWithin, "the pool grown for four Pods", x.served(8))
+	all := specPool(e.get("node-a"))
+	x.eniAgent(t, all, 4+4)
+	// Two Pods go: the agent drops three of its eight.
+	x.eniAgent(t, all[:5], 2+4)
+	settled := x.served(8)
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(300 * time.Millisecond) {
+		if ok, why := settled(); !ok {
+			t.Fatalf("with aws-release-excess-ips off, the dropped addresses left: %s", why)
+		}
+	}
+	if held, _ := x.fake.Held(x.eni0); len(held) != 8 {
+		t.Errorf("the ENI holds %d addresses %v; want the 8 kept", len(held), held)
+	}
+	e.consistent()
+}
+
+// Which nodes give excess back, by their pool's cloud, as Cilium's
+// operator: AWS only when switched on, Azure never, other pools always.
+func TestExcessReleasedByCloud(t *testing.T) {
+	for _, c := range []struct {
+		provider alloc.CloudProvider
+		awsOn    bool
+		want     bool
+	}{
+		{alloc.CloudAWS, false, false},
+		{alloc.CloudAWS, true, true},
+		{alloc.CloudAzure, false, false},
+		{alloc.CloudAzure, true, false},
+		{"", false, true},
+	} {
+		o := &Operator{cfg: Config{AWSReleaseExcessIPs: c.awsOn}}
+		if got := o.excessReleased(c.provider); got != c.want {
+			t.Errorf("%q with aws-release-excess-ips %v: %v, want %v", c.provider, c.awsOn, got, c.want)
+		}
+	}
 }
 
 // TestCRDCloudPoolENIGivesBack: an agent in ipam.mode=eni (v1.20's

@@ -128,6 +128,8 @@ type crdFamily struct {
 	multiPool bool
 	kept      ipamtypes.AllocationMap
 	requested int
+	// releaseExcess: the node gives excess addresses back (excessReleased).
+	releaseExcess bool
 }
 
 // crdFamilies splits the node's maps by family. Cilium's agent in crd mode
@@ -238,10 +240,17 @@ func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2
 	}
 	now := o.cfg.Now()
 	w := watermarks(cn)
+	cloud, err := o.cloudOf(ctx, name, cn)
+	if err != nil {
+		return 0, err
+	}
 
 	// 1. What Pods use, as the agent last reported it.
 	used := map[netip.Addr]alloc.Owner{}
 	fams := crdFamilies(cn)
+	for i := range fams {
+		fams[i].releaseExcess = o.excessReleased(cloud.provider)
+	}
 	for _, fam := range fams {
 		if fam.multiPool {
 			for _, a := range countedUse(fam.kept, w.UsedFromRequested(fam.requested)) {
@@ -288,7 +297,7 @@ func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2
 		pool, release = mergeInto(pool, st.pool), mergeInto(release, st.release)
 	}
 	desired.Spec.IPAM.Pool, desired.Status.IPAM.ReleaseIPs = pool, release
-	if err := o.cloudRound(ctx, name, cn, desired, withKept(used, fams)); err != nil {
+	if err := o.cloudRound(ctx, name, cn, desired, cloud, withKept(used, fams)); err != nil {
 		return 0, err
 	}
 	o.needs.Store(name, need)
@@ -376,7 +385,10 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 	// Excess: reserved, unused, not cooling addresses beyond the
 	// watermark, the ones already in a handshake first.
 	var excess []netip.Addr
-	if fam.multiPool {
+	switch {
+	case !fam.releaseExcess:
+		// Kept, as Cilium's operator keeps them (excessReleased).
+	case fam.multiPool:
 		// Cilium's operator gives back what a multi-pool agent leaves out
 		// of spec.ipam.pools.allocated once it stayed out for the delay,
 		// whatever the count (trackMultiPoolAllocatedLocked,
@@ -387,7 +399,7 @@ func (r *crdReconciler) family(ctx context.Context, name string, cn *ciliumv2.Ci
 			}
 		}
 		slices.SortFunc(excess, netip.Addr.Compare)
-	} else if needed == 0 {
+	case needed == 0:
 		if n := w.Excess(len(held), usedN); n > 0 {
 			var cands []alloc.HeldAddress
 			for _, a := range held {

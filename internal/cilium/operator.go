@@ -89,6 +89,12 @@ type Config struct {
 	// ExcessIPReleaseDelay is how long an address stays excess before it
 	// is marked for release (crd mode).
 	ExcessIPReleaseDelay time.Duration
+	// AWSReleaseExcessIPs lets the operator give back the excess
+	// addresses of nodes whose pool is an AWS cloud pool, as Cilium's
+	// --aws-release-excess-ips (false by default there and here). Nodes of
+	// an Azure cloud pool never give excess back (Cilium v1.20.2's Azure
+	// IPAM prepares no release); nodes of other pools always do.
+	AWSReleaseExcessIPs bool
 	// NodesGCInterval is Cilium's nodes-gc-interval: how often the
 	// CiliumNodes of deleted Nodes are looked for, a CiliumNode being
 	// deleted on the first pass at least this long after it was first
