@@ -230,6 +230,20 @@ func (x *eniWorld) eniAgent(t *testing.T, keep []string, requested int) {
 	})
 }
 
+// fourPods runs the eni agent of node-a (pre-allocate 4) up to four Pods:
+// it keeps the eight addresses it then holds, and asks for 8. It answers
+// them, sorted.
+func (x *eniWorld) fourPods(t *testing.T) []string {
+	t.Helper()
+	e := x.e
+	e.eventually(servedWithin, "the pre-allocation from the cloud", x.served(4))
+	x.eniAgent(t, specPool(e.get("node-a")), 4+4)
+	e.eventually(servedWithin, "the pool grown for four Pods", x.served(8))
+	all := specPool(e.get("node-a"))
+	x.eniAgent(t, all, 4+4)
+	return all
+}
+
 // activeLeases counts node-a's addresses the store has as a Pod's.
 func (x *eniWorld) activeLeases(t *testing.T) int {
 	n := 0
@@ -287,11 +301,7 @@ func TestCRDCloudPoolKeepsExcessByDefault(t *testing.T) {
 	x := newENIWorldWith(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}, ReleaseDelay: time.Second},
 		netip.Prefix{}, func(c *Config) { c.ExcessIPReleaseDelay = time.Second })
 	e := x.e
-	e.eventually(servedWithin, "the pre-allocation from the cloud", x.served(4))
-	x.eniAgent(t, specPool(e.get("node-a")), 4+4)
-	e.eventually(servedWithin, "the pool grown for four Pods", x.served(8))
-	all := specPool(e.get("node-a"))
-	x.eniAgent(t, all, 4+4)
+	all := x.fourPods(t)
 	// Two Pods go: the agent drops three of its eight.
 	x.eniAgent(t, all[:5], 2+4)
 	settled := x.served(8)
@@ -339,12 +349,7 @@ func TestExcessReleasedByCloud(t *testing.T) {
 func TestCRDCloudPoolENIGivesBack(t *testing.T) {
 	x := newENIWorld(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}, ReleaseDelay: time.Second}, 2*time.Second)
 	e := x.e
-	e.eventually(servedWithin, "the pre-allocation from the cloud", x.served(4))
-	// Four Pods: the agent keeps the four and asks for 8.
-	x.eniAgent(t, specPool(e.get("node-a")), 4+4)
-	e.eventually(servedWithin, "the pool grown for four Pods", x.served(8))
-	all := specPool(e.get("node-a"))
-	x.eniAgent(t, all, 4+4)
+	all := x.fourPods(t)
 	// Two Pods go: the agent drops three of its eight, and re-keeps one
 	// of them just before the delay.
 	x.eniAgent(t, all[:5], 2+4)
