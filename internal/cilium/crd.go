@@ -42,6 +42,9 @@ type nodeStates struct {
 	nodes map[nodeFamily]map[netip.Addr]time.Time
 	// noFamily: when the node's pool was last found without the family.
 	noFamily map[nodeFamily]time.Time
+	// refused: why the restore on taking the lead refused addresses the
+	// node listed, for its operator-status.
+	refused map[string]string
 }
 
 type nodeFamily struct {
@@ -50,7 +53,8 @@ type nodeFamily struct {
 }
 
 func newNodeStates() *nodeStates {
-	return &nodeStates{nodes: map[nodeFamily]map[netip.Addr]time.Time{}, noFamily: map[nodeFamily]time.Time{}}
+	return &nodeStates{nodes: map[nodeFamily]map[netip.Addr]time.Time{}, noFamily: map[nodeFamily]time.Time{},
+		refused: map[string]string{}}
 }
 
 // excessSince keeps exactly the node family's addresses of excess
@@ -92,6 +96,21 @@ func (s *nodeStates) setLacksFamily(node string, f alloc.Family, now time.Time) 
 	s.noFamily[nodeFamily{node, f}] = now
 }
 
+// setRefused records why the restore refused addresses the node listed.
+func (s *nodeStates) setRefused(node, msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refused[node] = msg
+}
+
+// refusedAtRestore is why the restore refused addresses the node listed,
+// "" when it refused none.
+func (s *nodeStates) refusedAtRestore(node string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused[node]
+}
+
 // restart starts an address's delay over (the agent said do-not-release).
 func (s *nodeStates) restart(node string, a netip.Addr) {
 	s.mu.Lock()
@@ -103,6 +122,7 @@ func (s *nodeStates) restart(node string, a netip.Addr) {
 func (s *nodeStates) forget(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.refused, node)
 	for _, f := range []alloc.Family{alloc.IPv4, alloc.IPv6} {
 		delete(s.nodes, nodeFamily{node, f})
 		delete(s.noFamily, nodeFamily{node, f})
@@ -302,6 +322,10 @@ func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2
 	}
 	o.needs.Store(name, need)
 	desired.Status.IPAM.OperatorStatus.Error = strings.Join(opErrs, "; ")
+	if msg := o.stateOf().refusedAtRestore(name); msg != "" {
+		// Not among opErrs: nothing comes of looking again soon.
+		desired.Status.IPAM.OperatorStatus.Error = strings.Join(append([]string{msg}, opErrs...), "; ")
+	}
 	if len(opErrs) > 0 && (requeue == 0 || requeue > retryUnserved) {
 		// Addresses come back as other nodes release theirs and their
 		// blocks return: look again soon rather than at the next resync.

@@ -329,3 +329,232 @@ func TestCRDSurgeForPendingPods(t *testing.T) {
 		return n == 4, fmt.Sprintf("%d addresses", n)
 	})
 }
+
+// TestCRDTakeoverRestoresBeforeAllocating migrates a crd-mode cluster from
+// another operator: 25 CiliumNodes list 8 addresses each in spec.ipam.pool
+// (some pinned to a Pod, some in status.ipam.used), 25 are new. Every
+// listed address is occupied by its node before any is reserved for a new
+// one, so no address is in two nodes, no listed address is renumbered,
+// each is held by its node in the store and in that node's history. Of
+// two nodes listing one address the older keeps it and the other is told
+// why; an address of no pool is refused and reported too.
+func TestCRDTakeoverRestoresBeforeAllocating(t *testing.T) {
+	e := newCRDEnv(t, alloc.PoolSpec{IPv4: v4(28, "10.71.0.0/16")})
+	base := netip.MustParseAddr("10.71.0.0").As4()
+	addrAt := func(off int) netip.Addr {
+		a := base
+		v := int(a[2])<<8 | int(a[3]) + off
+		a[2], a[3] = byte(v>>8), byte(v)
+		return netip.AddrFrom4(a)
+	}
+	// listed: node -> its addresses; every other node by name, each in a
+	// /28 of its own, spread (every third block) so that the lowest-first
+	// reservation for the new nodes meets them.
+	listed := map[string][]netip.Addr{}
+	used := map[string]map[netip.Addr]string{} // node -> address -> owner
+	var fresh []string
+	for i := range 50 {
+		name := fmt.Sprintf("node-%02d", i)
+		if i%2 == 1 {
+			fresh = append(fresh, name)
+			continue
+		}
+		for k := range 8 {
+			listed[name] = append(listed[name], addrAt(i/2*3*16+2+k))
+		}
+		if i%3 == 0 {
+			used[name] = map[netip.Addr]string{listed[name][0]: "default/pod-" + name}
+		}
+	}
+	const otherResource = "another-operator"
+	pinnedNodes := map[string]bool{}
+	create := func(name string, addrs []netip.Addr, pinned bool) {
+		e.createNode(name, func(cn *ciliumv2.CiliumNode) {
+			// A new node asks for 8; a served one for 4, so its 8 listed
+			// addresses (one of them maybe used) cover it and none is
+			// added: what it lists is exactly what it keeps.
+			cn.Spec.IPAM.PreAllocate = 8
+			if len(addrs) == 0 {
+				return
+			}
+			cn.Spec.IPAM.PreAllocate = 4
+			cn.Spec.IPAM.Pool = ipamtypes.AllocationMap{}
+			for k, a := range addrs {
+				entry := ipamtypes.AllocationIP{Resource: otherResource}
+				if pinned && k < 2 {
+					pinnedNodes[name] = true
+					entry.Owner = fmt.Sprintf("default/pinned-%s-%d", name, k)
+				}
+				cn.Spec.IPAM.Pool[a.String()] = entry
+			}
+		})
+		if u := used[name]; len(u) > 0 {
+			cn := e.get(name)
+			cn.Status.IPAM.Used = ipamtypes.AllocationMap{}
+			for a, owner := range u {
+				cn.Status.IPAM.Used[a.String()] = ipamtypes.AllocationIP{Owner: owner, Resource: otherResource}
+			}
+			if _, err := e.client.CiliumV2().CiliumNodes().UpdateStatus(e.ctx, cn, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range 50 {
+		name := fmt.Sprintf("node-%02d", i)
+		create(name, listed[name], i%4 == 0)
+	}
+	// The collision (created after the others: dup-a is the older) and
+	// an address of no pool beside a good one.
+	collided := netip.MustParseAddr("10.71.200.5")
+	create("dup-a", []netip.Addr{collided}, false)
+	create("dup-b", []netip.Addr{collided}, false)
+	stray, strayGood := netip.MustParseAddr("192.168.9.9"), netip.MustParseAddr("10.71.210.2")
+	create("stray", []netip.Addr{stray, strayGood}, false)
+
+	e.operator("op-1", nil)
+
+	// Every observation counts addresses in two nodes' pools: a duplicate
+	// the operator wrote and took back later shows too. The collided
+	// address is in two from the start (the input); it is checked below.
+	maxDup := 0
+	dupsOf := func(items []ciliumv2.CiliumNode) (int, []string) {
+		holders := map[string][]string{}
+		for _, cn := range items {
+			for ip := range cn.Spec.IPAM.Pool {
+				holders[ip] = append(holders[ip], cn.Name)
+			}
+		}
+		var out []string
+		for ip, nodes := range holders {
+			if len(nodes) > 1 && ip != collided.String() {
+				out = append(out, fmt.Sprintf("%s in %v", ip, nodes))
+			}
+		}
+		slices.Sort(out)
+		return len(out), out
+	}
+	var items []ciliumv2.CiliumNode
+	e.eventually(60*time.Second, "every node served", func() (bool, string) {
+		l, err := e.client.CiliumV2().CiliumNodes().List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		items = l.Items
+		n, _ := dupsOf(items)
+		maxDup = max(maxDup, n)
+		for _, cn := range items {
+			if len(cn.Spec.IPAM.Pool) < cn.Spec.IPAM.PreAllocate {
+				return false, fmt.Sprintf("%s has %d addresses", cn.Name, len(cn.Spec.IPAM.Pool))
+			}
+		}
+		return true, ""
+	})
+	// Let the operator go on a little: a wrong reservation would show.
+	time.Sleep(2 * time.Second)
+	l, err := e.client.CiliumV2().CiliumNodes().List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items = l.Items
+	n, dups := dupsOf(items)
+	maxDup = max(maxDup, n)
+	if maxDup > 0 {
+		t.Errorf("%d addresses were in two nodes' pools at once (at the end: %v)", maxDup, dups)
+	}
+
+	renumbered := 0
+	byName := map[string]ciliumv2.CiliumNode{}
+	for _, cn := range items {
+		byName[cn.Name] = cn
+	}
+	for name, addrs := range listed {
+		cn := byName[name]
+		want := make([]string, len(addrs))
+		for k, a := range addrs {
+			want[k] = a.String()
+		}
+		slices.Sort(want)
+		got := specPool(&cn)
+		for _, a := range want {
+			if !slices.Contains(got, a) {
+				renumbered++
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s listed %v and now lists %v", name, want, got)
+		}
+		for k, a := range addrs {
+			if pinnedNodes[name] && k < 2 && cn.Spec.IPAM.Pool[a.String()].Owner == "" {
+				t.Errorf("%s: the pinned %s lost its owner", name, a)
+			}
+		}
+		if held := e.heldByStore(name); !slices.Equal(held, want) {
+			t.Errorf("the store holds %v for %s, which lists %v", held, name, want)
+		}
+		events, _, err := e.st.History(e.ctx, alloc.HistoryFilter{Space: alloc.DefaultSpace, Node: name}, alloc.Page{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs {
+			if !slices.ContainsFunc(events, func(ev alloc.Event) bool { return ev.Address == a && ev.Node == name }) {
+				t.Errorf("%s's history has no event of its address %s", name, a)
+			}
+		}
+	}
+	// What Pods used is the store's active lease of that Pod.
+	for name, u := range used {
+		as, err := e.st.NodeAddresses(e.ctx, alloc.DefaultSpace, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for a, owner := range u {
+			i := slices.IndexFunc(as, func(h alloc.HeldAddress) bool { return h.Addr == a })
+			if i < 0 || as[i].State != alloc.StateActive || as[i].Owner != alloc.CiliumOwner(owner) {
+				t.Errorf("%s uses %s for %s; the store has %+v", name, a, owner, as)
+			}
+		}
+	}
+	// New nodes get fresh addresses of the pool, none listed before.
+	all := map[netip.Addr]bool{collided: true, strayGood: true}
+	for _, addrs := range listed {
+		for _, a := range addrs {
+			all[a] = true
+		}
+	}
+	for _, name := range fresh {
+		cn := byName[name]
+		for ip := range cn.Spec.IPAM.Pool {
+			if all[netip.MustParseAddr(ip)] {
+				t.Errorf("new node %s was given %s, which another node listed", name, ip)
+			}
+		}
+		if len(cn.Spec.IPAM.Pool) != 8 {
+			t.Errorf("new node %s has %d addresses, want 8", name, len(cn.Spec.IPAM.Pool))
+		}
+	}
+	// The collision: dup-a (the older) holds the address, dup-b is told
+	// why and gets fresh ones; the stray address is refused and reported.
+	if held := e.heldByStore("dup-a"); !slices.Contains(held, collided.String()) {
+		t.Errorf("dup-a holds %v; want %s among them", held, collided)
+	}
+	if held := e.heldByStore("dup-b"); slices.Contains(held, collided.String()) {
+		t.Errorf("dup-b holds %v, with dup-a's %s", held, collided)
+	}
+	if _, ok := byName["dup-b"].Spec.IPAM.Pool[collided.String()]; ok {
+		t.Errorf("dup-b still lists dup-a's %s", collided)
+	}
+	if _, ok := byName["dup-a"].Spec.IPAM.Pool[collided.String()]; !ok {
+		t.Errorf("dup-a no longer lists its %s", collided)
+	}
+	if held := e.heldByStore("stray"); !slices.Contains(held, strayGood.String()) || slices.Contains(held, stray.String()) {
+		t.Errorf("stray holds %v; want %s and not %s", held, strayGood, stray)
+	}
+	e.eventually(10*time.Second, "the refusals reported", func() (bool, string) {
+		b, s := e.get("dup-b").Status.IPAM.OperatorStatus.Error, e.get("stray").Status.IPAM.OperatorStatus.Error
+		return strings.Contains(b, collided.String()) && strings.Contains(b, "dup-a") && strings.Contains(s, stray.String()),
+			fmt.Sprintf("dup-b: %q, stray: %q", b, s)
+	})
+	t.Logf("%d nodes, %d listed addresses on %d nodes, %d new nodes; %d addresses renumbered, at most %d in two nodes at once",
+		len(items), 8*len(listed), len(listed), len(fresh), renumbered, maxDup)
+	e.consistent()
+}

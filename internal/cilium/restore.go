@@ -8,9 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
+	ipamtypes "github.com/cilium/cilium/pkg/ipam/types"
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -18,9 +21,10 @@ import (
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
 
-// restorer is a reconciler of a mode whose agents list blocks the
-// operator gave them (cluster-pool podCIDRs, multi-pool pools.allocated).
-// restore only occupies what cn lists, as the node's, carving nothing.
+// restorer is a reconciler of a mode whose agents list what the operator
+// gave them (cluster-pool podCIDRs, multi-pool pools.allocated, crd-mode
+// addresses in spec.ipam.pool). restore only occupies what cn lists, as
+// the node's, carving nothing for a need.
 //
 // On taking the lead the operator restores every CiliumNode before it
 // reconciles any, as Cilium's allocators occupy the CIDRs of every
@@ -93,6 +97,49 @@ func (r *multiPoolReconciler) restore(ctx context.Context, name string, cn *cili
 		return st.Errors[0]
 	}
 	return nil
+}
+
+// restore occupies, for a crd-mode node, every address its CiliumNode
+// lists in spec.ipam.pool and status.ipam.used: another operator (or this
+// one, before the database was restored from an older backup) gave it
+// those, and the agent hands them to Pods whatever the store says. The
+// node's reconcile keeps an occupied address in the pool as the store's,
+// where before it dropped it (the store did not hold it) and another
+// node's first round could be given it. Refused addresses are remembered
+// for the node's operator-status for as long as this leadership lasts:
+// the reconcile drops an unused one from the pool at once, and the
+// reason should outlive that round.
+func (r *crdReconciler) restore(ctx context.Context, name string, cn *ciliumv2.CiliumNode) error {
+	listed := crdListed(cn)
+	if len(listed) == 0 {
+		return nil
+	}
+	_, refused, err := r.o.store.RestoreNodeAddresses(ctx, r.o.cfg.Space, name, r.o.nodeLabels(name, cn), listed)
+	if err != nil || len(refused) == 0 {
+		return err
+	}
+	details := make([]string, len(refused))
+	for i, e := range refused {
+		details[i] = e.Detail
+	}
+	msg := "listed addresses refused at restore: " + strings.Join(details, "; ")
+	r.o.stateOf().setRefused(name, msg)
+	return &alloc.Error{Kind: refused[0].Kind, Field: "spec.ipam.pool", Nodes: refused[0].Nodes, Detail: msg}
+}
+
+// crdListed is the addresses cn lists in spec.ipam.pool and
+// status.ipam.used, by address; keys that are no address are left to the
+// reconcile, which reports them.
+func crdListed(cn *ciliumv2.CiliumNode) []netip.Addr {
+	set := map[netip.Addr]bool{}
+	for _, m := range []ipamtypes.AllocationMap{cn.Spec.IPAM.Pool, cn.Status.IPAM.Used} {
+		for ip := range m {
+			if a, err := netip.ParseAddr(ip); err == nil && a.Zone() == "" {
+				set[a.Unmap()] = true
+			}
+		}
+	}
+	return slices.SortedFunc(maps.Keys(set), netip.Addr.Compare)
 }
 
 // restoreRefused counts a listed CIDR the store refused at restore.

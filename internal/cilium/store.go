@@ -25,6 +25,12 @@ type Store interface {
 	// error with them.
 	ReserveNodeAddresses(ctx context.Context, space, node string, labels map[string]string, defaultPool string,
 		f alloc.Family, n int) ([]alloc.HeldAddress, error)
+	// RestoreNodeAddresses occupies the addresses the node's CiliumNode
+	// lists as the node's, reserving nothing else (the restore before
+	// allocating), and answers those now the node's and one error per
+	// address refused (of no pool, another node's).
+	RestoreNodeAddresses(ctx context.Context, space, node string, labels map[string]string,
+		addrs []netip.Addr) ([]netip.Addr, []*alloc.Error, error)
 	// SyncNodeUse records which of the node's addresses Pods use, and by
 	// whom (the agent's status.ipam.used).
 	SyncNodeUse(ctx context.Context, space, node string, used map[netip.Addr]alloc.Owner) (alloc.NodeUseChange, error)
