@@ -114,13 +114,27 @@ func (r *crdReconciler) restore(ctx context.Context, name string, cn *ciliumv2.C
 	if len(listed) == 0 {
 		return nil
 	}
-	_, refused, err := r.o.store.RestoreNodeAddresses(ctx, r.o.cfg.Space, name, r.o.nodeLabels(name, cn), listed)
-	if err != nil || len(refused) == 0 {
+	_, all, err := r.o.store.RestoreNodeAddresses(ctx, r.o.cfg.Space, name, r.o.nodeLabels(name, cn), listed)
+	if err != nil {
 		return err
 	}
-	details := make([]string, len(refused))
-	for i, e := range refused {
-		details[i] = e.Detail
+	var refused []*alloc.Error
+	var details []string
+	for _, e := range all {
+		if e.Kind == alloc.KindConflict {
+			// The node's own address, released and cooling down: a
+			// release handshake the last leader ended in the store but
+			// not yet in the CiliumNode. The node's round drops it from
+			// the pool, as that leader would have: nothing to report.
+			r.o.log.Info("restoring a CiliumNode: a listed address is released and cools down; its release goes on",
+				"node", name, "err", e.Detail)
+			continue
+		}
+		refused = append(refused, e)
+		details = append(details, e.Detail)
+	}
+	if len(refused) == 0 {
+		return nil
 	}
 	msg := "listed addresses refused at restore: " + strings.Join(details, "; ")
 	r.o.stateOf().setRefused(name, msg)

@@ -48,6 +48,10 @@ func TestRestoreNodeAddresses(t *testing.T) {
 	t.Parallel()
 	f := crdFixture(t, 28) // router and health at offsets 1 and 2
 	listed := parseAddrs("10.0.0.5", "10.0.0.6", "10.0.1.7", "10.0.0.5", "192.168.0.1", "10.0.0.1", "10.0.0.15")
+	if _, refused, err := f.s.RestoreNodeAddresses(f.ctx, alloc.DefaultSpace, "n0", nil, []netip.Addr{{}}); err != nil ||
+		len(refused) != 1 || refused[0].Kind != alloc.KindInvalid {
+		t.Fatalf("the zero address: refused %+v, %v", refused, err)
+	}
 	got, kinds, refused := f.restore("n1", listed)
 	if want := parseAddrs("10.0.0.5", "10.0.0.6", "10.0.1.7"); !slices.Equal(got, want) {
 		t.Fatalf("restored %v, want %v", got, want)
