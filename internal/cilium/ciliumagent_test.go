@@ -10,9 +10,11 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"os/exec"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -242,28 +244,65 @@ func (l *addressLedger) outsideAllocated(ctx context.Context, client ciliumclien
 
 // The multi-pool operator serves Cilium's own agent IPAM (ciliumAgent:
 // Cilium v1.20.2's ipam.NewIPAM, ConfigureAllocator, AllocateNextFamily,
-// ReleaseIP, in this process, one per node) on a real API server. On
-// each of 20 nodes Pods come and go in waves of up to 30 (pre-allocation
-// 8, /28 blocks of 14 usable addresses: a wave top needs three blocks,
-// its bottom one), so the agents request blocks and give them back.
-// Midway the operator stops and a second replica takes over.
-// Throughout, no address is handed out twice across the agents and no
-// used address's CIDR leaves its node's allocated; blocks never overlap
-// between nodes; after the takeover the agents still grow to the wave
-// top. Once settled every node's allocated is what the store holds for
-// it, every agent's own record (Dump) is the Pods' addresses, and the
-// store's consistency check is clean.
+// ReleaseIP, in this process, one per node) on a real API server, and
+// midway the operator stops and a second replica takes over (see
+// ciliumAgentChurn for what holds throughout).
 func TestMultiPoolWithCiliumAgent(t *testing.T) {
+	ciliumAgentChurn(t, "10.112.0.0/20", 12*time.Second, func(e *crdEnv) (handOver func()) {
+		multiPool := func(c *Config) { c.Mode = ModeMultiPool }
+		stopFirst := e.operator("op-1", multiPool)
+		return func() {
+			stopFirst()
+			e.operator("op-2", multiPool)
+		}
+	})
+}
+
+// As TestMultiPoolWithCiliumAgent, the leader a process of its own that
+// is SIGKILLed mid-churn, its Lease left to expire: the agents run short
+// of blocks until the other replica takes over, and nothing is handed out
+// twice meanwhile.
+func TestMultiPoolLeaderKilledWithCiliumAgent(t *testing.T) {
+	e := ciliumAgentChurn(t, "10.113.0.0/20", 8*time.Second, func(e *crdEnv) (handOver func()) {
+		replica := func(identity string) *exec.Cmd {
+			return e.startOperatorProcessOf(operatorProcess{Database: e.dbURL, Identity: identity, Cooldown: time.Second,
+				Mode: ModeMultiPool, BlockReleaseHoldOff: time.Second})
+		}
+		first := replica("replica-a")
+		e.eventually(20*time.Second, "replica-a leads", func() (bool, string) { l := e.leader(); return l == "replica-a", "leader " + l })
+		replica("replica-b")
+		return func() {
+			if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if l := e.leader(); l != "replica-b" {
+		t.Errorf("leader %q after replica-a's SIGKILL; want replica-b", l)
+	}
+}
+
+// ciliumAgentChurn runs the operator (started by operators, on a store
+// whose pool default is /28 blocks of pool) with 20 Cilium agents for
+// 25 s, calling handOver takeover into it. On each node Pods come and go
+// in waves of up to 30 (pre-allocation 8, /28 blocks of 14 usable
+// addresses: a wave top needs three blocks, its bottom one), so the
+// agents request blocks and give them back. Throughout, no address is
+// handed out twice across the agents and no used address's CIDR leaves
+// its node's allocated; blocks never overlap between nodes; after the
+// hand-over the agents still grow to the wave top and blocks are carved.
+// Once settled every node's allocated is what the store holds for it,
+// every agent's own record (Dump) is the Pods' addresses, and the
+// store's consistency check is clean.
+func ciliumAgentChurn(t *testing.T, pool string, takeover time.Duration, operators func(*crdEnv) (handOver func())) *crdEnv {
 	const (
 		nodes    = 20
 		peak     = 30
 		wave     = 5 * time.Second // growing, then as long shrinking
 		churnFor = 25 * time.Second
-		takeover = 12 * time.Second // into the churn, in a growing half-wave
 	)
-	e := newBlockEnv(t, time.Second, map[string]alloc.PoolSpec{"default": {IPv4: v4(28, "10.112.0.0/20")}})
-	multiPool := func(c *Config) { c.Mode = ModeMultiPool }
-	stopFirst := e.operator("op-1", multiPool)
+	e := newBlockEnv(t, time.Second, map[string]alloc.PoolSpec{"default": {IPv4: v4(28, pool)}})
+	handOver := operators(e)
 
 	names := make([]string, nodes)
 	for i := range names {
@@ -312,7 +351,7 @@ func TestMultiPoolWithCiliumAgent(t *testing.T) {
 		topAfterChange = make([]bool, nodes)
 		waits          atomic.Int64
 	)
-	afterTakeover := func() bool {
+	afterHandOver := func() bool {
 		handedOverMu.Lock()
 		defer handedOverMu.Unlock()
 		return !handedOver.IsZero()
@@ -338,7 +377,7 @@ func TestMultiPoolWithCiliumAgent(t *testing.T) {
 						time.Sleep(100 * time.Millisecond)
 					}
 				case growing:
-					if afterTakeover() {
+					if afterHandOver() {
 						topAfterChange[i] = true
 					}
 				case len(pods) > 0:
@@ -383,9 +422,8 @@ func TestMultiPoolWithCiliumAgent(t *testing.T) {
 		}
 	}
 	for ctx.Err() == nil {
-		if !afterTakeover() && time.Since(began) > takeover {
-			stopFirst()
-			e.operator("op-2", multiPool)
+		if !afterHandOver() && time.Since(began) > takeover {
+			handOver()
 			handedOverMu.Lock()
 			handedOver = time.Now()
 			handedOverMu.Unlock()
@@ -400,7 +438,7 @@ func TestMultiPoolWithCiliumAgent(t *testing.T) {
 	}
 	for i, top := range topAfterChange {
 		if !top {
-			t.Errorf("%s did not reach %d Pods after the takeover", names[i], peak)
+			t.Errorf("%s did not reach %d Pods after the hand-over", names[i], peak)
 		}
 	}
 
@@ -441,9 +479,10 @@ func TestMultiPoolWithCiliumAgent(t *testing.T) {
 		}
 	}
 	if kinds[alloc.EventBlockRelease] == 0 || kinds[alloc.EventBlockCarve] <= nodes || carvedAfter == 0 {
-		t.Errorf("block events %v, %d carves after the takeover: the churn did not make blocks come and go", kinds, carvedAfter)
+		t.Errorf("block events %v, %d carves after the hand-over: the churn did not make blocks come and go", kinds, carvedAfter)
 	}
-	t.Logf("%d nodes, %v: %d addresses handed out, %d waits for a block, %d checks; block events %v, %d carves after the takeover",
+	t.Logf("%d nodes, %v: %d addresses handed out, %d waits for a block, %d checks; block events %v, %d carves after the hand-over",
 		nodes, churnFor, ledger.total, waits.Load(), checks, kinds, carvedAfter)
 	e.consistent()
+	return e
 }

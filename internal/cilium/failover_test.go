@@ -34,6 +34,10 @@ type operatorProcess struct {
 	Kubeconfig string `json:"kubeconfig"`
 	Identity   string `json:"identity"`
 	Cooldown   time.Duration
+	// Mode is crd when empty; a block mode (multi-pool) opens the store
+	// as newBlockEnv does, with this hold-off.
+	Mode                Mode          `json:"mode,omitempty"`
+	BlockReleaseHoldOff time.Duration `json:"blockReleaseHoldOff,omitempty"`
 }
 
 // runOperatorProcess is the body of such a copy: it never returns.
@@ -45,7 +49,12 @@ func runOperatorProcess(spec string) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	st, err := store.Open(ctx, p.Database, store.Options{LeaseExpiry: time.Minute, Cooldown: p.Cooldown, AutoRegisterNodes: true})
+	mode, opts := ModeCRD, store.Options{LeaseExpiry: time.Minute, Cooldown: p.Cooldown, AutoRegisterNodes: true}
+	if p.Mode != "" {
+		mode, opts = p.Mode, store.Options{LeaseExpiry: time.Minute, Cooldown: p.Cooldown,
+			BlockReleaseHoldOff: p.BlockReleaseHoldOff, AgentPoolsSpace: alloc.DefaultSpace}
+	}
+	st, err := store.Open(ctx, p.Database, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -56,7 +65,7 @@ func runOperatorProcess(spec string) {
 		os.Exit(2)
 	}
 	rc.QPS, rc.Burst = 50, 100
-	op, err := New(Config{Mode: ModeCRD, Space: alloc.DefaultSpace, DefaultPool: "default", Kube: rc,
+	op, err := New(Config{Mode: mode, Space: alloc.DefaultSpace, DefaultPool: "default", Kube: rc,
 		LeaseNamespace: "default", Identity: p.Identity, ExcessIPReleaseDelay: 3 * time.Second, Resync: 5 * time.Second, Workers: 8,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}, st)
 	if err != nil {
@@ -70,14 +79,22 @@ func runOperatorProcess(spec string) {
 	os.Exit(0)
 }
 
-// startOperatorProcess runs a replica in its own process.
+// startOperatorProcess runs a crd replica in its own process.
 func (e *crdEnv) startOperatorProcess(identity, dbURL string) *exec.Cmd {
+	e.t.Helper()
+	return e.startOperatorProcessOf(operatorProcess{Database: dbURL, Identity: identity, Cooldown: 2 * time.Second})
+}
+
+// startOperatorProcessOf runs the replica p in its own process, on the
+// env's API server.
+func (e *crdEnv) startOperatorProcessOf(p operatorProcess) *exec.Cmd {
 	e.t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	spec, _ := json.Marshal(operatorProcess{Database: dbURL, Kubeconfig: e.kc.Kubeconfig(e.t, e.kc.Config()), Identity: identity, Cooldown: 2 * time.Second})
+	p.Kubeconfig = e.kc.Kubeconfig(e.t, e.kc.Config())
+	spec, _ := json.Marshal(p)
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), operatorProcessEnv+"="+string(spec))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
