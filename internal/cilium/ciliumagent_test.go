@@ -158,6 +158,9 @@ func startCiliumAgent(ctx context.Context, client ciliumclient.Interface, name s
 	select {
 	case <-configured:
 	case <-ctx.Done():
+		// ConfigureAllocator waits on for the pool: its watches end
+		// with the hive, its goroutine with the test binary.
+		a.stop()
 		return nil, fmt.Errorf("agent %s: ConfigureAllocator: %w", name, ctx.Err())
 	}
 	// As the agent does once it has restored its endpoints' addresses
