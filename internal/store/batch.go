@@ -320,7 +320,22 @@ func (b *batcher) together(items []*batchItem) error {
 	return err
 }
 
-// writeAlone runs one write as a transaction of its own.
+// writeAlone runs one write as a transaction of its own, again after a
+// deadlock or a serialization failure (up to maxTxAttempts in all): the
+// statement rolled back whole, and every item's read replaces what an
+// earlier run read. Such conflicts are those of batches: a batch that
+// failed is written item by item here, while another replica's batch,
+// merging the same rows in another order (a CNI plugin retrying a release
+// across replicas), is still running; answered as they were, they were
+// 500s (internal/faulttest TestRandomRetriesOneAddressPerAttachment).
 func writeAlone(ctx context.Context, db *pgxpool.Pool, it *batchItem) error {
-	return readRows(db.Query(ctx, it.sql, it.args...))(it.read)
+	for attempt := 1; ; attempt++ {
+		err := readRows(db.Query(ctx, it.sql, it.args...))(it.read)
+		if code, _ := pgCode(err); (code != codeDeadlock && code != codeSerialization) || attempt == maxTxAttempts {
+			return err
+		}
+		if !retryWait(ctx, attempt) {
+			return err
+		}
+	}
 }

@@ -530,3 +530,61 @@ func TestBatchLeasesPastTheEndOfABlock(t *testing.T) {
 		t.Fatalf("next lease %s reuses a batched address", next.Leases[0].Addr)
 	}
 }
+
+// A write alone that meets a deadlock or a serialization failure (its
+// statement rolled back whole) runs again, and answers what the run that
+// committed read; other errors, and a conflict that outlasts
+// maxTxAttempts, are answered as they are.
+func TestWriteAloneRetriesConflicts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	// flaky(seq, fails, code) fails with code the first fails times it
+	// runs: the count is a sequence's, which no rollback undoes.
+	if _, err := f.s.db.Exec(f.ctx, `CREATE FUNCTION flaky(seq text, fails int, code text) RETURNS bigint LANGUAGE plpgsql AS $$
+		DECLARE runs bigint := nextval(seq);
+		BEGIN
+			IF runs <= fails THEN
+				RAISE EXCEPTION 'conflict on run %', runs USING ERRCODE = code;
+			END IF;
+			RETURN runs;
+		END $$`); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		code      string
+		fails     int
+		wantRuns  int64  // the run whose answer is read; 0: none
+		wantError string // the code answered; "" for none
+		runs      int64  // how many times it ran
+	}{
+		{codeDeadlock, 2, 3, "", 3},
+		{codeSerialization, 1, 2, "", 2},
+		{codeDeadlock, maxTxAttempts, 0, codeDeadlock, maxTxAttempts},
+		{codeUniqueViolation, 1, 0, codeUniqueViolation, 1},
+	} {
+		seq := fmt.Sprintf("flaky_%d", i)
+		if _, err := f.s.db.Exec(f.ctx, "CREATE SEQUENCE "+seq); err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		it := &batchItem{sql: `SELECT flaky($1, $2, $3)`, args: []any{seq, c.fails, c.code}, read: func(rows pgx.Rows) error {
+			var err error
+			got, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			return err
+		}}
+		err := writeAlone(f.ctx, f.s.db, it)
+		if code, _ := pgCode(err); code != c.wantError {
+			t.Errorf("%s failing %d times: %v; want code %q", c.code, c.fails, err, c.wantError)
+		}
+		if c.wantRuns != 0 && !slices.Equal(got, []int64{c.wantRuns}) {
+			t.Errorf("%s failing %d times: read %v; want run %d's answer", c.code, c.fails, got, c.wantRuns)
+		}
+		var runs int64
+		if err := f.s.db.QueryRow(f.ctx, "SELECT last_value FROM "+seq).Scan(&runs); err != nil {
+			t.Fatal(err)
+		}
+		if runs != c.runs {
+			t.Errorf("%s failing %d times: ran %d times, want %d", c.code, c.fails, runs, c.runs)
+		}
+	}
+}
