@@ -397,25 +397,10 @@ func ciliumAgentChurn(t *testing.T, pool string, takeover time.Duration, operato
 			}
 		})
 	}
-	overlap := func() {
-		list, err := e.client.CiliumV2().CiliumNodes().List(e.ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := map[string]string{}
-		for _, cn := range list.Items {
-			for _, c := range allocatedCIDRs(&cn, "default") {
-				if other, dup := seen[c]; dup {
-					t.Errorf("%s is listed on %s and %s", c, other, cn.Name)
-				}
-				seen[c] = cn.Name
-			}
-		}
-	}
 	checks := 0
 	check := func() {
 		checks++
-		overlap()
+		e.noCIDROnTwoNodes("default")
 		lost, err := ledger.outsideAllocated(e.ctx, e.client)
 		if err != nil {
 			t.Fatal(err)

@@ -666,27 +666,12 @@ func TestMultiPoolChurn(t *testing.T) {
 			}
 		})
 	}
-	overlap := func() {
-		list, err := e.client.CiliumV2().CiliumNodes().List(e.ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := map[string]string{}
-		for _, cn := range list.Items {
-			for _, c := range allocatedCIDRs(&cn, "default") {
-				if other, dup := seen[c]; dup {
-					t.Errorf("%s is listed on %s and %s", c, other, cn.Name)
-				}
-				seen[c] = cn.Name
-			}
-		}
-	}
 	for ctx.Err() == nil {
-		overlap()
+		e.noCIDROnTwoNodes("default")
 		time.Sleep(200 * time.Millisecond)
 	}
 	wg.Wait()
-	overlap()
+	e.noCIDROnTwoNodes("default")
 	for _, a := range agents {
 		if lost := a.lostAddresses(); len(lost) > 0 {
 			t.Errorf("%s: used addresses left allocated: %v", a.name, lost)
@@ -811,6 +796,25 @@ func TestMultiPoolAPIServerRestartAndTakeover(t *testing.T) {
 	for _, n := range []string{"mp-before", "mp-after"} {
 		if got, want := e.storeBlocks(n), allocatedCIDRs(e.get(n), "default"); !slices.Equal(got, want) {
 			t.Errorf("%s: store %v, allocated %v", n, got, want)
+		}
+	}
+}
+
+// noCIDROnTwoNodes fails the test when one CIDR of pool is in two
+// CiliumNodes' spec.ipam.pools.allocated.
+func (e *crdEnv) noCIDROnTwoNodes(pool string) {
+	e.t.Helper()
+	list, err := e.client.CiliumV2().CiliumNodes().List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, cn := range list.Items {
+		for _, c := range allocatedCIDRs(&cn, pool) {
+			if other, dup := seen[c]; dup {
+				e.t.Errorf("%s is listed on %s and %s", c, other, cn.Name)
+			}
+			seen[c] = cn.Name
 		}
 	}
 }
