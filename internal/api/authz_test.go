@@ -40,14 +40,7 @@ func TestNodeCertificateIsConfinedToItsNode(t *testing.T) {
 
 	call := func(c *http.Client, method, path, body string) (int, ipamv1.Problem) {
 		t.Helper()
-		req, err := http.NewRequest(method, srv.url+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		res, err := c.Do(req)
+		res, err := c.Do(jsonRequest(t, method, srv.url+path, bodyOf(body)))
 		if err != nil {
 			t.Fatal(err)
 		}

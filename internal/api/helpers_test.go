@@ -230,3 +230,28 @@ func (e *env) snapshot() snapshot {
 	}
 	return s
 }
+
+// jsonRequest is a request to url carrying body as JSON (no body, and no
+// Content-Type, when body is nil).
+func jsonRequest(t testing.TB, method, url string, body io.Reader) *http.Request {
+	t.Helper()
+	if body == nil {
+		body = http.NoBody
+	}
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != http.NoBody {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req
+}
+
+// bodyOf is body as a request body, nil when it is empty.
+func bodyOf(body string) io.Reader {
+	if body == "" {
+		return nil
+	}
+	return strings.NewReader(body)
+}

@@ -62,14 +62,7 @@ func (m *mtls) do(actor string, want int, method, path string, body, out any) {
 		}
 		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, m.url+path, r)
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := m.clients[actor].Do(req)
+	res, err := m.clients[actor].Do(jsonRequest(m.t, method, m.url+path, r))
 	if err != nil {
 		m.t.Fatalf("%s %s as %s: %v", method, path, actor, err)
 	}

@@ -94,13 +94,7 @@ func TestSlowBodiesHoldNoSlots(t *testing.T) {
 	op, nodeB := srv.client(opCert, opKey), srv.client(bCert, bKey)
 	do := func(c *http.Client, method, path, body string) (int, time.Duration) {
 		t.Helper()
-		req, err := http.NewRequest(method, srv.url+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
+		req := jsonRequest(t, method, srv.url+path, bodyOf(body))
 		began := time.Now()
 		res, err := c.Do(req)
 		if err != nil {
