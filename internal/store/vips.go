@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -328,27 +329,24 @@ func (a *vipAssigner) fill(ctx context.Context) error {
 		}
 		return nil
 	}
+	// Each family on its own: one shared still leaves the others to
+	// share or take.
 	for _, f := range a.r.Families {
-		if slices.Contains(mapsValues(a.held), f) {
+		if slices.Contains(slices.Collect(maps.Values(a.held)), f) {
 			continue
 		}
-		ok, err := a.share(ctx, f)
-		if err != nil || ok {
+		shared, err := a.share(ctx, f)
+		if err != nil {
 			return err
+		}
+		if shared {
+			continue
 		}
 		if err := a.fresh(ctx, f); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func mapsValues(m map[netip.Addr]alloc.Family) []alloc.Family {
-	out := make([]alloc.Family, 0, len(m))
-	for _, f := range m {
-		out = append(out, f)
-	}
-	return out
 }
 
 // named gives the owner the address it names, from the oldest pool that

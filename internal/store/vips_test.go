@@ -265,6 +265,32 @@ func TestVIPFamilies(t *testing.T) {
 	}
 }
 
+// TestVIPSharingBothFamilies: a dual-stack Service joining a sharing key
+// whose holder has an address of each family shares both in one pass,
+// for PreferDualStack and RequireDualStack alike (fill once stopped after
+// the first family it shared, leaving the second to a later pass).
+func TestVIPSharingBothFamilies(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.lbPool("vips", lbSpec("10.0.10.0/24", "fd00:10::/120"))
+	shared := func(name string, port int32, requireAll bool) alloc.VIPRequest {
+		r := svc("a", name)
+		r.Families, r.RequireAll = []alloc.Family{alloc.IPv4, alloc.IPv6}, requireAll
+		r.Sharing = alloc.VIPSharing{Key: "web", Ports: []alloc.VIPPort{{Port: port, Protocol: "TCP"}}}
+		return r
+	}
+	first := f.assign(shared("http", 80, true))
+	if !first.Satisfied || addrs(first) != "10.0.10.0,fd00:10::" {
+		t.Fatalf("the first holder: %+v", first)
+	}
+	for i, requireAll := range []bool{false, true} {
+		a := f.assign(shared(fmt.Sprintf("joiner-%d", i), int32(81+i), requireAll))
+		if !a.Satisfied || a.Reason != first.Reason || addrs(a) != addrs(first) {
+			t.Errorf("requireAll %v: %+v, want both of %s shared at once", requireAll, a, addrs(first))
+		}
+	}
+}
+
 // TestVIPPoolEditsNeverMove is cilium/cilium#40358: an edit of a pool
 // (a block added, labels, the selector widened, another block removed)
 // leaves 100 Services' addresses where they are; an edit that removes the
