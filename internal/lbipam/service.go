@@ -144,7 +144,9 @@ func familiesOf(spec corev1.ServiceSpec, fams families) ([]alloc.Family, bool) {
 		}
 		return out, false
 	case corev1.IPFamilyPolicyRequireDualStack:
-		return []alloc.Family{alloc.IPv4, alloc.IPv6}, true
+		// Every enabled family, as Cilium asks: with --lbipam-families
+		// IPv4 only, an IPv6 request could never be met.
+		return all(), true
 	}
 	if len(spec.IPFamilies) > 0 {
 		return []alloc.Family{of(spec.IPFamilies[0])}, true

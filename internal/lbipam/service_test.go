@@ -35,7 +35,10 @@ func TestFamiliesOf(t *testing.T) {
 		{"PreferDualStack, IPv4 only enabled", p(corev1.IPFamilyPolicyPreferDualStack), nil, only4, []alloc.Family{v4}, false},
 		{"PreferDualStack, listed order", p(corev1.IPFamilyPolicyPreferDualStack), []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}, both,
 			[]alloc.Family{v6, v4}, false},
-		{"RequireDualStack asks both, whatever is enabled", p(corev1.IPFamilyPolicyRequireDualStack), nil, only4, []alloc.Family{v4, v6}, true},
+		{"RequireDualStack, both enabled", p(corev1.IPFamilyPolicyRequireDualStack), nil, both, []alloc.Family{v4, v6}, true},
+		{"RequireDualStack, IPv4 only enabled: IPv4 alone", p(corev1.IPFamilyPolicyRequireDualStack), nil, only4, []alloc.Family{v4}, true},
+		{"RequireDualStack, IPv6 only enabled: IPv6 alone", p(corev1.IPFamilyPolicyRequireDualStack), []corev1.IPFamily{corev1.IPv4Protocol}, only6,
+			[]alloc.Family{v6}, true},
 	} {
 		got, all := familiesOf(corev1.ServiceSpec{IPFamilyPolicy: c.policy, IPFamilies: c.fams}, c.enabled)
 		if !slices.Equal(got, c.want) || all != c.all {
