@@ -353,7 +353,10 @@ func concerns(obj any) bool {
 // handler answers who serves svc: DefaultLBIPAM, DefaultNodeIPAM, or
 // DefaultNone (nobody here).
 func (c *Controller) handler(svc *corev1.Service) string {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || !svc.DeletionTimestamp.IsZero() {
+	// A Service being deleted is still served until it is gone: a
+	// finalizer may hold it while the load balancer in front drains, and
+	// Cilium too lets its address go only on the deletion itself.
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return DefaultNone
 	}
 	switch {

@@ -499,6 +499,41 @@ func TestOrphansReleased(t *testing.T) {
 	}
 }
 
+// TestFinalizerKeepsAddress: a Service being deleted while a finalizer
+// holds it keeps its address, in the store and in its status, as under
+// Cilium (which lets go only when the object is gone): the load balancer
+// in front may still be draining to it. Once the finalizer is removed and
+// the Service is gone, the address goes back and another Service gets it.
+func TestFinalizerKeepsAddress(t *testing.T) {
+	e := newEnv(t)
+	e.pool("p", blocks("10.0.10.7/32"))
+	held := service("shop", "web")
+	held.Finalizers = []string{"example.com/drain"}
+	e.create(held)
+	e.wait("shop", "web", "10.0.10.7 "+alloc.ReasonSatisfied)
+	svcs := e.kube.CoreV1().Services("shop")
+	if err := svcs.Delete(e.ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.create(service("shop", "next"))
+	// Several resyncs (1 s here): the terminating Service keeps it.
+	time.Sleep(3 * time.Second)
+	e.wait("shop", "web", "10.0.10.7 "+alloc.ReasonSatisfied)
+	e.waitFor("shop", "next", "no address while web holds the only one", func(got string) bool { return !strings.HasPrefix(got, "10.0.10.7") })
+	svc, err := svcs.Get(e.ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc.DeletionTimestamp.IsZero() {
+		t.Fatal("web is not being deleted")
+	}
+	svc.Finalizers = nil
+	if _, err := svcs.Update(e.ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("shop", "next", "10.0.10.7 "+alloc.ReasonSatisfied)
+}
+
 // node creates a Node with addresses ("InternalIP=10.1.0.1") and labels.
 func (e *env) node(name string, labels map[string]string, addrs ...string) *corev1.Node {
 	e.t.Helper()
