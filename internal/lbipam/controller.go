@@ -411,7 +411,10 @@ func (c *Controller) reconcile(ctx context.Context, key string, fresh bool) erro
 		}
 		return nil
 	}
-	r := requestOf(c.cfg.Space, svc, families{v4: c.cfg.IPv4, v6: c.cfg.IPv6})
+	r, dropped := requestOf(c.cfg.Space, svc, families{v4: c.cfg.IPv4, v6: c.cfg.IPv6})
+	if len(dropped) > 0 {
+		c.log.Warn("Service names entries that are no address: left out, as Cilium leaves them out", "service", key, "entries", dropped)
+	}
 	a, err := c.store.AssignVIPs(ctx, r)
 	var ae *alloc.Error
 	if errors.As(err, &ae) && ae.Kind == alloc.KindInvalid {

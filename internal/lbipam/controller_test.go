@@ -307,10 +307,20 @@ func TestRequestedAndShared(t *testing.T) {
 	nowhere.Annotations[AnnotationIPs] = "10.99.0.1"
 	e.create(nowhere)
 	e.wait("a", "nowhere", " no_pool")
+	// Entries that are no address are left out, as Cilium does: with a
+	// good one the Service gets that, with none any address of a pool.
+	partly := service("a", "partly")
+	partly.Annotations[AnnotationIPs] = "10.0.10.300,10.0.10.52"
+	e.create(partly)
+	e.wait("a", "partly", "10.0.10.52 satisfied")
 	bad := service("a", "bad")
 	bad.Annotations[AnnotationIPs] = "10.0.10.300"
 	e.create(bad)
-	e.wait("a", "bad", " "+ReasonInvalid)
+	e.wait("a", "bad", "10.0.10.1 satisfied") // the first free address (.0 is kept out)
+	deprecated := service("a", "deprecated")
+	deprecated.Annotations[AnnotationIPsDeprecated] = "10.0.10.53"
+	e.create(deprecated)
+	e.wait("a", "deprecated", "10.0.10.53 satisfied")
 
 	shared := func(ns, name, key string, port int32, cross string) {
 		svc := service(ns, name, port)
@@ -320,19 +330,19 @@ func TestRequestedAndShared(t *testing.T) {
 		}
 		e.create(svc)
 	}
-	// 10.0.10.1 is the first free address (.0 is kept out).
+	// 10.0.10.2 is the first free address now.
 	shared("a", "http", "web", 80, "")
-	e.wait("a", "http", "10.0.10.1 satisfied")
+	e.wait("a", "http", "10.0.10.2 satisfied")
 	shared("a", "https", "web", 443, "")
-	e.wait("a", "https", "10.0.10.1 satisfied")
+	e.wait("a", "https", "10.0.10.2 satisfied")
 	shared("a", "http-too", "web", 80, "")
-	e.wait("a", "http-too", "10.0.10.2 satisfied")
+	e.wait("a", "http-too", "10.0.10.3 satisfied")
 	shared("b", "admitted", "web", 8080, "a")
-	e.wait("b", "admitted", "10.0.10.3 satisfied") // a's Services do not admit b
+	e.wait("b", "admitted", "10.0.10.4 satisfied") // a's Services do not admit b
 	shared("c", "one", "cross", 80, "d")
-	e.wait("c", "one", "10.0.10.4 satisfied")
+	e.wait("c", "one", "10.0.10.5 satisfied")
 	shared("d", "two", "cross", 81, "c")
-	e.wait("d", "two", "10.0.10.4 satisfied")
+	e.wait("d", "two", "10.0.10.5 satisfied")
 	local := func(name string, pods string, permit bool) {
 		svc := service("l", name, int32(len(name)))
 		svc.Annotations[AnnotationSharingKey] = "local"
@@ -344,11 +354,11 @@ func TestRequestedAndShared(t *testing.T) {
 		e.create(svc)
 	}
 	local("l1", "web", false)
-	e.wait("l", "l1", "10.0.10.5 satisfied")
+	e.wait("l", "l1", "10.0.10.6 satisfied")
 	local("l22", "web", false)
-	e.wait("l", "l22", "10.0.10.5 satisfied")
+	e.wait("l", "l22", "10.0.10.6 satisfied")
 	local("l333", "db", false)
-	e.wait("l", "l333", "10.0.10.6 satisfied")
+	e.wait("l", "l333", "10.0.10.7 satisfied")
 }
 
 // TestFamilies: dual-stack policies with an IPv4 pool only, then with an

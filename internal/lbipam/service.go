@@ -23,6 +23,11 @@ const (
 	AnnotationSharingKey              = "lbipam.cilium.io/sharing-key"
 	AnnotationSharingCrossNamespace   = "lbipam.cilium.io/sharing-cross-namespace"
 	AnnotationSharingPermitDifferentP = "lbipam.cilium.io/sharing-permit-different-pods"
+	// The deprecated spellings of the first three, which Cilium v1.20
+	// still reads when the new one is absent.
+	AnnotationIPsDeprecated                   = "io.cilium/lb-ipam-ips"
+	AnnotationSharingKeyDeprecated            = "io.cilium/lb-ipam-sharing-key"
+	AnnotationSharingCrossNamespaceDeprecated = "io.cilium/lb-ipam-sharing-cross-namespace"
 	// ConditionSatisfied is the Service condition LB IPAM writes.
 	ConditionSatisfied = "cilium.io/IPAMRequestSatisfied"
 	// ClassL2 and ClassBGP are the classes Cilium's LB IPAM serves
@@ -43,11 +48,14 @@ type families struct{ v4, v6 bool }
 // requestOf is what Service svc asks of LB IPAM, as Cilium reads it: the
 // families of ipFamilyPolicy and ipFamilies (single stack by default, the
 // first enabled family), the addresses of lbipam.cilium.io/ips and the
-// deprecated spec.loadBalancerIP, and the sharing terms. A request that
-// does not validate is answered by the store; its error goes to the
-// condition.
-func requestOf(space string, svc *corev1.Service, fams families) alloc.VIPRequest {
-	r := alloc.VIPRequest{
+// deprecated spec.loadBalancerIP, and the sharing terms; each annotation
+// under its deprecated io.cilium/ name when the new one is absent. An
+// entry that is no address is left out, as Cilium leaves it out (the
+// rest of the Service is served), and answered in dropped for the log. A
+// request that does not validate is answered by the store; its error
+// goes to the condition.
+func requestOf(space string, svc *corev1.Service, fams families) (r alloc.VIPRequest, dropped []string) {
+	r = alloc.VIPRequest{
 		Space:      space,
 		Owner:      alloc.VIPOwner{Namespace: svc.Namespace, Name: svc.Name},
 		Labels:     svc.Labels,
@@ -55,15 +63,22 @@ func requestOf(space string, svc *corev1.Service, fams families) alloc.VIPReques
 		Source:     alloc.VIPSourceKubernetes,
 	}
 	r.Families, r.RequireAll = familiesOf(svc.Spec, fams)
-	for _, s := range splitList(svc.Annotations[AnnotationIPs]) {
-		r.Addresses = appendAddr(r.Addresses, s)
-	}
+	named := splitList(annotation(svc, AnnotationIPs, AnnotationIPsDeprecated))
 	if ip := svc.Spec.LoadBalancerIP; ip != "" {
-		r.Addresses = appendAddr(r.Addresses, ip)
+		named = append(named, ip)
+	}
+	for _, s := range named {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		switch {
+		case err != nil:
+			dropped = append(dropped, s)
+		case !slices.Contains(r.Addresses, a):
+			r.Addresses = append(r.Addresses, a)
+		}
 	}
 	r.Sharing = alloc.VIPSharing{
-		Key:                   svc.Annotations[AnnotationSharingKey],
-		CrossNamespace:        splitList(svc.Annotations[AnnotationSharingCrossNamespace]),
+		Key:                   annotation(svc, AnnotationSharingKey, AnnotationSharingKeyDeprecated),
+		CrossNamespace:        splitList(annotation(svc, AnnotationSharingCrossNamespace, AnnotationSharingCrossNamespaceDeprecated)),
 		ExternalTrafficPolicy: string(svc.Spec.ExternalTrafficPolicy),
 		PodSelector:           svc.Spec.Selector,
 		PermitDifferentPods:   svc.Annotations[AnnotationSharingPermitDifferentP] == "true",
@@ -78,21 +93,16 @@ func requestOf(space string, svc *corev1.Service, fams families) alloc.VIPReques
 		}
 		r.Sharing.Ports = append(r.Sharing.Ports, alloc.VIPPort{Port: p.Port, Protocol: proto})
 	}
-	return r
+	return r, dropped
 }
 
-// appendAddr adds the address s names; one that is none is kept as the
-// invalid zero address, so validation refuses the request rather than
-// serving part of it.
-func appendAddr(addrs []netip.Addr, s string) []netip.Addr {
-	a, err := netip.ParseAddr(strings.TrimSpace(s))
-	if err != nil {
-		a = netip.Addr{}
+// annotation is svc's annotation key, else its deprecated spelling: the
+// new one wins when present, even empty (Cilium's annotation.Get).
+func annotation(svc *corev1.Service, key, deprecated string) string {
+	if v, ok := svc.Annotations[key]; ok {
+		return v
 	}
-	if slices.Contains(addrs, a) && a.IsValid() {
-		return addrs
-	}
-	return append(addrs, a)
+	return svc.Annotations[deprecated]
 }
 
 func splitList(s string) []string {

@@ -57,7 +57,10 @@ func TestRequestOf(t *testing.T) {
 			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
 			Ports:                 []corev1.ServicePort{{Port: 80}, {Port: 53, Protocol: corev1.ProtocolUDP}}},
 	}
-	r := requestOf("default", svc, families{true, true})
+	r, dropped := requestOf("default", svc, families{true, true})
+	if len(dropped) > 0 {
+		t.Errorf("dropped %v", dropped)
+	}
 	want := []netip.Addr{netip.MustParseAddr("10.0.10.5"), netip.MustParseAddr("fd00::5"), netip.MustParseAddr("10.0.10.6")}
 	if !slices.Equal(r.Addresses, want) || r.Sharing.Key != "front" || !slices.Equal(r.Sharing.CrossNamespace, []string{"blog", "*"}) ||
 		!r.Sharing.PermitDifferentPods || r.Sharing.ExternalTrafficPolicy != alloc.TrafficPolicyLocal || r.Sharing.PodSelector["app"] != "web" ||
@@ -65,8 +68,33 @@ func TestRequestOf(t *testing.T) {
 		r.Source != alloc.VIPSourceKubernetes || r.Labels["color"] != "blue" || r.Validate() != nil {
 		t.Fatalf("request %+v (%v)", r, r.Validate())
 	}
-	svc.Annotations[AnnotationIPs] = "10.0.10.300"
-	if err := requestOf("default", svc, families{true, true}).Validate(); err == nil {
-		t.Fatal("a bad address validated")
+	// An entry that is no address is left out, the rest served, as
+	// Cilium does; the spec's field too.
+	svc.Annotations[AnnotationIPs] = "10.0.10.300, fd00::5,nonsense"
+	svc.Spec.LoadBalancerIP = "10.0.10"
+	r, dropped = requestOf("default", svc, families{true, true})
+	if !slices.Equal(r.Addresses, want[1:2]) || !slices.Equal(dropped, []string{"10.0.10.300", "nonsense", "10.0.10"}) || r.Validate() != nil {
+		t.Errorf("bad entries: %v, dropped %v (%v)", r.Addresses, dropped, r.Validate())
+	}
+}
+
+// TestRequestOfDeprecatedAnnotations: the io.cilium/lb-ipam-* spellings
+// Cilium v1.20 still reads, each used when its lbipam.cilium.io/
+// successor is absent, and ignored when it is present (even empty).
+func TestRequestOfDeprecatedAnnotations(t *testing.T) {
+	old := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", Annotations: map[string]string{
+		AnnotationIPsDeprecated: "10.0.10.5", AnnotationSharingKeyDeprecated: "front", AnnotationSharingCrossNamespaceDeprecated: "blog"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
+	r, _ := requestOf("default", old, families{true, true})
+	if !slices.Equal(r.Addresses, []netip.Addr{netip.MustParseAddr("10.0.10.5")}) || r.Sharing.Key != "front" ||
+		!slices.Equal(r.Sharing.CrossNamespace, []string{"blog"}) {
+		t.Errorf("deprecated alone: %+v", r)
+	}
+	both := old.DeepCopy()
+	both.Annotations[AnnotationIPs], both.Annotations[AnnotationSharingKey], both.Annotations[AnnotationSharingCrossNamespace] = "10.0.10.6", "", "shop"
+	r, _ = requestOf("default", both, families{true, true})
+	if !slices.Equal(r.Addresses, []netip.Addr{netip.MustParseAddr("10.0.10.6")}) || r.Sharing.Key != "" ||
+		!slices.Equal(r.Sharing.CrossNamespace, []string{"shop"}) {
+		t.Errorf("both spellings: %+v", r)
 	}
 }
