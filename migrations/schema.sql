@@ -403,6 +403,22 @@ CREATE FUNCTION public.ipam_history_reason() RETURNS text
     SELECT coalesce(current_setting('ipam.reason', true), '')
 $$;
 
+CREATE FUNCTION public.ipam_lb_changed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    row_space text := '';
+BEGIN
+    IF TG_ARGV[0] = 'space' AND TG_OP = 'DELETE' THEN
+        row_space := OLD.space;
+    ELSIF TG_ARGV[0] = 'space' THEN
+        row_space := NEW.space;
+    END IF;
+    PERFORM pg_notify('ipam_lb_changed', row_space);
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION public.leases_cooldown_guard() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1034,7 +1050,15 @@ CREATE TRIGGER address_events_vip_stranded AFTER UPDATE ON public.vip_holders FO
 
 CREATE TRIGGER address_ranges_pool_cidr AFTER INSERT ON public.pool_cidrs FOR EACH ROW EXECUTE FUNCTION public.address_ranges_pool_cidr();
 
+CREATE TRIGGER cidr_group_cidrs_changed AFTER INSERT OR DELETE OR UPDATE ON public.cidr_group_cidrs FOR EACH ROW EXECUTE FUNCTION public.ipam_lb_changed('space');
+
+CREATE TRIGGER lb_pools_changed AFTER INSERT OR DELETE OR UPDATE ON public.lb_pools FOR EACH ROW EXECUTE FUNCTION public.ipam_lb_changed('space');
+
 CREATE TRIGGER leases_cooldown BEFORE UPDATE ON public.leases FOR EACH ROW WHEN (((old.state = 'released'::text) AND (new.state <> 'released'::text))) EXECUTE FUNCTION public.leases_cooldown_guard();
+
+CREATE TRIGGER vip_holders_gone AFTER DELETE ON public.vip_holders FOR EACH ROW EXECUTE FUNCTION public.ipam_lb_changed('any');
+
+CREATE TRIGGER vips_freed AFTER DELETE ON public.vips FOR EACH ROW EXECUTE FUNCTION public.ipam_lb_changed('space');
 
 ALTER TABLE ONLY public.address_ranges
     ADD CONSTRAINT address_ranges_lb_pool_id_fkey FOREIGN KEY (lb_pool_id) REFERENCES public.lb_pools(id) ON DELETE CASCADE;
