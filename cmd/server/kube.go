@@ -18,6 +18,7 @@ import (
 	"github.com/ipam-dev/ipam/internal/kube"
 	"github.com/ipam-dev/ipam/internal/lbipam"
 	"github.com/ipam-dev/ipam/internal/leader"
+	"github.com/ipam-dev/ipam/internal/store"
 )
 
 // podMetadata answers the API's Pod lookups from the Kubernetes informers.
@@ -128,6 +129,9 @@ func lbipamFamilies(s string) (v4, v6 bool, err error) {
 // startLBIPAM runs the LB IPAM controller when the configuration asks for
 // it, until ctx ends; done is closed once it has stopped (its Lease given
 // up). Off, it answers a closed channel.
+// The store announces the changes that serve waiting Services at once.
+var _ lbipam.ChangeListener = (*store.Store)(nil)
+
 func startLBIPAM(ctx context.Context, cfg config, st lbipam.Store, log *slog.Logger) (done <-chan struct{}, err error) {
 	stopped := make(chan struct{})
 	if !cfg.LBIPAM {

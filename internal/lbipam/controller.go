@@ -61,6 +61,14 @@ type Store interface {
 	ListVIPOwners(ctx context.Context, space string, page alloc.Page) ([]alloc.VIPAssignment, string, error)
 }
 
+// ChangeListener is a Store that announces the changes that can serve a
+// waiting Service (store.ListenLBChanges): with one, the controller
+// re-evaluates its waiting Services at once, as Cilium does on every pool
+// and Service event; without, at its resync.
+type ChangeListener interface {
+	ListenLBChanges(ctx context.Context, changed func(space string)) error
+}
+
 // Config is how the controller runs.
 type Config struct {
 	// Space is the address space of the cluster's VIP pools.
@@ -157,6 +165,9 @@ type Controller struct {
 
 	mu       sync.Mutex
 	services cache.Indexer // set while leading
+	// waiting are the Services whose last request was not satisfied (by
+	// key), while leading: what a change in the store may serve.
+	waiting map[string]bool
 	// Node IPAM's Nodes and EndpointSlices (by namespace), set while
 	// leading with NodeIPAM.
 	nodes, slices cache.Indexer
@@ -252,11 +263,11 @@ func (c *Controller) lead(ctx context.Context) error {
 		nodeIdx, sliceIdx = ni.GetIndexer(), si.GetIndexer()
 	}
 	c.mu.Lock()
-	c.services, c.nodes, c.slices = informer.GetIndexer(), nodeIdx, sliceIdx
+	c.services, c.nodes, c.slices, c.waiting = informer.GetIndexer(), nodeIdx, sliceIdx, map[string]bool{}
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
-		c.services, c.nodes, c.slices = nil, nil, nil
+		c.services, c.nodes, c.slices, c.waiting = nil, nil, nil, nil
 		c.mu.Unlock()
 	}()
 	go informer.Run(ctx.Done())
@@ -289,8 +300,53 @@ func (c *Controller) lead(ctx context.Context) error {
 			}
 		}
 	})
+	if l, ok := c.store.(ChangeListener); ok {
+		sweeps.Go(func() { c.listen(ctx, l, queue) })
+	}
 	leader.Work(ctx, queue, c.cfg.Workers, func() bool { return c.processNext(ctx, queue) })
 	return nil
+}
+
+// listen queues the waiting Services at every change of the store that
+// may serve them, listening again a second after the connection is lost
+// (a database failover), until ctx ends.
+func (c *Controller) listen(ctx context.Context, l ChangeListener, q workqueue.TypedRateLimitingInterface[string]) {
+	changed := func(space string) {
+		if space != "" && space != c.cfg.Space {
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for key := range c.waiting {
+			q.Add(key)
+		}
+	}
+	for {
+		err := l.ListenLBChanges(ctx, changed)
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("listening for the store's LB IPAM changes; listening again in 1s", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// setWaiting records whether the Service of key waits for an address.
+func (c *Controller) setWaiting(key string, waits bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waiting == nil {
+		return // not leading
+	}
+	if waits {
+		c.waiting[key] = true
+	} else {
+		delete(c.waiting, key)
+	}
 }
 
 func (c *Controller) queueStoreOwners(ctx context.Context, q workqueue.TypedRateLimitingInterface[string]) error {
@@ -397,6 +453,7 @@ func (c *Controller) reconcile(ctx context.Context, key string, fresh bool) erro
 		by = c.handler(svc)
 	}
 	if by != DefaultLBIPAM {
+		c.setWaiting(key, false)
 		if err := c.releaseOwned(ctx, owner); err != nil {
 			return err
 		}
@@ -415,6 +472,11 @@ func (c *Controller) reconcile(ctx context.Context, key string, fresh bool) erro
 	if len(dropped) > 0 {
 		c.log.Warn("Service names entries that are no address: left out, as Cilium leaves them out", "service", key, "entries", dropped)
 	}
+	// Waiting from before the request until it is known satisfied: a
+	// change committed while it runs queues the Service again (the
+	// workqueue runs it once more after this pass) rather than going
+	// unseen.
+	c.setWaiting(key, true)
 	a, err := c.store.AssignVIPs(ctx, r)
 	var ae *alloc.Error
 	if errors.As(err, &ae) && ae.Kind == alloc.KindInvalid {
@@ -429,6 +491,8 @@ func (c *Controller) reconcile(ctx context.Context, key string, fresh bool) erro
 	} else if err != nil {
 		return err
 	}
+	// An invalid request waits for its Service's edit, not the store's.
+	c.setWaiting(key, err == nil && !a.Satisfied)
 	if st, changed := desiredStatus(svc, a, metav1.NewTime(c.cfg.Now())); changed {
 		return c.writeStatus(ctx, svc, st)
 	}

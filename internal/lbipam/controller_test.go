@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,14 +46,22 @@ type env struct {
 	// mirror turns the controllers' mirror on (Cilium's LB IPAM CRDs are
 	// installed for it).
 	mirror bool
+	// resync is the controllers' (a second unless set before they
+	// start); store, when set, is what they use instead of st.
+	resync time.Duration
+	store  Store
 }
 
-func newEnv(t *testing.T, opts ...kubetest.Option) *env { return start(t, false, opts...) }
+func newEnv(t *testing.T, opts ...kubetest.Option) *env { return start(t, false, false, opts...) }
 
 // newMirrorEnv is newEnv with Cilium's LB IPAM CRDs and the mirror on.
-func newMirrorEnv(t *testing.T) *env { return start(t, true) }
+func newMirrorEnv(t *testing.T) *env { return start(t, true, false) }
 
-func start(t *testing.T, mirror bool, opts ...kubetest.Option) *env {
+// newIdleEnv is newEnv with no controller started: the test sets the
+// env up, then starts them.
+func newIdleEnv(t *testing.T) *env { return start(t, false, true) }
+
+func start(t *testing.T, mirror, noController bool, opts ...kubetest.Option) *env {
 	t.Helper()
 	kc := kubetest.Start(t, opts...)
 	if mirror {
@@ -71,8 +80,10 @@ func start(t *testing.T, mirror bool, opts ...kubetest.Option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: t.Context(), kc: kc, kube: kube, st: st, mirror: mirror}
-	e.controller("a")
+	e := &env{t: t, ctx: t.Context(), kc: kc, kube: kube, st: st, mirror: mirror, resync: time.Second}
+	if !noController {
+		e.controller("a")
+	}
 	return e
 }
 
@@ -80,9 +91,13 @@ func start(t *testing.T, mirror bool, opts ...kubetest.Option) *env {
 // test ends.
 func (e *env) controller(identity string) (stop func()) {
 	e.t.Helper()
-	c, err := New(Config{Kube: e.kc.Config(), NodeIPAM: true, Mirror: e.mirror, IPv4: true, IPv6: true, Resync: time.Second, Workers: 16,
+	var st Store = e.st
+	if e.store != nil {
+		st = e.store
+	}
+	c, err := New(Config{Kube: e.kc.Config(), NodeIPAM: true, Mirror: e.mirror, IPv4: true, IPv6: true, Resync: e.resync, Workers: 16,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}, e.st)
+	}, st)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -542,6 +557,86 @@ func TestFinalizerKeepsAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wait("shop", "next", "10.0.10.7 "+alloc.ReasonSatisfied)
+}
+
+// countingStore is the store, counting the controller's requests.
+type countingStore struct {
+	*store.Store
+	assigns atomic.Int64
+}
+
+func (s *countingStore) AssignVIPs(ctx context.Context, r alloc.VIPRequest) (alloc.VIPAssignment, error) {
+	s.assigns.Add(1)
+	return s.Store.AssignVIPs(ctx, r)
+}
+
+// TestWaitingServicesServedAtOnce: with a resync of an hour, Services
+// waiting for an address are served as soon as the store can serve them,
+// as Cilium re-evaluates pending Services on every pool and Service event:
+// an address freed by a deleted Service, a pool widened, a pool created,
+// a disabled pool enabled again. The changes go through the store (as the
+// REST API of any replica makes them), not through this controller. While
+// Services wait and nothing changes, the controller asks the store
+// nothing: re-evaluating one announces no change of its own.
+func TestWaitingServicesServedAtOnce(t *testing.T) {
+	e := newIdleEnv(t)
+	counting := &countingStore{Store: e.st}
+	e.resync, e.store = time.Hour, counting
+	e.controller("a")
+	const soon = 5 * time.Second
+	waitWithin := func(ns, name, want string) {
+		t.Helper()
+		began := time.Now()
+		e.wait(ns, name, want)
+		if d := time.Since(began); d > soon {
+			t.Errorf("%s/%s served after %v", ns, name, d)
+		}
+	}
+	e.pool("p", blocks("10.0.10.1/32"))
+	e.create(service("w", "first"))
+	e.wait("w", "first", "10.0.10.1 satisfied")
+	e.create(service("w", "second"))
+	e.wait("w", "second", " "+alloc.ReasonOutOfIPs)
+
+	// Idle while second waits: a handful of requests at most (informer
+	// events of its own status write), no loop.
+	before := counting.assigns.Load()
+	time.Sleep(2 * time.Second)
+	if n := counting.assigns.Load() - before; n > 3 {
+		t.Errorf("%d requests in 2 s with nothing changing", n)
+	}
+
+	// An address freed by another Service.
+	if err := e.kube.CoreV1().Services("w").Delete(e.ctx, "first", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitWithin("w", "second", "10.0.10.1 satisfied")
+
+	// A pool widened.
+	e.create(service("w", "third"))
+	e.wait("w", "third", " "+alloc.ReasonOutOfIPs)
+	if _, err := e.st.UpdateLBPool(e.ctx, alloc.DefaultSpace, "p", nil, blocks("10.0.10.1/32", "10.0.10.2/32")); err != nil {
+		t.Fatal(err)
+	}
+	waitWithin("w", "third", "10.0.10.2 satisfied")
+
+	// A pool created.
+	e.create(service("w", "fourth"))
+	e.wait("w", "fourth", " "+alloc.ReasonOutOfIPs)
+	e.pool("q", blocks("10.0.11.1/32"))
+	waitWithin("w", "fourth", "10.0.11.1 satisfied")
+
+	// A disabled pool enabled again.
+	disabled := blocks("10.0.12.1/32")
+	disabled.Disabled = true
+	e.pool("r", disabled)
+	e.create(service("w", "fifth"))
+	e.wait("w", "fifth", " "+alloc.ReasonOutOfIPs)
+	disabled.Disabled = false
+	if _, err := e.st.UpdateLBPool(e.ctx, alloc.DefaultSpace, "r", nil, disabled); err != nil {
+		t.Fatal(err)
+	}
+	waitWithin("w", "fifth", "10.0.12.1 satisfied")
 }
 
 // node creates a Node with addresses ("InternalIP=10.1.0.1") and labels.
