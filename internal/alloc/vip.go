@@ -154,6 +154,13 @@ type VIPRequest struct {
 	Labels    map[string]string
 	Families  []Family
 	Addresses []netip.Addr
+	// Adopt, when no address is named, are addresses the owner is seen
+	// holding elsewhere (a Service's status.loadBalancer.ingress written
+	// by the LB IPAM it replaces): a family it lacks takes the first of
+	// them a pool gives it and no one else holds (or shares one on
+	// compatible terms), before any other address. Those it cannot take
+	// are passed over without a word, as Cilium's import passes them over.
+	Adopt []netip.Addr
 	// RequireAll: satisfied only with every family (a single family, or
 	// RequireDualStack); otherwise one is enough (PreferDualStack).
 	RequireAll bool
@@ -189,6 +196,14 @@ func (r VIPRequest) Validate() error {
 		}
 		if slices.Contains(r.Addresses[:i], a) {
 			return Invalid(fmt.Sprintf("addresses[%d]", i), "%s is named twice", a)
+		}
+	}
+	if len(r.Adopt) > MaxVIPAddresses {
+		return Invalid("adopt", "%d addresses; at most %d", len(r.Adopt), MaxVIPAddresses)
+	}
+	for i, a := range r.Adopt {
+		if !a.IsValid() || a.Zone() != "" || a.Is4In6() {
+			return Invalid(fmt.Sprintf("adopt[%d]", i), "%s is not a plain IPv4 or IPv6 address", a)
 		}
 	}
 	if len(r.Addresses) == 0 && len(r.Families) == 0 {

@@ -335,6 +335,13 @@ func (a *vipAssigner) fill(ctx context.Context) error {
 		if slices.Contains(slices.Collect(maps.Values(a.held)), f) {
 			continue
 		}
+		adopted, err := a.adopt(ctx, f)
+		if err != nil {
+			return err
+		}
+		if adopted {
+			continue
+		}
 		shared, err := a.share(ctx, f)
 		if err != nil {
 			return err
@@ -347,6 +354,27 @@ func (a *vipAssigner) fill(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// adopt takes the first address of family f of the request's Adopt that
+// the owner can have as if it named it; one it cannot have is passed
+// over, its refusal unsaid.
+func (a *vipAssigner) adopt(ctx context.Context, f alloc.Family) (bool, error) {
+	for _, addr := range a.r.Adopt {
+		if alloc.FamilyOf(addr) != f {
+			continue
+		}
+		reason, message := a.reason, a.message
+		err := a.named(ctx, addr)
+		a.reason, a.message = reason, message
+		if err != nil {
+			return false, err
+		}
+		if _, ok := a.held[addr]; ok {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // named gives the owner the address it names, from the oldest pool that

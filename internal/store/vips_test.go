@@ -4,6 +4,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -288,6 +289,45 @@ func TestVIPSharingBothFamilies(t *testing.T) {
 		if !a.Satisfied || a.Reason != first.Reason || addrs(a) != addrs(first) {
 			t.Errorf("requireAll %v: %+v, want both of %s shared at once", requireAll, a, addrs(first))
 		}
+	}
+}
+
+// TestVIPAdopt: an owner adopts the first address of Adopt per family it
+// can have (in a pool that gives it, free or shared on compatible terms)
+// and passes over the others without a refusal; with a named address
+// Adopt is not used; an invalid entry is refused naming it.
+func TestVIPAdopt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.lbPool("vips", lbSpec("10.0.10.0/24", "fd00:10::/120"))
+	named := func(name, a string) alloc.VIPRequest {
+		r := svc("a", name)
+		r.Addresses = []netip.Addr{netip.MustParseAddr(a)}
+		return r
+	}
+	f.assign(named("holder", "10.0.10.9"))
+	r := svc("a", "adopter")
+	r.Families = []alloc.Family{alloc.IPv4, alloc.IPv6}
+	r.Adopt = []netip.Addr{netip.MustParseAddr("10.0.10.9"), netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("10.0.10.20"),
+		netip.MustParseAddr("10.0.10.21"), netip.MustParseAddr("fd00:10::30")}
+	if a := f.assign(r); !a.Satisfied || a.Message != "" || addrs(a) != "10.0.10.20,fd00:10::30" {
+		t.Errorf("adopted %+v, want 10.0.10.20 and fd00:10::30 without a word on the others", a)
+	}
+	// Again: it keeps them, whatever Adopt now says.
+	r.Adopt = []netip.Addr{netip.MustParseAddr("10.0.10.21")}
+	if a := f.assign(r); addrs(a) != "10.0.10.20,fd00:10::30" {
+		t.Errorf("again: %+v", a)
+	}
+	n := named("namer", "10.0.10.40")
+	n.Adopt = []netip.Addr{netip.MustParseAddr("10.0.10.41")}
+	if a := f.assign(n); addrs(a) != "10.0.10.40" {
+		t.Errorf("with a named address: %+v", a)
+	}
+	bad := svc("a", "bad")
+	bad.Adopt = []netip.Addr{{}}
+	var ae *alloc.Error
+	if _, err := f.s.AssignVIPs(f.ctx, bad); !errors.As(err, &ae) || ae.Field != "adopt[0]" {
+		t.Errorf("an invalid adopt entry: %v", err)
 	}
 }
 
