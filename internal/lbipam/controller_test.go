@@ -639,6 +639,60 @@ func TestWaitingServicesServedAtOnce(t *testing.T) {
 	waitWithin("w", "fifth", "10.0.12.1 satisfied")
 }
 
+// TestMigrationKeepsAddresses: Services whose status holds addresses
+// written by the LB IPAM this one replaces keep them when a pool gives
+// them, as Cilium's stripOrImportIngresses (TestAllocOnInit): one alone,
+// two sharing one address by their sharing key, one in a namespace the
+// pool does not serve, one whose address no pool has, and one of two
+// claiming the same address without a sharing key. The others get new
+// addresses as any Service would.
+func TestMigrationKeepsAddresses(t *testing.T) {
+	e := newIdleEnv(t)
+	spec := blocks("10.6.0.0/24")
+	spec.ServiceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: alloc.LabelServiceNamespace, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"outsiders"}}}}
+	e.pool("p", spec)
+	e.pool("o", blocks("10.7.0.0/24")) // the outsiders'
+	withStatus := func(svc *corev1.Service, ips ...string) {
+		t.Helper()
+		e.create(svc)
+		got, err := e.kube.CoreV1().Services(svc.Namespace).Get(e.ctx, svc.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range ips {
+			got.Status.LoadBalancer.Ingress = append(got.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+		}
+		if _, err := e.kube.CoreV1().Services(svc.Namespace).UpdateStatus(e.ctx, got, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sharing := func(name string, port int32) *corev1.Service {
+		svc := service("shop", name, port)
+		svc.Annotations[AnnotationSharingKey] = "front"
+		return svc
+	}
+	withStatus(service("shop", "alone"), "10.6.0.123")
+	withStatus(sharing("http", 80), "10.6.0.200")
+	withStatus(sharing("https", 443), "10.6.0.200")
+	withStatus(service("outsiders", "elsewhere"), "10.6.0.50")
+	withStatus(service("shop", "nowhere"), "10.99.0.1")
+	withStatus(service("shop", "claim-a"), "10.6.0.77")
+	withStatus(service("shop", "claim-b"), "10.6.0.77")
+	e.controller("a")
+
+	e.wait("shop", "alone", "10.6.0.123 satisfied")
+	e.wait("shop", "http", "10.6.0.200 satisfied")
+	e.wait("shop", "https", "10.6.0.200 satisfied")
+	e.waitFor("outsiders", "elsewhere", "an address of its own pool", func(got string) bool { return strings.HasPrefix(got, "10.7.0.") })
+	e.waitFor("shop", "nowhere", "an address of the pool", func(got string) bool { return strings.HasPrefix(got, "10.6.0.") })
+	a := e.waitFor("shop", "claim-a", "an address", func(got string) bool { return strings.HasPrefix(got, "10.6.0.") })
+	b := e.waitFor("shop", "claim-b", "an address", func(got string) bool { return strings.HasPrefix(got, "10.6.0.") })
+	if (a == "10.6.0.77 satisfied") == (b == "10.6.0.77 satisfied") {
+		t.Errorf("claim-a %q, claim-b %q: want exactly one to keep 10.6.0.77", a, b)
+	}
+}
+
 // node creates a Node with addresses ("InternalIP=10.1.0.1") and labels.
 func (e *env) node(name string, labels map[string]string, addrs ...string) *corev1.Node {
 	e.t.Helper()

@@ -76,6 +76,22 @@ func requestOf(space string, svc *corev1.Service, fams families) (r alloc.VIPReq
 			r.Addresses = append(r.Addresses, a)
 		}
 	}
+	// What the Service's status already holds, in the families it asks
+	// and unless it names its addresses: a cluster moving over from
+	// Cilium's LB IPAM keeps each Service's address where a pool gives
+	// it (Cilium's stripOrImportIngresses).
+	if len(r.Addresses) == 0 {
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			a, err := netip.ParseAddr(in.IP)
+			if err != nil || a.Zone() != "" || a.Is4In6() || !slices.Contains(r.Families, alloc.FamilyOf(a)) || slices.Contains(r.Adopt, a) {
+				continue
+			}
+			if len(r.Adopt) == alloc.MaxVIPAddresses {
+				break
+			}
+			r.Adopt = append(r.Adopt, a)
+		}
+	}
 	r.Sharing = alloc.VIPSharing{
 		Key:                   annotation(svc, AnnotationSharingKey, AnnotationSharingKeyDeprecated),
 		CrossNamespace:        splitList(annotation(svc, AnnotationSharingCrossNamespace, AnnotationSharingCrossNamespaceDeprecated)),
