@@ -693,6 +693,40 @@ func TestMigrationKeepsAddresses(t *testing.T) {
 	}
 }
 
+// TestRelabelMovesService is Cilium's TestRemoveServiceLabel on a real
+// API server: a Service relabelled out of its pool's selector moves to
+// the pool that now selects it, and without a label any pool selects it
+// is left without an address (no_pool).
+func TestRelabelMovesService(t *testing.T) {
+	e := newEnv(t)
+	colored := func(color, cidr string) alloc.LBPoolSpec {
+		s := blocks(cidr)
+		s.ServiceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"color": color}}
+		return s
+	}
+	e.pool("blue", colored("blue", "10.0.10.0/24"))
+	e.pool("red", colored("red", "10.0.20.0/24"))
+	svc := service("shop", "web")
+	svc.Labels["color"] = "blue"
+	e.create(svc)
+	e.wait("shop", "web", "10.0.10.0 satisfied")
+	relabel := func(color string) {
+		t.Helper()
+		got, err := e.kube.CoreV1().Services("shop").Get(e.ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Labels["color"] = color
+		if _, err := e.kube.CoreV1().Services("shop").Update(e.ctx, got, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relabel("red")
+	e.wait("shop", "web", "10.0.20.0 satisfied")
+	relabel("none")
+	e.wait("shop", "web", " "+alloc.ReasonNoPool)
+}
+
 // node creates a Node with addresses ("InternalIP=10.1.0.1") and labels.
 func (e *env) node(name string, labels map[string]string, addrs ...string) *corev1.Node {
 	e.t.Helper()

@@ -97,12 +97,19 @@ func (s *Store) assignVIPs(ctx context.Context, tx querier, r alloc.VIPRequest) 
 	if err != nil {
 		return alloc.VIPAssignment{}, err
 	}
-	var ownerID, generation int64
+	var (
+		ownerID, generation int64
+		prevJSON            []byte // the request before this one; nil for a new owner
+	)
+	// The subquery of RETURNING reads the statement's snapshot: the row
+	// as it was before the update.
 	err = tx.QueryRow(ctx, `INSERT INTO vip_owners (space, namespace, name, request, satisfied, reason, created_at, updated_at)
 		VALUES (@space, @ns, @name, @request, false, '', @now, @now)
 		ON CONFLICT (space, namespace, name) DO UPDATE SET request = EXCLUDED.request, updated_at = EXCLUDED.updated_at
-		RETURNING id, generation`, namedArgs{"space": r.Space, "ns": r.Owner.Namespace, "name": r.Owner.Name, "request": req,
-		"now": now}).Scan(&ownerID, &generation)
+		RETURNING id, generation,
+			(SELECT o.request FROM vip_owners o WHERE o.space = @space AND o.namespace = @ns AND o.name = @name)`,
+		namedArgs{"space": r.Space, "ns": r.Owner.Namespace, "name": r.Owner.Name, "request": req,
+			"now": now}).Scan(&ownerID, &generation, &prevJSON)
 	if code, _ := pgCode(err); code == codeForeignKey {
 		return alloc.VIPAssignment{}, alloc.NotFound("space", "address space", r.Space)
 	} else if err != nil {
@@ -117,6 +124,16 @@ func (s *Store) assignVIPs(ctx context.Context, tx querier, r alloc.VIPRequest) 
 		return alloc.VIPAssignment{}, err
 	}
 	a := vipAssigner{s: s, tx: tx, r: r, ownerID: ownerID, pools: pools, now: now}
+	if prevJSON != nil {
+		var prev vipRequestJSON
+		if err := json.Unmarshal(prevJSON, &prev); err != nil {
+			return alloc.VIPAssignment{}, fmt.Errorf("owner %s: its stored request: %w", r.Owner, err)
+		}
+		a.prevLabels = prev.Labels
+		if a.prevLabels == nil {
+			a.prevLabels = map[string]string{}
+		}
+	}
 	if err := a.keepOrRelease(ctx, held); err != nil {
 		return alloc.VIPAssignment{}, err
 	}
@@ -214,6 +231,9 @@ type vipAssigner struct {
 	now     time.Time
 	// held are the addresses kept, by address.
 	held map[netip.Addr]alloc.Family
+	// prevLabels are the owner's labels in its previous request; nil for
+	// a new owner.
+	prevLabels map[string]string
 	// reason and message are the first refusal met.
 	reason, message string
 }
@@ -241,6 +261,9 @@ func (a *vipAssigner) keepOrRelease(ctx context.Context, held []heldVIP) error {
 		if want && a.r.Reassign && stranded(a.pools, a.r, h.Addr) {
 			want = false
 		}
+		if want && a.movedByRelabel(h) {
+			want = false
+		}
 		if want && h.Holders > 1 {
 			ok, _, err := a.shareable(ctx, h.id)
 			if err != nil {
@@ -262,6 +285,21 @@ func (a *vipAssigner) keepOrRelease(ctx context.Context, held []heldVIP) error {
 		a.held[h.Addr], families[h.Family] = h.Family, true
 	}
 	return nil
+}
+
+// movedByRelabel reports whether the owner's own edit took h out of every
+// pool that kept it: no pool keeps it for the owner's labels now, one did
+// for its previous labels, and no pool edit had stranded it before. Such
+// an address is given up and a new one taken where the owner now
+// belongs, as Cilium moves a relabelled Service (TestRemoveServiceLabel);
+// an address stranded by an edit of the pools stays (cilium#40358).
+func (a *vipAssigner) movedByRelabel(h heldVIP) bool {
+	if a.prevLabels == nil || h.marked || !stranded(a.pools, a.r, h.Addr) {
+		return false
+	}
+	before := a.r
+	before.Labels = a.prevLabels
+	return !stranded(a.pools, before, h.Addr)
 }
 
 // release drops the owner's holding of the address, and the address with

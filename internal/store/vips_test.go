@@ -331,6 +331,43 @@ func TestVIPAdopt(t *testing.T) {
 	}
 }
 
+// TestVIPRelabelMoves: an owner whose own labels take its address out of
+// the pool that gave it moves, as Cilium moves a relabelled Service
+// (TestRemoveServiceLabel): to the pool its labels now select, or to none
+// (no_pool); an address a pool edit stranded before stays stranded
+// through a relabel, as pool edits never move addresses (cilium#40358).
+func TestVIPRelabelMoves(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	colored := func(color, cidr string) alloc.LBPoolSpec {
+		s := lbSpec(cidr)
+		s.ServiceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"color": color}}
+		return s
+	}
+	f.lbPool("blue", colored("blue", "10.0.10.0/24"))
+	f.lbPool("red", colored("red", "10.0.20.0/24"))
+	if a := f.assign(svc("a", "web", "color", "blue")); addrs(a) != "10.0.10.0" {
+		t.Fatalf("blue: %+v", a)
+	}
+	if a := f.assign(svc("a", "web", "color", "red")); !a.Satisfied || addrs(a) != "10.0.20.0" || a.Addresses[0].Stranded {
+		t.Errorf("relabelled red: %+v, want moved to 10.0.20.0", a)
+	}
+	if a := f.assign(svc("a", "web", "color", "none")); a.Satisfied || a.Reason != alloc.ReasonNoPool || addrs(a) != "" {
+		t.Errorf("relabelled out of every pool: %+v", a)
+	}
+	// Stranded by a pool edit first: a relabel keeps it.
+	f.assign(svc("a", "db", "color", "blue", "tier", "x"))
+	if _, err := f.s.UpdateLBPool(f.ctx, alloc.DefaultSpace, "blue", nil, colored("green", "10.0.10.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.assign(svc("a", "db", "color", "blue", "tier", "x")); addrs(a) != "10.0.10.0(stranded)" {
+		t.Fatalf("after the pool edit: %+v, want 10.0.10.0 stranded", a)
+	}
+	if a := f.assign(svc("a", "db", "color", "blue", "tier", "y")); addrs(a) != "10.0.10.0(stranded)" {
+		t.Errorf("relabelled after the pool edit: %+v, want still 10.0.10.0 stranded", a)
+	}
+}
+
 // TestVIPPoolEditsNeverMove is cilium/cilium#40358: an edit of a pool
 // (a block added, labels, the selector widened, another block removed)
 // leaves 100 Services' addresses where they are; an edit that removes the
