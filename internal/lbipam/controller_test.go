@@ -313,7 +313,7 @@ func TestRequestedAndShared(t *testing.T) {
 	first := service("a", "first")
 	first.Annotations[AnnotationIPs] = "10.0.10.0"
 	e.create(first)
-	e.wait("a", "first", " pool_selector_mismatch")
+	e.wait("a", "first", " already_allocated") // Cilium marks first and last allocated
 	out := service("outsiders", "named")
 	out.Annotations[AnnotationIPs] = "10.0.10.60"
 	e.create(out)

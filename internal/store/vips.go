@@ -419,26 +419,41 @@ func (a *vipAssigner) adopt(ctx context.Context, f alloc.Family) (bool, error) {
 // gives the owner addresses and offers it, or shares it when it is held
 // with the owner's sharing key and compatible terms.
 func (a *vipAssigner) named(ctx context.Context, addr netip.Addr) error {
+	// The refusals are Cilium's (satisfySpecificIPRequests): a disabled
+	// or conflicting pool is as good as none, one whose selector passes
+	// the owner over is a selector mismatch, and an address the pool
+	// keeps out (its first or last under allowFirstLastIPs: No, a
+	// reserved CIDR group's) counts as allocated already, as Cilium marks
+	// them.
 	var pool *lbOffer
-	inRange := ""
+	inRange, keptOut := "", ""
 	for i := range a.pools {
 		p := &a.pools[i]
-		if !slices.ContainsFunc(p.Spec.Blocks, func(b alloc.LBBlock) bool { return b.Range().Contains(addr) }) {
+		if p.Spec.Disabled || p.Conflicting ||
+			!slices.ContainsFunc(p.Spec.Blocks, func(b alloc.LBBlock) bool { return b.Range().Contains(addr) }) {
 			continue
 		}
 		inRange = p.Name
-		if p.Spec.Offers(addr) && p.Gives(a.r.Owner, a.r.Labels) {
-			pool = p
-			break
+		if !p.Gives(a.r.Owner, a.r.Labels) {
+			continue
 		}
+		if !p.Spec.Offers(addr) {
+			keptOut = p.Name
+			continue
+		}
+		pool = p
+		break
 	}
-	if pool == nil {
-		if inRange == "" {
-			a.refuse(alloc.ReasonNoPool, "No pool exists with a block containing %s", addr)
-		} else {
-			a.refuse(alloc.ReasonPoolSelectorMismatch,
-				"The pool %q holding %s does not give it to this owner (its selector, disabled, conflicting, or its first or last address kept out)", inRange, addr)
-		}
+	switch {
+	case pool != nil:
+	case keptOut != "":
+		a.refuse(alloc.ReasonAlreadyAllocated, "The address %s is kept out of pool %q (its first or last address, or a reserved CIDR group's)", addr, keptOut)
+		return nil
+	case inRange != "":
+		a.refuse(alloc.ReasonPoolSelectorMismatch, "The pool %q with a block containing %s does not select this owner", inRange, addr)
+		return nil
+	default:
+		a.refuse(alloc.ReasonNoPool, "No enabled pool exists with a block containing %s", addr)
 		return nil
 	}
 	var one int
@@ -453,8 +468,11 @@ func (a *vipAssigner) named(ctx context.Context, addr netip.Addr) error {
 		return a.insert(ctx, pool.id, addr)
 	case err != nil:
 		return err
-	case a.r.Sharing.Key == "" || key != a.r.Sharing.Key:
+	case a.r.Sharing.Key == "":
 		a.refuse(alloc.ReasonAlreadyAllocated, "The address %s is already held by another owner", addr)
+		return nil
+	case key != a.r.Sharing.Key:
+		a.refuse(alloc.ReasonIncompatibleSharing, "The address %s is held by an owner it cannot share with: different sharing key", addr)
 		return nil
 	}
 	ok, why, err := a.shareable(ctx, vipID)

@@ -122,6 +122,9 @@ func TestVIPRequestedAddresses(t *testing.T) {
 	blue.ServiceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"color": "blue"}}
 	blue.ReserveFirstLast = true
 	f.lbPool("blue", blue)
+	grey := lbSpec("10.0.12.0/24")
+	grey.Disabled = true
+	f.lbPool("grey", grey)
 	named := func(name string, a ...string) alloc.VIPRequest {
 		r := svc("default", name, "color", "blue")
 		for _, s := range a {
@@ -138,9 +141,14 @@ func TestVIPRequestedAddresses(t *testing.T) {
 	}{
 		{named("outside", "10.0.11.5"), alloc.ReasonNoPool},
 		{func() alloc.VIPRequest { r := named("red", "10.0.10.50"); r.Labels["color"] = "red"; return r }(), alloc.ReasonPoolSelectorMismatch},
-		{named("first", "10.0.10.0"), alloc.ReasonPoolSelectorMismatch},
-		{named("last", "10.0.10.255"), alloc.ReasonPoolSelectorMismatch},
+		// Cilium's reasons: first and last under allowFirstLastIPs: No are
+		// marked allocated; a disabled pool is as good as none; a holder
+		// of another sharing key is an incompatible service.
+		{named("first", "10.0.10.0"), alloc.ReasonAlreadyAllocated},
+		{named("last", "10.0.10.255"), alloc.ReasonAlreadyAllocated},
+		{named("disabled", "10.0.12.5"), alloc.ReasonNoPool},
 		{named("taken", "10.0.10.100"), alloc.ReasonAlreadyAllocated},
+		{func() alloc.VIPRequest { r := named("keyed", "10.0.10.100"); r.Sharing.Key = "k"; return r }(), alloc.ReasonIncompatibleSharing},
 	} {
 		a := f.assign(c.r)
 		if a.Satisfied || a.Reason != c.reason || len(a.Addresses) != 0 {
