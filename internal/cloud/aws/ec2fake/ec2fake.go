@@ -48,6 +48,7 @@ type InstanceType struct {
 // Types are the instance types every Server knows, with EC2's limits.
 var Types = map[string]InstanceType{
 	"t2.medium": {Interfaces: 3, IPv4PerInterface: 6, IPv6PerInterface: 6},
+	"t3.nano":   {Interfaces: 2, IPv4PerInterface: 2, IPv6PerInterface: 2, Nitro: true},
 	"t3.small":  {Interfaces: 3, IPv4PerInterface: 4, IPv6PerInterface: 4, Nitro: true},
 	"m5.large":  {Interfaces: 3, IPv4PerInterface: 10, IPv6PerInterface: 10, Nitro: true},
 	"c5.xlarge": {Interfaces: 4, IPv4PerInterface: 15, IPv6PerInterface: 15, Nitro: true},
@@ -196,6 +197,24 @@ func (s *Server) AttachInterface(instanceID, subnetID string, device int) (strin
 		return "", fmt.Errorf("%s: %s", e.Code, e.Message)
 	}
 	return f.id, nil
+}
+
+// AttachTaggedInterface is AttachInterface with tags on the interface
+// and n secondary addresses assigned: one a user attached for something
+// else than Pods.
+func (s *Server) AttachTaggedInterface(instanceID, subnetID string, device int, tags map[string]string, n int) (string, error) {
+	id, err := s.AttachInterface(instanceID, subnetID, device)
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.ifaces[id]
+	f.tags = maps.Clone(tags)
+	if _, _, e := s.takeLocked(f, n, false); e != nil {
+		return "", fmt.Errorf("%s: %s", e.Code, e.Message)
+	}
+	return id, nil
 }
 
 // TerminateInstance terminates an instance: its interfaces marked delete
