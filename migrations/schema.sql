@@ -717,6 +717,10 @@ CREATE TABLE public.nodes (
     updated_at timestamp with time zone NOT NULL,
     cilium_crd boolean DEFAULT false NOT NULL,
     cilium_cluster_pool boolean DEFAULT false NOT NULL,
+    first_interface_index integer,
+    exclude_interface_tags jsonb,
+    CONSTRAINT nodes_exclude_interface_tags_check CHECK ((jsonb_typeof(exclude_interface_tags) = 'object'::text)),
+    CONSTRAINT nodes_first_interface_index_check CHECK ((first_interface_index >= 0)),
     CONSTRAINT nodes_name_check CHECK ((name <> ''::text))
 );
 

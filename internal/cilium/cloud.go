@@ -36,6 +36,13 @@ import (
 //   - the status carries that reading, as Cilium's operator writes it:
 //     status.eni.enis on AWS, status.azure.interfaces on Azure.
 //
+// On AWS the CiliumNode's spec.eni says which interfaces are for Pods, as
+// Cilium's AWS operator reads it (ENI.IsExcludedBySpec): none below its
+// first-interface-index, none carrying every tag of its
+// exclude-interface-tags. It is recorded with the providerID, and the
+// workers neither count, nor add to, nor give back from the others; no
+// address of theirs enters spec.ipam.pool.
+//
 // Cilium's agent in ipam.mode=eni (v1.20) allocates from the addresses
 // status.eni.enis lists, so each interface lists exactly the CiliumNode's
 // pool addresses it holds; the agent reports the ones it keeps (in use
@@ -61,10 +68,12 @@ func (o *Operator) providerID(name string, cn *ciliumv2.CiliumNode) string {
 }
 
 // cloudNode is what a round knows of the node's cloud: whether its pool
-// is a cloud pool, and the provider its providerID names.
+// is a cloud pool, the provider its providerID names, and the workers'
+// last reading of its interfaces.
 type cloudNode struct {
 	isCloud  bool
 	provider alloc.CloudProvider
+	reading  store.CloudInterfaces
 }
 
 // cloudOf records the node's providerID when its pool is a cloud pool, for
@@ -74,7 +83,11 @@ func (o *Operator) cloudOf(ctx context.Context, name string, cn *ciliumv2.Cilium
 	if pid == "" {
 		return cloudNode{}, nil
 	}
-	isCloud, err := o.store.SetCiliumNodeProviderID(ctx, o.cfg.Space, name, o.nodeLabels(name, cn), o.cfg.DefaultPool, pid)
+	var pods store.PodInterfaces
+	if strings.HasPrefix(pid, string(alloc.CloudAWS)+"://") {
+		pods = podInterfaces(cn.Spec.ENI)
+	}
+	isCloud, err := o.store.SetCiliumNodeProviderID(ctx, o.cfg.Space, name, o.nodeLabels(name, cn), o.cfg.DefaultPool, pid, pods)
 	if err != nil || !isCloud {
 		return cloudNode{}, err
 	}
@@ -85,7 +98,32 @@ func (o *Operator) cloudOf(ctx context.Context, name string, cn *ciliumv2.Cilium
 	case strings.HasPrefix(pid, string(alloc.CloudAzure)+"://"):
 		c.provider = alloc.CloudAzure
 	}
+	if c.reading, err = o.store.CloudInterfaces(ctx, o.cfg.Space, name); err != nil {
+		return cloudNode{}, fmt.Errorf("reading the node's cloud interfaces: %w", err)
+	}
 	return c, nil
+}
+
+// podInterfaces is what a CiliumNode's spec.eni says of the interfaces
+// for Pods.
+func podInterfaces(spec awstypes.ENISpec) store.PodInterfaces {
+	pi := store.PodInterfaces{ExcludeTags: spec.ExcludeInterfaceTags}
+	if spec.FirstInterfaceIndex != nil {
+		first := *spec.FirstInterfaceIndex
+		pi.FirstIndex = &first
+	}
+	return pi
+}
+
+// excludedBySpec says whether the CiliumNode's spec.eni leaves interface f
+// out of Pod addressing (Cilium's ENI.IsExcludedBySpec); on Azure nothing
+// is.
+func excludedBySpec(p alloc.CloudProvider, spec awstypes.ENISpec, f store.CloudInterface) bool {
+	if p != alloc.CloudAWS {
+		return false
+	}
+	e := awstypes.ENI{Number: f.DeviceIndex, Tags: f.Tags}
+	return e.IsExcludedBySpec(spec)
 }
 
 // excessReleased says whether a node of the provider's cloud pool (""
@@ -112,10 +150,11 @@ func (o *Operator) cloudRound(ctx context.Context, name string, cn, desired *cil
 	if !c.isCloud {
 		return nil
 	}
-	reading, err := o.store.CloudInterfaces(ctx, o.cfg.Space, name)
-	if err != nil {
-		return fmt.Errorf("reading the node's cloud interfaces: %w", err)
-	}
+	// Interfaces the node's spec.eni leaves out hold none of its pool's
+	// addresses.
+	forPods := slices.DeleteFunc(slices.Clone(c.reading.Interfaces), func(f store.CloudInterface) bool {
+		return excludedBySpec(c.provider, cn.Spec.ENI, f)
+	})
 	pool := desired.Spec.IPAM.Pool
 	onIface := map[string][]netip.Addr{}
 	for ip, a := range pool {
@@ -123,7 +162,7 @@ func (o *Operator) cloudRound(ctx context.Context, name string, cn, desired *cil
 		if err != nil {
 			continue
 		}
-		f := interfaceHolding(reading.Interfaces, addr)
+		f := interfaceHolding(forPods, addr)
 		if f == nil && inUse(used, addr) {
 			// In use, yet not in the last reading: a reading that lags
 			// the assignment (the clouds' reads are eventually
@@ -133,7 +172,7 @@ func (o *Operator) cloudRound(ctx context.Context, name string, cn, desired *cil
 			// the status lacks or one that does not list the address
 			// (pkg/ipam/eni.go, validateENIConfig), and the crd agent
 			// routes the address by its entry's interface.
-			f = interfaceByID(reading.Interfaces, cn.Spec.IPAM.Pool[ip].Resource)
+			f = interfaceByID(forPods, cn.Spec.IPAM.Pool[ip].Resource)
 			if f == nil {
 				o.log.Warn("an address in use is on none of the node's interfaces the cloud last listed", "node", name, "address", ip)
 			}
@@ -153,9 +192,11 @@ func (o *Operator) cloudRound(ctx context.Context, name string, cn, desired *cil
 	}
 	switch c.provider {
 	case alloc.CloudAWS:
-		desired.Status.ENI.ENIs = eniStatus(reading.Interfaces, onIface)
+		desired.Status.ENI.ENIs = eniStatus(c.reading.Interfaces, onIface, func(f store.CloudInterface) bool {
+			return excludedBySpec(c.provider, cn.Spec.ENI, f)
+		})
 	case alloc.CloudAzure:
-		desired.Status.Azure.Interfaces = azureStatus(reading.Interfaces, onIface)
+		desired.Status.Azure.Interfaces = azureStatus(c.reading.Interfaces, onIface)
 	}
 	return nil
 }
@@ -201,8 +242,11 @@ func interfaceHolding(ifaces []store.CloudInterface, a netip.Addr) *store.CloudI
 // eniStatus is status.eni.enis: every interface of the reading with what
 // the agent routes by (MAC, device number, subnet, VPC ranges) and, as
 // its addresses, the node's pool addresses it holds (sorted), so that the
-// agent allocates those and no other.
-func eniStatus(ifaces []store.CloudInterface, pool map[string][]netip.Addr) map[string]awstypes.ENI {
+// agent allocates those and no other. An interface the node's spec.eni
+// excludes is listed with what it holds, as Cilium's operator lists every
+// ENI (PopulateStatusFields): the agent skips it by the same spec
+// (pkg/ipam/eni.go).
+func eniStatus(ifaces []store.CloudInterface, pool map[string][]netip.Addr, excluded func(store.CloudInterface) bool) map[string]awstypes.ENI {
 	if len(ifaces) == 0 {
 		return nil
 	}
@@ -218,7 +262,14 @@ func eniStatus(ifaces []store.CloudInterface, pool map[string][]netip.Addr) map[
 				e.VPC.CIDRs = append(e.VPC.CIDRs, iputil.PrefixFrom(c))
 			}
 		}
-		for _, a := range slices.SortedFunc(slices.Values(pool[f.ID]), netip.Addr.Compare) {
+		addrs := pool[f.ID]
+		if excluded(f) {
+			addrs = f.Addresses
+			for _, p := range f.Prefixes {
+				e.Prefixes = append(e.Prefixes, iputil.PrefixFrom(p))
+			}
+		}
+		for _, a := range slices.SortedFunc(slices.Values(addrs), netip.Addr.Compare) {
 			e.Addresses = append(e.Addresses, iputil.AddrFrom(a))
 		}
 		out[f.ID] = e

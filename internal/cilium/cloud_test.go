@@ -119,6 +119,28 @@ func newENIWorldV6(t *testing.T, spec alloc.CloudSpec, delay time.Duration, v6 n
 // v6 is valid, its operator set by tweak.
 func newENIWorldWith(t *testing.T, spec alloc.CloudSpec, v6 netip.Prefix, tweak func(*Config)) *eniWorld {
 	t.Helper()
+	return newENIWorldOf(t, eniWorldOptions{spec: spec, v6: v6, operator: tweak})
+}
+
+// eniWorldOptions shape an eniWorld.
+type eniWorldOptions struct {
+	spec     alloc.CloudSpec
+	v6       netip.Prefix
+	operator func(*Config)
+	// instanceType is node-a's instance's, m5.large when "".
+	instanceType string
+	// node, when set, makes node-a's CiliumNode what it should be before
+	// its creation instead of pre-allocate 4; it may attach interfaces to
+	// the instance first.
+	node func(cn *ciliumv2.CiliumNode, fake *ec2fake.Server, inst string)
+}
+
+func newENIWorldOf(t *testing.T, o eniWorldOptions) *eniWorld {
+	t.Helper()
+	spec, v6, tweak := o.spec, o.v6, o.operator
+	if o.instanceType == "" {
+		o.instanceType = "m5.large"
+	}
 	pool := alloc.PoolSpec{IPv4: v4(28, "10.90.0.0/24"), NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec}
 	if v6.IsValid() {
 		pool.IPv6 = &alloc.PoolFamily{CIDRs: []netip.Prefix{v6}, MaskSize: 96}
@@ -130,7 +152,7 @@ func newENIWorldWith(t *testing.T, spec alloc.CloudSpec, v6 netip.Prefix, tweak 
 	if v6.IsValid() {
 		fake.AddSubnetIPv6("subnet-0123456789abcdef0", netip.PrefixFrom(v6.Addr(), 64))
 	}
-	inst, eni0, err := fake.AddInstance("m5.large", "subnet-0123456789abcdef0")
+	inst, eni0, err := fake.AddInstance(o.instanceType, "subnet-0123456789abcdef0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +170,10 @@ func newENIWorldWith(t *testing.T, spec alloc.CloudSpec, v6 netip.Prefix, tweak 
 	cn.Spec.InstanceID = inst
 	cn.Spec.ENI.AvailabilityZone = "eu-west-1a"
 	cn.Spec.IPAM.PreAllocate = 4
+	if o.node != nil {
+		cn.Spec.IPAM.PreAllocate = 0
+		o.node(cn, fake, inst)
+	}
 	if _, err := e.client.CiliumV2().CiliumNodes().Create(e.ctx, cn, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

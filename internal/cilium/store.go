@@ -43,10 +43,11 @@ type Store interface {
 	ReleaseAllNodeAddresses(ctx context.Context, space, node string) (int, error)
 	// CiliumNodes names the nodes holding single addresses.
 	CiliumNodes(ctx context.Context, space string) ([]string, error)
-	// SetCiliumNodeProviderID records the node's providerID when its
-	// labels select a cloud pool of that cloud, and answers whether they
-	// do.
-	SetCiliumNodeProviderID(ctx context.Context, space, node string, labels map[string]string, defaultPool, providerID string) (bool, error)
+	// SetCiliumNodeProviderID records the node's providerID, and which
+	// of its interfaces hold Pod addresses (its spec.eni), when its labels
+	// select a cloud pool of that cloud, and answers whether they do.
+	SetCiliumNodeProviderID(ctx context.Context, space, node string, labels map[string]string, defaultPool, providerID string,
+		ifaces store.PodInterfaces) (bool, error)
 	// CloudInterfaces is the capacity workers' last reading of the
 	// node's cloud interfaces.
 	CloudInterfaces(ctx context.Context, space, node string) (store.CloudInterfaces, error)

@@ -29,8 +29,14 @@ type PlanOptions struct {
 	// UsePrimary gives Pods the interfaces' primary addresses too.
 	UsePrimary bool
 	// FirstDevice is the first interface (device index) holding Pod
-	// addresses; those below it are left alone.
+	// addresses; those below it are left alone, and new interfaces are
+	// attached from it on.
 	FirstDevice int
+	// ExcludeTags, when set, leave alone every interface carrying all of
+	// these tags with these values, as those below FirstDevice (a
+	// CiliumNode's spec.eni.exclude-interface-tags; Cilium's
+	// ENI.IsExcludedBySpec).
+	ExcludeTags map[string]string
 	// MaxPods bounds the addresses the VPC CNI's sizing asks for; 0 is
 	// the instance type's (Limits.MaxPods).
 	MaxPods int
@@ -38,6 +44,27 @@ type PlanOptions struct {
 	// interface for Pods. It is not sized: one holds more than any node
 	// leases.
 	IPv6 bool
+}
+
+// ForPods says whether interface f holds Pod addresses under o: from
+// FirstDevice on, not excluded by its tags, and not being detached. The
+// others are neither counted, nor added to, nor given back from.
+func (o PlanOptions) ForPods(f Interface) bool {
+	return f.DeviceIndex >= o.FirstDevice && !o.Excludes(f) && !f.Detaching
+}
+
+// Excludes says whether f carries every one of o.ExcludeTags (none set
+// excludes nothing).
+func (o PlanOptions) Excludes(f Interface) bool {
+	if len(o.ExcludeTags) == 0 {
+		return false
+	}
+	for k, v := range o.ExcludeTags {
+		if have, ok := f.Tags[k]; !ok || have != v {
+			return false
+		}
+	}
+	return true
 }
 
 // NodeState is what the workers know of a node when they plan for it.
@@ -99,8 +126,8 @@ type Release struct {
 }
 
 // PlanNode decides one round for a node: how many addresses it lacks or
-// holds in excess by the pool's sizing, counted over the interfaces from
-// FirstDevice on, and where to add or what to give back. It adds to the
+// holds in excess by the pool's sizing, counted over the interfaces for
+// Pods (PlanOptions.ForPods), and where to add or what to give back. It adds to the
 // first interface (by device index) with a free slot, else to a new
 // interface while the instance takes one, as Cilium's operator does; it
 // gives back the unused addresses of the interface with the most of them,
@@ -111,9 +138,10 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 		return Plan{}, fmt.Errorf("instance type %s takes no prefixes", s.Instance.Type)
 	}
 	ifaces := slices.Clone(s.Instance.Interfaces)
-	// Interfaces below FirstDevice, and those being detached, hold no
-	// Pod address; they still count against the instance's interfaces.
-	ifaces = slices.DeleteFunc(ifaces, func(f Interface) bool { return f.DeviceIndex < o.FirstDevice || f.Detaching })
+	// Interfaces below FirstDevice, excluded by their tags, or being
+	// detached hold no Pod address; they still count against the
+	// instance's interfaces.
+	ifaces = slices.DeleteFunc(ifaces, func(f Interface) bool { return !o.ForPods(f) })
 	slices.SortFunc(ifaces, func(a, b Interface) int { return cmp.Compare(a.DeviceIndex, b.DeviceIndex) })
 
 	var held, used, prefixes, freePrefixes int

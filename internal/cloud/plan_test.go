@@ -32,6 +32,12 @@ func eni(device, n int, prefixes ...string) Interface {
 	return f
 }
 
+// tagged is f with tag k=v.
+func tagged(f Interface, k, v string) Interface {
+	f.Tags = map[string]string{k: v}
+	return f
+}
+
 // uses marks the first n secondary addresses of f used.
 func uses(used map[netip.Addr]bool, f Interface, n int) map[netip.Addr]bool {
 	if used == nil {
@@ -89,6 +95,21 @@ func TestPlanNode(t *testing.T) {
 		{"interfaces below the first device hold no Pod address",
 			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 0)}}},
 			PlanOptions{Sizing: pre(8), FirstDevice: 1}, Plan{Create: &Creation{Count: 8}}},
+		{"an interface carrying the excluded tags is not counted: the need goes to the next",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 0), tagged(eni(1, 9), "cilium-exclude", "yes")}}},
+			PlanOptions{Sizing: pre(4), ExcludeTags: map[string]string{"cilium-exclude": "yes"}}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 4}}},
+		{"an excluded interface is added to by no round, even with free slots",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{tagged(eni(0, 0), "role", "system"), full1}}, Used: uses(nil, full1, 9)},
+			PlanOptions{Sizing: pre(4), ExcludeTags: map[string]string{"role": "system"}}, Plan{Create: &Creation{Count: 4}}},
+		{"an excluded interface's unused addresses are never given back (9 held, 2 used, pre-allocate 4: 3 from eni-0)",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 9), tagged(eni(1, 9), "role", "system")}}, Used: uses(nil, eni(0, 9), 2)},
+			PlanOptions{Sizing: pre(4), ExcludeTags: map[string]string{"role": "system"}}, Plan{Release: &Release{Interface: "eni-0", Addresses: addrs(0, 8, 6)}}},
+		{"excluded interfaces still count against the instance's",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{full0, tagged(eni(1, 0), "role", "system"), full2}}, Used: uses(uses(nil, full0, 9), full2, 9)},
+			PlanOptions{Sizing: pre(4), ExcludeTags: map[string]string{"role": "system"}}, Plan{Full: true}},
+		{"only an interface carrying every excluded tag is excluded",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{tagged(eni(0, 4), "role", "system")}}},
+			PlanOptions{Sizing: pre(4), ExcludeTags: map[string]string{"role": "system", "team": "net"}}, Plan{}},
 		{"prefixes: the need in /28s",
 			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 0)}}},
 			PlanOptions{Sizing: pre(20), Prefixes: true}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 2, Fallback: 9}}},

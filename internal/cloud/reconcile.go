@@ -27,7 +27,6 @@ type Reconciler struct {
 	// Interfaces creates interfaces when a node's are full; nil for a
 	// cloud that never creates one (Azure), whose nodes then stay full.
 	Interfaces InterfaceManager
-	Options    PlanOptions
 	// Subnets and SecurityGroups place new interfaces (ChooseSubnets,
 	// SecurityGroupsFor); SecurityGroupTags, when SecurityGroups is
 	// empty, name the groups by tags instead (resolved in the instance's
@@ -57,24 +56,25 @@ type Added struct {
 	Prefixes     []netip.Prefix
 }
 
-// Round plans a round for node in state s and makes its one add: to an
+// Round plans a round for node in state s with options o (the pool's,
+// with what the node says of its own interfaces) and makes its one add: to an
 // interface with room (a prefix request on a subnet without a free
 // aligned /28 falls back to single addresses, and the subnet is asked no
 // prefix for its cooldown), or to a new interface in the first subnet
 // with room (a subnet that answers full cools down and the next is
 // tried). It answers the plan and what was added; with nothing to add, an
 // empty Added.
-func (r *Reconciler) Round(ctx context.Context, node string, s NodeState) (Plan, Added, error) {
-	plan, err := PlanNode(s, r.Options)
+func (r *Reconciler) Round(ctx context.Context, node string, s NodeState, o PlanOptions) (Plan, Added, error) {
+	plan, err := PlanNode(s, o)
 	if err != nil {
 		return plan, Added{}, err
 	}
 	switch {
 	case plan.Assign != nil:
-		got, err := r.assign(ctx, plan.Assign, subnetOf(s.Instance, plan.Assign.Interface))
+		got, err := r.assign(ctx, o, plan.Assign, subnetOf(s.Instance, plan.Assign.Interface))
 		return plan, Added{Interface: plan.Assign.Interface, Addresses: got.Addresses, Prefixes: got.Prefixes}, err
 	case plan.Create != nil && r.Interfaces != nil:
-		f, err := r.create(ctx, node, s.Instance, plan.Create)
+		f, err := r.create(ctx, o, node, s.Instance, plan.Create)
 		return plan, Added{Interface: f.ID, Created: err == nil, NewInterface: f, Addresses: f.Addresses, Prefixes: f.Prefixes}, err
 	}
 	return plan, Added{}, nil
@@ -82,8 +82,8 @@ func (r *Reconciler) Round(ctx context.Context, node string, s NodeState) (Plan,
 
 // assign makes a's add to an interface of subnet, falling back from
 // prefixes to single addresses on a fragmented subnet.
-func (r *Reconciler) assign(ctx context.Context, a *Assignment, subnet string) (Assigned, error) {
-	if !r.Options.Prefixes {
+func (r *Reconciler) assign(ctx context.Context, o PlanOptions, a *Assignment, subnet string) (Assigned, error) {
+	if !o.Prefixes {
 		return r.Provider.Assign(ctx, a.Interface, a.Count, false)
 	}
 	if !r.Cooling(fragmented(subnet)) {
@@ -117,14 +117,14 @@ func subnetOf(inst Instance, id string) string {
 
 // create makes a new interface with n units for node, trying the chosen
 // subnets in turn.
-func (r *Reconciler) create(ctx context.Context, node string, inst Instance, c *Creation) (Interface, error) {
+func (r *Reconciler) create(ctx context.Context, o PlanOptions, node string, inst Instance, c *Creation) (Interface, error) {
 	n := c.Count
 	subnets, err := r.Interfaces.Subnets(ctx, inst.VPC, inst.Zone)
 	if err != nil {
 		return Interface{}, err
 	}
 	need := n
-	if r.Options.Prefixes {
+	if o.Prefixes {
 		need = n * IPv4PrefixSize
 	}
 	explicit := r.SecurityGroups
@@ -150,10 +150,10 @@ func (r *Reconciler) create(ctx context.Context, node string, inst Instance, c *
 	tags[TagNode] = node
 	var errs []error
 	for _, sn := range ChooseSubnets(subnets, inst, r.Subnets, need, r.Cooling) {
-		spec := InterfaceSpec{Instance: inst.ID, Subnet: sn.ID, SecurityGroups: groups, Tags: tags, FirstDevice: r.Options.FirstDevice}
-		if r.Options.Prefixes && !r.Cooling(fragmented(sn.ID)) {
+		spec := InterfaceSpec{Instance: inst.ID, Subnet: sn.ID, SecurityGroups: groups, Tags: tags, FirstDevice: o.FirstDevice}
+		if o.Prefixes && !r.Cooling(fragmented(sn.ID)) {
 			spec.Prefixes = n
-		} else if r.Options.Prefixes {
+		} else if o.Prefixes {
 			spec.Addresses = c.Fallback
 		} else {
 			spec.Addresses = n

@@ -261,6 +261,22 @@ type CloudNode struct {
 	// counts them free (else the cloud would hold Pods plus both
 	// pre-allocations); their rows keep them from going back.
 	Reserved []netip.Addr
+	// PodInterfaces is what the node says of its own interfaces (a
+	// CiliumNode's spec.eni), to be honoured over the pool's spec.cloud.
+	PodInterfaces PodInterfaces
+}
+
+// PodInterfaces say which of a node's cloud interfaces hold Pod
+// addresses, as a CiliumNode's spec.eni says it (Cilium's
+// ENI.IsExcludedBySpec): those from FirstIndex on that do not carry every
+// one of ExcludeTags.
+type PodInterfaces struct {
+	// FirstIndex is the first device index for Pods; nil when the node
+	// does not say (the pool's spec.cloud decides).
+	FirstIndex *int
+	// ExcludeTags leave out the interfaces carrying all of them, with
+	// these values; none when empty.
+	ExcludeTags map[string]string
 }
 
 // CloudBlock is one recorded cloud block.
@@ -292,7 +308,7 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 		if spec == nil {
 			return alloc.Invalid("pool", "pool %q is no cloud pool", pool)
 		}
-		rows, err := tx.Query(ctx, `SELECT n.name, n.provider_id,
+		rows, err := tx.Query(ctx, `SELECT n.name, n.provider_id, n.first_interface_index, n.exclude_interface_tags,
 				coalesce((SELECT json_agg(json_build_object('prefix', b.cidr, 'iface', b.cloud_interface, 'drained', b.capacity = 0) ORDER BY b.cidr)
 					FROM blocks b WHERE b.node_id = n.id AND b.pool_id = $2), '[]'),
 				coalesce((SELECT array_agg(l.addr ORDER BY l.addr) FROM leases l JOIN blocks b ON b.id = l.block_id
@@ -312,7 +328,7 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 				Iface   string       `json:"iface"`
 				Drained bool         `json:"drained"`
 			}
-			if err := r.Scan(&n.Name, &n.ProviderID, &blocks, &n.Used, &n.Reserved); err != nil {
+			if err := r.Scan(&n.Name, &n.ProviderID, &n.PodInterfaces.FirstIndex, &n.PodInterfaces.ExcludeTags, &blocks, &n.Used, &n.Reserved); err != nil {
 				return n, err
 			}
 			for _, b := range blocks {
@@ -407,11 +423,13 @@ const maxProviderIDLen = 512
 // (as ReserveNodeAddresses selects it) is a cloud pool of that
 // providerID's cloud, and answers whether it is. Recorded, the node is one
 // of the pool's CloudNodes: the capacity workers give it the cloud's
-// addresses the CiliumNode's pool then reserves. A node of a carved pool
+// addresses the CiliumNode's pool then reserves, on the interfaces ifaces
+// (the CiliumNode's spec.eni) says hold Pod addresses, recorded with it. A node of a carved pool
 // gets no providerID from here, so no cloud addresses. A node the store
 // does not know yet is left alone (false); so is one whose providerID is
 // already that.
-func (s *Store) SetCiliumNodeProviderID(ctx context.Context, space, node string, nodeLabels map[string]string, defaultPool, providerID string) (bool, error) {
+func (s *Store) SetCiliumNodeProviderID(ctx context.Context, space, node string, nodeLabels map[string]string, defaultPool, providerID string,
+	ifaces PodInterfaces) (bool, error) {
 	if defaultPool == "" {
 		defaultPool = s.opts.DefaultPool
 	}
@@ -427,6 +445,17 @@ func (s *Store) SetCiliumNodeProviderID(ctx context.Context, space, node string,
 	}
 	if providerID == "" || len(providerID) > maxProviderIDLen || strings.ContainsFunc(providerID, unicode.IsControl) {
 		return false, alloc.Invalid("providerID", "must be 1 to %d characters, none a control character", maxProviderIDLen)
+	}
+	if ifaces.FirstIndex != nil && *ifaces.FirstIndex < 0 {
+		return false, alloc.Invalid("firstInterfaceIndex", "must not be negative")
+	}
+	var excludeTags []byte
+	if len(ifaces.ExcludeTags) > 0 {
+		b, err := json.Marshal(ifaces.ExcludeTags)
+		if err != nil {
+			return false, err
+		}
+		excludeTags = b
 	}
 	var isCloud bool
 	err := s.inTx(ctx, func(tx querier) error {
@@ -451,8 +480,11 @@ func (s *Store) SetCiliumNodeProviderID(ctx context.Context, space, node string,
 			return err
 		}
 		isCloud = true
-		_, err = tx.Exec(ctx, `UPDATE nodes SET provider_id = $2, updated_at = $3 WHERE id = $1 AND provider_id IS DISTINCT FROM $2`,
-			nodeID, providerID, s.now())
+		_, err = tx.Exec(ctx, `UPDATE nodes SET provider_id = @providerID, first_interface_index = @firstIndex,
+				exclude_interface_tags = @excludeTags::jsonb, updated_at = @now
+			WHERE id = @node AND (provider_id IS DISTINCT FROM @providerID OR first_interface_index IS DISTINCT FROM @firstIndex
+				OR exclude_interface_tags IS DISTINCT FROM @excludeTags::jsonb)`,
+			namedArgs{"node": nodeID, "providerID": providerID, "firstIndex": ifaces.FirstIndex, "excludeTags": excludeTags, "now": s.now()})
 		return err
 	})
 	return isCloud, err

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -369,7 +370,7 @@ func TestSetCiliumNodeProviderID(t *testing.T) {
 		{"a node of the cloud pool", "n1", onENI, "aws:///eu-west-1a/i-1", true},
 		{"again: nothing changes", "n1", onENI, "aws:///eu-west-1a/i-1", true},
 	} {
-		got, err := f.s.SetCiliumNodeProviderID(f.ctx, alloc.DefaultSpace, c.node, c.labels, "", c.providerID)
+		got, err := f.s.SetCiliumNodeProviderID(f.ctx, alloc.DefaultSpace, c.node, c.labels, "", c.providerID, PodInterfaces{})
 		if err != nil || got != c.want {
 			t.Errorf("%s: %v, %v; want %v", c.name, got, err, c.want)
 		}
@@ -381,8 +382,31 @@ func TestSetCiliumNodeProviderID(t *testing.T) {
 	if len(nodes) != 1 || nodes[0].Name != "n1" || nodes[0].ProviderID != "aws:///eu-west-1a/i-1" {
 		t.Fatalf("cloud nodes %+v, want n1 alone", nodes)
 	}
+	if pi := nodes[0].PodInterfaces; pi.FirstIndex != nil || pi.ExcludeTags != nil {
+		t.Fatalf("a node that says nothing of its interfaces: %+v", pi)
+	}
+	// The CiliumNode's spec.eni, recorded with the providerID and changed
+	// with it, then unset again.
+	first := 1
+	for _, pi := range []PodInterfaces{
+		{FirstIndex: &first, ExcludeTags: map[string]string{"no-pods": "true"}},
+		{ExcludeTags: map[string]string{"role": "system", "team": "net"}},
+		{},
+	} {
+		if _, err := f.s.SetCiliumNodeProviderID(f.ctx, alloc.DefaultSpace, "n1", onENI, "", "aws:///eu-west-1a/i-1", pi); err != nil {
+			t.Fatal(err)
+		}
+		nodes, err = f.s.CloudNodes(f.ctx, alloc.DefaultSpace, "eni")
+		if err != nil || len(nodes) != 1 || !reflect.DeepEqual(nodes[0].PodInterfaces, pi) {
+			t.Fatalf("recorded %+v; read back %+v, %v", pi, nodes, err)
+		}
+	}
+	negative := -1
+	if _, err := f.s.SetCiliumNodeProviderID(f.ctx, alloc.DefaultSpace, "n1", onENI, "", "aws:///eu-west-1a/i-1", PodInterfaces{FirstIndex: &negative}); !alloc.IsKind(err, alloc.KindInvalid) {
+		t.Fatalf("a negative first interface index: %v", err)
+	}
 	for _, bad := range []string{"", strings.Repeat("a", 513), "aws:///z/i-1\n"} {
-		_, err := f.s.SetCiliumNodeProviderID(f.ctx, alloc.DefaultSpace, "n1", onENI, "", bad)
+		_, err := f.s.SetCiliumNodeProviderID(f.ctx, alloc.DefaultSpace, "n1", onENI, "", bad, PodInterfaces{})
 		if e := wantKind(t, err, alloc.KindInvalid); e.Field != "providerID" {
 			t.Errorf("%q: refused naming %q", bad, e.Field)
 		}

@@ -73,16 +73,16 @@ func TestReconcilerSecurityGroupTags(t *testing.T) {
 	}
 	state := cloud.NodeState{Instance: described, Used: used}
 	opts := cloud.PlanOptions{Sizing: cloud.Sizing{Watermarks: alloc.Watermarks{PreAllocate: 4}}}
-	rec := &cloud.Reconciler{Provider: p, Interfaces: p, Tags: map[string]string{cloud.TagCluster: "prod"}, Options: opts,
+	rec := &cloud.Reconciler{Provider: p, Interfaces: p, Tags: map[string]string{cloud.TagCluster: "prod"},
 		SecurityGroupTags: map[string]string{"role": "nodes"}}
-	if _, _, err := rec.Round(ctx, "node", state); cloud.KindOf(err) != cloud.KindNoSecurityGroup {
+	if _, _, err := rec.Round(ctx, "node", state, opts); cloud.KindOf(err) != cloud.KindNoSecurityGroup {
 		t.Fatalf("tags naming no group: %v, want %v", err, cloud.KindNoSecurityGroup)
 	}
 	if n := fake.Calls("CreateNetworkInterface"); n != 0 {
 		t.Fatalf("%d creates with no group named", n)
 	}
 	rec.SecurityGroupTags = map[string]string{"role": "pods"}
-	_, added, err := rec.Round(ctx, "node", state)
+	_, added, err := rec.Round(ctx, "node", state, opts)
 	if err != nil || !added.Created {
 		t.Fatalf("added %+v, %v", added, err)
 	}

@@ -24,8 +24,8 @@ func TestReconcilerNewInterfaceNextSubnet(t *testing.T) {
 	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-b", VPC: "vpc-1", Zone: "z", CIDR: netip.MustParsePrefix("10.60.1.0/25")})
 	p := newProvider(t, fake, 1)
 	now := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
-	rec := &cloud.Reconciler{Provider: p, Interfaces: p, Tags: map[string]string{cloud.TagCluster: "prod"}, Now: func() time.Time { return now },
-		Options: cloud.PlanOptions{Sizing: cloud.Sizing{Watermarks: alloc.Watermarks{PreAllocate: 4}}}}
+	rec := &cloud.Reconciler{Provider: p, Interfaces: p, Tags: map[string]string{cloud.TagCluster: "prod"}, Now: func() time.Time { return now }}
+	opts := cloud.PlanOptions{Sizing: cloud.Sizing{Watermarks: alloc.Watermarks{PreAllocate: 4}}}
 	// subnet-a, the nodes' own and the freest, refuses creates as if
 	// another tenant had just filled it.
 	creates := 0
@@ -54,7 +54,7 @@ func TestReconcilerNewInterfaceNextSubnet(t *testing.T) {
 		for _, a := range described.Interfaces[0].Addresses {
 			used[a] = true
 		}
-		plan, added, err := rec.Round(ctx, "node", cloud.NodeState{Instance: described, Used: used})
+		plan, added, err := rec.Round(ctx, "node", cloud.NodeState{Instance: described, Used: used}, opts)
 		if err != nil {
 			t.Fatalf("node %d: %v", i, err)
 		}
@@ -78,7 +78,7 @@ func TestReconcilerNewInterfaceNextSubnet(t *testing.T) {
 	for _, a := range described.Interfaces[0].Addresses {
 		used[a] = true
 	}
-	if _, added, err := rec.Round(ctx, "node", cloud.NodeState{Instance: described, Used: used}); err != nil || added.NewInterface.SubnetID != "subnet-a" {
+	if _, added, err := rec.Round(ctx, "node", cloud.NodeState{Instance: described, Used: used}, opts); err != nil || added.NewInterface.SubnetID != "subnet-a" {
 		t.Fatalf("after the cooldown: %+v, %v", added, err)
 	}
 }
@@ -96,8 +96,8 @@ func TestReconcilerFallsBackToAddresses(t *testing.T) {
 	}
 	p := newProvider(t, fake, 1)
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	rec := &cloud.Reconciler{Provider: p, Now: func() time.Time { return now },
-		Options: cloud.PlanOptions{Prefixes: true, Sizing: cloud.Sizing{Watermarks: alloc.Watermarks{PreAllocate: 6}}}}
+	rec := &cloud.Reconciler{Provider: p, Now: func() time.Time { return now }}
+	opts := cloud.PlanOptions{Prefixes: true, Sizing: cloud.Sizing{Watermarks: alloc.Watermarks{PreAllocate: 6}}}
 	round := func() (cloud.Added, int) {
 		t.Helper()
 		described, err := p.Instance(ctx, inst)
@@ -112,7 +112,7 @@ func TestReconcilerFallsBackToAddresses(t *testing.T) {
 			}
 		}
 		before := fake.Calls("AssignPrivateIpAddresses")
-		_, added, err := rec.Round(ctx, "node", cloud.NodeState{Instance: described, Used: used})
+		_, added, err := rec.Round(ctx, "node", cloud.NodeState{Instance: described, Used: used}, opts)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -115,8 +115,9 @@ func (w *Worker) Pass(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("pool %s/%s: %w", p.Space, p.Name, err))
 			continue
 		}
+		opts := poolOptions(p)
 		for _, n := range nodes {
-			work = append(work, &nodeWork{pool: p, node: n, rec: rec})
+			work = append(work, &nodeWork{pool: p, node: n, rec: rec, opts: nodeOptions(opts, n.PodInterfaces)})
 		}
 	}
 	listed, lerrs := w.list(ctx)
@@ -161,9 +162,13 @@ func (w *Worker) list(ctx context.Context) (map[string]cloud.Instance, []error) 
 
 // nodeWork is one node of a pass: what its reading found, then its round.
 type nodeWork struct {
-	pool     store.CloudPool
-	node     store.CloudNode
-	rec      *cloud.Reconciler
+	pool store.CloudPool
+	node store.CloudNode
+	rec  *cloud.Reconciler
+	// opts are the pool's plan options with what the node says of its
+	// own interfaces (nodeOptions): the reconciler is the pool's, shared
+	// by its nodes, so they go with each round.
+	opts     cloud.PlanOptions
 	inst     cloud.Instance
 	used     map[netip.Addr]bool
 	reserved map[netip.Addr]bool
@@ -234,10 +239,10 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	}
 	w.vpcs[inst.VPC] = true
 	w.mu.Unlock()
-	if err := w.recordHeld(ctx, p, n, inst, x.rec.Options); err != nil {
+	if err := w.recordHeld(ctx, p, n, inst, x.opts); err != nil {
 		return err
 	}
-	if err := w.settle(ctx, p, n, inst, x.rec.Options); err != nil {
+	if err := w.settle(ctx, p, n, inst, x.opts); err != nil {
 		return err
 	}
 	if err := w.recordInterfaces(ctx, p, n, inst); err != nil {
@@ -250,7 +255,7 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	for _, a := range n.Reserved {
 		x.reserved[a] = true
 	}
-	plan, err := cloud.PlanNode(x.state(), x.rec.Options)
+	plan, err := cloud.PlanNode(x.state(), x.opts)
 	if err != nil {
 		return err
 	}
@@ -261,7 +266,7 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	case plan.Create != nil:
 		units = plan.Create.Count
 	}
-	if x.rec.Options.Prefixes {
+	if x.opts.Prefixes {
 		units *= cloud.IPv4PrefixSize
 	}
 	x.deficit, x.ready = units, true
@@ -272,7 +277,7 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 // has been excess for the release delay goes back.
 func (w *Worker) serve(ctx context.Context, x *nodeWork) error {
 	p, n := x.pool, x.node
-	plan, added, err := x.rec.Round(ctx, n.Name, x.state())
+	plan, added, err := x.rec.Round(ctx, n.Name, x.state(), x.opts)
 	if err != nil {
 		return err
 	}
@@ -334,7 +339,7 @@ func (w *Worker) detach(ctx context.Context, x *nodeWork, id string) error {
 		}
 	}
 	addrs := f.Addresses
-	if x.rec.Options.UsePrimary {
+	if x.opts.UsePrimary {
 		addrs = append([]netip.Addr{f.Primary}, addrs...)
 	}
 	blocks := blocksOf(addrs, f.Prefixes)
@@ -385,10 +390,11 @@ func withAdded(inst cloud.Instance, a cloud.Added) cloud.Instance {
 	return inst
 }
 
-// podBlocks is what f holds for Pods, as blocks; nothing below the first
-// interface index or on an interface being detached.
+// podBlocks is what f holds for Pods, as blocks; nothing on an interface
+// not for Pods (below the first interface index, excluded by its tags, or
+// being detached).
 func podBlocks(f cloud.Interface, opts cloud.PlanOptions) []netip.Prefix {
-	if f.DeviceIndex < opts.FirstDevice || f.Detaching {
+	if !opts.ForPods(f) {
 		return nil
 	}
 	addrs := f.Addresses
@@ -421,14 +427,14 @@ func ipv6Block(p netip.Prefix) netip.Prefix {
 // type that takes no prefix, is asked again only after the subnet
 // cooldown.
 func (w *Worker) delegateIPv6(ctx context.Context, x *nodeWork) error {
-	opts := x.rec.Options
+	opts := x.opts
 	if !opts.IPv6 || w.Interfaces == nil {
 		return nil
 	}
 	var first *cloud.Interface
 	for i := range x.inst.Interfaces {
 		f := &x.inst.Interfaces[i]
-		if f.DeviceIndex < opts.FirstDevice || f.Detaching {
+		if !opts.ForPods(*f) {
 			continue
 		}
 		if len(f.IPv6Prefixes) > 0 {
@@ -670,12 +676,31 @@ func (w *Worker) reconcilerOf(p store.CloudPool) *cloud.Reconciler {
 		w.reconciler[key] = r
 	}
 	// The pool's spec may have changed since: read it every pass.
-	r.Options = Options(p.Cloud)
-	r.Options.IPv6 = p.IPv6
 	r.Subnets = cloud.SubnetSelector{IDs: p.Cloud.SubnetIDs, Tags: p.Cloud.SubnetTags}
 	r.SecurityGroups = p.Cloud.SecurityGroups
 	r.SecurityGroupTags = p.Cloud.SecurityGroupTags
 	return r
+}
+
+// poolOptions are the plan options of pool p: its spec.cloud's, and IPv6
+// when it lists IPv6 CIDRs.
+func poolOptions(p store.CloudPool) cloud.PlanOptions {
+	o := Options(p.Cloud)
+	o.IPv6 = p.IPv6
+	return o
+}
+
+// nodeOptions are the pool's plan options o for a node that says which of
+// its interfaces hold Pod addresses (a CiliumNode's spec.eni): its first
+// interface index wins over the pool's, its excluded tags are its own.
+// Cilium's AWS operator reads both of the node alone
+// (pkg/aws/ipam/node.go, ENI.IsExcludedBySpec).
+func nodeOptions(o cloud.PlanOptions, pi store.PodInterfaces) cloud.PlanOptions {
+	if pi.FirstIndex != nil {
+		o.FirstDevice = *pi.FirstIndex
+	}
+	o.ExcludeTags = pi.ExcludeTags
+	return o
 }
 
 // Options are the plan options of a pool's spec.cloud: Cilium's

@@ -4,6 +4,7 @@
 package capacity
 
 import (
+	"maps"
 	"net/http/httptest"
 	"net/netip"
 	"slices"
@@ -421,5 +422,30 @@ func TestPassDelegatesIPv6(t *testing.T) {
 	}
 	if want := netip.MustParsePrefix("2600:1f18:aaaa:bb01:1::/96"); !slices.Equal(v6blocks, []netip.Prefix{want}) {
 		t.Fatalf("IPv6 blocks %v after settling passes, want [%v]", v6blocks, want)
+	}
+}
+
+// A node's own word on its interfaces (a CiliumNode's spec.eni) wins
+// over its pool's spec.cloud; unset, the pool's stands. Cilium's AWS
+// operator reads the node's alone.
+func TestNodeOptions(t *testing.T) {
+	pool := Options(alloc.CloudSpec{Provider: alloc.CloudAWS, FirstInterfaceIndex: 1, Prefixes: true})
+	zero, two := 0, 2
+	tags := map[string]string{"no-pods": "true"}
+	for _, c := range []struct {
+		name      string
+		pi        store.PodInterfaces
+		wantFirst int
+		wantTags  map[string]string
+	}{
+		{"unset: the pool's", store.PodInterfaces{}, 1, nil},
+		{"the node's index, lower than the pool's", store.PodInterfaces{FirstIndex: &zero}, 0, nil},
+		{"the node's index, higher", store.PodInterfaces{FirstIndex: &two}, 2, nil},
+		{"the node's tags", store.PodInterfaces{ExcludeTags: tags}, 1, tags},
+	} {
+		got := nodeOptions(pool, c.pi)
+		if got.FirstDevice != c.wantFirst || !maps.Equal(got.ExcludeTags, c.wantTags) || !got.Prefixes {
+			t.Errorf("%s: first device %d, tags %v, prefixes %v; want %d, %v, the pool's prefixes", c.name, got.FirstDevice, got.ExcludeTags, got.Prefixes, c.wantFirst, c.wantTags)
+		}
 	}
 }

@@ -150,7 +150,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		return nil
 	})
-	rec := &cloud.Reconciler{Provider: provider, Interfaces: provider, Options: cfg.Options,
+	rec := &cloud.Reconciler{Provider: provider, Interfaces: provider,
 		Tags: map[string]string{cloud.TagCluster: "sim"}}
 	bucket := rate.NewLimiter(rate.Limit(cfg.QPS), cfg.Burst)
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -237,7 +237,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				}
 				continue
 			}
-			_, added, err := rec.Round(ctx, n.name, state(n))
+			_, added, err := rec.Round(ctx, n.name, state(n), cfg.Options)
 			if err != nil {
 				continue // tried again at a later step, as the workers do
 			}
