@@ -719,8 +719,13 @@ CREATE TABLE public.nodes (
     cilium_cluster_pool boolean DEFAULT false NOT NULL,
     first_interface_index integer,
     exclude_interface_tags jsonb,
+    instance_type text,
+    instance_max_interfaces integer,
+    instance_ipv4_per_interface integer,
     CONSTRAINT nodes_exclude_interface_tags_check CHECK ((jsonb_typeof(exclude_interface_tags) = 'object'::text)),
     CONSTRAINT nodes_first_interface_index_check CHECK ((first_interface_index >= 0)),
+    CONSTRAINT nodes_instance_ipv4_per_interface_check CHECK ((instance_ipv4_per_interface >= 0)),
+    CONSTRAINT nodes_instance_max_interfaces_check CHECK ((instance_max_interfaces >= 0)),
     CONSTRAINT nodes_name_check CHECK ((name <> ''::text))
 );
 

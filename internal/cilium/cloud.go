@@ -17,6 +17,7 @@ import (
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/cloud"
 	"github.com/ipam-dev/ipam/internal/store"
 )
 
@@ -41,7 +42,8 @@ import (
 // first-interface-index, none carrying every tag of its
 // exclude-interface-tags. It is recorded with the providerID, and the
 // workers neither count, nor add to, nor give back from the others; no
-// address of theirs enters spec.ipam.pool.
+// address of theirs enters spec.ipam.pool. An unset spec.ipam.pre-allocate
+// is seeded from the instance type's limits (preAllocateSeed).
 //
 // Cilium's agent in ipam.mode=eni (v1.20) allocates from the addresses
 // status.eni.enis lists, so each interface lists exactly the CiliumNode's
@@ -124,6 +126,38 @@ func excludedBySpec(p alloc.CloudProvider, spec awstypes.ENISpec, f store.CloudI
 	}
 	e := awstypes.ENI{Number: f.DeviceIndex, Tags: f.Tags}
 	return e.IsExcludedBySpec(spec)
+}
+
+// preAllocateSeed is the spec.ipam.pre-allocate Cilium's operator writes
+// into a CiliumNode that has none (nodemanager/node.go, syncToAPIServer:
+// GetMinimumAllocatableIPv4), and whether to write it now. On AWS it is
+// the default 8 lowered to what the interfaces from the node's
+// first-interface-index can hold (cloud.Limits.MinimumPreAllocate), 8
+// when the node names no index, 0 (nothing written) when the type has no
+// interface from it; on Azure always 8 (pkg/azure/ipam). Cilium reads
+// the limits from a table it has at start; here they come with the
+// workers' first reading of the instance, so nothing is written before
+// it (the round sizes with the default 8 meanwhile): a seed written from
+// unknown limits would stay for good.
+func preAllocateSeed(p alloc.CloudProvider, cn *ciliumv2.CiliumNode, limits store.InstanceLimits) (int, bool) {
+	if cn.Spec.IPAM.PreAllocate != 0 {
+		return 0, false
+	}
+	switch p {
+	case alloc.CloudAzure:
+		return alloc.DefaultPreAllocate, true
+	case alloc.CloudAWS:
+		if !limits.Known() {
+			return 0, false
+		}
+		if cn.Spec.ENI.FirstInterfaceIndex == nil {
+			return alloc.DefaultPreAllocate, true
+		}
+		l := cloud.Limits{Interfaces: limits.Interfaces, IPv4PerInterface: limits.IPv4PerInterface}
+		n := l.MinimumPreAllocate(*cn.Spec.ENI.FirstInterfaceIndex)
+		return n, n > 0
+	}
+	return 0, false
 }
 
 // excessReleased says whether a node of the provider's cloud pool (""

@@ -495,7 +495,7 @@ func TestCRDCloudPoolStaleReadingKeepsInterface(t *testing.T) {
 	}
 	ifaces := slices.Clone(r.Interfaces)
 	ifaces[0].Addresses = slices.DeleteFunc(slices.Clone(ifaces[0].Addresses), func(a netip.Addr) bool { return a.String() == pool[0] })
-	if err := e.st.SetCloudInterfaces(e.ctx, alloc.DefaultSpace, "node-a", r.Instance, ifaces, time.Now()); err != nil {
+	if err := e.st.SetCloudInterfaces(e.ctx, alloc.DefaultSpace, "node-a", r.Instance, r.Limits, ifaces, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// A round after the stale reading: the agent reports a second Pod.

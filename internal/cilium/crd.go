@@ -264,6 +264,10 @@ func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2
 	if err != nil {
 		return 0, err
 	}
+	seed, seeded := preAllocateSeed(cloud.provider, cn, cloud.reading.Limits)
+	if seeded {
+		w.PreAllocate = seed
+	}
 
 	// 1. What Pods use, as the agent last reported it.
 	used := map[netip.Addr]alloc.Owner{}
@@ -300,6 +304,9 @@ func (r *crdReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2
 	}
 
 	desired := cn.DeepCopy()
+	if seeded {
+		desired.Spec.IPAM.PreAllocate = seed
+	}
 	var opErrs []string
 	var requeue time.Duration
 	var need int64

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
+	"github.com/ipam-dev/ipam/internal/store"
 )
 
 // TestCRDENISpecInterfacesForPods: the CiliumNode's own spec.eni steers
@@ -115,4 +116,81 @@ func TestCRDENISpecInterfacesForPods(t *testing.T) {
 func heldAddrs(fake *ec2fake.Server, id string) []netip.Addr {
 	held, _ := fake.Held(id)
 	return held
+}
+
+// TestCRDENIPreAllocateSeededFromLimits: a CiliumNode without
+// spec.ipam.pre-allocate on a t3.nano (2 interfaces of 2 addresses, one
+// of each the primary) gets the pre-allocation Cilium's AWS operator
+// writes (GetMinimumAllocatableIPv4): min(8, 2 x (2 - 1)) = 2, written
+// into its spec, and it is sized with it: two addresses, and no
+// "allocator full". Before, the node was sized with the default 8 it can
+// never hold: spec.ipam.pre-allocate stayed 0 and its operator status
+// said the allocator was full.
+func TestCRDENIPreAllocateSeededFromLimits(t *testing.T) {
+	x := newENIWorldOf(t, eniWorldOptions{
+		spec:         alloc.CloudSpec{Provider: alloc.CloudAWS},
+		operator:     func(c *Config) { c.ExcessIPReleaseDelay = time.Hour },
+		instanceType: "t3.nano",
+		node: func(cn *ciliumv2.CiliumNode, _ *ec2fake.Server, _ string) {
+			first := 0
+			cn.Spec.ENI.FirstInterfaceIndex = &first
+			cn.Spec.ENI.InstanceType = "t3.nano"
+		},
+	})
+	e := x.e
+	last := time.Time{}
+	seeded := func() (bool, string) {
+		if time.Since(last) > 200*time.Millisecond {
+			if err := x.w.Pass(e.ctx); err != nil {
+				return false, err.Error()
+			}
+			last = time.Now()
+		}
+		cn := e.get("node-a")
+		return cn.Spec.IPAM.PreAllocate == 2 && len(cn.Spec.IPAM.Pool) == 2 && cn.Status.IPAM.OperatorStatus.Error == "",
+			fmt.Sprintf("pre-allocate %d, pool %v, operator %q", cn.Spec.IPAM.PreAllocate, specPool(cn), cn.Status.IPAM.OperatorStatus.Error)
+	}
+	e.eventually(servedWithin, "pre-allocate 2 written and served", seeded)
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(300 * time.Millisecond) {
+		if ok, why := seeded(); !ok {
+			t.Fatalf("after settling: %s", why)
+		}
+	}
+	e.consistent()
+}
+
+// The pre-allocation written into a CiliumNode without one, as Cilium's
+// operator writes it (GetMinimumAllocatableIPv4 of pkg/aws/ipam and
+// pkg/azure/ipam), and when.
+func TestPreAllocateSeed(t *testing.T) {
+	t3nano := store.InstanceLimits{Type: "t3.nano", Interfaces: 2, IPv4PerInterface: 2}
+	t3small := store.InstanceLimits{Type: "t3.small", Interfaces: 3, IPv4PerInterface: 4}
+	index := func(i int) *int { return &i }
+	for _, c := range []struct {
+		name      string
+		p         alloc.CloudProvider
+		pre       int
+		first     *int
+		limits    store.InstanceLimits
+		want      int
+		wantWrite bool
+	}{
+		{"AWS t3.nano", alloc.CloudAWS, 0, index(0), t3nano, 2, true},
+		{"AWS t3.small from interface 1", alloc.CloudAWS, 0, index(1), t3small, 6, true},
+		{"AWS t3.small: the default 8", alloc.CloudAWS, 0, index(0), t3small, 8, true},
+		{"AWS, no first interface index: the default 8", alloc.CloudAWS, 0, nil, t3nano, 8, true},
+		{"AWS, the index past the interfaces: 0, nothing to write", alloc.CloudAWS, 0, index(2), t3nano, 0, false},
+		{"AWS, limits not read yet: wait for them", alloc.CloudAWS, 0, index(0), store.InstanceLimits{}, 0, false},
+		{"AWS, pre-allocate set: kept", alloc.CloudAWS, 3, index(0), t3nano, 0, false},
+		{"Azure: the default 8", alloc.CloudAzure, 0, nil, store.InstanceLimits{}, 8, true},
+		{"Azure, pre-allocate set: kept", alloc.CloudAzure, 3, nil, store.InstanceLimits{}, 0, false},
+		{"no cloud: nothing", "", 0, nil, store.InstanceLimits{}, 0, false},
+	} {
+		cn := &ciliumv2.CiliumNode{}
+		cn.Spec.IPAM.PreAllocate, cn.Spec.ENI.FirstInterfaceIndex = c.pre, c.first
+		got, write := preAllocateSeed(c.p, cn, c.limits)
+		if got != c.want || write != c.wantWrite {
+			t.Errorf("%s: %d (write %v), want %d (write %v)", c.name, got, write, c.want, c.wantWrite)
+		}
+	}
 }

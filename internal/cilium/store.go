@@ -49,7 +49,7 @@ type Store interface {
 	SetCiliumNodeProviderID(ctx context.Context, space, node string, labels map[string]string, defaultPool, providerID string,
 		ifaces store.PodInterfaces) (bool, error)
 	// CloudInterfaces is the capacity workers' last reading of the
-	// node's cloud interfaces.
+	// node's cloud interfaces, with its instance type's limits.
 	CloudInterfaces(ctx context.Context, space, node string) (store.CloudInterfaces, error)
 }
 

@@ -53,3 +53,18 @@ func (l Limits) PodAddressesPerInterface(prefixes, usePrimary bool) int {
 func (l Limits) MaxPods() int {
 	return l.Interfaces*(l.IPv4PerInterface-1) + 2
 }
+
+// MinimumPreAllocate is the pre-allocation Cilium's AWS operator gives a
+// node whose spec.ipam.pre-allocate is unset (pkg/aws/ipam/node.go,
+// GetMinimumAllocatableIPv4): alloc.DefaultPreAllocate, lowered to what
+// the interfaces from firstInterface on can hold when that is less (a
+// t3.nano holds 2), 0 when the type has no interface from firstInterface
+// on. Without the lowering, a small type's node would ask for more than
+// it can ever hold. Like Cilium, it counts single addresses, whatever
+// the prefixes.
+func (l Limits) MinimumPreAllocate(firstInterface int) int {
+	if firstInterface >= l.Interfaces {
+		return 0
+	}
+	return min(alloc.DefaultPreAllocate, (l.Interfaces-firstInterface)*max(l.IPv4PerInterface-1, 0))
+}

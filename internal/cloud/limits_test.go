@@ -54,3 +54,32 @@ func TestKindOf(t *testing.T) {
 		t.Fatalf("names %q %q", KindThrottled, Kind(99))
 	}
 }
+
+// The pre-allocation Cilium's AWS operator writes for a node without one
+// (GetMinimumAllocatableIPv4): 8, unless the interfaces from the first
+// interface index hold fewer addresses.
+func TestLimitsMinimumPreAllocate(t *testing.T) {
+	t3nano := Limits{Interfaces: 2, IPv4PerInterface: 2, IPv6PerInterface: 2, Prefixes: true}
+	t3small := Limits{Interfaces: 3, IPv4PerInterface: 4, IPv6PerInterface: 4, Prefixes: true}
+	m5large := Limits{Interfaces: 3, IPv4PerInterface: 10, IPv6PerInterface: 10, Prefixes: true}
+	for _, c := range []struct {
+		name  string
+		l     Limits
+		first int
+		want  int
+	}{
+		{"m5.large: 27 addresses, the default 8", m5large, 0, 8},
+		{"t3.small: 9 addresses, the default 8", t3small, 0, 8},
+		{"t3.small from interface 1: 2 x 3", t3small, 1, 6},
+		{"t3.small from interface 2: 1 x 3", t3small, 2, 3},
+		{"t3.nano: 2 x 1", t3nano, 0, 2},
+		{"t3.nano from interface 1: 1", t3nano, 1, 1},
+		{"the index at the type's interfaces: none", t3nano, 2, 0},
+		{"the index beyond them: none", t3nano, 5, 0},
+		{"a type of one address per interface (its primary): none", Limits{Interfaces: 2, IPv4PerInterface: 1}, 0, 0},
+	} {
+		if got := c.l.MinimumPreAllocate(c.first); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}

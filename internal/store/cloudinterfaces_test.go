@@ -29,7 +29,7 @@ func TestCloudInterfaces(t *testing.T) {
 		Prefixes: []netip.Prefix{netip.MustParsePrefix("10.75.1.16/28")}, SecurityGroups: []string{"sg-1"}, Tags: map[string]string{"k": "v"}}
 	eni0 := CloudInterface{ID: "eni-0", DeviceIndex: 0, Primary: netip.MustParseAddr("10.75.0.3")}
 	at := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
-	if err := f.s.SetCloudInterfaces(f.ctx, alloc.DefaultSpace, "n1", "i-0123456789abcdef0", []CloudInterface{eni1, eni0}, at); err != nil {
+	if err := f.s.SetCloudInterfaces(f.ctx, alloc.DefaultSpace, "n1", "i-0123456789abcdef0", InstanceLimits{}, []CloudInterface{eni1, eni0}, at); err != nil {
 		t.Fatal(err)
 	}
 	got, err = f.s.CloudInterfaces(f.ctx, alloc.DefaultSpace, "n1")
@@ -43,17 +43,21 @@ func TestCloudInterfaces(t *testing.T) {
 	if got.Interfaces[0].ID != "eni-0" {
 		t.Fatalf("not by device index: %+v", got.Interfaces)
 	}
-	// The next reading lacks eni-1: it goes.
-	if err := f.s.SetCloudInterfaces(f.ctx, alloc.DefaultSpace, "n1", "i-0123456789abcdef0", []CloudInterface{eni0}, at.Add(time.Minute)); err != nil {
+	if got.Limits.Known() {
+		t.Fatalf("limits of a reading without them: %+v", got.Limits)
+	}
+	// The next reading lacks eni-1: it goes. It knows the type's limits.
+	t3nano := InstanceLimits{Type: "t3.nano", Interfaces: 2, IPv4PerInterface: 2}
+	if err := f.s.SetCloudInterfaces(f.ctx, alloc.DefaultSpace, "n1", "i-0123456789abcdef0", t3nano, []CloudInterface{eni0}, at.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ = f.s.CloudInterfaces(f.ctx, alloc.DefaultSpace, "n1"); len(got.Interfaces) != 1 || got.Interfaces[0].ID != "eni-0" {
-		t.Fatalf("after the second reading: %+v", got.Interfaces)
+	if got, _ = f.s.CloudInterfaces(f.ctx, alloc.DefaultSpace, "n1"); len(got.Interfaces) != 1 || got.Interfaces[0].ID != "eni-0" || got.Limits != t3nano {
+		t.Fatalf("after the second reading: %+v, limits %+v", got.Interfaces, got.Limits)
 	}
-	if err := f.s.SetCloudInterfaces(f.ctx, alloc.DefaultSpace, "n1", "", nil, at); !alloc.IsKind(err, alloc.KindInvalid) {
+	if err := f.s.SetCloudInterfaces(f.ctx, alloc.DefaultSpace, "n1", "", InstanceLimits{}, nil, at); !alloc.IsKind(err, alloc.KindInvalid) {
 		t.Fatalf("a reading without its instance: %v", err)
 	}
-	if err := f.s.SetCloudInterfaces(f.ctx, alloc.DefaultSpace, "n1", "i-1", []CloudInterface{{}}, at); !alloc.IsKind(err, alloc.KindInvalid) {
+	if err := f.s.SetCloudInterfaces(f.ctx, alloc.DefaultSpace, "n1", "i-1", InstanceLimits{}, []CloudInterface{{}}, at); !alloc.IsKind(err, alloc.KindInvalid) {
 		t.Fatalf("an interface without its id: %v", err)
 	}
 	if err := f.s.DeleteNode(f.ctx, alloc.DefaultSpace, "n1", true); err != nil {

@@ -42,7 +42,7 @@ type Store interface {
 	DrainCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) ([]netip.Prefix, error)
 	RestoreCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) error
 	DropCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) error
-	SetCloudInterfaces(ctx context.Context, space, node, instance string, ifaces []store.CloudInterface, readAt time.Time) error
+	SetCloudInterfaces(ctx context.Context, space, node, instance string, limits store.InstanceLimits, ifaces []store.CloudInterface, readAt time.Time) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -592,7 +592,8 @@ func (w *Worker) recordInterfaces(ctx context.Context, p store.CloudPool, n stor
 	if same {
 		return nil
 	}
-	if err := w.Store.SetCloudInterfaces(ctx, p.Space, n.Name, inst.ID, ifaces, w.now()); err != nil {
+	limits := store.InstanceLimits{Type: inst.Type, Interfaces: inst.Limits.Interfaces, IPv4PerInterface: inst.Limits.IPv4PerInterface}
+	if err := w.Store.SetCloudInterfaces(ctx, p.Space, n.Name, inst.ID, limits, ifaces, w.now()); err != nil {
 		return fmt.Errorf("recording the interfaces of %s: %w", inst.ID, err)
 	}
 	w.mu.Lock()
