@@ -52,12 +52,14 @@ func nodeEligible(n *corev1.Node) bool {
 // externalTrafficPolicy Local, hosting a ready endpoint of it in slices
 // (the Service's EndpointSlices), for each family of spec.ipFamilies the
 // nodes' ExternalIPs of that family, or their InternalIPs when none has
-// one, sorted.
+// one: as the Node writes them, sorted as strings, as Cilium's
+// getNodeLoadBalancerIngresses does (so a cluster moving over sees no
+// status rewritten: 10.0.0.10 before 10.0.0.9).
 //
 // Cilium prefers ExternalIPs over InternalIPs for all families at once, so
 // a dual-stack cluster whose nodes have an IPv4 ExternalIP and no IPv6 one
 // publishes no IPv6 address; here each family falls back on its own.
-func nodeIngress(svc *corev1.Service, nodes []*corev1.Node, eps []*discoveryv1.EndpointSlice) ([]netip.Addr, error) {
+func nodeIngress(svc *corev1.Service, nodes []*corev1.Node, eps []*discoveryv1.EndpointSlice) ([]string, error) {
 	sel := labels.Everything()
 	if s, ok := svc.Annotations[AnnotationMatchNodeLabels]; ok {
 		var err error
@@ -80,9 +82,9 @@ func nodeIngress(svc *corev1.Service, nodes []*corev1.Node, eps []*discoveryv1.E
 	if len(fams) == 0 {
 		fams = []corev1.IPFamily{corev1.IPv4Protocol}
 	}
-	var out []netip.Addr
+	var out []string
 	for _, fam := range fams {
-		var ext, in []netip.Addr
+		var ext, in []string
 		for _, n := range nodes {
 			if !nodeEligible(n) || !sel.Matches(labels.Set(n.Labels)) || (local != nil && !local[n.Name]) {
 				continue
@@ -94,9 +96,9 @@ func nodeIngress(svc *corev1.Service, nodes []*corev1.Node, eps []*discoveryv1.E
 				}
 				switch a.Type {
 				case corev1.NodeExternalIP:
-					ext = append(ext, ip)
+					ext = append(ext, a.Address)
 				case corev1.NodeInternalIP:
-					in = append(in, ip)
+					in = append(in, a.Address)
 				}
 			}
 		}
@@ -105,13 +107,8 @@ func nodeIngress(svc *corev1.Service, nodes []*corev1.Node, eps []*discoveryv1.E
 		}
 		out = append(out, ext...)
 	}
-	slicesSortCompact(&out)
-	return out, nil
-}
-
-func slicesSortCompact(a *[]netip.Addr) {
-	slices.SortFunc(*a, func(x, y netip.Addr) int { return x.Compare(y) })
-	*a = slices.Compact(*a)
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // nodeIPAMInformers watch Nodes (any change may change every Node IPAM
@@ -187,7 +184,7 @@ func (c *Controller) reconcileNodeIPAM(ctx context.Context, svc *corev1.Service)
 	st, _ := clearedStatus(svc)
 	st.LoadBalancer.Ingress = nil
 	for _, a := range addrs {
-		st.LoadBalancer.Ingress = append(st.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: a.String()})
+		st.LoadBalancer.Ingress = append(st.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: a})
 	}
 	if equality.Semantic.DeepEqual(st, svc.Status) {
 		return nil
