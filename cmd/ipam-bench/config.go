@@ -175,7 +175,7 @@ func (c config) Validate() error {
 		positive("lbipam-services", c.LBServices)
 		positive("lbipam-burst", c.LBBurst)
 		if c.LBServices > 4000 {
-			errs = append(errs, fmt.Errorf("-lbipam-services %d: at most 4,000 (the pool %s)", c.LBServices, lbPoolCIDR))
+			errs = append(errs, fmt.Errorf("-lbipam-services %d: at most 4,000 (the pools %s and %s)", c.LBServices, lbPoolCIDR, lbLateCIDR))
 		}
 		if c.LBQPS < 2 || c.LBBurst < 3 {
 			errs = append(errs, fmt.Errorf("-lbipam-qps must be at least 2 and -lbipam-burst at least 3, not %g and %d", c.LBQPS, c.LBBurst))
@@ -295,7 +295,7 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.CiliumBurst, "cilium-burst", 40, "the operator's --cilium-kube-burst")
 	fs.DurationVar(&c.CiliumBound, "cilium-bound", 120*time.Second, "every CiliumNode must hold its 8 addresses within this of the creates, or the phase fails")
 	fs.BoolVar(&c.LBIPAM, "lbipam", true, "last, the service as Cilium's LB IPAM against a real kube-apiserver and etcd (make tools; else skipped with a message): -lbipam-services LoadBalancer Services created at once, the time until each shows its address, satisfied, and no address held twice")
-	fs.IntVar(&c.LBServices, "lbipam-services", 500, "Services the lbipam phase creates at once (at most 4,000: a /20 pool and ClusterIP range)")
+	fs.IntVar(&c.LBServices, "lbipam-services", 500, "Services the lbipam phase creates at once, then as many waiting for a pool created after them (at most 4,000: a /20 pool each)")
 	fs.Float64Var(&c.LBQPS, "lbipam-qps", 100, "the LB IPAM server's client-side request rate to the API server (its --cilium-kube-qps)")
 	fs.IntVar(&c.LBBurst, "lbipam-burst", 200, "the LB IPAM server's request burst (its --cilium-kube-burst)")
 	fs.DurationVar(&c.LBBound, "lbipam-bound", 120*time.Second, "every Service must be satisfied within this of the creates, or the phase fails")

@@ -32,15 +32,26 @@ import (
 // process with --lbipam leads, a probe Service shows it serving, then
 // -lbipam-services LoadBalancer Services are created at once and the phase
 // times each from its create call to the first watch event showing its
-// ingress address with the condition satisfied. At the end every Service
-// holds one address of the pool and no two hold the same.
+// ingress address with the condition satisfied. Then as many Services
+// labelled for a pool that does not exist yet are created and wait
+// (no_pool); the pool is created through the REST API, and the phase
+// times each from the pool's create to its ingress: what the controller's
+// event-driven re-evaluation (the database's change notifications) buys
+// over its one-minute resync. At the end every Service holds one address
+// of its pool and no two hold the same.
 const (
 	lbPool      = "lbipam-bench"
 	lbPoolCIDR  = "198.18.0.0/20"
+	lbLatePool  = "lbipam-bench-late"
+	lbLateCIDR  = "198.18.16.0/20"
 	lbNamespace = "lbipam-bench"
 	lbLeaseNS   = "default"
-	// lbServiceCIDR is the API server's ClusterIP range in the phase.
-	lbServiceCIDR = "10.96.0.0/20"
+	// lbWaveLabel marks the Services of the late pool; the first pool
+	// passes them over.
+	lbWaveLabel = "lbipam-bench/wave"
+	// lbServiceCIDR is the API server's ClusterIP range in the phase:
+	// both waves' ClusterIPs.
+	lbServiceCIDR = "10.96.0.0/19"
 )
 
 // lbipamReport is the phase's figures.
@@ -53,6 +64,13 @@ type lbipamReport struct {
 	CreateErrors int          `json:"createErrors"`
 	Satisfied    int          `json:"satisfied"`
 	ToIngress    secondsStats `json:"toIngressSeconds"`
+	// Waited is how many Services of the second wave showed no_pool
+	// before their pool was created, LateSatisfied how many were then
+	// satisfied within the bound, AfterPool the time from the pool's
+	// create call to each one's ingress.
+	Waited        int          `json:"waited"`
+	LateSatisfied int          `json:"lateSatisfied"`
+	AfterPool     secondsStats `json:"afterPoolSeconds"`
 	// Distinct counts the distinct addresses the Services hold at the
 	// end; Duplicates the Services holding an address another holds.
 	Distinct   int `json:"distinct"`
@@ -72,6 +90,12 @@ func (r *lbipamReport) failures(bound time.Duration) []string {
 	}
 	if r.Duplicates > 0 {
 		out = append(out, fmt.Sprintf("lbipam: %d Services hold an address another holds", r.Duplicates))
+	}
+	if r.Waited < r.Services {
+		out = append(out, fmt.Sprintf("lbipam: %d of %d second-wave Services showed no_pool before their pool", r.Waited, r.Services))
+	}
+	if r.LateSatisfied < r.Services {
+		out = append(out, fmt.Sprintf("lbipam: %d of %d second-wave Services satisfied within %v of their pool", r.LateSatisfied, r.Services, bound))
 	}
 	return out
 }
@@ -101,12 +125,7 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	if err := kc.WriteKubeconfig(kc.Config(), kubeconfig); err != nil {
 		return nil, err
 	}
-	resp, err := admin.CreateLBPoolWithResponse(ctx, &ipamclient.CreateLBPoolParams{}, ipamclient.LBPoolRequest{
-		Name: lbPool, Spec: ipamclient.LBPoolSpec{Blocks: []ipamclient.LBBlock{{Cidr: ptrTo(lbPoolCIDR)}}}})
-	if err != nil {
-		return nil, err
-	}
-	if err := statusError("create VIP pool", resp.StatusCode(), resp.Body); err != nil {
+	if err := createLBPool(ctx, admin, lbPool, lbPoolCIDR, ipamclient.LabelSelectorRequirement{Key: lbWaveLabel, Operator: ipamclient.DoesNotExist}); err != nil {
 		return nil, err
 	}
 
@@ -119,13 +138,13 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lbNamespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	names := make([]string, cfg.LBServices)
+	names, late := make([]string, cfg.LBServices), make([]string, cfg.LBServices)
 	for i := range names {
-		names[i] = fmt.Sprintf("svc-%04d", i)
+		names[i], late[i] = fmt.Sprintf("svc-%04d", i), fmt.Sprintf("late-%04d", i)
 	}
 	if !private {
 		defer func() {
-			if err := teardownLBIPAM(context.WithoutCancel(ctx), admin, append(names, "probe")); err != nil {
+			if err := teardownLBIPAM(context.WithoutCancel(ctx), admin, append(append(names, late...), "probe")); err != nil {
 				fmt.Fprintln(os.Stderr, "ipam-bench: lbipam teardown:", err)
 			}
 		}()
@@ -158,19 +177,7 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	fmt.Fprintf(out, "lbipam: etcd and kube-apiserver %s; server %s pid %d (--lbipam --cilium-kube-qps %g --cilium-kube-burst %d, pool %s) serving after %.1fs\n",
 		kubetest.KubernetesVersion, srv.url, srv.pid(), cfg.LBQPS, cfg.LBBurst, lbPoolCIDR, time.Since(began).Seconds())
 
-	created := make([]time.Time, len(names))
-	errs := make([]error, len(names))
-	gate := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, n := range names {
-		wg.Go(func() {
-			<-gate
-			created[i] = time.Now()
-			_, errs[i] = kube.CoreV1().Services(lbNamespace).Create(ctx, lbService(n), metav1.CreateOptions{})
-		})
-	}
-	close(gate)
-	wg.Wait()
+	created, errs := createServices(ctx, kube, names, nil)
 	for i, err := range errs {
 		if err != nil {
 			rep.CreateErrors++
@@ -195,6 +202,36 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	}
 	fmt.Fprintf(out, "lbipam: %d Services created at once: %d satisfied, time to ingress p50 %.2fs p99 %.2fs max %.2fs; %d distinct addresses, %d duplicates\n",
 		rep.Services, rep.Satisfied, rep.ToIngress.P50, rep.ToIngress.P99, rep.ToIngress.Max, rep.Distinct, rep.Duplicates)
+
+	// The second wave waits for a pool that does not exist yet.
+	_, errs = createServices(ctx, kube, late, map[string]string{lbWaveLabel: "2"})
+	for i, err := range errs {
+		if err != nil {
+			rep.CreateErrors++
+			fmt.Fprintf(out, "  create %s: %v\n", late[i], err)
+		}
+	}
+	seen.waitPending(ctx, late, cfg.LBBound)
+	rep.Waited = seen.pendingCount(late)
+	poolAt := time.Now()
+	if err := createLBPool(ctx, admin, lbLatePool, lbLateCIDR, ipamclient.LabelSelectorRequirement{Key: lbWaveLabel, Operator: ipamclient.Exists}); err != nil {
+		return nil, err
+	}
+	seen.wait(ctx, late, cfg.LBBound)
+	at, addrs = seen.snapshot()
+	ds = ds[:0]
+	for _, n := range late {
+		if t, ok := at[n]; ok {
+			ds = append(ds, t.Sub(poolAt))
+			holders[addrs[n]]++
+		}
+	}
+	rep.LateSatisfied, rep.AfterPool, rep.Distinct, rep.Duplicates = len(ds), secondsOf(ds), len(holders), 0
+	for _, n := range holders {
+		rep.Duplicates += n - 1
+	}
+	fmt.Fprintf(out, "lbipam: %d Services waiting (%d showed no_pool), then their pool created: %d satisfied, time from the pool to ingress p50 %.2fs p99 %.2fs max %.2fs; %d distinct addresses in all, %d duplicates\n",
+		len(late), rep.Waited, rep.LateSatisfied, rep.AfterPool.P50, rep.AfterPool.P99, rep.AfterPool.Max, rep.Distinct, rep.Duplicates)
 	*failed = append(*failed, rep.failures(cfg.LBBound)...)
 	if err := srv.exited(); err != nil {
 		*failed = append(*failed, err.Error())
@@ -203,6 +240,39 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// createLBPool creates a VIP pool of cidr through the REST API, serving
+// the Services its one selector requirement selects.
+func createLBPool(ctx context.Context, admin *ipamclient.ClientWithResponses, name, cidr string, selects ipamclient.LabelSelectorRequirement) error {
+	resp, err := admin.CreateLBPoolWithResponse(ctx, &ipamclient.CreateLBPoolParams{}, ipamclient.LBPoolRequest{
+		Name: name, Spec: ipamclient.LBPoolSpec{Blocks: []ipamclient.LBBlock{{Cidr: ptrTo(cidr)}},
+			ServiceSelector: &ipamclient.LabelSelector{MatchExpressions: &[]ipamclient.LabelSelectorRequirement{selects}}}})
+	if err != nil {
+		return err
+	}
+	return statusError("create VIP pool "+name, resp.StatusCode(), resp.Body)
+}
+
+// createServices creates the phase's Services of names at once, with
+// labels, and answers when each create was called and its error.
+func createServices(ctx context.Context, kube kubernetes.Interface, names []string, labels map[string]string) ([]time.Time, []error) {
+	created := make([]time.Time, len(names))
+	errs := make([]error, len(names))
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() {
+			<-gate
+			svc := lbService(n)
+			svc.Labels = labels
+			created[i] = time.Now()
+			_, errs[i] = kube.CoreV1().Services(lbNamespace).Create(ctx, svc, metav1.CreateOptions{})
+		})
+	}
+	close(gate)
+	wg.Wait()
+	return created, errs
+}
 
 // lbService is the phase's Service: type LoadBalancer, one port, no class,
 // no node ports (nothing here routes to them).
@@ -215,23 +285,33 @@ func lbService(name string) *corev1.Service {
 // ingressWatch records when each Service was first seen satisfied, and
 // its address then.
 type ingressWatch struct {
-	mu      sync.Mutex
-	at      map[string]time.Time
-	addr    map[string]string
+	mu   sync.Mutex
+	at   map[string]time.Time
+	addr map[string]string
+	// pending are the Services seen unsatisfied (condition False).
+	pending map[string]bool
 	changed chan struct{}
 }
 
 func newIngressWatch() *ingressWatch {
-	return &ingressWatch{at: map[string]time.Time{}, addr: map[string]string{}, changed: make(chan struct{}, 1)}
+	return &ingressWatch{at: map[string]time.Time{}, addr: map[string]string{}, pending: map[string]bool{}, changed: make(chan struct{}, 1)}
 }
 
 func (w *ingressWatch) follow(wi watch.Interface) {
 	for ev := range wi.ResultChan() {
 		svc, ok := ev.Object.(*corev1.Service)
-		if !ok || len(svc.Status.LoadBalancer.Ingress) == 0 {
+		if !ok {
 			continue
 		}
-		if c := meta.FindStatusCondition(svc.Status.Conditions, lbipam.ConditionSatisfied); c == nil || c.Status != metav1.ConditionTrue {
+		c := meta.FindStatusCondition(svc.Status.Conditions, lbipam.ConditionSatisfied)
+		if c != nil && c.Status == metav1.ConditionFalse {
+			w.mu.Lock()
+			w.pending[svc.Name] = true
+			w.mu.Unlock()
+			w.signal()
+			continue
+		}
+		if len(svc.Status.LoadBalancer.Ingress) == 0 || c == nil || c.Status != metav1.ConditionTrue {
 			continue
 		}
 		now := time.Now()
@@ -240,26 +320,59 @@ func (w *ingressWatch) follow(wi watch.Interface) {
 			w.at[svc.Name], w.addr[svc.Name] = now, svc.Status.LoadBalancer.Ingress[0].IP
 		}
 		w.mu.Unlock()
-		select {
-		case w.changed <- struct{}{}:
-		default:
-		}
+		w.signal()
+	}
+}
+
+func (w *ingressWatch) signal() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
 	}
 }
 
 // wait waits until every name was seen satisfied, or bound passed.
 func (w *ingressWatch) wait(ctx context.Context, names []string, bound time.Duration) bool {
+	return w.waitFor(ctx, bound, func() bool {
+		for _, n := range names {
+			if _, ok := w.at[n]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitPending waits until every name was seen unsatisfied, or bound
+// passed.
+func (w *ingressWatch) waitPending(ctx context.Context, names []string, bound time.Duration) bool {
+	return w.waitFor(ctx, bound, func() bool { return w.pendingCountLocked(names) == len(names) })
+}
+
+func (w *ingressWatch) pendingCount(names []string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pendingCountLocked(names)
+}
+
+func (w *ingressWatch) pendingCountLocked(names []string) int {
+	n := 0
+	for _, name := range names {
+		if w.pending[name] {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor waits until done (called with w.mu held) holds, or bound
+// passed.
+func (w *ingressWatch) waitFor(ctx context.Context, bound time.Duration, done func() bool) bool {
 	t := time.NewTimer(bound)
 	defer t.Stop()
 	for {
 		w.mu.Lock()
-		all := true
-		for _, n := range names {
-			if _, ok := w.at[n]; !ok {
-				all = false
-				break
-			}
-		}
+		all := done()
 		w.mu.Unlock()
 		if all {
 			return true
@@ -299,9 +412,14 @@ func teardownLBIPAM(ctx context.Context, admin *ipamclient.ClientWithResponses, 
 			return err
 		}
 	}
-	resp, err := admin.DeleteLBPoolWithResponse(ctx, lbPool, &ipamclient.DeleteLBPoolParams{})
-	if err != nil {
-		return err
+	for _, pool := range []string{lbPool, lbLatePool} {
+		resp, err := admin.DeleteLBPoolWithResponse(ctx, pool, &ipamclient.DeleteLBPoolParams{})
+		if err != nil {
+			return err
+		}
+		if err := statusError("delete VIP pool "+pool, resp.StatusCode(), resp.Body); err != nil {
+			return err
+		}
 	}
-	return statusError("delete VIP pool", resp.StatusCode(), resp.Body)
+	return nil
 }
