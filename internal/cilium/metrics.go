@@ -24,7 +24,10 @@ type metrics struct {
 	// restoreRefusals counts CIDRs a CiliumNode lists that the store
 	// refused when the operator restored the nodes on taking the lead.
 	restoreRefusals metric.Int64Counter
-	leading         atomic.Bool
+	// migrations counts CiliumNodes moved from cluster-pool to multi-pool
+	// (outcome migrated) or refused (outcome refused, with the kind).
+	migrations metric.Int64Counter
+	leading    atomic.Bool
 }
 
 func newMetrics(m metric.Meter) (*metrics, error) {
@@ -43,6 +46,10 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 	}
 	if out.restoreRefusals, err = m.Int64Counter("ipam_cilium_operator_restore_refusals",
 		metric.WithDescription("CiliumNodes whose listed CIDRs the store refused when the operator restored every node on taking the lead, by kind (overlap: another node holds one; invalid: of no pool or of another mask; conflict). Each such node's operator-status says why; none is given a listed CIDR of another.")); err != nil {
+		return nil, err
+	}
+	if out.migrations, err = m.Int64Counter("ipam_cilium_operator_cluster_pool_migrations",
+		metric.WithDescription("CiliumNodes the cluster-pool to multi-pool migration moved (outcome migrated) or refused (outcome refused, by kind: overlap, another node holds a podCIDR; invalid-input, the default pool cannot cover it; not-found, no default pool). A refused node keeps its podCIDRs and its operator-status says why.")); err != nil {
 		return nil, err
 	}
 	_, err = m.Int64ObservableGauge("ipam_cilium_operator_leader",

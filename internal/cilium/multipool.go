@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	iputil "github.com/cilium/cilium/pkg/ip"
@@ -32,7 +33,12 @@ const multiPoolSyncName = "ipam-multi-pool-sync"
 // the agent left out stays the node's for --block-release-delay (taken back
 // if the need grows meanwhile), then goes back to its pool. The pools are
 // also CiliumPodIPPools (podippools.go), which Cilium's agent waits for.
-type multiPoolReconciler struct{ o *Operator }
+type multiPoolReconciler struct {
+	o *Operator
+	// migrated and refused count this leadership's cluster-pool
+	// migrations (migrate.go), for the log line after the restore.
+	migrated, refused atomic.Int64
+}
 
 func (r *multiPoolReconciler) reconcile(ctx context.Context, name string, cn *ciliumv2.CiliumNode) (time.Duration, error) {
 	o := r.o
@@ -41,6 +47,15 @@ func (r *multiPoolReconciler) reconcile(ctx context.Context, name string, cn *ci
 	}
 	if ignored(cn) {
 		return 0, nil
+	}
+	if r.migrates(cn) {
+		// Not moved yet (refused when the replica took the lead, or
+		// listed since): no multi-pool round until it is.
+		refused, err := r.migrate(ctx, name, cn)
+		if err != nil || refused != nil {
+			return retryUnserved, err
+		}
+		return 0, nil // the write queues the node again
 	}
 	report := agentPoolsOf(cn)
 	st, err := o.store.SyncAgentPools(ctx, o.cfg.Space, name, report)

@@ -101,6 +101,12 @@ type Config struct {
 	// found without its Node (gc.go). 0 turns the collector off, as in
 	// Cilium.
 	NodesGCInterval time.Duration
+	// ClusterPoolToMultiPoolMigration is Cilium's
+	// enable-cluster-pool-to-multi-pool-migration (multi-pool mode): every
+	// CiliumNode listing spec.ipam.podCIDRs has them moved, in the store
+	// and in the object, to spec.ipam.pools.allocated under DefaultPool
+	// before the first allocation (migrate.go).
+	ClusterPoolToMultiPoolMigration bool
 	// Resync re-examines every node this often (excess timers, drift).
 	Resync time.Duration
 	// Workers reconcile nodes in parallel; one node is never reconciled
@@ -125,6 +131,9 @@ func (c *Config) setDefaults() error {
 	}
 	if _, err := ParseMode(string(c.Mode)); err != nil {
 		return err
+	}
+	if c.ClusterPoolToMultiPoolMigration && c.Mode != ModeMultiPool {
+		return fmt.Errorf("cilium operator: the cluster-pool to multi-pool migration runs in mode %s, not %s", ModeMultiPool, c.Mode)
 	}
 	if c.Space == "" {
 		c.Space = "default"
@@ -314,6 +323,10 @@ func (o *Operator) lead(ctx context.Context) error {
 		}
 		if err := o.restoreAll(ctx, r, nodes); err != nil {
 			return err
+		}
+		if mp, ok := rec.(*multiPoolReconciler); ok && o.cfg.ClusterPoolToMultiPoolMigration {
+			o.log.Info("migrated the CiliumNodes listing podCIDRs from cluster-pool to multi-pool", "pool", o.cfg.DefaultPool,
+				"migrated", mp.migrated.Load(), "refused", mp.refused.Load())
 		}
 	}
 	o.m.leading.Store(true)

@@ -83,6 +83,9 @@ func (r *clusterPoolReconciler) restore(ctx context.Context, name string, cn *ci
 }
 
 func (r *multiPoolReconciler) restore(ctx context.Context, name string, cn *ciliumv2.CiliumNode) error {
+	if r.migrates(cn) {
+		return r.migrateAtRestore(ctx, name, cn)
+	}
 	report := agentPoolsOf(cn)
 	if len(report.Allocated) == 0 {
 		return nil

@@ -66,6 +66,11 @@ type BlockStore interface {
 	// its blocks of the cluster-pool pool, carving nothing (the restore
 	// before allocating).
 	RestoreClusterPoolBlocks(ctx context.Context, space, node, pool string, podCIDRs []netip.Prefix) error
+	// MigrateClusterPoolNode makes the node's podCIDRs its blocks of the
+	// multi-pool pool (the default pool), all or none, turning that pool
+	// from cluster-pool to multi-pool when it still is one; a CIDR it may
+	// not take is an *alloc.Error naming the podCIDRs entry.
+	MigrateClusterPoolNode(ctx context.Context, space, node, pool string, podCIDRs []netip.Prefix) error
 	// SyncAgentPools follows the agent's spec.ipam.pools: blocks it no
 	// longer lists go back to their pools after the hold-off, listed
 	// CIDRs the node lacks are adopted, needs are covered with blocks.
