@@ -283,6 +283,9 @@ func checkChartControllers(objs []kubeObject) error {
 	if (env["IPAM_NODE_IPAM"] == "true" || env["IPAM_LBIPAM_MIRROR"] == "true") && env["IPAM_LBIPAM"] != "true" {
 		fail("%v: IPAM_NODE_IPAM or IPAM_LBIPAM_MIRROR without IPAM_LBIPAM=true", dep)
 	}
+	if env["IPAM_CILIUM_CLUSTER_POOL_TO_MULTI_POOL_MIGRATION"] == "true" && env["IPAM_CILIUM_IPAM_MODE"] != "multi-pool" {
+		fail("%v: IPAM_CILIUM_CLUSTER_POOL_TO_MULTI_POOL_MIGRATION without IPAM_CILIUM_IPAM_MODE=multi-pool (the server refuses to start)", dep)
+	}
 	if env["IPAM_CILIUM_IPAM_MODE"] != "" && env["IPAM_CILIUM_LEASE_NAMESPACE"] != "fieldRef:metadata.namespace" {
 		fail("%v: IPAM_CILIUM_LEASE_NAMESPACE is not the Pod's namespace, where the Role grants the Lease", dep)
 	}
@@ -478,7 +481,7 @@ func TestHelmTemplate(t *testing.T) {
 		env     map[string]string // "" means unset
 	}{
 		{set: "", objects: []string{srv, svc, sa, pdb},
-			env: map[string]string{"IPAM_DATABASE_URL": "secret:ipam-database/IPAM_DATABASE_URL", "IPAM_KUBE_IN_CLUSTER": "", "IPAM_CILIUM_IPAM_MODE": "", "IPAM_LBIPAM": "", "IPAM_CLOUD_PROVIDER": "", "IPAM_BOOTSTRAP_TOKEN_FILE": "", "IPAM_CLUSTER_SPACE": "", "IPAM_AWS_RELEASE_EXCESS_IPS": ""}},
+			env: map[string]string{"IPAM_DATABASE_URL": "secret:ipam-database/IPAM_DATABASE_URL", "IPAM_KUBE_IN_CLUSTER": "", "IPAM_CILIUM_IPAM_MODE": "", "IPAM_LBIPAM": "", "IPAM_CLOUD_PROVIDER": "", "IPAM_BOOTSTRAP_TOKEN_FILE": "", "IPAM_CLUSTER_SPACE": "", "IPAM_AWS_RELEASE_EXCESS_IPS": "", "IPAM_CILIUM_CLUSTER_POOL_TO_MULTI_POOL_MIGRATION": ""}},
 		{set: "everything", objects: slices.Concat([]string{srv, svc, sa, pdb, "Secret ipam-bootstrap-token", "ServiceMonitor ipam-server", "PrometheusRule ipam", "ConfigMap ipam-dashboard"},
 			cni, rbac("pod-metadata"), rbac("cilium-operator"), rbac("lbipam"), rbac("leader-election")),
 			env: map[string]string{"IPAM_KUBE_IN_CLUSTER": "true", "IPAM_CILIUM_IPAM_MODE": "crd", "IPAM_AWS_RELEASE_EXCESS_IPS": "true", "IPAM_CILIUM_LEASE_NAMESPACE": "fieldRef:metadata.namespace",
@@ -491,7 +494,7 @@ func TestHelmTemplate(t *testing.T) {
 		{set: "created-secrets", objects: []string{srv, svc, sa, pdb, "Secret ipam-database", "Secret ipam-server-tls", "Secret ipam-bootstrap-token"},
 			env: map[string]string{"IPAM_DATABASE_URL": "secret:ipam-database/IPAM_DATABASE_URL"}},
 		{set: "ha", objects: slices.Concat([]string{srv, svc, sa, pdb}, rbac("pod-metadata"), rbac("cilium-operator"), rbac("leader-election")),
-			env: map[string]string{"IPAM_CILIUM_IPAM_MODE": "multi-pool", "IPAM_CLUSTER_SPACE": "eu-west-prod", "IPAM_LBIPAM": "", "IPAM_CLOUD_PROVIDER": "azure", "IPAM_AZURE_SUBSCRIPTION": "00000000-0000-0000-0000-000000000000",
+			env: map[string]string{"IPAM_CILIUM_IPAM_MODE": "multi-pool", "IPAM_CILIUM_CLUSTER_POOL_TO_MULTI_POOL_MIGRATION": "true", "IPAM_CLUSTER_SPACE": "eu-west-prod", "IPAM_LBIPAM": "", "IPAM_CLOUD_PROVIDER": "azure", "IPAM_AZURE_SUBSCRIPTION": "00000000-0000-0000-0000-000000000000",
 				"IPAM_SHUTDOWN_TIMEOUT": "40s", "IPAM_MAX_CONNS": "40"}},
 		{set: "cni", objects: slices.Concat([]string{srv, svc, sa, pdb}, cni)},
 	}

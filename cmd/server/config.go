@@ -75,6 +75,9 @@ type config struct {
 	ExcessIPReleaseDelay  time.Duration
 	AWSReleaseExcessIPs   bool
 	CiliumNodesGCInterval time.Duration
+	// CiliumClusterPoolToMultiPoolMigration is Cilium's
+	// enable-cluster-pool-to-multi-pool-migration (multi-pool mode only).
+	CiliumClusterPoolToMultiPoolMigration bool
 	// LB IPAM controller (internal/lbipam); off unless LBIPAM.
 	LBIPAM          bool
 	LBIPAMClasses   string
@@ -251,6 +254,9 @@ func (c config) Validate() error {
 				cilium.MinKubeQPS, cilium.MinKubeBurst))
 		}
 	}
+	if c.CiliumClusterPoolToMultiPoolMigration && cilium.Mode(c.CiliumIPAMMode) != cilium.ModeMultiPool {
+		errs = append(errs, errors.New("cilium-cluster-pool-to-multi-pool-migration needs cilium-ipam-mode=multi-pool"))
+	}
 	if c.CiliumIPAMMode != "" {
 		if _, err := cilium.ParseMode(c.CiliumIPAMMode); err != nil {
 			errs = append(errs, fmt.Errorf("cilium-ipam-mode: %w", err))
@@ -338,6 +344,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.IntVar(&c.CiliumKubeBurst, "cilium-kube-burst", 40, "the Cilium operator's request burst to the API server")
 	fs.IntVar(&c.CiliumWorkers, "cilium-workers", cilium.DefaultWorkers, "CiliumNodes the operator reconciles in parallel")
 	fs.DurationVar(&c.CiliumNodesGCInterval, "cilium-nodes-gc-interval", cilium.DefaultNodesGCInterval, "how often the operator looks for CiliumNodes whose Node is gone; it deletes one found so at least this long before (Cilium's nodes-gc-interval); 0: never")
+	fs.BoolVar(&c.CiliumClusterPoolToMultiPoolMigration, "cilium-cluster-pool-to-multi-pool-migration", false, "with cilium-ipam-mode=multi-pool, move every CiliumNode's spec.ipam.podCIDRs to spec.ipam.pools.allocated of default-pool (its blocks with it, a cluster-pool default pool turning multi-pool) before allocating, as Cilium's enable-cluster-pool-to-multi-pool-migration")
 	fs.BoolVar(&c.AWSReleaseExcessIPs, "aws-release-excess-ips", false, "let the operator give back the excess addresses of nodes of AWS cloud pools, as Cilium's aws-release-excess-ips (off, as there); nodes of Azure pools never do, nodes of other pools always do")
 	fs.DurationVar(&c.ExcessIPReleaseDelay, "excess-ip-release-delay", cilium.DefaultExcessIPReleaseDelay, "how long an address stays excess on a node before the operator marks it for release (Cilium's excess-ip-release-delay; crd mode)")
 	fs.BoolVar(&c.LBIPAM, "lbipam", false, "play Cilium's LB IPAM for the LoadBalancer Services of the cluster of kubeconfig or kube-in-cluster: VIPs from the cluster space's VIP pools (leader-elected)")

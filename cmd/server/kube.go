@@ -98,6 +98,7 @@ func startCiliumOperator(ctx context.Context, cfg config, st cilium.Store, meter
 		Mode: cilium.Mode(cfg.CiliumIPAMMode), Space: cfg.ClusterSpace, DefaultPool: cfg.DefaultPool, Kube: rc,
 		LeaseNamespace: cfg.CiliumLeaseNamespace, ExcessIPReleaseDelay: cfg.ExcessIPReleaseDelay, AWSReleaseExcessIPs: cfg.AWSReleaseExcessIPs,
 		NodesGCInterval: cfg.CiliumNodesGCInterval, Workers: cfg.CiliumWorkers, Logger: log, Meter: meter,
+		ClusterPoolToMultiPoolMigration: cfg.CiliumClusterPoolToMultiPoolMigration,
 	}, st)
 	if err != nil {
 		return nil, nil, err

@@ -54,6 +54,18 @@ func TestCiliumFlagsValidated(t *testing.T) {
 		cfg.ExcessIPReleaseDelay.Seconds() != 180 || cfg.CiliumWorkers != 50 {
 		t.Errorf("defaults and environment: %+v", cfg)
 	}
+	// The migration flag is read in multi-pool mode, from the environment
+	// too.
+	migrateEnv := func(k string) string {
+		if k == "IPAM_CILIUM_CLUSTER_POOL_TO_MULTI_POOL_MIGRATION" {
+			return "true"
+		}
+		return env(k)
+	}
+	cfg, err = parseConfig("serve", append(base, "--kube-in-cluster", "--cilium-ipam-mode", "multi-pool"), migrateEnv)
+	if err != nil || !cfg.CiliumClusterPoolToMultiPoolMigration {
+		t.Errorf("IPAM_CILIUM_CLUSTER_POOL_TO_MULTI_POOL_MIGRATION=true: %v, %+v", err, cfg)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -64,6 +76,8 @@ func TestCiliumFlagsValidated(t *testing.T) {
 		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--cilium-kube-burst", "2"}, "cilium-kube-burst at least 3"},
 		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--cilium-workers", "0"}, "cilium-workers"},
 		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "crd", "--excess-ip-release-delay", "0s"}, "excess-ip-release-delay"},
+		{[]string{"--kube-in-cluster", "--cilium-ipam-mode", "cluster-pool", "--cilium-cluster-pool-to-multi-pool-migration"}, "needs cilium-ipam-mode=multi-pool"},
+		{[]string{"--kube-in-cluster", "--cilium-cluster-pool-to-multi-pool-migration"}, "needs cilium-ipam-mode=multi-pool"},
 		{[]string{"--lbipam"}, "lbipam needs kubeconfig or kube-in-cluster"},
 		{[]string{"--kube-in-cluster", "--lbipam", "--lbipam-families", "ipv4,ipx"}, "lbipam-families"},
 		{[]string{"--kube-in-cluster", "--lbipam", "--cilium-kube-qps", "1"}, "lbipam: cilium-kube-qps must be at least 2"},
