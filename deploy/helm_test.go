@@ -486,7 +486,7 @@ func TestHelmTemplate(t *testing.T) {
 			cni, rbac("pod-metadata"), rbac("cilium-operator"), rbac("lbipam"), rbac("leader-election")),
 			env: map[string]string{"IPAM_KUBE_IN_CLUSTER": "true", "IPAM_CILIUM_IPAM_MODE": "crd", "IPAM_AWS_RELEASE_EXCESS_IPS": "true", "IPAM_CILIUM_LEASE_NAMESPACE": "fieldRef:metadata.namespace",
 				"IPAM_LBIPAM": "true", "IPAM_NODE_IPAM": "true", "IPAM_LBIPAM_MIRROR": "true", "IPAM_LBIPAM_LEASE_NAMESPACE": "fieldRef:metadata.namespace",
-				"IPAM_LBIPAM_FAMILIES": "ipv4,ipv6", "IPAM_LBIPAM_DEFAULT_IPAM": "nodeipam", "IPAM_LBIPAM_CLASSES": "io.cilium/l2-announcer,io.cilium/bgp-control-plane",
+				"IPAM_LBIPAM_FAMILIES": "ipv4,ipv6", "IPAM_LBIPAM_DEFAULT_IPAM": "nodeipam", "IPAM_LBIPAM_RESYNC": "1m", "IPAM_LBIPAM_CLASSES": "io.cilium/l2-announcer,io.cilium/bgp-control-plane",
 				"IPAM_CLOUD_PROVIDER": "aws", "IPAM_AWS_REGION": "eu-west-1", "IPAM_CLOUD_CLUSTER": "prod-eu",
 				"IPAM_BOOTSTRAP_TOKEN_FILE": "/etc/ipam/bootstrap/token", "IPAM_BOOTSTRAP_TOKEN_TTL": "24h"}},
 		{set: "existing-secrets", objects: []string{srv, svc, sa, pdb},

@@ -86,6 +86,7 @@ type config struct {
 	LBIPAMMirror    bool
 	LBIPAMFamilies  string
 	LBIPAMLeaseNS   string
+	LBIPAMResync    time.Duration
 	ReconcileMinAge time.Duration
 	StickyRetention time.Duration
 	// Authentication and limits (auth.go).
@@ -249,6 +250,9 @@ func (c config) Validate() error {
 		default:
 			errs = append(errs, fmt.Errorf("lbipam-default-ipam %q: want lbipam, nodeipam or none", c.LBIPAMDefault))
 		}
+		if c.LBIPAMResync < time.Second {
+			errs = append(errs, fmt.Errorf("lbipam-resync %v: at least 1s", c.LBIPAMResync))
+		}
 		if c.CiliumKubeQPS < cilium.MinKubeQPS || c.CiliumKubeBurst < cilium.MinKubeBurst {
 			errs = append(errs, fmt.Errorf("lbipam: cilium-kube-qps must be at least %d and cilium-kube-burst at least %d (the leader Lease's renewals take 1/s and 2 of them)",
 				cilium.MinKubeQPS, cilium.MinKubeBurst))
@@ -354,6 +358,7 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.BoolVar(&c.NodeIPAM, "node-ipam", false, "with lbipam, publish node addresses for the Services of class io.cilium/node (Cilium's nodeIPAM.enabled; reads Nodes and EndpointSlices)")
 	fs.StringVar(&c.LBIPAMFamilies, "lbipam-families", "ipv4", "the cluster's families for Services' ipFamilyPolicy: ipv4, ipv6 or ipv4,ipv6")
 	fs.StringVar(&c.LBIPAMLeaseNS, "lbipam-lease-namespace", "kube-system", "namespace of the Lease the replicas elect the one LB IPAM controller with")
+	fs.DurationVar(&c.LBIPAMResync, "lbipam-resync", time.Minute, "how often LB IPAM looks at every Service again: a safety net, since the database announces every change that can serve a waiting Service (at least 1s)")
 	fs.DurationVar(&c.ReconcileMinAge, "reconcile-min-age", store.DefaultReconcileMinAge, "a reconcile (CNI GC) never releases a lease younger than this, whatever its list says")
 	fs.DurationVar(&c.StickyRetention, "sticky-retention", alloc.DefaultStickyRetention, "how long a released address stays bound to its workload identity when the request names no retention")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", 0, "API requests served at once per replica; more wait in line (see admission-queue); 0 = as many as database connections (max-conns)")

@@ -154,7 +154,7 @@ func startLBIPAM(ctx context.Context, cfg config, st lbipam.Store, log *slog.Log
 		}
 	}
 	ctl, err := lbipam.New(lbipam.Config{Space: cfg.ClusterSpace, Kube: rc, Election: leader.Election{LeaseNamespace: cfg.LBIPAMLeaseNS},
-		DefaultIPAM: cfg.LBIPAMDefault, NodeIPAM: cfg.NodeIPAM, Mirror: cfg.LBIPAMMirror, Classes: append([]string{}, classes...), IPv4: v4, IPv6: v6, Logger: log}, st)
+		DefaultIPAM: cfg.LBIPAMDefault, NodeIPAM: cfg.NodeIPAM, Mirror: cfg.LBIPAMMirror, Resync: cfg.LBIPAMResync, Classes: append([]string{}, classes...), IPv4: v4, IPv6: v6, Logger: log}, st)
 	if err != nil {
 		return nil, err
 	}
