@@ -50,6 +50,9 @@ type env struct {
 	// start); store, when set, is what they use instead of st.
 	resync time.Duration
 	store  Store
+	// configure, when set, edits the configuration of the controllers
+	// started after it is set.
+	configure func(*Config)
 }
 
 func newEnv(t *testing.T, opts ...kubetest.Option) *env { return start(t, false, false, opts...) }
@@ -95,9 +98,13 @@ func (e *env) controller(identity string) (stop func()) {
 	if e.store != nil {
 		st = e.store
 	}
-	c, err := New(Config{Kube: e.kc.Config(), NodeIPAM: true, Mirror: e.mirror, IPv4: true, IPv6: true, Resync: e.resync, Workers: 16,
+	cfg := Config{Kube: e.kc.Config(), NodeIPAM: true, Mirror: e.mirror, IPv4: true, IPv6: true, Resync: e.resync, Workers: 16,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}, st)
+	}
+	if e.configure != nil {
+		e.configure(&cfg)
+	}
+	c, err := New(cfg, st)
 	if err != nil {
 		e.t.Fatal(err)
 	}
