@@ -466,8 +466,13 @@ func TestCiliumStartAndRestart(t *testing.T) {
 	// TestRequiredLBClass (and the default IPAM none): a controller
 	// serving only the BGP class leaves Services without a class alone,
 	// those above included, and serves one that becomes a LoadBalancer of
-	// the class.
-	e.configure = func(c *Config) { c.DefaultIPAM, c.Classes = DefaultNone, []string{ClassBGP} }
+	// the class. It has IPv6 alone enabled, which changes nothing for
+	// these single-stack IPv4 Services (ipFamilies[0] is asked, enabled
+	// or not); a PreferDualStack Service listing IPv4 alone asks nothing
+	// then, and Cilium gives it nothing and writes no condition
+	// (TestLBIPAM_serviceIPFamilyRequest's "PreferDual, IPv4 family,
+	// IPv6" case, end to end).
+	e.configure = func(c *Config) { c.DefaultIPAM, c.Classes, c.IPv4 = DefaultNone, []string{ClassBGP}, false }
 	stop := e.controller("classes-only")
 	e.create(service("classes", "plain"))
 	bgp := ClassBGP
@@ -482,8 +487,14 @@ func TestCiliumStartAndRestart(t *testing.T) {
 		s.Spec.Type, s.Spec.LoadBalancerClass = corev1.ServiceTypeLoadBalancer, &bgp
 	})
 	e.wait("classes", "later", "10.132.0.1 satisfied")
+	prefer := service("classes", "prefer")
+	prefer.Spec.LoadBalancerClass = &bgp
+	preferDual := corev1.IPFamilyPolicyPreferDualStack
+	prefer.Spec.IPFamilyPolicy = &preferDual
+	e.create(prefer)
 	time.Sleep(2 * time.Second) // more than a resync
 	e.wait("classes", "plain", " -")
+	e.wait("classes", "prefer", " -")
 	e.wait("init", "kept", "10.130.0.123 -")
 	e.wait("init", "sc", "10.130.0.61 -")
 	stop()

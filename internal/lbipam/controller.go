@@ -472,6 +472,20 @@ func (c *Controller) reconcile(ctx context.Context, key string, fresh bool) erro
 	if len(dropped) > 0 {
 		c.log.Warn("Service names entries that are no address: left out, as Cilium leaves them out", "service", key, "entries", dropped)
 	}
+	if len(r.Families) == 0 && len(r.Addresses) == 0 {
+		// Nothing asked (PreferDualStack listing only families not
+		// enabled): Cilium's ServiceView.isSatisfied holds at once, so
+		// handleUpsertService gives nothing and writes no condition. The
+		// store would refuse the empty request as invalid.
+		c.setWaiting(key, false)
+		if err := c.releaseOwned(ctx, owner); err != nil {
+			return err
+		}
+		if st, changed := clearedStatus(svc); changed {
+			return c.writeStatus(ctx, svc, st)
+		}
+		return nil
+	}
 	// Waiting from before the request until it is known satisfied: a
 	// change committed while it runs queues the Service again (the
 	// workqueue runs it once more after this pass) rather than going
