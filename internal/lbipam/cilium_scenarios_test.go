@@ -396,6 +396,20 @@ func TestCiliumScenarios(t *testing.T) {
 			e.wait("extend", "a", "10.119.0.0 satisfied")
 			e.wait("extend", "b", "10.119.0.1 satisfied")
 		}},
+		// Not one of Cilium's tests, but its handleUpsertService: the
+		// ingress keeps the addresses already listed in their order and
+		// appends new ones as they are given, spec.loadBalancerIP first,
+		// then lbipam.cilium.io/ips in its order.
+		{"IngressOrder", func(e *env) {
+			e.pool("order", only(blocks("10.121.0.0/24"), nil, "order"))
+			svc := service("order", "a")
+			svc.Spec.LoadBalancerIP = "10.121.0.50"
+			svc.Annotations[AnnotationIPs] = "10.121.0.40,10.121.0.30"
+			e.create(svc)
+			e.wait("order", "a", "10.121.0.50,10.121.0.40,10.121.0.30 satisfied")
+			e.update("order", "a", func(s *corev1.Service) { s.Annotations[AnnotationIPs] = "10.121.0.20,10.121.0.30" })
+			e.wait("order", "a", "10.121.0.50,10.121.0.30,10.121.0.20 satisfied")
+		}},
 		// Deliberately not Cilium's outcome (cilium/cilium#40358): a pool
 		// edit never moves an address. Cilium strips the Service its
 		// pool's selector no longer selects; here it keeps the address,

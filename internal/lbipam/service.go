@@ -184,14 +184,14 @@ func familiesOf(spec corev1.ServiceSpec, fams families) ([]alloc.Family, bool) {
 }
 
 // desiredStatus is svc's status with the assignment's addresses as its
-// load balancer ingress, in the assignment's order, and the condition
-// saying whether the request was satisfied. It answers whether anything
-// changed.
+// load balancer ingress, in Cilium's order (ingressOrder), and the
+// condition saying whether the request was satisfied. It answers whether
+// anything changed.
 func desiredStatus(svc *corev1.Service, a alloc.VIPAssignment, now metav1.Time) (corev1.ServiceStatus, bool) {
 	st := *svc.Status.DeepCopy()
 	var ingress []corev1.LoadBalancerIngress
-	for _, v := range a.Addresses {
-		ingress = append(ingress, corev1.LoadBalancerIngress{IP: v.Addr.String()})
+	for _, addr := range ingressOrder(svc, a) {
+		ingress = append(ingress, corev1.LoadBalancerIngress{IP: addr.String()})
 	}
 	changed := !slices.EqualFunc(ingress, st.LoadBalancer.Ingress, func(x, y corev1.LoadBalancerIngress) bool {
 		return x.IP == y.IP && x.Hostname == "" && y.Hostname == "" && len(y.Ports) == 0
@@ -208,6 +208,39 @@ func desiredStatus(svc *corev1.Service, a alloc.VIPAssignment, now metav1.Time) 
 		changed = true
 	}
 	return st, changed
+}
+
+// ingressOrder orders the assignment's addresses as Cilium's
+// handleUpsertService lists them: the addresses svc's ingress already
+// lists keep their places (stripOrImportIngresses keeps them in order),
+// and the others follow as Cilium would have given them, appended one by
+// one: named ones in getSVCRequestedIPs' order (spec.loadBalancerIP
+// first, then the annotation's), then any other in the store's order,
+// IPv4 before IPv6 as satisfyGenericIPRequests asks them.
+func ingressOrder(svc *corev1.Service, a alloc.VIPAssignment) []netip.Addr {
+	rank := func(addr netip.Addr) int {
+		if lb, err := netip.ParseAddr(strings.TrimSpace(svc.Spec.LoadBalancerIP)); err == nil && lb == addr {
+			return 0
+		}
+		if i := slices.Index(a.Request.Addresses, addr); i >= 0 {
+			return 1 + i
+		}
+		return 1 + len(a.Request.Addresses)
+	}
+	var out, rest []netip.Addr
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if addr, err := netip.ParseAddr(in.IP); err == nil && !slices.Contains(out, addr) &&
+			slices.ContainsFunc(a.Addresses, func(v alloc.VIP) bool { return v.Addr == addr }) {
+			out = append(out, addr)
+		}
+	}
+	for _, v := range a.Addresses {
+		if !slices.Contains(out, v.Addr) {
+			rest = append(rest, v.Addr)
+		}
+	}
+	slices.SortStableFunc(rest, func(x, y netip.Addr) int { return rank(x) - rank(y) })
+	return append(out, rest...)
 }
 
 // clearedStatus is svc's status without what LB IPAM wrote: for a Service
