@@ -29,6 +29,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(crdAgentProcessEnv); spec != "" {
+		runCRDAgentProcess(spec)
+	}
 	if spec := os.Getenv(operatorProcessEnv); spec != "" {
 		runOperatorProcess(spec)
 	}
