@@ -460,14 +460,13 @@ func onTwoNodes(nodes []ciliumv2.CiliumNode, what func(*ciliumv2.CiliumNode) []s
 // in waves (growing for 6 s to mode.peak, then as long shrinking) for
 // 60 s. At 8 s the leading replica is SIGKILLed, its Lease left to
 // expire, and the other takes over; at 26 s the API server is killed and
-// started again.
-// Throughout, checked four times a second: no address is handed to two
-// Pods at once across the nodes, no used address leaves what its node's
-// CiliumNode gives it, nothing is given to two nodes at once. After the
-// faults every node still grows to the wave top, and the churn went on
-// (mode.churned). Once settled every node's CiliumNode is what the store
-// holds for it, every agent's own record (Dump) is its Pods' addresses,
-// and the store's consistency check is clean.
+// started again. Throughout, checked four times a second: no address is
+// handed to two Pods at once across the nodes, no used address leaves
+// what its node's CiliumNode gives it, nothing is given to two nodes at
+// once. After the faults every node still grows to the wave top, and the
+// churn went on (mode.churned). Once settled every node's CiliumNode is
+// what the store holds for it, every agent's own record (Dump) is its
+// Pods' addresses, and the store's consistency check is clean.
 func ciliumAgentThroughFaults(t *testing.T, e *crdEnv, mode agentMode) {
 	const (
 		nodes     = 50
