@@ -27,9 +27,9 @@ import (
 // Cilium's CRDs, a store on its own database with the given block release
 // hold-off (the agents' space is the default one, as the server sets it in
 // multi-pool mode), and the pools.
-func newBlockEnv(t *testing.T, holdOff time.Duration, pools map[string]alloc.PoolSpec) *crdEnv {
+func newBlockEnv(t *testing.T, holdOff time.Duration, pools map[string]alloc.PoolSpec, opts ...kubetest.Option) *crdEnv {
 	t.Helper()
-	kc := kubetest.Start(t)
+	kc := kubetest.Start(t, opts...)
 	kc.InstallCiliumCRDs(t)
 	dbURL := pgtest.NewDatabase(t)
 	st, err := store.Open(t.Context(), dbURL, store.Options{LeaseExpiry: time.Minute, Cooldown: time.Second,

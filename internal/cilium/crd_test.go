@@ -53,9 +53,9 @@ type crdEnv struct {
 	op *Operator
 }
 
-func newCRDEnv(t *testing.T, pool alloc.PoolSpec) *crdEnv {
+func newCRDEnv(t *testing.T, pool alloc.PoolSpec, opts ...kubetest.Option) *crdEnv {
 	t.Helper()
-	kc := kubetest.Start(t)
+	kc := kubetest.Start(t, opts...)
 	kc.InstallCiliumCRDs(t)
 	st, dbURL := openTestStore(t)
 	if _, err := st.CreatePool(t.Context(), alloc.Pool{Space: alloc.DefaultSpace, Name: "default", Spec: pool}); err != nil {
