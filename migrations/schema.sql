@@ -586,7 +586,11 @@ CREATE TABLE public.cidr_groups (
     labels jsonb DEFAULT '{}'::jsonb NOT NULL,
     created_at timestamp with time zone NOT NULL,
     updated_at timestamp with time zone NOT NULL,
-    allow_special_purpose boolean DEFAULT false NOT NULL
+    allow_special_purpose boolean DEFAULT false NOT NULL,
+    source text DEFAULT 'database'::text NOT NULL,
+    source_uid text DEFAULT ''::text NOT NULL,
+    CONSTRAINT cidr_groups_source_check CHECK ((source = ANY (ARRAY['database'::text, 'kubernetes'::text]))),
+    CONSTRAINT cidr_groups_source_uid CHECK (((source = 'kubernetes'::text) = (source_uid <> ''::text)))
 );
 
 ALTER TABLE public.cidr_groups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -637,7 +641,11 @@ CREATE TABLE public.lb_pools (
     created_at timestamp with time zone NOT NULL,
     updated_at timestamp with time zone NOT NULL,
     reserved_groups text[] DEFAULT '{}'::text[] NOT NULL,
-    allow_special_purpose boolean DEFAULT false NOT NULL
+    allow_special_purpose boolean DEFAULT false NOT NULL,
+    source text DEFAULT 'database'::text NOT NULL,
+    source_uid text DEFAULT ''::text NOT NULL,
+    CONSTRAINT lb_pools_source_check CHECK ((source = ANY (ARRAY['database'::text, 'kubernetes'::text]))),
+    CONSTRAINT lb_pools_source_uid CHECK (((source = 'kubernetes'::text) = (source_uid <> ''::text)))
 );
 
 ALTER TABLE public.lb_pools ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (

@@ -15,10 +15,13 @@ import (
 // it may overlap pools and other groups. Network policies name it, and
 // the API answers which groups hold an address.
 type CIDRGroup struct {
-	Space     string
-	Name      string
-	Labels    map[string]string
-	CIDRs     []netip.Prefix
+	Space  string
+	Name   string
+	Labels map[string]string
+	CIDRs  []netip.Prefix
+	// Origin owns the group: the database, or the CiliumCIDRGroup it was
+	// imported from.
+	Origin    Origin
 	CreatedAt time.Time
 	UpdatedAt time.Time
 

@@ -240,10 +240,13 @@ func (s LBPoolSpec) Selects(namespace, name string, svcLabels map[string]string)
 
 // LBPool is a named VIP pool of an address space.
 type LBPool struct {
-	Space     string
-	Name      string
-	Labels    map[string]string
-	Spec      LBPoolSpec
+	Space  string
+	Name   string
+	Labels map[string]string
+	Spec   LBPoolSpec
+	// Origin owns the pool: the database, or the
+	// CiliumLoadBalancerIPPool it was imported from.
+	Origin    Origin
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	// Status is filled by reads.

@@ -325,3 +325,12 @@ func (p LBPoolOffer) Keeps(o VIPOwner, labels map[string]string, a netip.Addr) b
 	ok, err := p.Spec.Selects(o.Namespace, o.Name, labels)
 	return err == nil && ok && p.Spec.Offers(a)
 }
+
+// LBChange is one change of the store that can serve a LoadBalancer
+// Service: Space is the space it concerns ("" for any); Owner, when set,
+// is an owner that lost its addresses (its pool deleted) and must be
+// looked at again, though nobody waited for it.
+type LBChange struct {
+	Space string
+	Owner VIPOwner
+}

@@ -11,6 +11,9 @@ type WriteOptions struct {
 	// DryRun: check everything and answer what the write would do, then
 	// write nothing. Refusals are those of the real write.
 	DryRun bool
+	// Origin is who writes (AsOrigin): the database (the REST API)
+	// unless set.
+	Origin Origin
 }
 
 // DryRun sets WriteOptions.DryRun.

@@ -62,11 +62,12 @@ type Store interface {
 }
 
 // ChangeListener is a Store that announces the changes that can serve a
-// waiting Service (store.ListenLBChanges): with one, the controller
-// re-evaluates its waiting Services at once, as Cilium does on every pool
-// and Service event; without, at its resync.
+// waiting Service, and the owners whose pool was deleted
+// (store.ListenLBChanges): with one, the controller re-evaluates its
+// waiting Services and those owners' Services at once, as Cilium does on
+// every pool and Service event; without, at its resync.
 type ChangeListener interface {
-	ListenLBChanges(ctx context.Context, changed func(space string)) error
+	ListenLBChanges(ctx context.Context, changed func(alloc.LBChange)) error
 }
 
 // Config is how the controller runs.
@@ -308,11 +309,16 @@ func (c *Controller) lead(ctx context.Context) error {
 }
 
 // listen queues the waiting Services at every change of the store that
-// may serve them, listening again a second after the connection is lost
+// may serve them, and the Service of an owner that lost its addresses
+// with its pool (to be re-homed or stripped), listening again a second after the connection is lost
 // (a database failover), until ctx ends.
 func (c *Controller) listen(ctx context.Context, l ChangeListener, q workqueue.TypedRateLimitingInterface[string]) {
-	changed := func(space string) {
-		if space != "" && space != c.cfg.Space {
+	changed := func(ch alloc.LBChange) {
+		if ch.Space != "" && ch.Space != c.cfg.Space {
+			return
+		}
+		if ch.Owner != (alloc.VIPOwner{}) {
+			q.Add(ch.Owner.String())
 			return
 		}
 		c.mu.Lock()

@@ -34,6 +34,10 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m, pgtest.Migrate) }
 
+// The store announces its changes: a signature drifting apart would turn
+// the controller's type assertion false and event-driven serving off.
+var _ ChangeListener = (*store.Store)(nil)
+
 // env is a real API server, a store on its own database and one
 // controller (IPv4 and IPv6 enabled, Services without a class served by
 // LB IPAM, Node IPAM on).

@@ -22,11 +22,11 @@ import (
 
 const cidrGroupColumns = `g.space, g.name, g.labels, g.created_at, g.updated_at,
 	coalesce((SELECT array_agg(c.cidr ORDER BY c.position) FROM cidr_group_cidrs c WHERE c.group_id = g.id), '{}'),
-	g.allow_special_purpose`
+	g.allow_special_purpose, g.source, g.source_uid`
 
 func scanCIDRGroup(r pgx.Row) (alloc.CIDRGroup, error) {
 	var g alloc.CIDRGroup
-	err := r.Scan(&g.Space, &g.Name, &g.Labels, &g.CreatedAt, &g.UpdatedAt, &g.CIDRs, &g.AllowSpecialPurpose)
+	err := r.Scan(&g.Space, &g.Name, &g.Labels, &g.CreatedAt, &g.UpdatedAt, &g.CIDRs, &g.AllowSpecialPurpose, &g.Origin.Source, &g.Origin.UID)
 	return g, err
 }
 
@@ -34,20 +34,23 @@ func scanCIDRGroup(r pgx.Row) (alloc.CIDRGroup, error) {
 // taken.
 var errCIDRGroupExists = errors.New("CIDR group exists")
 
-// CreateCIDRGroup adds a group. Creating one that exists with the same
-// labels, CIDRs and allowSpecialPurpose answers it again (a retry); with
-// others it is a KindConflict.
+// CreateCIDRGroup adds a group owned by g.Origin. Creating one that
+// exists with the same labels, CIDRs, allowSpecialPurpose and origin
+// answers it again (a retry); with others it is a KindConflict
+// (alloc.NotOwner when another origin owns the name).
 func (s *Store) CreateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...alloc.WriteOption) (alloc.CIDRGroup, error) {
-	if err := g.Validate(); err != nil {
+	if err := errors.Join(g.Validate(), g.Origin.Validate()); err != nil {
 		return alloc.CIDRGroup{}, err
 	}
+	source, uid := g.Origin.Stored()
 	var out alloc.CIDRGroup
 	err := s.write(ctx, opts, func(tx querier) error {
 		var id int64
-		err := tx.QueryRow(ctx, `INSERT INTO cidr_groups (space, name, labels, created_at, updated_at, allow_special_purpose)
-			VALUES (@space, @name, @labels, @now, @now, @allowSpecialPurpose)
+		err := tx.QueryRow(ctx, `INSERT INTO cidr_groups (space, name, labels, created_at, updated_at, allow_special_purpose, source, source_uid)
+			VALUES (@space, @name, @labels, @now, @now, @allowSpecialPurpose, @source, @sourceUID)
 			ON CONFLICT (space, name) DO NOTHING RETURNING id`, namedArgs{"space": g.Space, "name": g.Name,
-			"labels": labelsOrEmpty(g.Labels), "now": s.now(), "allowSpecialPurpose": g.AllowSpecialPurpose}).Scan(&id)
+			"labels": labelsOrEmpty(g.Labels), "now": s.now(), "allowSpecialPurpose": g.AllowSpecialPurpose,
+			"source": source, "sourceUID": uid}).Scan(&id)
 		switch code, _ := pgCode(err); {
 		case errors.Is(err, pgx.ErrNoRows):
 			return errCIDRGroupExists
@@ -67,7 +70,10 @@ func (s *Store) CreateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...
 		if gerr != nil {
 			return alloc.CIDRGroup{}, gerr
 		}
-		if !maps.Equal(have.Labels, labelsOrEmpty(g.Labels)) || !slices.Equal(have.CIDRs, g.CIDRs) || have.AllowSpecialPurpose != g.AllowSpecialPurpose {
+		if have.Origin.Source != source {
+			return alloc.CIDRGroup{}, alloc.NotOwner("CIDR group", g.Name, have.Origin, kindCIDRGroupObject)
+		}
+		if have.Origin.UID != uid || !maps.Equal(have.Labels, labelsOrEmpty(g.Labels)) || !slices.Equal(have.CIDRs, g.CIDRs) || have.AllowSpecialPurpose != g.AllowSpecialPurpose {
 			return alloc.CIDRGroup{}, &alloc.Error{Kind: alloc.KindConflict, Field: "name",
 				Detail: fmt.Sprintf("CIDR group %q already exists with other labels, CIDRs or allowSpecialPurpose", g.Name)}
 		}
@@ -90,19 +96,26 @@ func insertGroupCIDRs(ctx context.Context, tx querier, id int64, g alloc.CIDRGro
 }
 
 // UpdateCIDRGroup replaces a group's labels, CIDRs and allowSpecialPurpose.
+// Only a writer of the group's origin (alloc.AsOrigin) edits it, else
+// alloc.NotOwner; a Kubernetes writer takes the group over for its UID.
 func (s *Store) UpdateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...alloc.WriteOption) (alloc.CIDRGroup, error) {
-	if err := g.Validate(); err != nil {
+	writer := alloc.ApplyWriteOptions(opts).Origin
+	if err := errors.Join(g.Validate(), writer.Validate()); err != nil {
 		return alloc.CIDRGroup{}, err
 	}
+	source, uid := writer.Stored()
 	var out alloc.CIDRGroup
 	err := s.write(ctx, opts, func(tx querier) error {
-		var id int64
-		err := tx.QueryRow(ctx, `UPDATE cidr_groups SET labels = @labels, updated_at = @now, allow_special_purpose = @allowSpecialPurpose
-			WHERE space = @space AND name = @name RETURNING id`, namedArgs{"space": g.Space, "name": g.Name,
-			"labels": labelsOrEmpty(g.Labels), "now": s.now(), "allowSpecialPurpose": g.AllowSpecialPurpose}).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return s.notFoundIn(ctx, tx, g.Space, "group", "CIDR group", g.Name)
-		} else if err != nil {
+		id, owner, err := lockCIDRGroup(ctx, tx, s, g.Space, g.Name)
+		if err != nil {
+			return err
+		}
+		if owner.Source != source {
+			return alloc.NotOwner("CIDR group", g.Name, owner, kindCIDRGroupObject)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE cidr_groups SET labels = @labels, updated_at = @now, allow_special_purpose = @allowSpecialPurpose,
+				source_uid = @sourceUID WHERE id = @id`, namedArgs{"id": id,
+			"labels": labelsOrEmpty(g.Labels), "now": s.now(), "allowSpecialPurpose": g.AllowSpecialPurpose, "sourceUID": uid}); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM cidr_group_cidrs WHERE group_id = $1`, id); err != nil {
@@ -128,16 +141,24 @@ func (s *Store) UpdateCIDRGroup(ctx context.Context, g alloc.CIDRGroup, opts ...
 	return out, err
 }
 
-// DeleteCIDRGroup removes a group and answers it as it was.
+// DeleteCIDRGroup removes a group and answers it as it was. Only a writer
+// of the group's origin (alloc.AsOrigin) deletes it, and a Kubernetes
+// writer only the group of its object's UID (else alloc.NotOwner, or
+// KindStaleGeneration for another UID).
 func (s *Store) DeleteCIDRGroup(ctx context.Context, space, name string, opts ...alloc.WriteOption) (alloc.CIDRGroup, error) {
+	source, uid := alloc.ApplyWriteOptions(opts).Origin.Stored()
 	var out alloc.CIDRGroup
 	err := s.write(ctx, opts, func(tx querier) error {
-		var one int
-		err := tx.QueryRow(ctx, `SELECT 1 FROM cidr_groups WHERE space = $1 AND name = $2 FOR UPDATE`, space, name).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return s.notFoundIn(ctx, tx, space, "group", "CIDR group", name)
-		} else if err != nil {
+		_, owner, err := lockCIDRGroup(ctx, tx, s, space, name)
+		if err != nil {
 			return err
+		}
+		switch {
+		case owner.Source != source:
+			return alloc.NotOwner("CIDR group", name, owner, kindCIDRGroupObject)
+		case owner.UID != uid:
+			return &alloc.Error{Kind: alloc.KindStaleGeneration, Field: "name",
+				Detail: fmt.Sprintf("CIDR group %q was imported from another object of its name (uid %s, not %s)", name, owner.UID, uid)}
 		}
 		// Locked: no VIP pool can name it from now on without waiting.
 		var pools []string
@@ -156,6 +177,19 @@ func (s *Store) DeleteCIDRGroup(ctx context.Context, space, name string, opts ..
 		return err
 	})
 	return out, err
+}
+
+// lockCIDRGroup locks a group's row (FOR UPDATE) and answers its id and
+// origin, or KindNotFound.
+func lockCIDRGroup(ctx context.Context, tx querier, s *Store, space, name string) (int64, alloc.Origin, error) {
+	var id int64
+	var o alloc.Origin
+	err := tx.QueryRow(ctx, `SELECT id, source, source_uid FROM cidr_groups WHERE space = $1 AND name = $2 FOR UPDATE`, space, name).
+		Scan(&id, &o.Source, &o.UID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, o, s.notFoundIn(ctx, tx, space, "group", "CIDR group", name)
+	}
+	return id, o, err
 }
 
 // GetCIDRGroup reads one group.

@@ -27,10 +27,14 @@ func TestListenLBChanges(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- f.s.ListenLBChanges(ctx, func(space string) {
+		done <- f.s.ListenLBChanges(ctx, func(c alloc.LBChange) {
 			mu.Lock()
 			defer mu.Unlock()
-			got = append(got, space)
+			if c.Owner != (alloc.VIPOwner{}) {
+				got = append(got, c.Space+" "+c.Owner.String())
+				return
+			}
+			got = append(got, c.Space)
 		})
 	}()
 	// Announced, in order: what each step should add.
@@ -91,6 +95,20 @@ func TestListenLBChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("a pool deleted", alloc.DefaultSpace)
+
+	// A pool of Kubernetes deleted with a holder names it: nobody waits
+	// for a satisfied owner, yet it lost its address.
+	if _, err := f.s.CreateLBPool(f.ctx, alloc.LBPool{Space: alloc.DefaultSpace, Name: "k", Spec: lbSpec("10.0.11.0/30"),
+		Origin: alloc.FromKubernetes("uid-k")}); err != nil {
+		t.Fatal(err)
+	}
+	expect("a pool of Kubernetes created", alloc.DefaultSpace)
+	f.assign(svc("a", "three"))
+	quiet("an address taken")
+	if _, err := f.s.DeleteLBPool(f.ctx, alloc.DefaultSpace, "k", alloc.AsOrigin(alloc.FromKubernetes("uid-k"))); err != nil {
+		t.Fatal(err)
+	}
+	expect("a pool of Kubernetes deleted with a holder", "", alloc.DefaultSpace, alloc.DefaultSpace+" a/three")
 	cancel()
 	if err := <-done; err == nil {
 		t.Error("ListenLBChanges ended without an error")

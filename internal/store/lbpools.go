@@ -57,7 +57,7 @@ const lbPoolColumns = `p.id, p.space, p.name, p.labels, p.service_selector, p.re
 	p.reserved_groups,
 	coalesce((SELECT array_agg(c.cidr ORDER BY c.cidr) FROM cidr_groups g JOIN cidr_group_cidrs c ON c.group_id = g.id
 		WHERE g.space = p.space AND g.name = ANY (p.reserved_groups)), '{}'),
-	p.allow_special_purpose`
+	p.allow_special_purpose, p.source, p.source_uid`
 
 func scanLBPool(r pgx.Row) (lbPoolRow, error) {
 	var (
@@ -68,7 +68,7 @@ func scanLBPool(r pgx.Row) (lbPoolRow, error) {
 	sp := &p.Spec
 	err := r.Scan(&p.id, &p.Space, &p.Name, &p.Labels, &sp.ServiceSelector, &sp.ReserveFirstLast, &sp.Disabled,
 		&p.Status.Conflict, &p.CreatedAt, &p.UpdatedAt, &blocks, &used4, &used6, &sp.ReservedGroups, &sp.Reserved,
-		&sp.AllowSpecialPurpose)
+		&sp.AllowSpecialPurpose, &p.Origin.Source, &p.Origin.UID)
 	if err != nil {
 		return p, err
 	}
@@ -96,7 +96,10 @@ func scanLBPool(r pgx.Row) (lbPoolRow, error) {
 	return p, nil
 }
 
-func validateLBPool(name string, labels map[string]string, spec alloc.LBPoolSpec) error {
+func validateLBPool(name string, labels map[string]string, spec alloc.LBPoolSpec, origin alloc.Origin) error {
+	if err := origin.Validate(); err != nil {
+		return err
+	}
 	if err := alloc.ValidateLabelName("name", name); err != nil {
 		return err
 	}
@@ -109,16 +112,18 @@ func validateLBPool(name string, labels map[string]string, spec alloc.LBPoolSpec
 // errLBPoolExists ends CreateLBPool's transaction when the name is taken.
 var errLBPoolExists = errors.New("VIP pool exists")
 
-// CreateLBPool adds a VIP pool. A block overlapping a Pod pool CIDR of the
-// space is refused (KindOverlap naming the block); one overlapping a block
-// of another VIP pool marks the newer pool conflicting, as Cilium does,
-// and the answer's status says so. Creating a pool that exists with the
-// same labels and spec answers it again (a retry); with others, it is a
-// KindConflict.
+// CreateLBPool adds a VIP pool owned by p.Origin. A block overlapping a
+// Pod pool CIDR of the space is refused (KindOverlap naming the block);
+// one overlapping a block of another VIP pool marks the newer pool
+// conflicting, as Cilium does, and the answer's status says so. Creating
+// a pool that exists with the same labels, spec and origin answers it
+// again (a retry); with others, it is a KindConflict (alloc.NotOwner when
+// another origin owns the name).
 func (s *Store) CreateLBPool(ctx context.Context, p alloc.LBPool, opts ...alloc.WriteOption) (alloc.LBPool, error) {
-	if err := validateLBPool(p.Name, p.Labels, p.Spec); err != nil {
+	if err := validateLBPool(p.Name, p.Labels, p.Spec, p.Origin); err != nil {
 		return alloc.LBPool{}, err
 	}
+	source, uid := p.Origin.Stored()
 	var out alloc.LBPool
 	err := s.write(ctx, opts, func(tx querier) error {
 		if err := lockSpace(ctx, tx, p.Space); err != nil {
@@ -147,12 +152,13 @@ func (s *Store) CreateLBPool(ctx context.Context, p alloc.LBPool, opts ...alloc.
 			return err
 		}
 		err = tx.QueryRow(ctx, `INSERT INTO lb_pools (space, name, labels, service_selector, reserve_first_last, disabled, conflict, created_at, updated_at,
-				reserved_groups, allow_special_purpose)
+				reserved_groups, allow_special_purpose, source, source_uid)
 			VALUES (@space, @name, @labels, @serviceSelector, @reserveFirstLast, @disabled, nullif(@conflict, ''), @now, @now,
-				@reservedGroups, @allowSpecialPurpose) RETURNING id`,
+				@reservedGroups, @allowSpecialPurpose, @source, @sourceUID) RETURNING id`,
 			namedArgs{"space": p.Space, "name": p.Name, "labels": labelsOrEmpty(p.Labels), "serviceSelector": p.Spec.ServiceSelector,
 				"reserveFirstLast": p.Spec.ReserveFirstLast, "disabled": p.Spec.Disabled, "conflict": marks[len(pools)], "now": now,
-				"reservedGroups": groupsOrEmpty(p.Spec.ReservedGroups), "allowSpecialPurpose": p.Spec.AllowSpecialPurpose}).Scan(&id)
+				"reservedGroups": groupsOrEmpty(p.Spec.ReservedGroups), "allowSpecialPurpose": p.Spec.AllowSpecialPurpose,
+				"source": source, "sourceUID": uid}).Scan(&id)
 		if code, constraint := pgCode(err); code == codeUniqueViolation && constraint == constraintLBPoolName {
 			return errLBPoolExists
 		} else if err != nil {
@@ -177,9 +183,12 @@ func (s *Store) CreateLBPool(ctx context.Context, p alloc.LBPool, opts ...alloc.
 		if gerr != nil {
 			return alloc.LBPool{}, gerr
 		}
+		if have.Origin.Source != source {
+			return alloc.LBPool{}, alloc.NotOwner("VIP pool", p.Name, have.Origin, kindLBPoolObject)
+		}
 		asked := p.Spec
 		asked.Reserved = have.Spec.Reserved // resolved by the read, not asked for
-		if !maps.Equal(have.Labels, labelsOrEmpty(p.Labels)) || !reflect.DeepEqual(have.Spec, asked) {
+		if have.Origin.UID != uid || !maps.Equal(have.Labels, labelsOrEmpty(p.Labels)) || !reflect.DeepEqual(have.Spec, asked) {
 			return alloc.LBPool{}, &alloc.Error{Kind: alloc.KindConflict, Field: "name",
 				Detail: fmt.Sprintf("VIP pool %q already exists with other labels or spec", p.Name)}
 		}
@@ -189,11 +198,16 @@ func (s *Store) CreateLBPool(ctx context.Context, p alloc.LBPool, opts ...alloc.
 }
 
 // UpdateLBPool replaces a VIP pool's labels and spec. Its conflict mark
-// and those of the other pools of the space are settled again.
+// and those of the other pools of the space are settled again. Only a
+// writer of the pool's origin (alloc.AsOrigin) edits it, else
+// alloc.NotOwner; a Kubernetes writer takes the pool over for its UID (the
+// object re-created under the name while nobody watched).
 func (s *Store) UpdateLBPool(ctx context.Context, space, name string, labels map[string]string, spec alloc.LBPoolSpec, opts ...alloc.WriteOption) (alloc.LBPool, error) {
-	if err := validateLBPool(name, labels, spec); err != nil {
+	writer := alloc.ApplyWriteOptions(opts).Origin
+	if err := validateLBPool(name, labels, spec, writer); err != nil {
 		return alloc.LBPool{}, err
 	}
+	source, uid := writer.Stored()
 	var out alloc.LBPool
 	err := s.write(ctx, opts, func(tx querier) error {
 		if err := lockSpace(ctx, tx, space); err != nil {
@@ -202,6 +216,9 @@ func (s *Store) UpdateLBPool(ctx context.Context, space, name string, labels map
 		prev, err := getLBPool(ctx, tx, s, space, name)
 		if err != nil {
 			return err
+		}
+		if prev.Origin.Source != source {
+			return alloc.NotOwner("VIP pool", name, prev.Origin, kindLBPoolObject)
 		}
 		if err := checkPodOverlap(ctx, tx, space, spec); err != nil {
 			return err
@@ -230,10 +247,11 @@ func (s *Store) UpdateLBPool(ctx context.Context, space, name string, labels map
 		}
 		if _, err := tx.Exec(ctx, `UPDATE lb_pools SET labels = @labels, service_selector = @serviceSelector,
 				reserve_first_last = @reserveFirstLast, disabled = @disabled, conflict = nullif(@conflict, ''), updated_at = @now,
-				reserved_groups = @reservedGroups, allow_special_purpose = @allowSpecialPurpose WHERE id = @id`,
+				reserved_groups = @reservedGroups, allow_special_purpose = @allowSpecialPurpose, source_uid = @sourceUID WHERE id = @id`,
 			namedArgs{"id": prev.id, "labels": labelsOrEmpty(labels), "serviceSelector": spec.ServiceSelector,
 				"reserveFirstLast": spec.ReserveFirstLast, "disabled": spec.Disabled, "conflict": marks[self], "now": s.now(),
-				"reservedGroups": groupsOrEmpty(spec.ReservedGroups), "allowSpecialPurpose": spec.AllowSpecialPurpose}); err != nil {
+				"reservedGroups": groupsOrEmpty(spec.ReservedGroups), "allowSpecialPurpose": spec.AllowSpecialPurpose,
+				"sourceUID": uid}); err != nil {
 			return err
 		}
 		if err := insertLBBlocks(ctx, tx, prev.id, space, spec, marks[self] != ""); err != nil {
@@ -253,8 +271,19 @@ func (s *Store) UpdateLBPool(ctx context.Context, space, name string, labels map
 
 // DeleteLBPool removes a VIP pool and settles the marks of the others: a
 // pool it alone kept conflicting gives again. It answers the pool as it
-// was.
+// was. Only a writer of the pool's origin (alloc.AsOrigin) deletes it, and
+// a Kubernetes writer only the pool of its object's UID (else
+// alloc.NotOwner, or KindStaleGeneration for another UID).
+//
+// A pool of the database with holders is refused (KindInUse naming
+// them): the REST API's pools go only once nothing holds them. A pool of
+// Kubernetes goes as Cilium's does, its object being gone already: its
+// addresses are released, their owners left unsatisfied and announced on
+// ipam_lb_changed by name, so that the controller re-homes each Service
+// to another pool that selects it or strips it (no_pool).
 func (s *Store) DeleteLBPool(ctx context.Context, space, name string, opts ...alloc.WriteOption) (alloc.LBPool, error) {
+	writer := alloc.ApplyWriteOptions(opts).Origin
+	source, uid := writer.Stored()
 	var out alloc.LBPool
 	err := s.write(ctx, opts, func(tx querier) error {
 		if err := lockSpace(ctx, tx, space); err != nil {
@@ -265,6 +294,17 @@ func (s *Store) DeleteLBPool(ctx context.Context, space, name string, opts ...al
 			return err
 		}
 		out = p.LBPool
+		switch {
+		case p.Origin.Source != source:
+			return alloc.NotOwner("VIP pool", name, p.Origin, kindLBPoolObject)
+		case p.Origin.UID != uid:
+			return &alloc.Error{Kind: alloc.KindStaleGeneration, Field: "name",
+				Detail: fmt.Sprintf("VIP pool %q was imported from another object of its name (uid %s, not %s)", name, p.Origin.UID, uid)}
+		case writer.Kubernetes():
+			if err := releaseLBPool(ctx, tx, p.id, name); err != nil {
+				return err
+			}
+		}
 		var owners []string
 		var n int64
 		if err := tx.QueryRow(ctx, `SELECT coalesce((array_agg(o ORDER BY o))[1:`+fmt.Sprint(maxNamedNodes)+`], '{}'), count(*) FROM (
@@ -287,6 +327,52 @@ func (s *Store) DeleteLBPool(ctx context.Context, space, name string, opts ...al
 	})
 	return out, err
 }
+
+// releaseLBPool releases every address of the pool (the address history
+// records each release under the pool's name), leaves its owners
+// unsatisfied (no_pool until they are looked at again) and announces each
+// of them on ipam_lb_changed: they are satisfied and nobody waits for
+// them, so the space's announcement alone would not bring them back.
+func releaseLBPool(ctx context.Context, tx querier, poolID int64, name string) error {
+	// The pool's row first: an assignment from it (FOR SHARE) waits, and
+	// then finds it gone.
+	var one int
+	if err := tx.QueryRow(ctx, `SELECT 1 FROM lb_pools WHERE id = $1 FOR UPDATE`, poolID).Scan(&one); err != nil {
+		return err
+	}
+	var ownerIDs []int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM (
+			SELECT o.id FROM vip_owners o WHERE o.id IN (
+				SELECT h.owner_id FROM vip_holders h JOIN vips v ON v.id = h.vip_id WHERE v.lb_pool_id = @pool)
+			ORDER BY o.id FOR UPDATE) x`, namedArgs{"pool": poolID}).Scan(&ownerIDs); err != nil {
+		return err
+	}
+	if len(ownerIDs) == 0 {
+		return nil
+	}
+	// Holders before addresses: the history trigger names the address
+	// and its owner from their rows.
+	if _, err := tx.Exec(ctx, `DELETE FROM vip_holders h USING vips v WHERE v.id = h.vip_id AND v.lb_pool_id = @pool`,
+		namedArgs{"pool": poolID}); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM vips WHERE lb_pool_id = @pool`, namedArgs{"pool": poolID}); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `WITH o AS (UPDATE vip_owners SET satisfied = false, reason = @reason, message = @message
+			WHERE id = ANY (@owners) RETURNING space, namespace, name)
+		SELECT pg_notify(@channel, json_build_object('space', space, 'namespace', namespace, 'name', name)::text) FROM o`,
+		namedArgs{"owners": ownerIDs, "reason": alloc.ReasonNoPool, "message": fmt.Sprintf("VIP pool %q was deleted", name),
+			"channel": lbChangedChannel})
+	return err
+}
+
+// kindLBPoolObject and kindCIDRGroupObject are the Kubernetes kinds that
+// own imported rows, as refusals name them.
+const (
+	kindLBPoolObject    = "CiliumLoadBalancerIPPool"
+	kindCIDRGroupObject = "CiliumCIDRGroup"
+)
 
 // lockReservedGroups checks that every group a pool names exists, and
 // keeps it (FOR KEY SHARE) from being deleted until the pool's write
