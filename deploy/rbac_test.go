@@ -310,9 +310,12 @@ func TestLBIPAMRBAC(t *testing.T) {
 	for _, verb := range []string{"update", "patch"} {
 		allowed = append(allowed, kubetest.Access{Verb: verb, Resource: "services", Subresource: "status", Namespace: "shop"})
 	}
-	for _, verb := range []string{"get", "list", "create", "update", "delete"} {
+	for _, verb := range []string{"get", "list", "watch", "create", "update", "delete"} {
 		allowed = append(allowed, kubetest.Access{Verb: verb, Group: "cilium.io", Resource: "ciliumloadbalancerippools"},
 			kubetest.Access{Verb: verb, Group: "cilium.io", Resource: "ciliumcidrgroups"})
+	}
+	for _, verb := range []string{"create", "patch"} {
+		allowed = append(allowed, kubetest.Access{Verb: verb, Resource: "events", Namespace: "default"})
 	}
 	allowed = append(allowed, kubetest.Access{Verb: "update", Group: "cilium.io", Resource: "ciliumloadbalancerippools", Subresource: "status"})
 	c.WaitAllowed(t, user, groups, allowed...)

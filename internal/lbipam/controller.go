@@ -30,11 +30,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	ciliumclient "github.com/cilium/cilium/pkg/k8s/client/clientset/versioned"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
@@ -90,10 +94,12 @@ type Config struct {
 	// io.cilium/node (Cilium's nodeIPAM.enabled); it watches Nodes and
 	// EndpointSlices.
 	NodeIPAM bool
-	// Mirror writes the space's VIP pools as CiliumLoadBalancerIPPool
-	// objects (with Cilium's status conditions) and its CIDR groups as
-	// CiliumCIDRGroup objects, at the lead and every Resync (mirror.go);
-	// the store must then be a MirrorStore too.
+	// Mirror keeps the space's VIP pools and CiliumLoadBalancerIPPool
+	// objects, and its CIDR groups and CiliumCIDRGroup objects, in line
+	// (mirror.go): the database's are written out read-only, with
+	// Cilium's status conditions, and the cluster's imported, as their
+	// informers see them and at every Resync; the store must then be a
+	// MirrorStore too.
 	Mirror bool
 	// IPv4 and IPv6 are the cluster's families (at least one).
 	IPv4, IPv6 bool
@@ -160,9 +166,10 @@ type Controller struct {
 	leaseKube kubernetes.Interface
 	store     Store
 	leading   atomic.Bool
-	// cilium and mirrorStore serve the mirror (Config.Mirror).
+	// cilium, mirrorStore and events serve the mirror (Config.Mirror).
 	cilium      ciliumclient.Interface
 	mirrorStore MirrorStore
+	events      record.EventRecorder
 
 	mu       sync.Mutex
 	services cache.Indexer // set while leading
@@ -172,6 +179,11 @@ type Controller struct {
 	// Node IPAM's Nodes and EndpointSlices (by namespace), set while
 	// leading with NodeIPAM.
 	nodes, slices cache.Indexer
+	// The cluster's CiliumLoadBalancerIPPool and CiliumCIDRGroup objects
+	// (by name), and the refusal last said on each group's object (its
+	// UID and message), set while leading with Mirror.
+	poolObjects, groupObjects cache.Indexer
+	groupRefusals             map[string]string
 }
 
 // New builds a controller; Run starts it.
@@ -252,6 +264,25 @@ func (c *Controller) lead(ctx context.Context) error {
 		return err
 	}
 	synced := []cache.InformerSynced{informer.HasSynced}
+	mirrorQueue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "lbipam-mirror"})
+	defer mirrorQueue.ShutDown()
+	var poolIdx, groupIdx cache.Indexer
+	if c.cfg.Mirror {
+		pi, gi, err := c.mirrorInformers(mirrorQueue)
+		if err != nil {
+			return err
+		}
+		go pi.Run(ctx.Done())
+		go gi.Run(ctx.Done())
+		synced = append(synced, pi.HasSynced, gi.HasSynced)
+		poolIdx, groupIdx = pi.GetIndexer(), gi.GetIndexer()
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		defer broadcaster.Shutdown()
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kube.CoreV1().Events("")})
+		c.events = broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: "ipam-lbipam"})
+	}
 	var nodeIdx, sliceIdx cache.Indexer
 	if c.cfg.NodeIPAM {
 		ni, si, err := c.nodeIPAMInformers(queue, informer.GetIndexer())
@@ -265,10 +296,12 @@ func (c *Controller) lead(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.services, c.nodes, c.slices, c.waiting = informer.GetIndexer(), nodeIdx, sliceIdx, map[string]bool{}
+	c.poolObjects, c.groupObjects, c.groupRefusals = poolIdx, groupIdx, map[string]string{}
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
 		c.services, c.nodes, c.slices, c.waiting = nil, nil, nil, nil
+		c.poolObjects, c.groupObjects, c.groupRefusals = nil, nil, nil
 		c.mu.Unlock()
 	}()
 	go informer.Run(ctx.Done())
@@ -290,8 +323,8 @@ func (c *Controller) lead(ctx context.Context) error {
 				c.log.Warn("listing the store's VIP owners", "err", err)
 			}
 			if c.cfg.Mirror {
-				if err := c.mirror(ctx); err != nil && ctx.Err() == nil {
-					c.log.Warn("mirroring VIP pools and CIDR groups", "err", err)
+				if err := c.queueMirror(ctx, mirrorQueue); err != nil && ctx.Err() == nil {
+					c.log.Warn("listing VIP pools and CIDR groups to mirror", "err", err)
 				}
 			}
 			select {
@@ -304,9 +337,22 @@ func (c *Controller) lead(ctx context.Context) error {
 	if l, ok := c.store.(ChangeListener); ok {
 		sweeps.Go(func() { c.listen(ctx, l, queue) })
 	}
+	if c.cfg.Mirror {
+		sweeps.Go(func() { leader.Work(ctx, mirrorQueue, 2, func() bool { return c.processMirror(ctx, mirrorQueue) }) })
+	}
 	leader.Work(ctx, queue, c.cfg.Workers, func() bool { return c.processNext(ctx, queue) })
 	return nil
 }
+
+// eventScheme resolves the kinds of the objects the mirror's events are
+// about.
+var eventScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := ciliumv2.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}()
 
 // listen queues the waiting Services at every change of the store that
 // may serve them, and the Service of an owner that lost its addresses
