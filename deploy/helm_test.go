@@ -661,7 +661,7 @@ func TestChartChecksFindProblems(t *testing.T) {
 			wantErr: "automountServiceAccountToken false but IPAM_KUBE_IN_CLUSTER \"true\""},
 		{name: "a Lease elsewhere", old: "- name: IPAM_LBIPAM_LEASE_NAMESPACE\n              valueFrom:\n                fieldRef:\n                  fieldPath: metadata.namespace",
 			new: "- name: IPAM_LBIPAM_LEASE_NAMESPACE\n              value: kube-system", wantErr: "IPAM_LBIPAM_LEASE_NAMESPACE is not the Pod's namespace"},
-		{name: "one verb more", old: "    verbs:\n    - get\n    - list\n    - create\n    - update\n    - delete\n", new: "    verbs:\n    - get\n    - list\n    - create\n    - update\n    - delete\n    - deletecollection\n",
+		{name: "one verb more", old: "    verbs:\n    - get\n    - list\n    - watch\n    - create\n    - update\n    - delete\n", new: "    verbs:\n    - get\n    - list\n    - watch\n    - create\n    - update\n    - delete\n    - deletecollection\n",
 			wantErr: "ClusterRole/ipam-server-lbipam: the chart grants"},
 		{name: "kube-access grants less", kubeAccess: map[string]string{"rbac.yaml": strings.Replace(kubeAccess["rbac.yaml"], "[pods, namespaces]", "[pods]", 1)},
 			wantErr: "ClusterRole/ipam-server-pod-metadata: the chart grants"},
