@@ -335,7 +335,7 @@ func (c *Controller) lead(ctx context.Context) error {
 		}
 	})
 	if l, ok := c.store.(ChangeListener); ok {
-		sweeps.Go(func() { c.listen(ctx, l, queue) })
+		sweeps.Go(func() { c.listen(ctx, l, queue, mirrorQueue) })
 	}
 	if c.cfg.Mirror {
 		sweeps.Go(func() { leader.Work(ctx, mirrorQueue, 2, func() bool { return c.processMirror(ctx, mirrorQueue) }) })
@@ -356,12 +356,18 @@ var eventScheme = func() *runtime.Scheme {
 
 // listen queues the waiting Services at every change of the store that
 // may serve them, and the Service of an owner that lost its addresses
-// with its pool (to be re-homed or stripped), listening again a second after the connection is lost
+// with its pool (to be re-homed or stripped); with Mirror, a look at
+// every pool and group (mirrorQ's keyAll, which a burst of changes
+// queues once), so that an edit through the REST API reaches its
+// mirrored object at once. It listens again a second after the connection is lost
 // (a database failover), until ctx ends.
-func (c *Controller) listen(ctx context.Context, l ChangeListener, q workqueue.TypedRateLimitingInterface[string]) {
+func (c *Controller) listen(ctx context.Context, l ChangeListener, q, mirrorQ workqueue.TypedRateLimitingInterface[string]) {
 	changed := func(ch alloc.LBChange) {
 		if ch.Space != "" && ch.Space != c.cfg.Space {
 			return
+		}
+		if c.cfg.Mirror {
+			mirrorQ.Add(keyAll)
 		}
 		if ch.Owner != (alloc.VIPOwner{}) {
 			q.Add(ch.Owner.String())

@@ -53,7 +53,9 @@ import (
 //     Services are re-homed to another pool or stripped, as under Cilium.
 //
 // Each name is brought in line alone (syncPool, syncGroup) on the
-// informers' events and, for every name, at each resync.
+// informers' events and, for every name, at each change the store
+// announces (ipam_lb_changed: a pool or group written through the REST
+// API of any replica) and at each resync.
 //
 // Cilium's own LB IPAM must be off (Helm enableLBIPAM=false) where the
 // mirror runs, or it would allocate from the pools too.
@@ -146,10 +148,11 @@ func listAll[T any](ctx context.Context, space string, list func(context.Context
 }
 
 // Keys of the mirror's queue: a pool's or a group's name behind its
-// prefix.
+// prefix, or every name (keyAll).
 const (
 	keyPool  = "pool/"
 	keyGroup = "group/"
+	keyAll   = "all"
 )
 
 // mirrorInformers watches the cluster's pools and groups, queueing each
@@ -212,7 +215,9 @@ func (c *Controller) processMirror(ctx context.Context, q workqueue.TypedRateLim
 	}
 	defer q.Done(key)
 	var err error
-	if name, ok := strings.CutPrefix(key, keyPool); ok {
+	if key == keyAll {
+		err = c.queueMirror(ctx, q)
+	} else if name, ok := strings.CutPrefix(key, keyPool); ok {
 		err = c.syncPool(ctx, name)
 	} else if name, ok := strings.CutPrefix(key, keyGroup); ok {
 		err = c.syncGroup(ctx, name)

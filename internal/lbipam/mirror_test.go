@@ -194,10 +194,11 @@ func TestKubectlPool(t *testing.T) {
 	}
 }
 
-// TestMirroredPoolReadOnly: with a resync of an hour, so that only the
-// informers' events can act, a pool made through the REST API is
-// mirrored annotated read-only; a kubectl edit of it is reverted with a
-// ReadOnly event, a kubectl delete re-creates it; a pool object of the
+// TestMirroredPoolReadOnly: with a resync of an hour, so that only
+// events can act, a pool made through the REST API is mirrored annotated
+// read-only; a kubectl edit of it is reverted with a ReadOnly event, an
+// edit through the REST API is mirrored at once without one, a kubectl
+// delete re-creates it; a pool object of the
 // cluster of the same name as a pool of the database is refused on its
 // status (name_taken) and changes nothing. CIDR groups of the database
 // are reverted likewise.
@@ -251,6 +252,20 @@ func TestMirroredPoolReadOnly(t *testing.T) {
 	})
 	if got := e.dbPool("blue"); got.Spec.Disabled || got.Spec.Blocks[0].CIDR != netip.MustParsePrefix("10.0.50.0/30") {
 		t.Fatalf("a kubectl edit of a mirrored pool reached the database: %+v", got.Spec)
+	}
+	// An edit through the REST API reaches the object at once, and is no
+	// edit of the object: no event.
+	reverts := len(e.events("blue", EventReadOnly))
+	if _, err := e.st.UpdateLBPool(e.ctx, alloc.DefaultSpace, "blue", map[string]string{"tier": "gold"}, blocks("10.0.50.0/29")); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("the REST API's edit mirrored", func() bool {
+		o, err := ippools.Get(e.ctx, "blue", metav1.GetOptions{})
+		return err == nil && o.Labels["tier"] == "gold" && len(o.Spec.Blocks) == 1 && o.Spec.Blocks[0].Cidr == "10.0.50.0/29"
+	})
+	time.Sleep(time.Second) // an event would be written by now
+	if n := len(e.events("blue", EventReadOnly)); n != reverts {
+		t.Errorf("%d ReadOnly events after the REST API's edit, want %d", n, reverts)
 	}
 	if err := ippools.Delete(e.ctx, "blue", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
