@@ -304,7 +304,8 @@ func (c *Controller) syncPool(ctx context.Context, name string) error {
 		return c.mirrorPool(ctx, obj, db)
 	case found:
 		if obj == nil || mirrored(obj) {
-			// The object is gone: so is its pool, as in Cilium.
+			// The object is gone (a mirrored one of the name owns
+			// nothing): so goes its pool, as in Cilium.
 			_, err := c.mirrorStore.DeleteLBPool(ctx, c.cfg.Space, name, alloc.AsOrigin(db.Origin))
 			if alloc.IsKind(err, alloc.KindNotFound) || alloc.IsKind(err, alloc.KindStaleGeneration) {
 				return nil
