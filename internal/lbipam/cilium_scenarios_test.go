@@ -442,40 +442,26 @@ func TestCiliumStartAndRestart(t *testing.T) {
 	e.pool("init", only(blocks("10.130.0.0/24"), nil, "init"))
 	e.pool("full", only(blocks("10.131.0.0/29"), nil, "full"))
 	e.pool("classes", only(blocks("10.132.0.0/24"), nil, "classes"))
-	withStatus := func(svc *corev1.Service, ips ...string) {
-		t.Helper()
-		e.create(svc)
-		got, err := e.kube.CoreV1().Services(svc.Namespace).Get(e.ctx, svc.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ip := range ips {
-			got.Status.LoadBalancer.Ingress = append(got.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
-		}
-		if _, err := e.kube.CoreV1().Services(svc.Namespace).UpdateStatus(e.ctx, got, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// TestAllocOnInit: an address of a matching pool in the status is
 	// kept, as is a named one.
 	single := corev1.IPFamilyPolicySingleStack
 	kept := service("init", "kept")
 	kept.Spec.IPFamilyPolicy = &single
-	withStatus(kept, "10.130.0.123")
+	e.createWithStatus(kept, "10.130.0.123")
 	named := service("init", "named")
 	named.Spec.LoadBalancerIP = "10.130.0.124"
-	withStatus(named, "10.130.0.124")
+	e.createWithStatus(named, "10.130.0.124")
 	// TestReallocOnInit: an address no pool has is replaced by the first
 	// free one.
 	stray := service("init", "stray")
 	stray.Spec.IPFamilyPolicy = &single
-	withStatus(stray, "192.168.1.12")
+	e.createWithStatus(stray, "192.168.1.12")
 	// TestAllocSharedOnInitPreservesExistingSharedIP: two of one key on
 	// one port hold two addresses; a third of the key stays on the one
 	// its status has, beside its holder, rather than joining the other.
-	withStatus(shared("init", "sa", "key-1", false, 80), "10.130.0.60")
-	withStatus(shared("init", "sb", "key-1", false, 80), "10.130.0.61")
-	withStatus(shared("init", "sc", "key-1", false, 81, 82), "10.130.0.61")
+	e.createWithStatus(shared("init", "sa", "key-1", false, 80), "10.130.0.60")
+	e.createWithStatus(shared("init", "sb", "key-1", false, 80), "10.130.0.61")
+	e.createWithStatus(shared("init", "sc", "key-1", false, 81, 82), "10.130.0.61")
 
 	// TestRequiredLBClass (and the default IPAM none): a controller
 	// serving only the BGP class leaves Services without a class alone,

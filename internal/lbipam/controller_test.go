@@ -166,6 +166,23 @@ func (e *env) create(svc *corev1.Service) {
 	}
 }
 
+// createWithStatus creates svc and writes ips as its load balancer
+// ingress, as the LB IPAM this one replaces left them.
+func (e *env) createWithStatus(svc *corev1.Service, ips ...string) {
+	e.t.Helper()
+	e.create(svc)
+	got, err := e.kube.CoreV1().Services(svc.Namespace).Get(e.ctx, svc.Name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, ip := range ips {
+		got.Status.LoadBalancer.Ingress = append(got.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	if _, err := e.kube.CoreV1().Services(svc.Namespace).UpdateStatus(e.ctx, got, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // tryCreate creates svc, and its namespace when missing; it may run on
 // any goroutine.
 func (e *env) tryCreate(svc *corev1.Service) error {
@@ -666,32 +683,18 @@ func TestMigrationKeepsAddresses(t *testing.T) {
 		{Key: alloc.LabelServiceNamespace, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"outsiders"}}}}
 	e.pool("p", spec)
 	e.pool("o", blocks("10.7.0.0/24")) // the outsiders'
-	withStatus := func(svc *corev1.Service, ips ...string) {
-		t.Helper()
-		e.create(svc)
-		got, err := e.kube.CoreV1().Services(svc.Namespace).Get(e.ctx, svc.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ip := range ips {
-			got.Status.LoadBalancer.Ingress = append(got.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
-		}
-		if _, err := e.kube.CoreV1().Services(svc.Namespace).UpdateStatus(e.ctx, got, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	sharing := func(name string, port int32) *corev1.Service {
 		svc := service("shop", name, port)
 		svc.Annotations[AnnotationSharingKey] = "front"
 		return svc
 	}
-	withStatus(service("shop", "alone"), "10.6.0.123")
-	withStatus(sharing("http", 80), "10.6.0.200")
-	withStatus(sharing("https", 443), "10.6.0.200")
-	withStatus(service("outsiders", "elsewhere"), "10.6.0.50")
-	withStatus(service("shop", "nowhere"), "10.99.0.1")
-	withStatus(service("shop", "claim-a"), "10.6.0.77")
-	withStatus(service("shop", "claim-b"), "10.6.0.77")
+	e.createWithStatus(service("shop", "alone"), "10.6.0.123")
+	e.createWithStatus(sharing("http", 80), "10.6.0.200")
+	e.createWithStatus(sharing("https", 443), "10.6.0.200")
+	e.createWithStatus(service("outsiders", "elsewhere"), "10.6.0.50")
+	e.createWithStatus(service("shop", "nowhere"), "10.99.0.1")
+	e.createWithStatus(service("shop", "claim-a"), "10.6.0.77")
+	e.createWithStatus(service("shop", "claim-b"), "10.6.0.77")
 	e.controller("a")
 
 	e.wait("shop", "alone", "10.6.0.123 satisfied")
