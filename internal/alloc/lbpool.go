@@ -131,15 +131,45 @@ func (b LBBlock) String() string {
 }
 
 // Validate checks the spec alone; overlap with other pools (VIP or Pod)
-// is the store's job. Errors name the field under "spec".
+// is the store's job. Errors name the field under "spec". Blocks that
+// overlap one another are a KindOverlap: the REST API refuses them.
 func (s LBPoolSpec) Validate() error {
+	if err := s.ValidateApplied(); err != nil {
+		return err
+	}
+	if i, j, ok := s.SelfOverlap(); ok {
+		return &Error{Kind: KindOverlap, Field: fmt.Sprintf("spec.blocks[%d]", i),
+			Detail: fmt.Sprintf("%s overlaps spec.blocks[%d] (%s)", s.Blocks[i], j, s.Blocks[j])}
+	}
+	return nil
+}
+
+// SelfOverlap answers the first block i that overlaps an earlier block j
+// of the same spec.
+func (s LBPoolSpec) SelfOverlap() (i, j int, ok bool) {
+	ranges := make([]netipx.IPRange, len(s.Blocks))
+	for i, b := range s.Blocks {
+		ranges[i] = b.Range()
+		for j := range i {
+			if ranges[j].Overlaps(ranges[i]) {
+				return i, j, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+// ValidateApplied is Validate for a pool applied as a
+// CiliumLoadBalancerIPPool: blocks overlapping one another are taken,
+// and the pool is marked conflicting until they no longer do
+// (SettleLBConflicts), as Cilium's operator takes them.
+func (s LBPoolSpec) ValidateApplied() error {
 	if len(s.Blocks) == 0 {
 		return Invalid("spec.blocks", "a VIP pool needs at least one block")
 	}
 	if len(s.Blocks) > MaxLBBlocks {
 		return Invalid("spec.blocks", "%d blocks; a VIP pool takes at most %d", len(s.Blocks), MaxLBBlocks)
 	}
-	ranges := make([]netipx.IPRange, len(s.Blocks))
 	for i, b := range s.Blocks {
 		field := fmt.Sprintf("spec.blocks[%d]", i)
 		switch {
@@ -158,12 +188,6 @@ func (s LBPoolSpec) Validate() error {
 		}
 		if f, r, ok := b.specialPurpose(field); ok && !s.AllowSpecialPurpose {
 			return Invalid(f, "%s overlaps the special-purpose range %s; set spec.allowSpecialPurpose to give addresses from it", b, r)
-		}
-		ranges[i] = b.Range()
-		for j := range i {
-			if ranges[j].Overlaps(ranges[i]) {
-				return &Error{Kind: KindOverlap, Field: field, Detail: fmt.Sprintf("%s overlaps spec.blocks[%d] (%s)", b, j, s.Blocks[j])}
-			}
 		}
 	}
 	if _, err := LabelSelector("spec.serviceSelector", s.ServiceSelector); err != nil {
@@ -322,6 +346,8 @@ type LBPoolBlocks struct {
 // (operator/pkg/lbipam settleConflicts), with marks sticky:
 //   - a pool not marked that overlaps another pool not marked: the newer
 //     of the two is marked, naming the blocks and the older pool;
+//   - a pool whose own blocks overlap (one applied with kubectl) is
+//     marked until they no longer do;
 //   - a marked pool is unmarked once it overlaps no pool left unmarked,
 //     oldest first; a mark that stays names the overlap that keeps it.
 //
@@ -351,7 +377,19 @@ func SettleLBConflicts(pools []LBPoolBlocks) []string {
 		}
 		return "", false
 	}
+	// self answers a mark for a pool whose own blocks overlap: it stays
+	// marked until they no longer do, as in Cilium.
+	self := func(i int) (string, bool) {
+		bi, bj, ok := LBPoolSpec{Blocks: pools[i].Blocks}.SelfOverlap()
+		if !ok {
+			return "", false
+		}
+		return fmt.Sprintf("block %s overlaps block %s of pool %q", pools[i].Blocks[bi], pools[i].Blocks[bj], pools[i].Name), true
+	}
 	for i := range pools {
+		if m, ok := self(i); ok && marks[i] == "" {
+			marks[i] = m
+		}
 		for j := range i {
 			if marks[i] != "" {
 				break
@@ -369,8 +407,11 @@ func SettleLBConflicts(pools []LBPoolBlocks) []string {
 			continue
 		}
 		// A mark that stays names the overlap that keeps it.
-		mark := ""
+		mark, _ := self(i)
 		for j := range pools {
+			if mark != "" {
+				break
+			}
 			if j == i || marks[j] != "" {
 				continue
 			}

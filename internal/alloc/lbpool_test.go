@@ -75,6 +75,12 @@ func TestLBPoolSpecValidate(t *testing.T) {
 		case c.field != "" && (!errors.As(err, &ae) || ae.Field != c.field || ae.Kind != c.kind):
 			t.Errorf("%s: %v, want %s on %s", c.name, err, c.kind, c.field)
 		}
+		// An applied pool's blocks may overlap one another (the pool is
+		// marked conflicting); every other refusal stands.
+		applied := c.spec.ValidateApplied()
+		if wantApplied := c.kind != KindOverlap && c.field != ""; (applied != nil) != wantApplied {
+			t.Errorf("%s: applied: %v, want refused %v", c.name, applied, wantApplied)
+		}
 	}
 }
 
@@ -199,6 +205,11 @@ func TestSettleLBConflicts(t *testing.T) {
 		{"two marked pools overlapping only each other: the older comes back", []LBPoolBlocks{pool("b", marked, "10.0.10.0/24"),
 			pool("c", marked, "10.0.10.128/25")}, []string{"", `block 10.0.10.128/25 overlaps block 10.0.10.0/24 of pool "b"`}},
 		{"families never overlap", []LBPoolBlocks{pool("a", "", "10.0.0.0/8"), pool("b", "", "::a00:0/104")}, []string{"", ""}},
+		{"a pool whose own blocks overlap is marked, and marks nobody", []LBPoolBlocks{pool("a", "", "10.0.10.0/24", "10.0.10.64/28"),
+			pool("b", "", "10.0.10.0/25")}, []string{`block 10.0.10.64/28 overlaps block 10.0.10.0/24 of pool "a"`, ""}},
+		{"a pool's own overlap keeps its mark with nothing else near", []LBPoolBlocks{pool("a", marked, "10.0.10.0/24", "10.0.10.64/28")},
+			[]string{`block 10.0.10.64/28 overlaps block 10.0.10.0/24 of pool "a"`}},
+		{"a mark goes when the pool's own overlap goes", []LBPoolBlocks{pool("a", marked, "10.0.10.0/24")}, []string{""}},
 	} {
 		got := SettleLBConflicts(c.pools)
 		for i, w := range c.want {

@@ -433,8 +433,9 @@ func samePoolSpec(db, asked alloc.LBPoolSpec) bool {
 }
 
 // poolSpecFromCilium is a CiliumLoadBalancerIPPool's spec as a VIP
-// pool's, the inverse of poolSpecToCilium: a block's cidr, or its start
-// and stop (a start alone is one address, as in Cilium). What does not
+// pool's, the inverse of poolSpecToCilium: a block's cidr (its network,
+// host bits cleared), or its start and stop (a start alone is one
+// address, as in Cilium). What does not
 // parse is a KindInvalid naming the field.
 func poolSpecFromCilium(s ciliumv2.CiliumLoadBalancerIPPoolSpec, annotations map[string]string) (alloc.LBPoolSpec, error) {
 	out := alloc.LBPoolSpec{Disabled: s.Disabled, ReserveFirstLast: s.AllowFirstLastIPs == ciliumv2.AllowFirstLastIPNo,
@@ -445,7 +446,9 @@ func poolSpecFromCilium(s ciliumv2.CiliumLoadBalancerIPPoolSpec, annotations map
 			if err != nil {
 				return out, alloc.Invalid(fmt.Sprintf("spec.blocks[%d].cidr", i), "%q is no CIDR", b.Cidr)
 			}
-			out.Blocks = append(out.Blocks, alloc.LBBlock{CIDR: p})
+			// Cilium reads a CIDR with host bits as its network
+			// (RangeFromPrefix): 10.0.0.12/24 is 10.0.0.0/24.
+			out.Blocks = append(out.Blocks, alloc.LBBlock{CIDR: p.Masked()})
 			continue
 		}
 		start, err := netip.ParseAddr(b.Start)

@@ -12,6 +12,7 @@ import (
 
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	ciliumclient "github.com/cilium/cilium/pkg/k8s/client/clientset/versioned"
+	slimv1 "github.com/cilium/cilium/pkg/k8s/slim/k8s/apis/meta/v1"
 	"github.com/cilium/cilium/pkg/policy/api"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -191,6 +192,72 @@ func TestKubectlPool(t *testing.T) {
 	e.wait("shop", "plain", " "+alloc.ReasonNoPool)
 	if _, err := e.st.GetLBPool(e.ctx, alloc.DefaultSpace, "kp"); !alloc.IsKind(err, alloc.KindNotFound) {
 		t.Fatalf("the deleted object's pool: %v", err)
+	}
+}
+
+// TestKubectlPoolAsCilium: a pool applied with kubectl is taken as
+// Cilium's operator takes it where the REST API is stricter. Cilium's
+// TestPoolInternalConflict: blocks overlapping one another mark the pool
+// conflicting (cidr_overlap; its Services have no pool), and an edit
+// that removes the overlap lifts the mark and serves them. Cilium's
+// TestRangeFromPrefix: a CIDR with host bits (10.0.12.12/24) is its
+// network (10.0.12.0/24).
+func TestKubectlPoolAsCilium(t *testing.T) {
+	e := newMirrorEnv(t)
+	ippools := e.ciliumClient().CiliumV2().CiliumLoadBalancerIPPools()
+	cidrs := func(cs ...ciliumv2.IPv4orIPv6CIDR) []ciliumv2.CiliumLoadBalancerIPPoolIPBlock {
+		var out []ciliumv2.CiliumLoadBalancerIPPoolIPBlock
+		for _, c := range cs {
+			out = append(out, ciliumv2.CiliumLoadBalancerIPPoolIPBlock{Cidr: c})
+		}
+		return out
+	}
+	apply := func(name, color string, blocks []ciliumv2.CiliumLoadBalancerIPPoolIPBlock) {
+		t.Helper()
+		spec := ciliumv2.CiliumLoadBalancerIPPoolSpec{Blocks: blocks,
+			ServiceSelector: &slimv1.LabelSelector{MatchLabels: map[string]slimv1.MatchLabelsValue{"color": color}}}
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			o, err := ippools.Get(e.ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				_, err = ippools.Create(e.ctx, &ciliumv2.CiliumLoadBalancerIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+				return err
+			} else if err != nil {
+				return err
+			}
+			o.Spec = spec
+			_, err = ippools.Update(e.ctx, o, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := func(name, color string) {
+		s := service("default", name)
+		s.Labels["color"] = color
+		e.create(s)
+	}
+
+	apply("pool-a", "a", cidrs("10.0.10.0/24", "10.0.10.64/28"))
+	e.eventually("pool-a imported and marked conflicting", func() bool {
+		return strings.HasPrefix(e.poolCondition("pool-a", ConditionImported), "True "+ReasonImported) &&
+			strings.HasPrefix(e.poolCondition("pool-a", ConditionPoolConflict), "True cidr_overlap block 10.0.10.64/28 overlaps block 10.0.10.0/24")
+	})
+	svc("a", "a")
+	e.wait("default", "a", " "+alloc.ReasonNoPool)
+	apply("pool-a", "a", cidrs("10.0.10.0/24"))
+	e.wait("default", "a", "10.0.10.0 satisfied")
+	if got := e.poolCondition("pool-a", ConditionPoolConflict); got != "False resolved " {
+		t.Errorf("pool-a's conflict after the edit: %q", got)
+	}
+
+	apply("offset", "b", cidrs("10.0.12.12/24"))
+	svc("b", "b")
+	e.wait("default", "b", "10.0.12.0 satisfied")
+	if got := e.dbPool("offset").Spec.Blocks; len(got) != 1 || got[0].CIDR != netip.MustParsePrefix("10.0.12.0/24") {
+		t.Errorf("10.0.12.12/24 imported as %v, want 10.0.12.0/24", got)
+	}
+	if got := e.poolCondition("offset", ConditionIPsTotal); got != "Unknown noreason 256" {
+		t.Errorf("offset's total: %q", got)
 	}
 }
 

@@ -106,6 +106,11 @@ func validateLBPool(name string, labels map[string]string, spec alloc.LBPoolSpec
 	if err := alloc.ValidateLabels("labels", labels); err != nil {
 		return err
 	}
+	if origin.Kubernetes() {
+		// As Cilium takes a CiliumLoadBalancerIPPool: blocks overlapping
+		// one another mark the pool conflicting (SettleLBConflicts).
+		return spec.ValidateApplied()
+	}
 	return spec.Validate()
 }
 
