@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ipam-dev/ipam/internal/kubetest"
 )
 
 // The shim phase's bridge mode times the pair as a runtime sees it: the
@@ -200,11 +203,12 @@ func (r *bridgeRun) run(ctx context.Context, calls int, plugins []*bridgePlugin)
 	return time.Since(start), nil
 }
 
-// runBridge runs the bridge mode into rep: calls pairs of host-local and
-// of the shim under bridge, the shim as node shimBridgeNode with the
-// certificate in nodeCertDir. When the machine cannot make the node
+// runBridge runs the bridge mode into rep: calls pairs of host-local, of
+// the shim (as node shimBridgeNode with the certificate in nodeCertDir)
+// and, when whereabouts is set and the API server is built, of
+// whereabouts under bridge, taking turns. When the machine cannot make the node
 // namespace it skips the mode, the reason in rep.BridgeSkipped.
-func runBridge(ctx context.Context, calls int, p *benchPKI, o serverOptions, certDir, nodeCertDir string, rep *shimReport, out io.Writer) error {
+func runBridge(ctx context.Context, calls int, whereabouts bool, p *benchPKI, o serverOptions, certDir, nodeCertDir string, rep *shimReport, out io.Writer) error {
 	began := time.Now()
 	brBin, err := installPlugin(ctx, certDir, bridgePkg)
 	if err != nil {
@@ -224,7 +228,7 @@ func runBridge(ctx context.Context, calls int, p *benchPKI, o serverOptions, cer
 	if err := r.startServer(ctx, p, o); err != nil {
 		return fmt.Errorf("bridge mode's server: %w", err)
 	}
-	fmt.Fprintf(out, "shim bridge: %s built in %.1fs; bridge (isGateway, no ipMasq) in namespace %s, server %s there (same binary and database); %d pairs each, host-local and shim taking turns after one untimed warm-up pair each; a Pod namespace per pair, made and deleted untimed\n",
+	fmt.Fprintf(out, "shim bridge: %s built in %.1fs; bridge (isGateway, no ipMasq) in namespace %s, server %s there (same binary and database); %d pairs each, host-local and the shim (and whereabouts, below) taking turns after one untimed warm-up pair each; a Pod namespace per pair, made and deleted untimed\n",
 		brBin, built, r.node.name, r.server.url, calls)
 
 	start := func(cmd *exec.Cmd) error { return r.node.do(cmd.Start) }
@@ -237,7 +241,25 @@ func runBridge(ctx context.Context, calls int, p *benchPKI, o serverOptions, cer
 	shim := &bridgePlugin{name: "shim", bench: &shimBench{bin: brBin, start: start, netconf: func(prev json.RawMessage) ([]byte, error) {
 		return bridgeNetconf("bench-bridge-shim", "ipb"+r.suffix+"sh", shimIPAMBridge, prev)
 	}}}
-	elapsed, err := r.run(ctx, calls, []*bridgePlugin{hl, shim})
+	plugins := []*bridgePlugin{hl, shim}
+	var wa *bridgePlugin
+	if !whereabouts {
+		rep.WhereaboutsSkipped = "-shim-whereabouts=false"
+	} else {
+		peer, skipped, err := setUpWhereabouts(ctx, r.node, certDir, out)
+		if err != nil {
+			return fmt.Errorf("whereabouts: %w", err)
+		}
+		rep.WhereaboutsSkipped = skipped
+		if peer != nil {
+			defer peer.close()
+			wa = &bridgePlugin{name: "wa", bench: &shimBench{bin: brBin, start: start, netconf: func(prev json.RawMessage) ([]byte, error) {
+				return bridgeNetconf("bench-bridge-whereabouts", "ipb"+r.suffix+"wa", peer.ipam(), prev)
+			}}}
+			plugins = append(plugins, wa)
+		}
+	}
+	elapsed, err := r.run(ctx, calls, plugins)
 	if err != nil {
 		return err
 	}
@@ -248,5 +270,36 @@ func runBridge(ctx context.Context, calls int, p *benchPKI, o serverOptions, cer
 	ratio := ratioOf(shimRes, hlRes)
 	rep.Ratios = append(rep.Ratios, ratio)
 	fmt.Fprintln(out, ratio.line())
+	if wa == nil {
+		fmt.Fprintf(out, "shim bridge: whereabouts skipped: %s\n", rep.WhereaboutsSkipped)
+		return nil
+	}
+	waRes := wa.times.result("bridge", 1, calls, elapsed)
+	rep.Whereabouts = &waRes
+	printShim(out, "whereabouts", waRes)
+	pr := peerRatioOf("whereabouts", shimRes, waRes)
+	rep.WhereaboutsRatio = &pr
+	fmt.Fprintln(out, pr.line())
 	return nil
+}
+
+// setUpWhereabouts builds whereabouts into dir and starts its storage for
+// the node namespace; with no kube-apiserver built it answers why it
+// skips the peer.
+func setUpWhereabouts(ctx context.Context, node *netns, dir string, out io.Writer) (*whereaboutsPeer, string, error) {
+	began := time.Now()
+	modDir, err := buildWhereabouts(ctx, dir)
+	if err != nil {
+		return nil, "", err
+	}
+	built := time.Since(began)
+	peer, err := startWhereabouts(ctx, node, modDir, dir)
+	if errors.Is(err, kubetest.ErrNoBinaries) {
+		return nil, err.Error(), nil
+	} else if err != nil {
+		return nil, "", err
+	}
+	fmt.Fprintf(out, "shim bridge: whereabouts %s built or found in %.1fs; its Kubernetes storage on etcd and kube-apiserver %s (%s, reached from the node namespace through a forwarder on its loopback), range %s, taking turns with the others\n",
+		whereaboutsVersion, built.Seconds(), kubetest.KubernetesVersion, peer.kc.Host(), whereaboutsRange)
+	return peer, "", nil
 }

@@ -56,6 +56,7 @@ type config struct {
 	ShimParallel      int  `json:"shimParallel"`
 	ShimParallelCalls int  `json:"shimParallelCalls"`
 	ShimBridgeCalls   int  `json:"shimBridgeCalls"`
+	ShimWhereabouts   bool `json:"shimWhereabouts"`
 	// The cilium phase (cilium.go), last.
 	Cilium      bool          `json:"cilium"`
 	CiliumNodes int           `json:"ciliumNodes"`
@@ -288,6 +289,7 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.ShimCalls, "shim-calls", 200, "sequential ADD+DEL pairs of the shim phase")
 	fs.IntVar(&c.ShimParallel, "shim-parallel", 16, "parallel workers of the shim phase")
 	fs.IntVar(&c.ShimParallelCalls, "shim-parallel-calls", 50, "ADD+DEL pairs per parallel worker of the shim phase")
+	fs.BoolVar(&c.ShimWhereabouts, "shim-whereabouts", true, "in the bridge mode, whereabouts "+whereaboutsVersion+" takes turns too, on its Kubernetes storage (needs the kube-apiserver of make tools; else skipped)")
 	fs.IntVar(&c.ShimBridgeCalls, "shim-bridge-calls", 100, "ADD+DEL pairs of each IPAM plugin under the bridge plugin, a veth into a Pod namespace each, as a runtime calls them (needs root and ip; else skipped); 0 skips")
 	fs.BoolVar(&c.Cilium, "cilium", true, "at the very end, the service as Cilium's operator in crd mode against a real kube-apiserver and etcd (make tools builds them; else skipped with a message): -cilium-nodes CiliumNodes created at once, the time until each holds 8 addresses, and the operator's request rate to the API server")
 	fs.IntVar(&c.CiliumNodes, "cilium-nodes", 200, "CiliumNodes the cilium phase creates at once")

@@ -81,12 +81,18 @@ type shimReport struct {
 	Bridge        *shimResult `json:"bridge,omitempty"`
 	BridgeSkipped string      `json:"bridgeSkipped,omitempty"`
 	Ratios        []shimRatio `json:"ratios"`
+	// Whereabouts is the peer with central storage under bridge, taking
+	// turns with host-local and the shim (whereabouts.go); nil when
+	// skipped, for the reason WhereaboutsSkipped.
+	Whereabouts        *shimResult `json:"whereabouts,omitempty"`
+	WhereaboutsSkipped string      `json:"whereaboutsSkipped,omitempty"`
+	WhereaboutsRatio   *peerRatio  `json:"whereaboutsRatio,omitempty"`
 }
 
 // results are every mode's results, the shim's and host-local's.
 func (r *shimReport) results() []shimResult {
 	all := []shimResult{r.Sequential, r.Parallel, r.HostLocal.Sequential, r.HostLocal.Parallel}
-	for _, b := range []*shimResult{r.Bridge, r.HostLocal.Bridge} {
+	for _, b := range []*shimResult{r.Bridge, r.HostLocal.Bridge, r.Whereabouts} {
 		if b != nil {
 			all = append(all, *b)
 		}
@@ -145,6 +151,50 @@ func (r shimRatio) summaryLine() string {
 		r.Mode, r.HostLocalP50ms, r.HostLocalP99ms, r.ShimP50ms, r.ShimP99ms, r.P50, r.P99, r.Limit, r.verdict())
 }
 
+// peerRatio is the shim's pair latency over a peer's in one mode: the
+// target is at most the peer's.
+type peerRatio struct {
+	Peer      string  `json:"peer"`
+	Mode      string  `json:"mode"`
+	P50       float64 `json:"pairP50"`
+	P99       float64 `json:"pairP99"`
+	Limit     float64 `json:"limit"`
+	ShimP50ms float64 `json:"shimPairP50ms"`
+	ShimP99ms float64 `json:"shimPairP99ms"`
+	PeerP50ms float64 `json:"peerPairP50ms"`
+	PeerP99ms float64 `json:"peerPairP99ms"`
+}
+
+// peerRatioLimit: the shim's pair p50 at most the peer's.
+const peerRatioLimit = 1.0
+
+func peerRatioOf(peer string, shim, p shimResult) peerRatio {
+	r := peerRatio{Peer: peer, Mode: shim.Mode, Limit: peerRatioLimit,
+		ShimP50ms: shim.PairP50ms, ShimP99ms: shim.PairP99ms, PeerP50ms: p.PairP50ms, PeerP99ms: p.PairP99ms}
+	if p.PairP50ms > 0 {
+		r.P50 = shim.PairP50ms / p.PairP50ms
+	}
+	if p.PairP99ms > 0 {
+		r.P99 = shim.PairP99ms / p.PairP99ms
+	}
+	return r
+}
+
+func (r peerRatio) verdict() string {
+	return shimRatio{P50: r.P50, Limit: r.Limit}.verdict()
+}
+
+// line is the printed line of r.
+func (r peerRatio) line() string {
+	return fmt.Sprintf("shim/%s %s pair_p50_ratio=%.2f pair_p99_ratio=%.2f target<=%.1f %s", r.Peer, r.Mode, r.P50, r.P99, r.Limit, r.verdict())
+}
+
+// summaryLine is r's line in the summary: both pairs and the ratios.
+func (r peerRatio) summaryLine() string {
+	return fmt.Sprintf("shim %-11s pair ms p50/p99: %s %.2f/%.2f shim %.2f/%.2f ratio %.2f/%.2f (target p50<=%.1f) %s",
+		r.Mode, r.Peer, r.PeerP50ms, r.PeerP99ms, r.ShimP50ms, r.ShimP99ms, r.P50, r.P99, r.Limit, r.verdict())
+}
+
 // printShimSummary prints the shim phase's lines of the summary.
 func printShimSummary(out io.Writer, r *shimReport) {
 	if r == nil {
@@ -153,8 +203,14 @@ func printShimSummary(out io.Writer, r *shimReport) {
 	for _, ratio := range r.Ratios {
 		fmt.Fprintln(out, ratio.summaryLine())
 	}
-	if r.BridgeSkipped != "" {
+	if r.WhereaboutsRatio != nil {
+		fmt.Fprintln(out, r.WhereaboutsRatio.summaryLine())
+	}
+	switch {
+	case r.BridgeSkipped != "":
 		fmt.Fprintf(out, "shim bridge: skipped: %s\n", r.BridgeSkipped)
+	case r.WhereaboutsSkipped != "":
+		fmt.Fprintf(out, "shim bridge: whereabouts skipped: %s\n", r.WhereaboutsSkipped)
 	}
 }
 
@@ -487,7 +543,7 @@ func runShim(ctx context.Context, cfg config, p *benchPKI, server string, so ser
 		fmt.Fprintf(out, "shim bridge: skipped: %s\n", rep.BridgeSkipped)
 		return rep, nil
 	}
-	if err := runBridge(ctx, cfg.ShimBridgeCalls, p, so, certDir, bridgeCertDir, rep, out); err != nil {
+	if err := runBridge(ctx, cfg.ShimBridgeCalls, cfg.ShimWhereabouts, p, so, certDir, bridgeCertDir, rep, out); err != nil {
 		return nil, err
 	}
 	return rep, nil
