@@ -45,6 +45,10 @@ type config struct {
 	Floor bool `json:"floor"`
 	// CloudScaleOut runs the simulated AWS scale-out (internal/cloud/scaleout).
 	CloudScaleOut bool `json:"cloudScaleOut"`
+	// GoIPAM runs the go-ipam peer (goipam.go) after the mixed runs,
+	// from GoIPAMSource when set.
+	GoIPAM       bool   `json:"goipam"`
+	GoIPAMSource string `json:"goipamSource,omitempty"`
 	// The timeouts phase (timeouts.go), after the mixed runs.
 	Timeouts            bool          `json:"timeouts"`
 	ClientTimeout       time.Duration `json:"-"`
@@ -281,6 +285,8 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the benchmark process (the clients) to this file")
 	fs.BoolVar(&c.Floor, "floor", true, "after the hot-node run, the mixed run's clients (at 32, else the first level of -concurrency-list) against a server in this process answering from memory: the CPU per operation of the mix's HTTP, TLS and JSON alone")
 	fs.BoolVar(&c.CloudScaleOut, "cloud-scaleout", true, "the cloud capacity workers' rounds on a simulated AWS scale-out (1,000 nodes to 30 Pods each, then churn; the real EC2 client against the EC2 fake, 10% of the calls throttled): EC2 calls per 1,000 Pods against their floor, the Pods started after the ramp that waited for the cloud, the Pods that never got an address")
+	fs.BoolVar(&c.GoIPAM, "goipam", true, "after the mixed runs, the peer go-ipam "+goipamVersion+" (its PostgreSQL storage, in a process of its own, on a database of the same PostgreSQL) with the mix's shape at 32 clients (else the first level): ops/s and the lease path's over it (target >= 5); skipped, the reason printed, when it cannot be built")
+	fs.StringVar(&c.GoIPAMSource, "goipam-src", "", "a checkout of go-ipam "+goipamVersion+" to build the peer from, where the Go module proxy does not serve it")
 	fs.BoolVar(&c.Timeouts, "timeouts", true, "after the mixed runs, the mix without and then with -client-timeout per attempt (clients retry a timed-out call for the same attachment, on a new connection), and the ratio of the goodputs")
 	fs.DurationVar(&c.ClientTimeout, "client-timeout", 300*time.Millisecond, "the timeouts phase's client timeout per attempt")
 	fs.IntVar(&c.TimeoutsConcurrency, "timeouts-concurrency", 256, "clients of the timeouts phase (on the -nodes nodes)")

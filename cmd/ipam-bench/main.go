@@ -137,6 +137,7 @@ type report struct {
 	HotNode       *levelResult     `json:"hotNode,omitempty"`
 	Floor         *floorResult     `json:"floor,omitempty"`
 	CloudScaleOut *scaleout.Result `json:"cloudScaleOut,omitempty"`
+	GoIPAM        *goipamReport    `json:"goipam,omitempty"`
 	Fill          *fillReport      `json:"fill,omitempty"`
 	CeilingRan    bool             `json:"ceilingRan"`
 	Shim          *shimReport      `json:"shim,omitempty"`
@@ -347,6 +348,17 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			return err
 		}
 		rep.Mixed = append(rep.Mixed, lv)
+	}
+	// The go-ipam peer, on the same PostgreSQL, right after the runs it
+	// is compared with.
+	if cfg.GoIPAM && len(rep.Mixed) > 0 {
+		lv := rep.Mixed[0]
+		if i := slices.Index(cfg.Concurrency, 32); i >= 0 {
+			lv = rep.Mixed[i]
+		}
+		if rep.GoIPAM, err = goipamPhase(ctx, db.url, cfg.GoIPAMSource, tmp, lv.Concurrency, cfg.Duration, lv.Median.OpsPerSec, out); err != nil {
+			return fmt.Errorf("go-ipam: %w", err)
+		}
 	}
 	// Client timeouts.
 	if cfg.Timeouts {
@@ -782,6 +794,9 @@ func printSummary(out io.Writer, rep report) {
 	}
 	if rep.Fill != nil && len(rep.Fill.Points) > 1 {
 		fmt.Fprintf(out, "fill curve: alloc p50 at %d leases / at %d = %.2f\n", rep.Fill.Points[len(rep.Fill.Points)-1].Leases, rep.Fill.Points[0].Leases, rep.Fill.P50Ratio)
+	}
+	if rep.GoIPAM != nil {
+		fmt.Fprintln(out, rep.GoIPAM.line())
 	}
 	printShimSummary(out, rep.Shim)
 	printCiliumSummary(out, rep.Cilium)
