@@ -63,7 +63,15 @@ type reserveSlot struct {
 	// UsedBy is the Pod the slot was given to while the service was
 	// unreachable; nil while the slot is free.
 	UsedBy *reserveUse `json:"usedBy,omitempty"`
+	// Returned is a slot whose Pod stopped before its handover: its
+	// addresses are not given to another Pod from the node (the
+	// service's cooldown has not run for them), but released at the
+	// service by the next sync, and a new slot takes its place.
+	Returned bool `json:"returned,omitempty"`
 }
+
+// isFree reports whether the slot can serve a Pod.
+func (sl *reserveSlot) isFree() bool { return sl.UsedBy == nil && !sl.Returned }
 
 // reserveUse is the attachment a slot serves until it is handed over.
 type reserveUse struct {
@@ -80,19 +88,20 @@ type pendingDel struct {
 
 func slotContainerID(id int) string { return "ipam-shim-reserve-" + strconv.Itoa(id) }
 
-// pending reports work for the service: DELs to replay or slots to hand over.
+// pending reports work for the service: DELs to replay, slots to hand
+// over or to release.
 func (s *reserveState) pending() bool {
 	if len(s.Dels) > 0 {
 		return true
 	}
-	return slices.ContainsFunc(s.Slots, func(sl reserveSlot) bool { return sl.UsedBy != nil })
+	return slices.ContainsFunc(s.Slots, func(sl reserveSlot) bool { return sl.UsedBy != nil || sl.Returned })
 }
 
-// free counts the slots no Pod holds.
+// free counts the slots that can serve a Pod.
 func (s *reserveState) free() int {
 	n := 0
-	for _, sl := range s.Slots {
-		if sl.UsedBy == nil {
+	for i := range s.Slots {
+		if s.Slots[i].isFree() {
 			n++
 		}
 	}
@@ -113,7 +122,7 @@ func (s *reserveState) servedSlot(containerID, ifname string) *reserveSlot {
 func (s *reserveState) take(use reserveUse) *reserveSlot {
 	var best *reserveSlot
 	for i := range s.Slots {
-		if s.Slots[i].UsedBy == nil && (best == nil || s.Slots[i].ID < best.ID) {
+		if s.Slots[i].isFree() && (best == nil || s.Slots[i].ID < best.ID) {
 			best = &s.Slots[i]
 		}
 	}
@@ -245,9 +254,12 @@ func reserveError(op string, err error) *types.Error {
 
 // reserveFallback reports whether err (of a call to the service) lets the
 // reserve serve instead: the service is unreachable or unavailable.
-func reserveFallback(err error) bool {
+func reserveFallback(err error) bool { return isCode(err, types.ErrTryAgainLater) }
+
+// isCode reports whether err is a CNI error of code.
+func isCode(err error, code uint) bool {
 	var e *types.Error
-	return errors.As(err, &e) && e.Code == types.ErrTryAgainLater
+	return errors.As(err, &e) && e.Code == code
 }
 
 // addFromReserve serves ADD from the reserve: the slot that already serves
@@ -278,8 +290,10 @@ func (c *call) addFromReserve(containerID, ifname string, owner ipamclient.Owner
 }
 
 // delOffline records a DEL the service could not take: a slot serving the
-// attachment goes back to the reserve, and the DEL is replayed later (the
-// service may hold the attachment too: an ADD whose answer was lost).
+// attachment is returned (released at the service by the next sync, so
+// its addresses cool down there before another Pod gets them), and the
+// DEL is replayed later (the service may hold the attachment too: an ADD
+// whose answer was lost).
 func (c *call) delOffline(containerID, ifname string) error {
 	r, err := lockReserve(c.cfg.dataDir, lockWait)
 	if err != nil {
@@ -287,7 +301,7 @@ func (c *call) delOffline(containerID, ifname string) error {
 	}
 	defer r.close()
 	if sl := r.st.servedSlot(containerID, ifname); sl != nil {
-		sl.UsedBy = nil
+		sl.UsedBy, sl.Returned = nil, true
 	}
 	d := pendingDel{ContainerID: containerID, IfName: ifname}
 	if !slices.Contains(r.st.Dels, d) {
@@ -351,6 +365,21 @@ func (c *call) syncLocked(r *reserveFile) error {
 			fmt.Fprintf(os.Stderr, "ipam-shim: dropping the DEL of %s/%s: %v\n", d.ContainerID, d.IfName, e)
 		}
 		r.st.Dels = r.st.Dels[1:]
+	}
+	for i := 0; i < len(r.st.Slots) && failed == nil; i++ {
+		sl := &r.st.Slots[i]
+		if !sl.Returned {
+			continue
+		}
+		if err := c.releaseSlot(*sl); err != nil {
+			if e, ok := err.(*types.Error); !ok || e.Code == types.ErrTryAgainLater {
+				failed = err
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "ipam-shim: dropping returned reserve slot %d (%v): %v\n", sl.ID, addressesOf(sl.Addresses), err)
+		}
+		r.st.Slots = slices.Delete(r.st.Slots, i, i+1)
+		i--
 	}
 	for i := 0; i < len(r.st.Slots) && failed == nil; i++ {
 		sl := &r.st.Slots[i]
@@ -434,16 +463,9 @@ func (c *call) refillReserve() {
 func (c *call) refillLocked(r *reserveFile) error {
 	defer func() { _ = r.save() }()
 	for r.st.free() > c.cfg.reserve {
-		i := slices.IndexFunc(r.st.Slots, func(sl reserveSlot) bool { return sl.UsedBy == nil })
-		sl := r.st.Slots[i]
-		g := sl.Generation
-		resp, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, slotContainerID(sl.ID), reserveInterface,
-			&ipamclient.ReleaseAttachmentParams{Space: c.space(), Network: c.network(), Generation: &g})
-		if err != nil {
+		i := slices.IndexFunc(r.st.Slots, func(sl reserveSlot) bool { return sl.isFree() })
+		if err := c.releaseSlot(r.st.Slots[i]); err != nil {
 			return err
-		}
-		if resp.StatusCode() != http.StatusNoContent && !isNotFound(resp.StatusCode(), resp.Body) {
-			return problemError("reserve: release", resp.StatusCode(), resp.Body)
 		}
 		r.st.Slots = slices.Delete(r.st.Slots, i, i+1)
 	}
@@ -463,6 +485,21 @@ func (c *call) refillLocked(r *reserveFile) error {
 			return problemError("reserve: lease", resp.StatusCode(), resp.Body)
 		}
 		r.st.Slots = append(r.st.Slots, reserveSlot{ID: id, Generation: got.Generation, Addresses: got.Addresses})
+	}
+	return nil
+}
+
+// releaseSlot releases the slot's lease at the service, if it still has
+// the slot's generation (nothing held is released too).
+func (c *call) releaseSlot(sl reserveSlot) error {
+	g := sl.Generation
+	resp, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, slotContainerID(sl.ID), reserveInterface,
+		&ipamclient.ReleaseAttachmentParams{Space: c.space(), Network: c.network(), Generation: &g})
+	if err != nil {
+		return transportError("reserve: release", err)
+	}
+	if resp.StatusCode() != http.StatusNoContent && !isNotFound(resp.StatusCode(), resp.Body) {
+		return problemError("reserve: release", resp.StatusCode(), resp.Body)
 	}
 	return nil
 }

@@ -128,13 +128,12 @@ func TestReserveOutage(t *testing.T) {
 		t.Fatalf("ADD with an empty reserve: %+v", e)
 	}
 	shim(t, "STATUS", "", "", down).fails(t, 11) // neither the service nor the reserve serves
-	// p2 stops: its address goes back to the reserve, and p4 gets it.
+	// p2 stops: its addresses are not given to another Pod before the
+	// service's cooldown has run for them, so p4 still waits.
 	shim(t, "DEL", "p2", "eth0", down).ok(t)
-	shim(t, "STATUS", "", "", down).ok(t)
-	got["p4"] = resultAddrs(t, shim(t, "ADD", "p4", "eth0", down).ok(t))
-	if !slices.Equal(got["p4"], got["p2"]) {
-		t.Fatalf("p4 got %v, want p2's returned %v", got["p4"], got["p2"])
-	}
+	shim(t, "STATUS", "", "", down).fails(t, 11)
+	shim(t, "ADD", "p4", "eth0", down).fails(t, 11)
+	returned := got["p2"]
 	delete(got, "p2")
 	// online-1 stops too: recorded, replayed later.
 	shim(t, "DEL", "online-1", "eth0", down).ok(t)
@@ -172,9 +171,9 @@ func TestReserveOutage(t *testing.T) {
 			seen[a] = k
 		}
 	}
-	for _, a := range first {
+	for _, a := range append(first, returned...) {
 		if _, held := seen[a]; held {
-			t.Fatalf("online-1's %s still held after its replayed DEL", a)
+			t.Fatalf("%s still held after online-1's replayed DEL and p2's returned slot's release", a)
 		}
 	}
 	a := s.attachment(t, "worker-1", "p1", "eth0")
@@ -200,6 +199,41 @@ func TestReserveOutage(t *testing.T) {
 	// A Pod retrying its ADD now gets the same addresses from the service.
 	if again := resultAddrs(t, shim(t, "ADD", "p3", "eth0", up).ok(t)); !slices.Equal(again, got["p3"]) {
 		t.Fatalf("online retry of p3: %v, want %v", again, got["p3"])
+	}
+}
+
+// A pool with nothing left for the node strands no address in the
+// reserve: ADD takes a free slot when the service answers the pool
+// exhausted, STATUS counts the free slots, and the next call hands the
+// slot over to its Pod.
+func TestReserveServesAnExhaustedPool(t *testing.T) {
+	s := dualStack(t, nil)
+	s.createPool(t, "tiny", "10.9.0.0/29", 29, "", 0) // one block of 4 leasable addresses
+	conf := netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "tiny", "reserve": 2}), nil)
+	// c0 from the service, two slots, c1 the last address.
+	shim(t, "ADD", "c0", "eth0", conf).ok(t)
+	shim(t, "ADD", "c1", "eth0", conf).ok(t)
+	if st, err := readReserve(s.dataDir); err != nil || st.free() != 2 {
+		t.Fatalf("reserve %+v %v, want 2 free slots", st, err)
+	}
+	shim(t, "STATUS", "", "", conf).ok(t) // the pool is full, the reserve is not
+	c2 := resultAddrs(t, shim(t, "ADD", "c2", "eth0", conf).ok(t))
+	c3 := resultAddrs(t, shim(t, "ADD", "c3", "eth0", conf).ok(t))
+	if len(c2) != 1 || len(c3) != 1 || c2[0] == c3[0] {
+		t.Fatalf("c2 %v, c3 %v: want an address each from the reserve", c2, c3)
+	}
+	e := shim(t, "ADD", "c4", "eth0", conf).fails(t, ErrPoolExhausted)
+	if !strings.Contains(e.Msg, "reserve is empty") {
+		t.Errorf("ADD with the pool and the reserve empty: %+v", e)
+	}
+	shim(t, "STATUS", "", "", conf).fails(t, 50)
+	// The next call hands the slots over: the service records c2 and c3.
+	shim(t, "DEL", "c0", "eth0", conf).ok(t)
+	for c, want := range map[string][]string{"c2": c2, "c3": c3} {
+		a := s.attachment(t, "worker-1", c, "eth0")
+		if a == nil || len(a.Addresses) != 1 || a.Addresses[0].Address != want[0] {
+			t.Fatalf("%s at the service: %+v, want %v", c, a, want)
+		}
 	}
 }
 

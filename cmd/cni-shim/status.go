@@ -24,8 +24,9 @@ import (
 // new ADD can be served) when the pools cannot serve a family, a pool the
 // configuration names does not exist, or the service refuses this node's
 // credentials; code 11 when the service cannot be reached or is
-// unavailable, which is usually brief.
-func (c *call) canServeAdd() *types.Error {
+// unavailable, which is usually brief. exhausted says that the pools
+// answered, and only that they have no address left for the node.
+func (c *call) canServeAdd() (e *types.Error, exhausted bool) {
 	// The family ADD leases, and from which pool: the per-family pool, then
 	// "pool", then the default (the selection rules of the service, less
 	// those that need the Pod).
@@ -60,7 +61,7 @@ func (c *call) canServeAdd() *types.Error {
 		if e.Code == ErrTLS {
 			e.Code = errPluginNotAvailable
 		}
-		return e
+		return e, false
 	}
 	if r.JSON200 == nil {
 		e := problemError("status", r.StatusCode(), r.Body)
@@ -68,20 +69,20 @@ func (c *call) canServeAdd() *types.Error {
 		case ErrForbidden, ErrNotFound: // credentials refused; a pool the configuration names is missing
 			e.Code = errPluginNotAvailable
 		}
-		return e
+		return e, false
 	}
 	u := r.JSON200
 	if u.DefaultPool == "" {
 		// A service older than the pool query answers the node's own
 		// pools without canLease: it is up, and that is all it can say.
-		return nil
+		return nil, false
 	}
 	canLease := map[string]bool{}
 	for _, it := range u.Items {
 		canLease[it.Pool+"/"+string(it.Family)] = it.CanLease
 	}
 	var full []string
-	served := 0
+	served, config := 0, false // config: a pool lacks a family named
 	for _, f := range wanted {
 		pool, ok := poolOf[f]
 		if !ok {
@@ -90,7 +91,7 @@ func (c *call) canServeAdd() *types.Error {
 		can, has := canLease[pool+"/"+string(f)]
 		switch {
 		case !has && (explicit || perFamily[f]):
-			full = append(full, fmt.Sprintf("pool %q has no %s CIDRs", pool, f))
+			full, config = append(full, fmt.Sprintf("pool %q has no %s CIDRs", pool, f)), true
 		case !has:
 			// ADD leaves out a family its pool lacks.
 		case !can:
@@ -100,12 +101,12 @@ func (c *call) canServeAdd() *types.Error {
 		}
 	}
 	if len(full) == 0 && served == 0 {
-		full = append(full, fmt.Sprintf("no pool serves node %s: pool %q has neither family", c.cfg.node, u.DefaultPool))
+		full, config = append(full, fmt.Sprintf("no pool serves node %s: pool %q has neither family", c.cfg.node, u.DefaultPool)), true
 	}
 	if len(full) > 0 {
-		return types.NewError(errPluginNotAvailable, "status: no new ADD can be served: "+strings.Join(full, "; "), "")
+		return types.NewError(errPluginNotAvailable, "status: no new ADD can be served: "+strings.Join(full, "; "), ""), !config
 	}
-	return nil
+	return nil, false
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -78,7 +78,10 @@ func cmdAdd(args *skel.CmdArgs) error {
 			alloc, err = c.allocate(args, owner)
 		}
 		if err != nil {
-			if c.cfg.reserve == 0 || !reserveFallback(err) {
+			// The reserve serves while the service is unreachable, and
+			// when the pools have nothing left for the node: its slots
+			// are the node's addresses too, never stranded.
+			if c.cfg.reserve == 0 || !(reserveFallback(err) || isCode(err, ErrPoolExhausted)) {
 				return err
 			}
 			if alloc, err = c.addFromReserve(args.ContainerID, args.IfName, owner, err); err != nil {
@@ -355,7 +358,7 @@ func cmdStatus(args *skel.CmdArgs) error {
 		return err
 	}
 	defer cancel()
-	e := c.canServeAdd()
+	e, exhausted := c.canServeAdd()
 	if e == nil {
 		// The service answers: bring the reserve up to date.
 		if c.syncReserve() == nil {
@@ -364,9 +367,10 @@ func cmdStatus(args *skel.CmdArgs) error {
 		return nil
 	}
 	// The node's reserve serves ADDs while the service is unreachable or
-	// unavailable (code 11; not when it refuses this node's credentials,
-	// nor when it answers that its pools cannot serve the node).
-	if e.Code == types.ErrTryAgainLater && c.reserveReady() {
+	// unavailable (code 11), and while the pools have no address left for
+	// the node (ADD takes a free slot then); not when the service refuses
+	// this node's credentials or a pool the configuration names.
+	if (e.Code == types.ErrTryAgainLater || exhausted) && c.reserveReady() {
 		return nil
 	}
 	return e
