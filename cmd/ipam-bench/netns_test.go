@@ -16,15 +16,7 @@ import (
 // A process started in do is born in the namespace, no other code runs
 // there, and the prefix's namespaces are gone after the cleanup.
 func TestNetnsDo(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the bridge mode's namespaces need root (CI runs as root)")
-	}
-	prefix := "ipam-bench-test-" + randomSuffix()
-	t.Cleanup(func() { _ = deleteNetnsWithPrefix(prefix) })
-	n, err := addNetns(context.Background(), prefix+"-node")
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, prefix := testNode(t)
 	runtime.LockOSThread()
 	home, err := os.Readlink("/proc/thread-self/ns/net")
 	runtime.UnlockOSThread()
@@ -68,4 +60,20 @@ func TestNetnsDo(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(netnsDir, prefix+"*")); len(left) > 0 {
 		t.Fatalf("namespaces left: %v", left)
 	}
+}
+
+// testNode makes a node namespace of a prefix of its own for t, deleted
+// with every namespace of the prefix when t ends, and answers both.
+func testNode(t *testing.T) (*netns, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the bridge mode's namespaces need root (CI runs as root)")
+	}
+	prefix := "ipam-bench-test-" + randomSuffix()
+	t.Cleanup(func() { _ = deleteNetnsWithPrefix(prefix) })
+	n, err := addNetns(context.Background(), prefix+"-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, prefix
 }

@@ -120,13 +120,19 @@ const shimRatioLimit = 1.3
 func ratioOf(shim, hostLocal shimResult) shimRatio {
 	r := shimRatio{Mode: shim.Mode, Limit: shimRatioLimit,
 		ShimP50ms: shim.PairP50ms, ShimP99ms: shim.PairP99ms, HostLocalP50ms: hostLocal.PairP50ms, HostLocalP99ms: hostLocal.PairP99ms}
-	if hostLocal.PairP50ms > 0 {
-		r.P50 = shim.PairP50ms / hostLocal.PairP50ms
-	}
-	if hostLocal.PairP99ms > 0 {
-		r.P99 = shim.PairP99ms / hostLocal.PairP99ms
-	}
+	r.P50, r.P99 = pairRatios(shim, hostLocal)
 	return r
+}
+
+// pairRatios are a's pair p50 and p99 over b's (0 where b has none).
+func pairRatios(a, b shimResult) (p50, p99 float64) {
+	if b.PairP50ms > 0 {
+		p50 = a.PairP50ms / b.PairP50ms
+	}
+	if b.PairP99ms > 0 {
+		p99 = a.PairP99ms / b.PairP99ms
+	}
+	return p50, p99
 }
 
 // verdict judges r's p50 ratio against the target.
@@ -171,12 +177,7 @@ const peerRatioLimit = 1.0
 func peerRatioOf(peer string, shim, p shimResult) peerRatio {
 	r := peerRatio{Peer: peer, Mode: shim.Mode, Limit: peerRatioLimit,
 		ShimP50ms: shim.PairP50ms, ShimP99ms: shim.PairP99ms, PeerP50ms: p.PairP50ms, PeerP99ms: p.PairP99ms}
-	if p.PairP50ms > 0 {
-		r.P50 = shim.PairP50ms / p.PairP50ms
-	}
-	if p.PairP99ms > 0 {
-		r.P99 = shim.PairP99ms / p.PairP99ms
-	}
+	r.P50, r.P99 = pairRatios(shim, p)
 	return r
 }
 

@@ -5,7 +5,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -19,15 +18,7 @@ import (
 // reaches a server on the host's loopback, both ways, and the far end's
 // close is seen; once closed, the forwarder accepts no more.
 func TestForwardInto(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the bridge mode's namespaces need root (CI runs as root)")
-	}
-	prefix := "ipam-bench-test-" + randomSuffix()
-	t.Cleanup(func() { _ = deleteNetnsWithPrefix(prefix) })
-	n, err := addNetns(context.Background(), prefix+"-node")
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, _ := testNode(t)
 	if out, err := exec.Command("ip", "-n", n.name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
