@@ -6,6 +6,7 @@ package cloud
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Kind is the class of a cloud's refusal, which decides what the workers
@@ -61,6 +62,11 @@ type Error struct {
 	Kind    Kind
 	Code    string // the cloud's error code, e.g. PrivateIpAddressLimitExceeded
 	Message string
+	// RetryAfter is how long the cloud asked the caller to wait before
+	// the next call (ARM's Retry-After, which can exceed the SDK's own
+	// retry budget): the workers hold the node back that long, across
+	// passes. 0 when the cloud said nothing.
+	RetryAfter time.Duration
 	// Err is the SDK's error.
 	Err error
 }
@@ -79,4 +85,14 @@ func KindOf(err error) Kind {
 		return ce.Kind
 	}
 	return KindUnknown
+}
+
+// RetryAfterOf answers how long err asks the caller to wait (an *Error's
+// RetryAfter), 0 when it says nothing.
+func RetryAfterOf(err error) time.Duration {
+	var ce *Error
+	if errors.As(err, &ce) {
+		return ce.RetryAfter
+	}
+	return 0
 }
