@@ -60,6 +60,7 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 			if cfg.AWSEndpoint != "" {
 				o.BaseEndpoint = &cfg.AWSEndpoint
 			}
+			o.HTTPClient = aws.SafeBodies(o.HTTPClient)
 		})
 		p := aws.New(client, aws.Options{})
 		w.Cloud, w.Interfaces = cloud.NewLimited(p, bucket, observe), cloud.NewLimitedInterfaces(p, bucket, observe)

@@ -34,7 +34,7 @@ func ec2World(t *testing.T) (fake *ec2fake.Server, provider *aws.Provider, inst,
 	}
 	srv := httptest.NewTLSServer(fake)
 	t.Cleanup(srv.Close)
-	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
+	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: aws.SafeBodies(srv.Client()),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")})
 	return fake, aws.New(client, aws.Options{}), inst, eni
 }

@@ -31,7 +31,7 @@ func newProvider(t *testing.T, fake *ec2fake.Server, attempts int) *Provider {
 	client := ec2.New(ec2.Options{
 		Region:       "eu-west-1",
 		BaseEndpoint: sdkaws.String(srv.URL),
-		HTTPClient:   srv.Client(),
+		HTTPClient:   SafeBodies(srv.Client()),
 		Credentials:  credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = attempts

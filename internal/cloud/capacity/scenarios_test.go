@@ -228,7 +228,7 @@ func TestScenarioLimitsRespected(t *testing.T) {
 // server's does (the standard retryer: three attempts), without the
 // waits between them.
 func (x *scen) retrying() *Worker {
-	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(x.srv.URL), HTTPClient: x.srv.Client(),
+	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(x.srv.URL), HTTPClient: aws.SafeBodies(x.srv.Client()),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 			o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })

@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	srv := httptest.NewTLSServer(fake)
 	defer srv.Close()
-	client := ec2.New(ec2.Options{Region: "sim-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: srv.Client(),
+	client := ec2.New(ec2.Options{Region: "sim-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: aws.SafeBodies(srv.Client()),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDSIM", "secret", ""),
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = 3
