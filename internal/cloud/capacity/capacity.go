@@ -70,13 +70,21 @@ type Worker struct {
 	// token bucket (cloud.NewLimited).
 	Parallel int
 
-	mu         sync.Mutex                            // guards excess, surplus, missing, reconciler, written and vpcs
-	missing    map[string]map[netip.Prefix]bool      // "space/pool/node" -> blocks the last reading lacked
-	vpcs       map[string]bool                       // the networks nodes were seen in
-	written    map[string][]store.CloudInterface     // "space/node" -> the reading last recorded
-	excess     map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> excess since
-	surplus    map[string]surplusSince               // "space/pool/node" -> the interface in surplus
-	reconciler map[string]*cloud.Reconciler          // "space/pool" -> its reconciler
+	// ReleaseGuard is how long after a give-back the cloud's readings
+	// are not trusted to show what was given back; DefaultReleaseGuard
+	// when 0.
+	ReleaseGuard time.Duration
+
+	mu          sync.Mutex                            // guards excess, surplus, missing, reconciler, written, vpcs, released, detachTried, started
+	started     time.Time                             // the first pass's start
+	released    map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> when it was last given back
+	detachTried map[string]time.Time                  // interface -> when its detach was last asked
+	missing     map[string]map[netip.Prefix]bool      // "space/pool/node" -> blocks the last reading lacked
+	vpcs        map[string]bool                       // the networks nodes were seen in
+	written     map[string][]store.CloudInterface     // "space/node" -> the reading last recorded
+	excess      map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> excess since
+	surplus     map[string]surplusSince               // "space/pool/node" -> the interface in surplus
+	reconciler  map[string]*cloud.Reconciler          // "space/pool" -> its reconciler
 }
 
 // surplusSince is the interface a node has held in surplus, and since
@@ -90,6 +98,15 @@ type surplusSince struct {
 // Worker.Parallel is 0.
 const DefaultParallel = 8
 
+// DefaultReleaseGuard is how long the workers distrust a reading about
+// what they gave back: the VPC CNI's reconcile cooldown for recently
+// freed addresses (ipamd's ipReconcileCooldown, 60 s). EC2's describes
+// are eventually consistent and may show an address for seconds after it
+// was unassigned, and a give-back whose answer was lost may or may not
+// have happened: within the guard such a block is neither recorded nor
+// restored, so no Pod can lease an address its interface may not hold.
+const DefaultReleaseGuard = time.Minute
+
 // Pass runs one pass over every cloud pool of the worker's provider and
 // answers the failures joined (a node that failed is tried again at the
 // next pass; the others go on). It reads every node first, then serves
@@ -97,6 +114,11 @@ const DefaultParallel = 8
 // bucket the nodes short of the most addresses get the cloud's calls
 // first (Cilium's operator queues the same way).
 func (w *Worker) Pass(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started.IsZero() {
+		w.started = w.now()
+	}
+	w.mu.Unlock()
 	pools, err := w.Store.CloudPools(ctx)
 	if err != nil {
 		return err
@@ -239,6 +261,7 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	}
 	w.vpcs[inst.VPC] = true
 	w.mu.Unlock()
+	inst = w.withoutReleased(p, n, inst)
 	if err := w.recordHeld(ctx, p, n, inst, x.opts); err != nil {
 		return err
 	}
@@ -352,17 +375,97 @@ func (w *Worker) detach(ctx context.Context, x *nodeWork, id string) error {
 		// stays, whole.
 		return w.Store.RestoreCloudBlocks(ctx, p.Space, n.Name, p.Name, drained)
 	}
-	if err := w.Interfaces.DetachInterface(ctx, id); err != nil {
-		if rerr := w.Store.RestoreCloudBlocks(ctx, p.Space, n.Name, p.Name, drained); rerr != nil {
-			return errors.Join(err, rerr)
-		}
-		return fmt.Errorf("detaching %s, in surplus: %w", id, err)
-	}
+	// From here the blocks stay drained whatever the answer: a detach
+	// whose answer was lost may have happened. The readings decide
+	// (settle): dropped once they lack the blocks, restored only if the
+	// interface still holds them after the release guard.
+	err = w.Interfaces.DetachInterface(ctx, id)
 	w.mu.Lock()
+	w.markReleased(key, drained, now)
+	if w.detachTried == nil {
+		w.detachTried = map[string]time.Time{}
+	}
+	w.detachTried[id] = now
 	delete(w.surplus, key)
 	w.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("detaching %s, in surplus: %w", id, err)
+	}
 	w.logger().Info("cloud capacity: interface in surplus detached", "node", n.Name, "interface", id, "addresses", len(blocks))
-	return w.Store.DropCloudBlocks(ctx, p.Space, n.Name, p.Name, drained)
+	return nil
+}
+
+// markReleased notes that blocks of key were given back (or asked to be)
+// at t. w.mu held.
+func (w *Worker) markReleased(key string, blocks []netip.Prefix, t time.Time) {
+	if w.released == nil {
+		w.released = map[string]map[netip.Prefix]time.Time{}
+	}
+	if w.released[key] == nil {
+		w.released[key] = map[netip.Prefix]time.Time{}
+	}
+	for _, b := range blocks {
+		w.released[key][b] = t
+	}
+}
+
+// releaseGuard is the worker's release guard, or the default.
+func (w *Worker) releaseGuard() time.Duration {
+	if w.ReleaseGuard > 0 {
+		return w.ReleaseGuard
+	}
+	return DefaultReleaseGuard
+}
+
+// guarded says whether a reading at now may still be wrong about block b
+// of key: the worker gave it back (or asked to) within the release
+// guard, or started within it (an earlier leader may have, and a drained
+// block is then not restored before the guard says the cloud's reading
+// is settled). w.mu held.
+func (w *Worker) guarded(key string, b netip.Prefix, now time.Time) bool {
+	since := w.started
+	if t := w.released[key][b]; t.After(since) {
+		since = t
+	}
+	return now.Sub(since) < w.releaseGuard()
+}
+
+// withoutReleased is inst without the blocks the worker gave back (or
+// asked to) within the release guard, which an eventually consistent
+// reading may still show, and with an interface whose detach was asked
+// within it shown detaching: so a stale reading neither records them
+// again nor plans on them. Expired entries are forgotten.
+func (w *Worker) withoutReleased(p store.CloudPool, n store.CloudNode, inst cloud.Instance) cloud.Instance {
+	key := p.Space + "/" + p.Name + "/" + n.Name
+	now := w.now()
+	guard := w.releaseGuard()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	recent := map[netip.Prefix]bool{}
+	for b, t := range w.released[key] {
+		if now.Sub(t) < guard {
+			recent[b] = true
+		} else {
+			delete(w.released[key], b)
+		}
+	}
+	ifaces := slices.Clone(inst.Interfaces)
+	for i, f := range ifaces {
+		if t, ok := w.detachTried[f.ID]; ok {
+			if now.Sub(t) < guard {
+				f.Detaching = true
+			} else {
+				delete(w.detachTried, f.ID)
+			}
+		}
+		if len(recent) > 0 {
+			f.Addresses = slices.DeleteFunc(slices.Clone(f.Addresses), func(a netip.Addr) bool { return recent[netip.PrefixFrom(a, a.BitLen())] })
+			f.Prefixes = slices.DeleteFunc(slices.Clone(f.Prefixes), func(q netip.Prefix) bool { return recent[q] })
+		}
+		ifaces[i] = f
+	}
+	inst.Interfaces = ifaces
+	return inst
 }
 
 // releaseDelay is the pool's release delay, or the default.
@@ -506,10 +609,13 @@ func (w *Worker) settle(ctx context.Context, p store.CloudPool, n store.CloudNod
 	key := p.Space + "/" + p.Name + "/" + n.Name
 	var kept, gone []netip.Prefix
 	missing := map[netip.Prefix]bool{}
+	now := w.now()
 	w.mu.Lock()
 	was := w.missing[key]
 	for _, b := range n.Blocks {
 		switch {
+		case inCloud[b.Prefix] && b.Drained && w.guarded(key, b.Prefix, now):
+			// Maybe given back, and the reading not settled yet.
 		case inCloud[b.Prefix] && b.Drained:
 			kept = append(kept, b.Prefix)
 		case !inCloud[b.Prefix] && was[b.Prefix]:
@@ -650,18 +756,20 @@ func (w *Worker) release(ctx context.Context, p store.CloudPool, n store.CloudNo
 			prefixes = append(prefixes, b)
 		}
 	}
-	if err := w.Cloud.Unassign(ctx, r.Interface, addrs, prefixes); err != nil {
-		if rerr := w.Store.RestoreCloudBlocks(ctx, p.Space, n.Name, p.Name, drained); rerr != nil {
-			return errors.Join(err, rerr)
-		}
-		return err
-	}
+	// The blocks stay drained whatever the answer: an unassign whose
+	// answer was lost may have happened (the SDK's retry then hears "not
+	// assigned"), and restoring them would let a Pod lease an address the
+	// interface no longer holds. The readings decide (settle): dropped
+	// once they lack the blocks, restored only if the interface still
+	// holds them after the release guard.
+	err = w.Cloud.Unassign(ctx, r.Interface, addrs, prefixes)
 	w.mu.Lock()
+	w.markReleased(key, drained, now)
 	for _, b := range drained {
 		delete(w.excess[key], b)
 	}
 	w.mu.Unlock()
-	return w.Store.DropCloudBlocks(ctx, p.Space, n.Name, p.Name, drained)
+	return err
 }
 
 func (w *Worker) reconcilerOf(p store.CloudPool) *cloud.Reconciler {
