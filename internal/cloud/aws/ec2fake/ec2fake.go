@@ -29,6 +29,7 @@ package ec2fake
 import (
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -98,6 +99,15 @@ type Server struct {
 	// invisible is how many calls naming a newly created interface
 	// answer that it does not exist.
 	invisible int
+	// after, rates and rateRNG decide the faults after a call
+	// (faults.go); faults counts those injected.
+	after   func(action string) AfterFault
+	rates   FaultRates
+	rateRNG *rand.Rand
+	faults  map[FaultKind]int
+	// done is closed by Close, ending held answers.
+	done   chan struct{}
+	closed bool
 }
 
 type subnet struct {
@@ -142,7 +152,8 @@ type iface struct {
 // New answers an empty fake.
 func New() *Server {
 	return &Server{subnets: map[string]*subnet{}, instances: map[string]*instance{}, ifaces: map[string]*iface{},
-		vpcs: map[string][]netip.Prefix{}, groups: map[string]*securityGroup{}, calls: map[string]int{}}
+		vpcs: map[string][]netip.Prefix{}, groups: map[string]*securityGroup{}, calls: map[string]int{},
+		faults: map[FaultKind]int{}, done: make(chan struct{})}
 }
 
 // AddSubnet adds a subnet.
