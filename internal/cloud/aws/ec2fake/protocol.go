@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // actions are the EC2 actions the fake answers, each called with the
@@ -67,6 +68,9 @@ func (s *Server) callLocked(action string, form map[string][]string) (answer, Af
 	)
 	if handle, ok := actions[action]; ok {
 		out, e = handle(s, form)
+		if !strings.HasPrefix(action, "Describe") {
+			s.recordLocked()
+		}
 	} else {
 		e = &APIError{Code: "InvalidAction", Message: fmt.Sprintf("The action %s is not valid for this web service.", action)}
 	}
