@@ -103,15 +103,26 @@ func matches(fs map[string][]string, name, value string) bool {
 	return !ok || anyWildcard(v, value)
 }
 
-func (s *Server) describeInstancesLocked(form map[string][]string) (any, *APIError) {
-	type instanceItem struct {
-		InstanceID   string `xml:"instanceId"`
-		InstanceType string `xml:"instanceType"`
-		SubnetID     string `xml:"subnetId,omitempty"`
-		VPC          string `xml:"vpcId,omitempty"`
-		Zone         string `xml:"placement>availabilityZone"`
-		State        string `xml:"instanceState>name"`
+// instanceItem is an instance as EC2 describes it.
+type instanceItem struct {
+	InstanceID   string `xml:"instanceId"`
+	InstanceType string `xml:"instanceType"`
+	SubnetID     string `xml:"subnetId,omitempty"`
+	VPC          string `xml:"vpcId,omitempty"`
+	Zone         string `xml:"placement>availabilityZone"`
+	State        string `xml:"instanceState>name"`
+}
+
+func (s *Server) instanceItemLocked(in *instance) instanceItem {
+	sn := s.subnets[in.subnet]
+	it := instanceItem{InstanceID: in.id, InstanceType: in.typ, SubnetID: in.subnet, VPC: sn.VPC, Zone: sn.Zone, State: "running"}
+	if in.terminated {
+		it.State, it.SubnetID, it.VPC = "terminated", "", ""
 	}
+	return it
+}
+
+func (s *Server) describeInstancesLocked(form map[string][]string) (any, *APIError) {
 	type reservation struct {
 		Instances []instanceItem `xml:"instancesSet>item"`
 	}
@@ -122,9 +133,17 @@ func (s *Server) describeInstancesLocked(form map[string][]string) (any, *APIErr
 		Reservations []reservation `xml:"reservationSet>item"`
 		NextToken    string        `xml:"nextToken,omitempty"`
 	}
+	var all []instanceItem
+	if t, ok := s.staleLocked(); ok {
+		all = s.stale.instances.at(t)
+	} else {
+		for _, id := range slices.Sorted(maps.Keys(s.instances)) {
+			all = append(all, s.instanceItemLocked(s.instances[id]))
+		}
+	}
 	ids := list(form, "InstanceId")
 	for _, id := range ids {
-		if _, ok := s.instances[id]; !ok {
+		if !slices.ContainsFunc(all, func(it instanceItem) bool { return it.InstanceID == id }) {
 			return nil, &APIError{Code: "InvalidInstanceID.NotFound", Message: fmt.Sprintf("The instance ID '%s' does not exist", id)}
 		}
 	}
@@ -132,18 +151,17 @@ func (s *Server) describeInstancesLocked(form map[string][]string) (any, *APIErr
 	if e := checkFilters(fs, "vpc-id"); e != nil {
 		return nil, e
 	}
+	if e := idsWithMaxResults(form, ids); e != nil {
+		return nil, e
+	}
 	if len(ids) == 0 {
-		ids = slices.Sorted(maps.Keys(s.instances))
+		if e := s.unpaginatedLocked("DescribeInstances", form, len(all)); e != nil {
+			return nil, e
+		}
 	}
 	var items []reservation
-	for _, id := range ids {
-		in := s.instances[id]
-		sn := s.subnets[in.subnet]
-		it := instanceItem{InstanceID: in.id, InstanceType: in.typ, SubnetID: in.subnet, VPC: sn.VPC, Zone: sn.Zone, State: "running"}
-		if in.terminated {
-			it.State, it.SubnetID, it.VPC = "terminated", "", ""
-		}
-		if !matches(fs, "vpc-id", it.VPC) {
+	for _, it := range all {
+		if (len(ids) > 0 && !slices.Contains(ids, it.InstanceID)) || !matches(fs, "vpc-id", it.VPC) {
 			continue
 		}
 		items = append(items, reservation{Instances: []instanceItem{it}})
@@ -193,15 +211,30 @@ func (s *Server) describeInstanceTypesLocked(form map[string][]string) (any, *AP
 	return response{Xmlns: xmlns, RequestID: requestID, Types: items, NextToken: next}, nil
 }
 
-func (s *Server) describeSubnetsLocked(form map[string][]string) (any, *APIError) {
-	type subnetItem struct {
-		ID   string    `xml:"subnetId"`
-		VPC  string    `xml:"vpcId"`
-		Zone string    `xml:"availabilityZone"`
-		CIDR string    `xml:"cidrBlock"`
-		Free int       `xml:"availableIpAddressCount"`
-		Tags []tagItem `xml:"tagSet>item"`
+// subnetItem is a subnet as EC2 describes it.
+type subnetItem struct {
+	ID   string    `xml:"subnetId"`
+	VPC  string    `xml:"vpcId"`
+	Zone string    `xml:"availabilityZone"`
+	CIDR string    `xml:"cidrBlock"`
+	Free int       `xml:"availableIpAddressCount"`
+	Tags []tagItem `xml:"tagSet>item"`
+}
+
+func subnetItemOf(sn *subnet) subnetItem {
+	return subnetItem{ID: sn.ID, VPC: sn.VPC, Zone: sn.Zone, CIDR: sn.CIDR.String(), Free: sn.free(), Tags: tagItems(sn.Tags)}
+}
+
+// tagMap answers tags as a map.
+func tagMap(tags []tagItem) map[string]string {
+	out := map[string]string{}
+	for _, t := range tags {
+		out[t.Key] = t.Value
 	}
+	return out
+}
+
+func (s *Server) describeSubnetsLocked(form map[string][]string) (any, *APIError) {
 	type response struct {
 		XMLName   xml.Name     `xml:"DescribeSubnetsResponse"`
 		Xmlns     string       `xml:"xmlns,attr"`
@@ -213,19 +246,26 @@ func (s *Server) describeSubnetsLocked(form map[string][]string) (any, *APIError
 	if e := checkFilters(fs, "vpc-id", "availability-zone"); e != nil {
 		return nil, e
 	}
+	var all []subnetItem
+	if t, ok := s.staleLocked(); ok {
+		all = s.stale.subnets.at(t)
+	} else {
+		for _, id := range slices.Sorted(maps.Keys(s.subnets)) {
+			all = append(all, subnetItemOf(s.subnets[id]))
+		}
+	}
 	ids := list(form, "SubnetId")
 	for _, id := range ids {
-		if _, ok := s.subnets[id]; !ok {
+		if !slices.ContainsFunc(all, func(it subnetItem) bool { return it.ID == id }) {
 			return nil, &APIError{Code: "InvalidSubnetID.NotFound", Message: fmt.Sprintf("The subnet ID '%s' does not exist", id)}
 		}
 	}
 	var items []subnetItem
-	for _, id := range slices.Sorted(maps.Keys(s.subnets)) {
-		sn := s.subnets[id]
-		if (len(ids) > 0 && !slices.Contains(ids, id)) || !matches(fs, "vpc-id", sn.VPC) || !matches(fs, "availability-zone", sn.Zone) || !matchTags(fs, sn.Tags) {
+	for _, it := range all {
+		if (len(ids) > 0 && !slices.Contains(ids, it.ID)) || !matches(fs, "vpc-id", it.VPC) || !matches(fs, "availability-zone", it.Zone) || !matchTags(fs, tagMap(it.Tags)) {
 			continue
 		}
-		items = append(items, subnetItem{ID: id, VPC: sn.VPC, Zone: sn.Zone, CIDR: sn.CIDR.String(), Free: sn.free(), Tags: tagItems(sn.Tags)})
+		items = append(items, it)
 	}
 	items, next, e := page(s, form, items)
 	if e != nil {
@@ -325,26 +365,52 @@ func (s *Server) describeNetworkInterfacesLocked(form map[string][]string) (any,
 		NextToken  string      `xml:"nextToken,omitempty"`
 	}
 	ids := list(form, "NetworkInterfaceId")
-	for _, id := range ids {
-		if _, e := s.lookupLocked(id); e != nil {
-			return nil, e
+	var all []ifaceItem
+	if t, ok := s.staleLocked(); ok {
+		all = s.stale.ifaces.at(t)
+		for _, id := range ids {
+			if !slices.ContainsFunc(all, func(it ifaceItem) bool { return it.ID == id }) {
+				return nil, &APIError{Code: "InvalidNetworkInterfaceID.NotFound", Message: fmt.Sprintf("The networkInterface ID '%s' does not exist", id)}
+			}
+		}
+	} else {
+		for _, id := range ids {
+			if _, e := s.lookupLocked(id); e != nil {
+				return nil, e
+			}
+		}
+		for _, id := range slices.Sorted(maps.Keys(s.ifaces)) {
+			if f := s.ifaces[id]; len(ids) > 0 || f.hidden == 0 {
+				all = append(all, s.itemLocked(f))
+			}
 		}
 	}
 	fs := filters(form)
 	if e := checkFilters(fs, "attachment.instance-id", "status", "subnet-id", "vpc-id"); e != nil {
 		return nil, e
 	}
+	if e := idsWithMaxResults(form, ids); e != nil {
+		return nil, e
+	}
+	if len(ids) == 0 {
+		if e := s.unpaginatedLocked("DescribeNetworkInterfaces", form, len(all)); e != nil {
+			return nil, e
+		}
+	}
 	var items []ifaceItem
-	for _, id := range slices.Sorted(maps.Keys(s.ifaces)) {
-		f := s.ifaces[id]
-		if (len(ids) > 0 && !slices.Contains(ids, id)) || (len(ids) == 0 && f.hidden > 0) {
+	for _, it := range all {
+		if len(ids) > 0 && !slices.Contains(ids, it.ID) {
 			continue
 		}
-		if !matches(fs, "attachment.instance-id", f.instance) || !matches(fs, "status", f.status) || !matches(fs, "subnet-id", f.subnet) ||
-			!matches(fs, "vpc-id", s.subnets[f.subnet].VPC) || !matchTags(fs, f.tags) {
+		instance := ""
+		if it.Attachment != nil {
+			instance = it.Attachment.InstanceID
+		}
+		if !matches(fs, "attachment.instance-id", instance) || !matches(fs, "status", it.Status) || !matches(fs, "subnet-id", it.SubnetID) ||
+			!matches(fs, "vpc-id", it.VPC) || !matchTags(fs, tagMap(it.Tags)) {
 			continue
 		}
-		items = append(items, s.itemLocked(f))
+		items = append(items, it)
 	}
 	items, next, e := page(s, form, items)
 	if e != nil {

@@ -15,7 +15,11 @@
 // leaving the others available). It answers the error codes EC2 answers;
 // a fault hook refuses any call (throttling, outages), and a new interface
 // can stay invisible for a few calls, as EC2's eventual consistency
-// leaves it right after a create.
+// leaves it right after a create. Faults after the change (a 5xx, a cut
+// connection, a held or lost answer; faults.go), describes answering a
+// past state (stale.go), random free addresses (random.go) and the
+// refusal of unpaginated listings (pages.go) are options, off by
+// default.
 //
 // Actions: DescribeInstances, DescribeInstanceTypes, DescribeSubnets,
 // DescribeVpcs, DescribeSecurityGroups,
@@ -29,10 +33,12 @@ package ec2fake
 import (
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"go4.org/netipx"
 )
@@ -98,6 +104,23 @@ type Server struct {
 	// invisible is how many calls naming a newly created interface
 	// answer that it does not exist.
 	invisible int
+	// after, rates and rateRNG decide the faults after a call
+	// (faults.go); faults counts those injected.
+	after   func(action string) AfterFault
+	rates   FaultRates
+	rateRNG *rand.Rand
+	faults  map[FaultKind]int
+	// stale keeps the versions eventually consistent reads answer
+	// (stale.go), dated by clock (time.Now when nil).
+	stale stale
+	clock func() time.Time
+	// unpaginated bounds unpaginated listings (pages.go).
+	unpaginated map[string]unpaginatedLimit
+	// addrRNG, when set, draws free addresses at random (random.go).
+	addrRNG *rand.Rand
+	// done is closed by Close, ending held answers.
+	done   chan struct{}
+	closed bool
 }
 
 type subnet struct {
@@ -142,13 +165,15 @@ type iface struct {
 // New answers an empty fake.
 func New() *Server {
 	return &Server{subnets: map[string]*subnet{}, instances: map[string]*instance{}, ifaces: map[string]*iface{},
-		vpcs: map[string][]netip.Prefix{}, groups: map[string]*securityGroup{}, calls: map[string]int{}}
+		vpcs: map[string][]netip.Prefix{}, groups: map[string]*securityGroup{}, calls: map[string]int{},
+		faults: map[FaultKind]int{}, done: make(chan struct{}), unpaginated: map[string]unpaginatedLimit{}}
 }
 
 // AddSubnet adds a subnet.
 func (s *Server) AddSubnet(sn Subnet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.recordLocked()
 	sn.CIDR = sn.CIDR.Masked()
 	sn.Tags = maps.Clone(sn.Tags)
 	if _, ok := s.vpcs[sn.VPC]; !ok {
@@ -163,6 +188,7 @@ func (s *Server) AddSubnet(sn Subnet) {
 func (s *Server) AddInstance(typ, subnetID string) (instanceID, ifaceID string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.recordLocked()
 	if _, ok := Types[typ]; !ok {
 		return "", "", fmt.Errorf("unknown instance type %q", typ)
 	}
@@ -186,6 +212,7 @@ func (s *Server) AddInstance(typ, subnetID string) (instanceID, ifaceID string, 
 func (s *Server) AttachInterface(instanceID, subnetID string, device int) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.recordLocked()
 	if _, ok := s.subnets[subnetID]; !ok {
 		return "", fmt.Errorf("unknown subnet %q", subnetID)
 	}
@@ -209,6 +236,7 @@ func (s *Server) AttachTaggedInterface(instanceID, subnetID string, device int, 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.recordLocked()
 	f := s.ifaces[id]
 	f.tags = maps.Clone(tags)
 	if _, _, e := s.takeLocked(f, n, false); e != nil {
@@ -223,6 +251,7 @@ func (s *Server) AttachTaggedInterface(instanceID, subnetID string, device int, 
 func (s *Server) TerminateInstance(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.recordLocked()
 	in, ok := s.instances[id]
 	if !ok {
 		return
@@ -245,6 +274,7 @@ func (s *Server) TerminateInstance(id string) {
 func (s *Server) FinishDetaches() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.recordLocked()
 	for _, f := range s.ifaces {
 		if f.status == "detaching" {
 			f.status, f.instance, f.attachment = "available", "", ""
@@ -265,6 +295,7 @@ func (s *Server) SetInvisibleAfterCreate(n int) {
 func (s *Server) Take(subnetID string, addr netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.recordLocked()
 	s.subnets[subnetID].take(addr, "eni-other")
 }
 
@@ -457,6 +488,7 @@ func (sn *subnet) freePrefixes(n int) []netip.Prefix {
 func (s *Server) DelegateIPv6Prefix(id string, p netip.Prefix) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.recordLocked()
 	f, ok := s.ifaces[id]
 	if !ok {
 		return fmt.Errorf("unknown interface %q", id)

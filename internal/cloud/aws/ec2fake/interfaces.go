@@ -19,7 +19,7 @@ func (s *Server) createLocked(subnetID string, groups []string, tags map[string]
 	if !ok {
 		return nil, &APIError{Code: "InvalidSubnetID.NotFound", Message: fmt.Sprintf("The subnet ID '%s' does not exist", subnetID)}
 	}
-	free := sn.freeAddrs(1)
+	free := sn.pickAddrs(1, s.addrRNG)
 	if len(free) == 0 {
 		return nil, insufficientAddresses()
 	}
@@ -40,7 +40,7 @@ func insufficientAddresses() *APIError {
 func (s *Server) takeLocked(f *iface, n int, prefixes bool) ([]netip.Addr, []netip.Prefix, *APIError) {
 	sn := s.subnets[f.subnet]
 	if prefixes {
-		got := sn.freePrefixes(n)
+		got := sn.pickPrefixes(n, s.addrRNG)
 		if len(got) < n {
 			if len(sn.freeAddrs(PrefixAddresses*n)) < PrefixAddresses*n {
 				return nil, nil, insufficientAddresses()
@@ -53,7 +53,7 @@ func (s *Server) takeLocked(f *iface, n int, prefixes bool) ([]netip.Addr, []net
 		f.prefixes = append(f.prefixes, got...)
 		return nil, got, nil
 	}
-	got := sn.freeAddrs(n)
+	got := sn.pickAddrs(n, s.addrRNG)
 	if len(got) < n {
 		return nil, nil, insufficientAddresses()
 	}

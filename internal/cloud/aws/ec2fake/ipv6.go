@@ -22,6 +22,7 @@ const IPv6PrefixBits = 80
 func (s *Server) AddSubnetIPv6(id string, cidr netip.Prefix) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.recordLocked()
 	s.subnets[id].IPv6CIDR = cidr.Masked()
 }
 

@@ -4,10 +4,13 @@
 package ec2fake
 
 import (
+	"bytes"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // actions are the EC2 actions the fake answers, each called with the
@@ -40,30 +43,53 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	action := r.PostForm.Get("Action")
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	a, f := s.callLocked(action, r.PostForm)
+	s.mu.Unlock()
+	s.deliver(w, r, a, f)
+}
+
+// callLocked answers a call, encoded, and what fault befalls its answer.
+func (s *Server) callLocked(action string, form map[string][]string) (answer, AfterFault) {
 	s.calls[action]++
 	if s.fault != nil {
 		if e := s.fault(action); e != nil {
-			writeError(w, e)
-			return
+			s.faults[FaultRefused]++
+			return encodeError(e), AfterFault{}
 		}
 	}
+	f := s.drawLocked(action)
+	if f.Kind == FaultThrottled {
+		s.faults[FaultThrottled]++
+		return encodeError(Throttled()), AfterFault{}
+	}
 	var (
-		answer any
-		e      *APIError
+		out any
+		e   *APIError
 	)
 	if handle, ok := actions[action]; ok {
-		answer, e = handle(s, r.PostForm)
+		out, e = handle(s, form)
+		if !strings.HasPrefix(action, "Describe") {
+			s.recordLocked()
+		}
 	} else {
 		e = &APIError{Code: "InvalidAction", Message: fmt.Sprintf("The action %s is not valid for this web service.", action)}
 	}
-	if e != nil {
-		writeError(w, e)
-		return
+	// The hook decides first; FaultNone leaves the rates' draw.
+	if s.after != nil {
+		if h := s.after(action); h.Kind != FaultNone {
+			f = h
+		}
 	}
-	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
-	_, _ = w.Write([]byte(xml.Header))
-	_ = xml.NewEncoder(w).Encode(answer)
+	if f.Kind != FaultNone {
+		s.faults[f.Kind]++
+	}
+	if e != nil {
+		return encodeError(e), f
+	}
+	var b bytes.Buffer
+	b.WriteString(xml.Header)
+	_ = xml.NewEncoder(&b).Encode(out)
+	return answer{status: http.StatusOK, body: b.Bytes()}, f
 }
 
 // xmlns is the namespace of EC2's answers.
@@ -73,19 +99,18 @@ const xmlns = "http://ec2.amazonaws.com/doc/2016-11-15/"
 const requestID = "7a62c49f-347e-4fc4-9331-6e8eEXAMPLE"
 
 func writeError(w http.ResponseWriter, e *APIError) {
+	encodeError(e).write(w)
+}
+
+// writeErrorBody writes e's body as EC2 writes it.
+func writeErrorBody(w io.Writer, e *APIError) {
 	type errorResponse struct {
 		XMLName   xml.Name `xml:"Response"`
 		Code      string   `xml:"Errors>Error>Code"`
 		Message   string   `xml:"Errors>Error>Message"`
 		RequestID string   `xml:"RequestID"`
 	}
-	status := e.Status
-	if status == 0 {
-		status = http.StatusBadRequest
-	}
-	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(xml.Header))
+	_, _ = io.WriteString(w, xml.Header)
 	_ = xml.NewEncoder(w).Encode(errorResponse{Code: e.Code, Message: e.Message, RequestID: requestID})
 }
 
