@@ -18,8 +18,10 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
@@ -80,12 +82,20 @@ type Provider struct {
 	sets    *armcompute.VirtualMachineScaleSetsClient
 	vmsVM   *armcompute.VirtualMachineScaleSetVMsClient
 
-	mu sync.Mutex // guards subnetRanges and spaces
+	// Now is the clock of the subnets' free space readings; time.Now
+	// when nil.
+	Now func() time.Time
+
+	mu sync.Mutex // guards subnetRanges, spaces and free
 	// subnetRanges are the ranges of the subnets NICs were met in, and
 	// spaces the address spaces of their virtual networks, by
 	// lower-cased resource ID (ARM's IDs are case-insensitive).
 	subnetRanges map[string]netip.Prefix
 	spaces       map[string][]netip.Prefix
+	// free is what the provider knows of the free addresses of the
+	// subnets it added configurations in, by lower-cased resource ID
+	// (capacity.go).
+	free map[string]*subnetSpace
 }
 
 var _ cloud.Provider = (*Provider)(nil)
@@ -118,7 +128,7 @@ func New(subscription string, cred azcore.TokenCredential, opts *arm.ClientOptio
 		return nil, err
 	}
 	return &Provider{nics: nics, subnets: subnets, vnets: vnets, vms: vms, sets: sets, vmsVM: vmsVM,
-		subnetRanges: map[string]netip.Prefix{}, spaces: map[string][]netip.Prefix{}}, nil
+		subnetRanges: map[string]netip.Prefix{}, spaces: map[string][]netip.Prefix{}, free: map[string]*subnetSpace{}}, nil
 }
 
 // ProviderIDPrefix starts a Kubernetes node's providerID on Azure, before
@@ -255,6 +265,15 @@ func interfaceOf(nic *armnetwork.Interface) (cloud.Interface, error) {
 // primary configuration and with its application security groups (a NIC's
 // configurations must share them), named Cilium-<8 random>. Azure picks
 // the addresses (Dynamic); the answer holds those that provisioned.
+//
+// It asks no more than the subnet's free addresses, as Cilium does
+// (capacity.go): fewer than n when the subnet has fewer, and no write at
+// all, KindSubnetFull, when it has none, rather than a write ARM refuses
+// whole with SubnetIsFull.
+//
+// A write whose answer was lost (ARM applied it, then a 5xx or a cut
+// connection; the SDK tried again and ARM refused the retry as stale) is
+// found by its configurations' names at the next read and not made twice.
 func (p *Provider) Assign(ctx context.Context, iface string, n int, prefixes bool) (cloud.Assigned, error) {
 	if prefixes {
 		return cloud.Assigned{}, &cloud.Error{Kind: cloud.KindInvalid, Code: "PrefixesNotSupported", Message: "Azure NICs take no prefixes"}
@@ -270,14 +289,36 @@ func (p *Provider) Assign(ctx context.Context, iface string, n int, prefixes boo
 	for i := range names {
 		names[i] = configName()
 	}
+	// The subnet's free addresses are reserved once, at the first read
+	// of the NIC, and the same names written whatever the tries.
+	reserved, subnet := -1, ""
+	reserve := func(subnetID string) ([]string, error) {
+		if reserved < 0 {
+			k, err := p.reserve(ctx, subnetID, n)
+			if err != nil {
+				return nil, err
+			}
+			reserved, subnet = k, subnetID
+		}
+		return names[:reserved], nil
+	}
 	var nic *armnetwork.Interface
 	if isScaleSetNIC(rid) {
 		nic, err = p.changeScaleSetNIC(ctx, rid, func(c *armcompute.VirtualMachineScaleSetNetworkConfiguration) error {
+			for _, ic := range c.Properties.IPConfigurations {
+				if slices.Contains(names, str(ic.Name)) {
+					return errApplied
+				}
+			}
 			first := firstScaleSetConfig(c)
 			if err := checkRoom(iface, first != nil, len(c.Properties.IPConfigurations), n); err != nil {
 				return err
 			}
-			for _, name := range names {
+			add, err := reserve(str(first.Properties.Subnet.ID))
+			if err != nil {
+				return err
+			}
+			for _, name := range add {
 				c.Properties.IPConfigurations = append(c.Properties.IPConfigurations, &armcompute.VirtualMachineScaleSetIPConfiguration{
 					Name: to.Ptr(name),
 					Properties: &armcompute.VirtualMachineScaleSetIPConfigurationProperties{
@@ -291,11 +332,20 @@ func (p *Provider) Assign(ctx context.Context, iface string, n int, prefixes boo
 		})
 	} else {
 		nic, err = p.changeNIC(ctx, rid, func(nic *armnetwork.Interface) error {
+			for _, ic := range nic.Properties.IPConfigurations {
+				if slices.Contains(names, str(ic.Name)) {
+					return errApplied
+				}
+			}
 			first := firstConfig(nic)
 			if err := checkRoom(iface, first != nil, len(nic.Properties.IPConfigurations), n); err != nil {
 				return err
 			}
-			for _, name := range names {
+			add, err := reserve(str(first.Properties.Subnet.ID))
+			if err != nil {
+				return err
+			}
+			for _, name := range add {
 				nic.Properties.IPConfigurations = append(nic.Properties.IPConfigurations, &armnetwork.InterfaceIPConfiguration{
 					Name: to.Ptr(name),
 					Properties: &armnetwork.InterfaceIPConfigurationPropertiesFormat{
@@ -310,6 +360,9 @@ func (p *Provider) Assign(ctx context.Context, iface string, n int, prefixes boo
 		})
 	}
 	if err != nil {
+		if reserved > 0 {
+			p.wrote(subnet, reserved, err)
+		}
 		return cloud.Assigned{}, err
 	}
 	var got cloud.Assigned
@@ -326,6 +379,11 @@ func (p *Provider) Assign(ctx context.Context, iface string, n int, prefixes boo
 	}
 	return got, nil
 }
+
+// errApplied is a change's word that the NIC as read holds it already:
+// an earlier try of the same write was applied though its answer was
+// lost.
+var errApplied = errors.New("the change is applied already")
 
 // Unassign removes the IP configurations holding addrs from NIC iface;
 // an address it does not hold (or its primary one) removes nothing.
@@ -347,32 +405,52 @@ func (p *Provider) Unassign(ctx context.Context, iface string, addrs []netip.Add
 		return err
 	}
 	drop := map[string]bool{}
+	subnets := map[string]int{}
 	for _, a := range addrs {
-		name := ""
+		name, subnet := "", ""
 		for _, c := range current.Properties.IPConfigurations {
 			if c.Properties != nil && !boolOf(c.Properties.Primary) && str(c.Properties.PrivateIPAddress) == a.String() {
 				name = str(c.Name)
+				if c.Properties.Subnet != nil {
+					subnet = str(c.Properties.Subnet.ID)
+				}
 			}
 		}
 		if name == "" {
 			return &cloud.Error{Kind: cloud.KindInvalid, Code: "AddressNotAssigned", Message: fmt.Sprintf("NIC %s holds no secondary address %s", iface, a)}
 		}
 		drop[name] = true
+		subnets[subnet]++
 	}
+	// A try that finds none of the configurations is one made after an
+	// earlier try was applied, its answer lost: nothing is written.
 	if isScaleSetNIC(rid) {
 		_, err = p.changeScaleSetNIC(ctx, rid, func(c *armcompute.VirtualMachineScaleSetNetworkConfiguration) error {
+			before := len(c.Properties.IPConfigurations)
 			c.Properties.IPConfigurations = slices.DeleteFunc(c.Properties.IPConfigurations, func(ic *armcompute.VirtualMachineScaleSetIPConfiguration) bool {
 				return drop[str(ic.Name)]
 			})
+			if len(c.Properties.IPConfigurations) == before {
+				return errApplied
+			}
 			return nil
 		})
 	} else {
 		_, err = p.changeNIC(ctx, rid, func(nic *armnetwork.Interface) error {
+			before := len(nic.Properties.IPConfigurations)
 			nic.Properties.IPConfigurations = slices.DeleteFunc(nic.Properties.IPConfigurations, func(ic *armnetwork.InterfaceIPConfiguration) bool {
 				return drop[str(ic.Name)]
 			})
+			if len(nic.Properties.IPConfigurations) == before {
+				return errApplied
+			}
 			return nil
 		})
+	}
+	if err == nil {
+		for subnet, k := range subnets {
+			p.freed(subnet, k)
+		}
 	}
 	return err
 }
@@ -447,8 +525,13 @@ func (p *Provider) changeNICOnce(ctx context.Context, rid *arm.ResourceID, chang
 	if nic.Properties == nil {
 		return nil, fmt.Errorf("NIC %s has no properties", rid)
 	}
-	if err := change(&nic); err != nil {
+	if err := change(&nic); errors.Is(err, errApplied) {
+		return &nic, nil
+	} else if err != nil {
 		return nil, err
+	}
+	if nic.Properties.ProvisioningState != nil && *nic.Properties.ProvisioningState == armnetwork.ProvisioningStateUpdating {
+		return nil, busy(rid.String())
 	}
 	poller, err := p.nics.BeginCreateOrUpdate(withIfMatch(ctx, nic.Etag), rid.ResourceGroupName, rid.Name, nic, nil)
 	if isStale(err) {
@@ -493,8 +576,13 @@ func (p *Provider) changeScaleSetNICOnce(ctx context.Context, rid *arm.ResourceI
 	if cfg == nil {
 		return nil, &cloud.Error{Kind: cloud.KindNotFound, Code: "NotFound", Message: fmt.Sprintf("scale set instance %s/%s has no NIC %s", set, instance, rid.Name)}
 	}
-	if err := change(cfg); err != nil {
+	if err := change(cfg); errors.Is(err, errApplied) {
+		return p.getNIC(ctx, rid)
+	} else if err != nil {
 		return nil, err
+	}
+	if strings.EqualFold(str(vm.Properties.ProvisioningState), "Updating") {
+		return nil, busy(fmt.Sprintf("%s/%s", set, instance))
 	}
 	if vm.Properties.StorageProfile != nil {
 		vm.Properties.StorageProfile.ImageReference = nil
@@ -561,9 +649,19 @@ var kinds = map[string]cloud.Kind{
 	"NotFound":         cloud.KindNotFound,
 }
 
+// busy is the provider's refusal to write resource id while ARM still
+// runs an earlier write of it (ARM would answer 409
+// AnotherOperationInProgress): the caller tries again later.
+func busy(id string) error {
+	return &cloud.Error{Kind: cloud.KindUnknown, Code: "AnotherOperationInProgress", Message: fmt.Sprintf("%s is being updated: an earlier write is still under way", id)}
+}
+
 // classify makes an ARM error a *cloud.Error of its kind: by code, else
 // 404 not found and 429 throttled (after the SDK's retries, which honour
-// Retry-After); an error that is no ARM answer is returned as it is.
+// Retry-After up to their MaxRetryDelay, 60 s by default: a longer one is
+// answered at once); an error that is no ARM answer is returned as it
+// is. The answer's Retry-After goes with it (Error.RetryAfter), for the
+// workers to hold the node back across passes.
 func classify(err error) error {
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
@@ -577,7 +675,30 @@ func classify(err error) error {
 	case re.StatusCode == http.StatusTooManyRequests:
 		kind = cloud.KindThrottled
 	}
-	return &cloud.Error{Kind: kind, Code: re.ErrorCode, Message: fmt.Sprintf("HTTP %d", re.StatusCode), Err: err}
+	ce := &cloud.Error{Kind: kind, Code: re.ErrorCode, Message: fmt.Sprintf("HTTP %d", re.StatusCode), Err: err}
+	if re.RawResponse != nil {
+		ce.RetryAfter = retryAfter(re.RawResponse.Header)
+	}
+	return ce
+}
+
+// retryAfter is how long an ARM answer asks the caller to wait, read as
+// azcore reads it: Retry-After-Ms, x-ms-retry-after-ms, then Retry-After
+// in seconds or as an HTTP date; 0 when it says nothing.
+func retryAfter(h http.Header) time.Duration {
+	for _, k := range []string{"Retry-After-Ms", "X-Ms-Retry-After-Ms"} {
+		if ms, err := strconv.Atoi(h.Get(k)); err == nil && ms > 0 {
+			return time.Duration(ms) * time.Millisecond
+		}
+	}
+	v := h.Get("Retry-After")
+	if sec, err := strconv.Atoi(v); err == nil && sec > 0 {
+		return time.Duration(sec) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(time.Until(at), 0)
+	}
+	return 0
 }
 
 // classifyStale is classify for a change's last error, which may be a

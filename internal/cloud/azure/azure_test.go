@@ -38,9 +38,20 @@ func newWorld(t *testing.T, cidr string, retries int32) (*armfake.Server, *Provi
 	return newWorldVia(t, cidr, retries, nil)
 }
 
+// newWorldRetry is newWorld with the SDK's retry options retry.
+func newWorldRetry(t *testing.T, cidr string, retry policy.RetryOptions) (*armfake.Server, *Provider) {
+	t.Helper()
+	return newWorldOpts(t, cidr, retry, nil)
+}
+
 // newWorldVia is newWorld with every request passed through via (when
 // not nil) before the fake.
 func newWorldVia(t *testing.T, cidr string, retries int32, via func(fake *armfake.Server, next http.Handler) http.Handler) (*armfake.Server, *Provider) {
+	t.Helper()
+	return newWorldOpts(t, cidr, policy.RetryOptions{MaxRetries: retries, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond}, via)
+}
+
+func newWorldOpts(t *testing.T, cidr string, retry policy.RetryOptions, via func(fake *armfake.Server, next http.Handler) http.Handler) (*armfake.Server, *Provider) {
 	t.Helper()
 	fake := armfake.New()
 	fake.AddSubnet(subnetA, netip.MustParsePrefix(cidr))
@@ -56,7 +67,7 @@ func newWorldVia(t *testing.T, cidr string, retries int32, via func(fake *armfak
 			azcloud.ResourceManager: {Endpoint: srv.URL, Audience: "https://management.core.windows.net/"},
 		}},
 		Transport: srv.Client(),
-		Retry:     policy.RetryOptions{MaxRetries: retries, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond},
+		Retry:     retry,
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -150,23 +161,6 @@ func TestScaleSetAddresses(t *testing.T) {
 
 func TestAssignRefusals(t *testing.T) {
 	ctx := context.Background()
-	t.Run("subnet full fails the operation and adds nothing", func(t *testing.T) {
-		// A /29 has 8 addresses, 5 reserved, one the primary's: 2 left.
-		fake, p := newWorld(t, "10.42.0.0/29", -1)
-		_, nic, err := fake.AddVM("rg", "node-a", subnetA)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.Assign(ctx, nic, 3, false); cloud.KindOf(err) != cloud.KindSubnetFull {
-			t.Fatalf("err %v, want %v", err, cloud.KindSubnetFull)
-		}
-		if a := fake.Addresses(nic); len(a) != 1 {
-			t.Fatalf("a failed write left %v", a)
-		}
-		if got, err := p.Assign(ctx, nic, 2, false); err != nil || len(got.Addresses) != 2 {
-			t.Fatalf("the last two: %v, %v", got, err)
-		}
-	})
 	t.Run("256 per NIC, checked before the call", func(t *testing.T) {
 		fake, p := newWorld(t, "10.43.0.0/16", -1)
 		_, nic, err := fake.AddVM("rg", "node-a", subnetA)

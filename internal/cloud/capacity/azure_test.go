@@ -62,6 +62,12 @@ const azureGroup = "MC_rg_cluster_westeurope"
 
 func newAzureWorld(t *testing.T, spec alloc.CloudSpec, vms int, retry policy.RetryOptions) *azureWorld {
 	t.Helper()
+	return newAzureWorldIn(t, spec, vms, retry, "10.96.0.0/24")
+}
+
+// newAzureWorldIn is newAzureWorld with the VMs' subnet cidr.
+func newAzureWorldIn(t *testing.T, spec alloc.CloudSpec, vms int, retry policy.RetryOptions, cidr string) *azureWorld {
+	t.Helper()
 	ctx := t.Context()
 	x := &azureWorld{clock: testclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))}
 	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{LeaseExpiry: time.Hour, Cooldown: time.Second, Now: x.clock.Now})
@@ -71,7 +77,7 @@ func newAzureWorld(t *testing.T, spec alloc.CloudSpec, vms int, retry policy.Ret
 	t.Cleanup(st.Close)
 	x.st, x.fake = st, armfake.New()
 	subnet := armfake.SubnetID(azureGroup, "vnet", "nodes")
-	x.fake.AddSubnet(subnet, netip.MustParsePrefix("10.96.0.0/24"))
+	x.fake.AddSubnet(subnet, netip.MustParsePrefix(cidr))
 	for i := range vms {
 		vm, nic, err := x.fake.AddScaleSetVM(azureGroup, "pool1", strconv.Itoa(i), subnet, true)
 		if err != nil {
@@ -97,8 +103,9 @@ func newAzureWorld(t *testing.T, spec alloc.CloudSpec, vms int, retry policy.Ret
 	if err != nil {
 		t.Fatal(err)
 	}
+	provider.Now = x.clock.Now
 	if _, err := st.CreatePool(ctx, alloc.Pool{Space: alloc.DefaultSpace, Name: "nics",
-		Spec: alloc.PoolSpec{IPv4: &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, MaskSize: 28},
+		Spec: alloc.PoolSpec{IPv4: &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix(cidr)}, MaskSize: 28},
 			NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec}}); err != nil {
 		t.Fatal(err)
 	}
@@ -325,5 +332,57 @@ func TestPassAzureLists(t *testing.T) {
 		if strings.HasSuffix(strings.ToLower(r.path), "/virtualmachines/7/networkinterfaces") {
 			t.Fatalf("the pass listed the node's NICs alone: %s %s", r.method, r.path)
 		}
+	}
+}
+
+// TestScenarioAzureFullSubnet: Azure ignored subnet free space; every
+// write asked a node's whole need, ARM refused it whole (SubnetIsFull),
+// and the node was written again, refused again, every pass. Now a write
+// asks no more than the subnet's free addresses, as Cilium's Azure IPAM
+// does: two nodes each wanting 16 in a subnet with 25 free get 16 and 9
+// in the first pass, and while the subnet stays full no pass writes to it
+// again (the subnet is read once a minute; the node is reported subnet
+// full).
+func TestScenarioAzureFullSubnet(t *testing.T) {
+	ctx := t.Context()
+	// A /27: 32 addresses, 5 reserved, 2 the VMs' primaries: 25 free.
+	x := newAzureWorldIn(t, alloc.CloudSpec{Provider: alloc.CloudAzure, Watermarks: &alloc.Watermarks{PreAllocate: 16}}, 2,
+		policy.RetryOptions{MaxRetries: -1}, "10.97.0.0/27")
+	writes := func() int {
+		n := 0
+		for _, r := range x.since(0) {
+			if r.method == http.MethodPut {
+				n++
+			}
+		}
+		return n
+	}
+	err := x.w.Pass(ctx)
+	if err != nil {
+		t.Fatalf("the first pass: %v", err)
+	}
+	got := []int{len(x.fake.Addresses(x.nics[0])) - 1, len(x.fake.Addresses(x.nics[1])) - 1}
+	slices.Sort(got)
+	if !slices.Equal(got, []int{9, 16}) {
+		t.Fatalf("the nodes got %v secondary addresses, want 9 and 16 of the 25 free", got)
+	}
+	if n := writes(); n != 2 {
+		t.Fatalf("%d writes in the first pass, want one a node", n)
+	}
+	for range 8 {
+		x.clock.Advance(10 * time.Second)
+		if err := x.w.Pass(ctx); err != nil && cloud.KindOf(err) != cloud.KindSubnetFull {
+			t.Fatalf("a pass on a full subnet: %v", err)
+		}
+	}
+	if n := writes(); n != 2 {
+		t.Fatalf("%d writes after 8 passes on a full subnet, want still 2", n)
+	}
+	nodes, err := x.st.CloudNodes(ctx, alloc.DefaultSpace, "nics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes[0].Blocks)+len(nodes[1].Blocks) != 25 {
+		t.Fatalf("%d and %d blocks recorded, want the 25 Azure gave", len(nodes[0].Blocks), len(nodes[1].Blocks))
 	}
 }

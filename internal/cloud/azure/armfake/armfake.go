@@ -6,14 +6,23 @@
 // armnetwork's and armcompute's own types): standalone VMs and their NICs,
 // VM scale set instances with their VM models and NICs, subnets handing
 // out the lowest free address (the first four and the last reserved),
-// subnets and virtual networks to read, NICs with a MAC each,
-// long-running writes answered 201 with an Azure-AsyncOperation to poll,
-// ETags with If-Match, paged lists, an Entra ID authority, ARM's error
-// bodies, and a fault hook.
+// subnets (with the IP configurations in them) and virtual networks to
+// read, NICs with a MAC each, scale set instances with several NICs (one
+// primary), long-running writes answered with an Azure-AsyncOperation to
+// poll that take as long as SetOperationDuration says on a clock the test
+// sets (SetClock), ETags with If-Match, paged lists, an Entra ID
+// authority, ARM's error bodies, and two fault hooks: one refusing a
+// request before it is served (a 429 with a Retry-After of minutes, say),
+// one replacing the answer of a request it served, its change made (a
+// 5xx, or the answer lost with the connection cut).
 //
-// Faithful where the workers depend on it: a NIC's IP configurations get
-// addresses when the write provisions, so a subnet that ran out fails the
-// operation (SubnetIsFull) and leaves the NIC as it was; a scale set NIC
+// Faithful where the workers depend on it: a write's new IP configurations
+// get their addresses when ARM accepts it, and provision (Updating, then
+// Succeeded) when its operation ends; a subnet without as many free
+// addresses as the write asks refuses it whole with 400 SubnetIsFull and
+// leaves the NIC as it was; a NIC (or a scale set instance) with an
+// operation under way refuses another write with 409
+// AnotherOperationInProgress; a scale set NIC
 // takes 256 configurations (SecondaryIpConfigurationCountPerVMSSVMExceeded),
 // all in one subnet (VMScaleSetIpConfigurationsOnSameNicCannotUseDifferentSubnets);
 // an instance made from a Compute Gallery image refuses a model naming
@@ -26,11 +35,15 @@ package armfake
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
@@ -51,11 +64,28 @@ type Error struct {
 	Message string
 	// RetryAfterMs, when positive, is sent as Retry-After-Ms.
 	RetryAfterMs int
+	// RetryAfter, when positive, is sent as Retry-After in whole seconds
+	// (rounded up), as ARM's throttling answers say it.
+	RetryAfter time.Duration
 }
 
 // Throttled is ARM's answer to a caller over its rate.
 func Throttled() *Error {
 	return &Error{Status: http.StatusTooManyRequests, Code: "TooManyRequests", Message: "The request is being throttled.", RetryAfterMs: 1}
+}
+
+// ThrottledFor is ARM's answer to a caller over its rate for a while: 429
+// with Retry-After d (ARM asks for minutes when a subscription's write
+// budget is spent, more than the SDK waits, cilium#19695).
+func ThrottledFor(d time.Duration) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Code: "TooManyRequests", Message: "The request is being throttled.", RetryAfter: d}
+}
+
+// After is what a fault after the fact does with a request the fake
+// served, its change made: the answer replaced by Err (a 5xx), or, when
+// Err is nil, lost (the connection cut before any byte of the answer).
+type After struct {
+	Err *Error
 }
 
 // Server is the fake. Use New.
@@ -71,8 +101,16 @@ type Server struct {
 	sets   map[string]*setVM
 	ops    map[string]*operation
 	nextOp int
-	fault  func(method, path string) *Error
-	calls  map[string]int
+	// pending are the operations not finished yet.
+	pending []*operation
+	// now is the clock operations end by; opDuration how long one lasts.
+	now        func() time.Time
+	opDuration time.Duration
+	fault      func(method, path string) *Error
+	faultAfter func(method, path string) *After
+	calls      map[string]int
+	// nextMAC counts the NICs made: each one's MAC.
+	nextMAC int
 	// pageSize bounds the items of a list's page (SetPageSize).
 	pageSize int
 	// clientID and clientSecret are the one client the authority knows,
@@ -96,8 +134,11 @@ type nic struct {
 	primary  bool
 	configs  []*ipConfig
 	// etag counts the NIC's accepted writes (its own, or its scale set
-	// instance's model's): ARM's ETag of both (etag.go).
+	// instance's model's): ARM's ETag of the NIC; a scale set instance's
+	// model's is the sum of its NICs' (etag.go).
 	etag int
+	// op is the write under way on the NIC, nil when none.
+	op *operation
 }
 
 type ipConfig struct {
@@ -113,16 +154,59 @@ type setVM struct {
 	gallery string   // image of a Compute Gallery, "" for a marketplace image
 }
 
+// operation is a long-running write: accepted, it ends at doneAt (on the
+// fake's clock), whether or not anyone polls it.
 type operation struct {
-	polls int    // InProgress answers left
-	err   *Error // the failure it ends with, nil for Succeeded
-	apply func() // run when it succeeds
+	doneAt   time.Time
+	finish   func() // provisions what the write asked, once
+	finished bool
 }
 
 // New answers an empty fake; SetBase must name its URL before a write.
 func New() *Server {
 	return &Server{subnets: map[string]*subnet{}, vnets: map[string][]netip.Prefix{}, nics: map[string]*nic{}, vms: map[string][]string{}, sets: map[string]*setVM{},
-		ops: map[string]*operation{}, calls: map[string]int{}}
+		ops: map[string]*operation{}, calls: map[string]int{}, now: time.Now}
+}
+
+// SetClock makes now the clock operations end by (time.Now by default).
+func (s *Server) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = now
+}
+
+// SetOperationDuration makes each write accepted from now on take d on
+// the fake's clock before its operation ends (0, the default: it ends at
+// once). ARM's NIC and scale set writes take tens of seconds; with a
+// clock of the test's, a test moves past them without sleeping.
+func (s *Server) SetOperationDuration(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opDuration = d
+}
+
+// PendingOperations answers how many accepted writes have not ended yet.
+func (s *Server) PendingOperations() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleLocked()
+	return len(s.pending)
+}
+
+// settleLocked ends the operations whose time has come.
+func (s *Server) settleLocked() {
+	now := s.now()
+	left := s.pending[:0]
+	for _, op := range s.pending {
+		if now.Before(op.doneAt) {
+			left = append(left, op)
+			continue
+		}
+		op.finish()
+		op.finished = true
+	}
+	clear(s.pending[len(left):])
+	s.pending = left
 }
 
 // SetBase tells the fake its URL (httptest's, once started).
@@ -191,22 +275,51 @@ func (s *Server) AddVM(rg, name, subnetID string) (vmID, nicID string, err error
 // in subnet, made from a Compute Gallery image when gallery, and answers
 // the instance's and the NIC's resource IDs.
 func (s *Server) AddScaleSetVM(rg, set, instance, subnetID string, gallery bool) (vmID, nicID string, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	vmID = fmt.Sprintf("/subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachineScaleSets/%s/virtualMachines/%s", Subscription, rg, set, instance)
-	nicID = vmID + "/networkInterfaces/" + set + "-nic"
-	n, err := s.newNICLocked(nicID, set+"-nic", subnetID)
+	vmID, nics, err := s.AddScaleSetVMWithNICs(rg, set, instance, gallery, 0, subnetID)
 	if err != nil {
 		return "", "", err
 	}
-	n.vm = vmID
-	s.nics[key(nicID)] = n
-	v := &setVM{nics: []string{nicID}}
+	return vmID, nics[0], nil
+}
+
+// AddScaleSetVMWithNICs adds instance of scale set set in group rg with a
+// NIC in each of subnets (named <set>-nic, then <set>-nic1, ...), the
+// primary one the primary-th, and answers the instance's and the NICs'
+// resource IDs, in the order of subnets.
+func (s *Server) AddScaleSetVMWithNICs(rg, set, instance string, gallery bool, primary int, subnets ...string) (vmID string, nicIDs []string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if primary < 0 || primary >= len(subnets) {
+		return "", nil, fmt.Errorf("primary NIC %d of %d", primary, len(subnets))
+	}
+	vmID = fmt.Sprintf("/subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/virtualMachineScaleSets/%s/virtualMachines/%s", Subscription, rg, set, instance)
+	v := &setVM{}
+	var made []*nic
+	for i, subnetID := range subnets {
+		name := set + "-nic"
+		if i > 0 {
+			name += strconv.Itoa(i)
+		}
+		id := vmID + "/networkInterfaces/" + name
+		n, err := s.newNICLocked(id, name, subnetID)
+		if err != nil {
+			for _, m := range made {
+				delete(s.subnets[key(m.configs[0].subnet)].taken, m.configs[0].addr)
+			}
+			return "", nil, err
+		}
+		n.vm, n.primary = vmID, i == primary
+		made = append(made, n)
+		v.nics = append(v.nics, id)
+	}
+	for _, n := range made {
+		s.nics[key(n.id)] = n
+	}
 	if gallery {
 		v.gallery = fmt.Sprintf("/subscriptions/%s/resourceGroups/%s/providers/Microsoft.Compute/galleries/images/images/node/versions/1.0.0", Subscription, rg)
 	}
 	s.sets[key(vmID)] = v
-	return vmID, nicID, nil
+	return vmID, v.nics, nil
 }
 
 func (s *Server) newNICLocked(id, name, subnetID string) (*nic, error) {
@@ -220,7 +333,8 @@ func (s *Server) newNICLocked(id, name, subnetID string) (*nic, error) {
 	}
 	sn.taken[a] = true
 	// A MAC as Azure writes it, unique as the count of NICs.
-	n := len(s.nics) + 1
+	s.nextMAC++
+	n := s.nextMAC
 	mac := fmt.Sprintf("00-0D-3A-%02X-%02X-%02X", byte(n>>16), byte(n>>8), byte(n))
 	return &nic{id: id, name: name, mac: mac, primary: true, configs: []*ipConfig{{name: "ipconfig1", subnet: subnetID, addr: a, primary: true,
 		state: string(armnetwork.ProvisioningStateSucceeded), asgs: []string{"/subscriptions/" + Subscription + "/resourceGroups/rg/providers/Microsoft.Network/applicationSecurityGroups/nodes"}}}}, nil
@@ -249,6 +363,32 @@ func (s *Server) SetFault(f func(method, path string) *Error) {
 	s.fault = f
 }
 
+// SetFaultAfter makes f decide, after each request the fake served (its
+// change made, its operation started), whether its answer is replaced
+// (After.Err) or lost (After with Err nil): what a client sees when ARM
+// applied a write and then failed, or the network dropped the answer. f
+// runs with the fake's lock held: it must not call the fake.
+func (s *Server) SetFaultAfter(f func(method, path string) *After) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faultAfter = f
+}
+
+// Free answers how many addresses subnet id can still hand out.
+func (s *Server) Free(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleLocked()
+	sn := s.subnets[key(id)]
+	free := 0
+	for a := sn.cidr.Addr(); sn.cidr.Contains(a); a = a.Next() {
+		if sn.usable(a) && !sn.taken[a] {
+			free++
+		}
+	}
+	return free
+}
+
 // Calls answers how many requests of method the fake received for paths
 // ending in suffix (case-insensitive), refused ones included.
 func (s *Server) Calls(method, suffix string) int {
@@ -270,10 +410,12 @@ func (s *Server) Requests(method string) int {
 	return n
 }
 
-// Addresses answers the addresses of NIC id's configurations by name.
+// Addresses answers the addresses of NIC id's configurations by name,
+// provisioned or not.
 func (s *Server) Addresses(id string) map[string]netip.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.settleLocked()
 	out := map[string]netip.Addr{}
 	for _, c := range s.nics[key(id)].configs {
 		out[c.name] = c.addr
@@ -293,13 +435,39 @@ func (sn *subnet) lowestFree() (netip.Addr, bool) {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	after := s.faultAfter
+	if after == nil {
+		defer s.mu.Unlock()
+		s.serveLocked(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	s.serveLocked(rec, r)
+	a := after(r.Method, strings.TrimSuffix(r.URL.Path, "/"))
+	s.mu.Unlock()
+	switch {
+	case a == nil:
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	case a.Err != nil:
+		writeError(w, a.Err)
+	default:
+		// The answer lost: net/http cuts the connection, and logs nothing.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (s *Server) serveLocked(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	lower := strings.ToLower(path)
 	// Count by the path's last two segments: ".../networkinterfaces/x" and
 	// the like, enough for tests to tell the calls apart.
 	segs := strings.Split(lower, "/")
 	s.calls[r.Method+" "+strings.Join(segs[max(0, len(segs)-2):], "/")]++
+	s.settleLocked()
 	if s.fault != nil {
 		if e := s.fault(r.Method, path); e != nil {
 			writeError(w, e)
@@ -349,6 +517,9 @@ func writeError(w http.ResponseWriter, e *Error) {
 	if e.RetryAfterMs > 0 {
 		w.Header().Set("Retry-After-Ms", strconv.Itoa(e.RetryAfterMs))
 	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
 	w.WriteHeader(e.Status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": e.Code, "message": e.Message}})
 }
@@ -377,8 +548,17 @@ func (s *Server) getVMLocked(w http.ResponseWriter, path string) {
 	writeJSON(w, http.StatusOK, vm)
 }
 
+// state is n's provisioning state: Updating while a write is under way.
+func (n *nic) state() armnetwork.ProvisioningState {
+	if n.op != nil {
+		return armnetwork.ProvisioningStateUpdating
+	}
+	return armnetwork.ProvisioningStateSucceeded
+}
+
 // nicJSON is n as ARM answers it.
-func nicJSON(n *nic, state armnetwork.ProvisioningState) armnetwork.Interface {
+func nicJSON(n *nic) armnetwork.Interface {
+	state := n.state()
 	out := armnetwork.Interface{ID: to.Ptr(n.id), Name: to.Ptr(n.name), Etag: to.Ptr(n.etagValue()),
 		Properties: &armnetwork.InterfacePropertiesFormat{Primary: to.Ptr(n.primary), MacAddress: to.Ptr(n.mac), ProvisioningState: to.Ptr(state)}}
 	if n.vm != "" {
@@ -402,15 +582,36 @@ func nicJSON(n *nic, state armnetwork.ProvisioningState) armnetwork.Interface {
 	return out
 }
 
+// getSubnetLocked answers the subnet with its IP configurations, one for
+// each address taken in it (an address taken by something else than a NIC
+// of the fake, Take, shows as another NIC's): the list Cilium counts the
+// subnet's free addresses by.
 func (s *Server) getSubnetLocked(w http.ResponseWriter, path string) {
 	sn, ok := s.subnets[key(path)]
 	if !ok {
 		writeError(w, notFound("Microsoft.Network/virtualNetworks/subnets", path))
 		return
 	}
+	owner := map[netip.Addr]string{}
+	for _, n := range s.nics {
+		for _, c := range n.configs {
+			if c.addr.IsValid() && strings.EqualFold(c.subnet, sn.id) {
+				owner[c.addr] = n.id + "/ipConfigurations/" + c.name
+			}
+		}
+	}
+	var configs []*armnetwork.IPConfiguration
+	for a := range sn.taken {
+		id, ok := owner[a]
+		if !ok {
+			id = fmt.Sprintf("/subscriptions/%s/resourceGroups/other/providers/Microsoft.Network/networkInterfaces/other-%s/ipConfigurations/ipconfig1", Subscription, a)
+		}
+		configs = append(configs, &armnetwork.IPConfiguration{ID: to.Ptr(id)})
+	}
+	slices.SortFunc(configs, func(a, b *armnetwork.IPConfiguration) int { return strings.Compare(*a.ID, *b.ID) })
 	name := path[strings.LastIndex(path, "/")+1:]
 	writeJSON(w, http.StatusOK, armnetwork.Subnet{ID: to.Ptr(sn.id), Name: to.Ptr(name), Properties: &armnetwork.SubnetPropertiesFormat{
-		AddressPrefix: to.Ptr(sn.cidr.String()), ProvisioningState: to.Ptr(armnetwork.ProvisioningStateSucceeded)}})
+		AddressPrefix: to.Ptr(sn.cidr.String()), ProvisioningState: to.Ptr(armnetwork.ProvisioningStateSucceeded), IPConfigurations: configs}})
 }
 
 func (s *Server) getVirtualNetworkLocked(w http.ResponseWriter, path string) {
@@ -434,7 +635,7 @@ func (s *Server) getNICLocked(w http.ResponseWriter, path string) {
 		writeError(w, notFound("Microsoft.Network/networkInterfaces", path))
 		return
 	}
-	writeJSON(w, http.StatusOK, nicJSON(n, armnetwork.ProvisioningStateSucceeded))
+	writeJSON(w, http.StatusOK, nicJSON(n))
 }
 
 func (s *Server) listSetNICsLocked(w http.ResponseWriter, path string) {
@@ -446,7 +647,7 @@ func (s *Server) listSetNICsLocked(w http.ResponseWriter, path string) {
 	}
 	var list armnetwork.InterfaceListResult
 	for _, id := range vm.nics {
-		n := nicJSON(s.nics[key(id)], armnetwork.ProvisioningStateSucceeded)
+		n := nicJSON(s.nics[key(id)])
 		list.Value = append(list.Value, &n)
 	}
 	writeJSON(w, http.StatusOK, list)
@@ -459,14 +660,13 @@ type wanted struct {
 	asgs         []string
 }
 
-// applyLocked starts the long-running write of n's configurations to
-// want: new names get an address each when it provisions (all or none:
-// a subnet without enough fails the operation, SubnetIsFull), missing
-// names free theirs.
-//
-// The answer is status with answer's body, which shows the write under
-// way (provisioning state Updating), so the client polls the operation.
-func (s *Server) applyLocked(w http.ResponseWriter, n *nic, want []wanted, status int, answer any) {
+// changeLocked makes the write of n's configurations to want, as ARM
+// accepts it: new names get an address each now (all or none: a subnet
+// without enough refuses the write, SubnetIsFull, and n stays as it was),
+// in provisioning state Updating; missing names go. It answers what the
+// write's operation does when it ends: the new configurations provisioned
+// (or Failed, FailNextProvisioning), the addresses of those gone freed.
+func (s *Server) changeLocked(n *nic, want []wanted) (finish func(), _ *Error) {
 	have := map[string]*ipConfig{}
 	for _, c := range n.configs {
 		have[c.name] = c
@@ -477,12 +677,10 @@ func (s *Server) applyLocked(w http.ResponseWriter, n *nic, want []wanted, statu
 			need[key(c.subnet)]++
 		}
 	}
-	var fail *Error
 	for id, k := range need {
 		sn, ok := s.subnets[id]
 		if !ok {
-			writeError(w, &Error{Status: http.StatusBadRequest, Code: "InvalidResourceReference", Message: "Resource " + id + " referenced by the IP configuration was not found."})
-			return
+			return nil, &Error{Status: http.StatusBadRequest, Code: "InvalidResourceReference", Message: "Resource " + id + " referenced by the IP configuration was not found."}
 		}
 		free := 0
 		for a := sn.cidr.Addr(); sn.cidr.Contains(a) && free < k; a = a.Next() {
@@ -491,43 +689,83 @@ func (s *Server) applyLocked(w http.ResponseWriter, n *nic, want []wanted, statu
 			}
 		}
 		if free < k {
-			fail = &Error{Status: http.StatusOK, Code: "SubnetIsFull", Message: "Subnet " + id + " with address prefix " + sn.cidr.String() + " does not have enough capacity for " + strconv.Itoa(k) + " IP addresses."}
+			// ARM's words (MicrosoftDocs/azure-docs#88211): the subnet by
+			// name, its prefix, and how many the write asked.
+			return nil, &Error{Status: http.StatusBadRequest, Code: "SubnetIsFull",
+				Message: fmt.Sprintf("Subnet %s with address prefix %s does not have enough capacity for %d IP addresses.", sn.id[strings.LastIndex(sn.id, "/")+1:], sn.cidr, k)}
 		}
 	}
-	apply := func() {
-		var next []*ipConfig
-		for _, c := range want {
-			if old := have[c.name]; old != nil {
-				old.asgs = c.asgs
-				next = append(next, old)
-				delete(have, c.name)
-				continue
-			}
-			ic := &ipConfig{name: c.name, subnet: c.subnet, primary: c.primary, asgs: c.asgs, state: string(armnetwork.ProvisioningStateSucceeded)}
-			// A configuration that fails to provision still shows the
-			// address it was given; only its state says it is unusable.
-			sn := s.subnets[key(c.subnet)]
-			ic.addr, _ = sn.lowestFree()
-			sn.taken[ic.addr] = true
-			if s.failNext > 0 {
-				s.failNext--
-				ic.state = string(armnetwork.ProvisioningStateFailed)
-			}
-			next = append(next, ic)
+	var next, added, failed []*ipConfig
+	for _, c := range want {
+		if old := have[c.name]; old != nil {
+			old.asgs = c.asgs
+			next = append(next, old)
+			delete(have, c.name)
+			continue
 		}
-		for _, gone := range have {
-			if gone.addr.IsValid() {
-				delete(s.subnets[key(gone.subnet)].taken, gone.addr)
+		ic := &ipConfig{name: c.name, subnet: c.subnet, primary: c.primary, asgs: c.asgs, state: string(armnetwork.ProvisioningStateUpdating)}
+		// A configuration that fails to provision still shows the
+		// address it was given; only its state says it is unusable.
+		sn := s.subnets[key(c.subnet)]
+		ic.addr, _ = sn.lowestFree()
+		sn.taken[ic.addr] = true
+		if s.failNext > 0 {
+			s.failNext--
+			failed = append(failed, ic)
+		} else {
+			added = append(added, ic)
+		}
+		next = append(next, ic)
+	}
+	n.configs = next
+	gone := have
+	return func() {
+		for _, ic := range added {
+			ic.state = string(armnetwork.ProvisioningStateSucceeded)
+		}
+		for _, ic := range failed {
+			ic.state = string(armnetwork.ProvisioningStateFailed)
+		}
+		for _, c := range gone {
+			if c.addr.IsValid() {
+				delete(s.subnets[key(c.subnet)].taken, c.addr)
 			}
 		}
-		n.configs = next
+	}, nil
+}
+
+// startLocked starts the operation of a write accepted on nics, which
+// finish when it ends, and answers status with answer's body (which shows
+// the write under way, provisioning state Updating) and the operation to
+// poll.
+func (s *Server) startLocked(w http.ResponseWriter, nics []*nic, finish []func(), status int, answer func() any) {
+	op := &operation{doneAt: s.now().Add(s.opDuration)}
+	op.finish = func() {
+		for _, f := range finish {
+			f()
+		}
+		for _, n := range nics {
+			if n.op == op {
+				n.op = nil
+			}
+		}
+	}
+	for _, n := range nics {
+		n.op = op
 	}
 	s.nextOp++
 	id := strconv.Itoa(s.nextOp)
-	s.ops[id] = &operation{polls: 1, err: fail, apply: apply}
+	s.ops[id] = op
+	s.pending = append(s.pending, op)
 	w.Header().Set("Azure-AsyncOperation", s.base+"/operations/"+id+"?api-version=2025-01-01")
 	w.Header().Set("Retry-After-Ms", "1")
-	writeJSON(w, status, answer)
+	writeJSON(w, status, answer())
+}
+
+// busy is ARM's refusal of a write to a resource with one under way.
+func busy(id string) *Error {
+	return &Error{Status: http.StatusConflict, Code: "AnotherOperationInProgress",
+		Message: "Another operation on this or dependent resource is in progress. Resource " + id + "."}
 }
 
 func (sn *subnet) usable(a netip.Addr) bool {
@@ -535,25 +773,20 @@ func (sn *subnet) usable(a netip.Addr) bool {
 	return a.Compare(first.Next().Next().Next()) > 0 && a != last
 }
 
+// pollLocked answers operation id: InProgress until it ends (settled at
+// the start of every request), then Succeeded. The client is asked to
+// poll again at once (Retry-After-Ms 1): the time an operation takes is
+// the fake's clock's, which only the test moves.
 func (s *Server) pollLocked(w http.ResponseWriter, id string) {
 	op, ok := s.ops[id]
 	if !ok {
 		writeError(w, notFound("operation", id))
 		return
 	}
-	if op.polls > 0 {
-		op.polls--
+	if !op.finished {
 		w.Header().Set("Retry-After-Ms", "1")
 		writeJSON(w, http.StatusOK, map[string]string{"status": "InProgress"})
 		return
-	}
-	if op.err != nil {
-		writeJSON(w, http.StatusOK, map[string]any{"status": "Failed", "error": map[string]string{"code": op.err.Code, "message": op.err.Message}})
-		return
-	}
-	if op.apply != nil {
-		op.apply()
-		op.apply = nil
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "Succeeded"})
 }
@@ -589,13 +822,43 @@ func (s *Server) putNICLocked(w http.ResponseWriter, r *http.Request, path strin
 		writeError(w, e)
 		return
 	}
+	if n.op != nil || s.setBusyLocked(n.vm) {
+		writeError(w, busy(n.id))
+		return
+	}
+	finish, e := s.changeLocked(n, want)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
 	n.etag++
-	s.applyLocked(w, n, want, http.StatusCreated, nicJSON(n, armnetwork.ProvisioningStateUpdating))
+	// An update of a NIC that exists answers 200 (a create 201), its
+	// body provisioning state Updating.
+	s.startLocked(w, []*nic{n}, []func(){finish}, http.StatusOK, func() any { return nicJSON(n) })
+}
+
+// setBusyLocked reports whether vm is a scale set instance with a write
+// under way on one of its NICs.
+func (s *Server) setBusyLocked(vm string) bool {
+	v, ok := s.sets[key(vm)]
+	if !ok {
+		return false
+	}
+	for _, id := range v.nics {
+		if s.nics[key(id)].op != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // setVMJSON is a scale set instance's VM model as ARM answers it.
-func (s *Server) setVMJSON(path string, vm *setVM, state string) armcompute.VirtualMachineScaleSetVM {
-	out := armcompute.VirtualMachineScaleSetVM{ID: to.Ptr(path), Etag: to.Ptr(s.nics[key(vm.nics[0])].etagValue()), Properties: &armcompute.VirtualMachineScaleSetVMProperties{
+func (s *Server) setVMJSON(path string, vm *setVM) armcompute.VirtualMachineScaleSetVM {
+	state := "Succeeded"
+	if s.setBusyLocked(path) {
+		state = "Updating"
+	}
+	out := armcompute.VirtualMachineScaleSetVM{ID: to.Ptr(path), Etag: to.Ptr(s.modelEtagLocked(vm)), Properties: &armcompute.VirtualMachineScaleSetVMProperties{
 		ProvisioningState:           to.Ptr(state),
 		NetworkProfileConfiguration: &armcompute.VirtualMachineScaleSetVMNetworkProfileConfiguration{},
 		StorageProfile:              &armcompute.StorageProfile{},
@@ -627,9 +890,12 @@ func (s *Server) getSetVMLocked(w http.ResponseWriter, path string) {
 		writeError(w, notFound("Microsoft.Compute/virtualMachineScaleSets/virtualMachines", path))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.setVMJSON(path, vm, "Succeeded"))
+	writeJSON(w, http.StatusOK, s.setVMJSON(path, vm))
 }
 
+// putSetVMLocked writes a scale set instance's VM model: each NIC the
+// model names gets the IP configurations its configuration lists, all in
+// one operation.
 func (s *Server) putSetVMLocked(w http.ResponseWriter, r *http.Request, path string) {
 	vm, ok := s.sets[key(path)]
 	if !ok {
@@ -646,51 +912,86 @@ func (s *Server) putSetVMLocked(w http.ResponseWriter, r *http.Request, path str
 			Message: "The client has permission to perform action 'Microsoft.Compute/virtualMachineScaleSets/virtualMachines/write', however it does not have permission to perform action 'Microsoft.Compute/galleries/images/versions/read' on the linked scope(s) '" + vm.gallery + "'."})
 		return
 	}
-	// One NIC per instance in this fake: its write is the model's.
-	cfgs := body.Properties.NetworkProfileConfiguration.NetworkInterfaceConfigurations
-	if len(cfgs) != 1 {
-		writeError(w, &Error{Status: http.StatusBadRequest, Code: "InvalidParameter", Message: fmt.Sprintf("The fake's instances have one NIC; the model names %d.", len(cfgs))})
-		return
-	}
-	cfg := cfgs[0]
-	var n *nic
-	for _, id := range vm.nics {
-		if m := s.nics[key(id)]; strings.EqualFold(m.name, str(cfg.Name)) {
-			n = m
+	var nics []*nic
+	var wants [][]wanted
+	for _, cfg := range body.Properties.NetworkProfileConfiguration.NetworkInterfaceConfigurations {
+		var n *nic
+		for _, id := range vm.nics {
+			if m := s.nics[key(id)]; cfg != nil && strings.EqualFold(m.name, str(cfg.Name)) {
+				n = m
+			}
 		}
-	}
-	if n == nil || cfg.Properties == nil {
-		writeError(w, &Error{Status: http.StatusBadRequest, Code: "InvalidParameter", Message: fmt.Sprintf("The instance has no NIC %q.", str(cfg.Name))})
-		return
-	}
-	if len(cfg.Properties.IPConfigurations) > configLimit {
-		writeError(w, &Error{Status: http.StatusBadRequest, Code: "SecondaryIpConfigurationCountPerVMSSVMExceeded",
-			Message: fmt.Sprintf("The number of IP configurations on a NIC of a scale set VM cannot exceed %d.", configLimit)})
-		return
-	}
-	var want []wanted
-	for _, ic := range cfg.Properties.IPConfigurations {
-		if ic.Properties == nil || ic.Properties.Subnet == nil {
-			writeError(w, &Error{Status: http.StatusBadRequest, Code: "InvalidRequestFormat", Message: "An IP configuration names no subnet."})
+		if n == nil || cfg.Properties == nil {
+			name := ""
+			if cfg != nil {
+				name = str(cfg.Name)
+			}
+			writeError(w, &Error{Status: http.StatusBadRequest, Code: "InvalidParameter", Message: fmt.Sprintf("The instance has no NIC %q.", name)})
 			return
 		}
-		wc := wanted{name: str(ic.Name), subnet: str(ic.Properties.Subnet.ID), primary: boolOf(ic.Properties.Primary)}
-		if len(want) > 0 && !strings.EqualFold(wc.subnet, want[0].subnet) {
-			writeError(w, &Error{Status: http.StatusBadRequest, Code: "VMScaleSetIpConfigurationsOnSameNicCannotUseDifferentSubnets",
-				Message: "IP configurations on the same NIC of a scale set VM cannot use different subnets."})
+		if len(cfg.Properties.IPConfigurations) > configLimit {
+			writeError(w, &Error{Status: http.StatusBadRequest, Code: "SecondaryIpConfigurationCountPerVMSSVMExceeded",
+				Message: fmt.Sprintf("The number of IP configurations on a NIC of a scale set VM cannot exceed %d.", configLimit)})
 			return
 		}
-		for _, a := range ic.Properties.ApplicationSecurityGroups {
-			wc.asgs = append(wc.asgs, str(a.ID))
+		var want []wanted
+		for _, ic := range cfg.Properties.IPConfigurations {
+			if ic.Properties == nil || ic.Properties.Subnet == nil {
+				writeError(w, &Error{Status: http.StatusBadRequest, Code: "InvalidRequestFormat", Message: "An IP configuration names no subnet."})
+				return
+			}
+			wc := wanted{name: str(ic.Name), subnet: str(ic.Properties.Subnet.ID), primary: boolOf(ic.Properties.Primary)}
+			if len(want) > 0 && !strings.EqualFold(wc.subnet, want[0].subnet) {
+				writeError(w, &Error{Status: http.StatusBadRequest, Code: "VMScaleSetIpConfigurationsOnSameNicCannotUseDifferentSubnets",
+					Message: "IP configurations on the same NIC of a scale set VM cannot use different subnets."})
+				return
+			}
+			for _, a := range ic.Properties.ApplicationSecurityGroups {
+				wc.asgs = append(wc.asgs, str(a.ID))
+			}
+			want = append(want, wc)
 		}
-		want = append(want, wc)
+		nics, wants = append(nics, n), append(wants, want)
 	}
-	if e := ifMatch(r, n.etagValue()); e != nil {
+	if e := ifMatch(r, s.modelEtagLocked(vm)); e != nil {
 		writeError(w, e)
 		return
 	}
-	n.etag++
-	s.applyLocked(w, n, want, http.StatusAccepted, s.setVMJSON(path, vm, "Updating"))
+	if s.setBusyLocked(path) {
+		writeError(w, busy(path))
+		return
+	}
+	// All NICs or none: a refusal of one leaves every NIC as it was (one
+	// NIC's change is all or none by itself).
+	saved := make([][]*ipConfig, len(nics))
+	taken := map[*subnet]map[netip.Addr]bool{}
+	if len(nics) > 1 {
+		for _, sn := range s.subnets {
+			taken[sn] = maps.Clone(sn.taken)
+		}
+	}
+	failNext := s.failNext
+	var finish []func()
+	for i, n := range nics {
+		saved[i] = n.configs
+		f, e := s.changeLocked(n, wants[i])
+		if e != nil {
+			for j := range i {
+				nics[j].configs = saved[j]
+			}
+			for sn, t := range taken {
+				sn.taken = t
+			}
+			s.failNext = failNext
+			writeError(w, e)
+			return
+		}
+		finish = append(finish, f)
+	}
+	for _, id := range vm.nics {
+		s.nics[key(id)].etag++
+	}
+	s.startLocked(w, nics, finish, http.StatusAccepted, func() any { return s.setVMJSON(path, vm) })
 }
 
 func str(p *string) string {

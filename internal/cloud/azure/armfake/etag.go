@@ -17,7 +17,19 @@ import (
 // concurrency a read-modify-write of a NIC needs, for Azure itself and
 // other tools write NICs too.
 
-func (n *nic) etagValue() string { return fmt.Sprintf(`W/"%08d-0000-0000-0000-000000000000"`, n.etag) }
+func (n *nic) etagValue() string { return etagOf(n.etag) }
+
+func etagOf(n int) string { return fmt.Sprintf(`W/"%08d-0000-0000-0000-000000000000"`, n) }
+
+// modelEtagLocked is the etag of scale set instance vm's model: the sum of
+// its NICs' counts, which any write to one of them changes.
+func (s *Server) modelEtagLocked(vm *setVM) string {
+	sum := 0
+	for _, id := range vm.nics {
+		sum += s.nics[key(id)].etag
+	}
+	return etagOf(sum)
+}
 
 // ifMatch is ARM's refusal of a write whose If-Match is not current.
 func ifMatch(r *http.Request, current string) *Error {

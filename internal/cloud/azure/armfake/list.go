@@ -140,7 +140,7 @@ func (s *Server) writeNICsLocked(w http.ResponseWriter, r *http.Request, path st
 	slices.Sort(ids)
 	var all []*armnetwork.Interface
 	for _, id := range ids {
-		n := nicJSON(s.nics[key(id)], armnetwork.ProvisioningStateSucceeded)
+		n := nicJSON(s.nics[key(id)])
 		all = append(all, &n)
 	}
 	items, next := page(s, r, path, all)
