@@ -746,6 +746,12 @@ type CloudSpecProvider string
 
 // CloudWarmTargets The VPC CNI's sizing (WARM_ENI_TARGET, WARM_IP_TARGET, MINIMUM_IP_TARGET, WARM_PREFIX_TARGET), exclusive with watermarks.
 type CloudWarmTargets struct {
+	// MaxPods The most Pods a node runs (its kubelet's max-pods): a node
+	// holding that many addresses asks no more. Absent: the instance
+	// type's, as the EKS AMI sets it (without prefixes the
+	// interfaces' secondary addresses plus 2, m5.large 29; with
+	// prefixes 110, or 250 above 30 vCPUs).
+	MaxPods    *int `json:"maxPods,omitempty"`
 	MinimumIP  *int `json:"minimumIP,omitempty"`
 	WarmENI    *int `json:"warmENI,omitempty"`
 	WarmIP     *int `json:"warmIP,omitempty"`

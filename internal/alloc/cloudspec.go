@@ -97,6 +97,10 @@ func (c CloudSpec) Validate(field string) error {
 			namedInt{"minimumIP", t.MinimumIP}, namedInt{"warmPrefix", t.WarmPrefix}); err != nil {
 			return err
 		}
+		// 0 is unset (the instance type's); a node runs one Pod at least.
+		if t.MaxPods < 0 || t.MaxPods > MaxMaxPods {
+			return Invalid(field+".warmTargets.maxPods", "must be between 1 and %d (or absent: the instance type's)", MaxMaxPods)
+		}
 	}
 	if c.ReleaseDelay < 0 || c.ReleaseDelay > MaxCloudReleaseDelay {
 		return Invalid(field+".releaseDelaySeconds", "must be between 0 (the default, %v) and %v", DefaultCloudReleaseDelay, MaxCloudReleaseDelay)

@@ -31,7 +31,16 @@ type WarmTargets struct {
 	// Prefixes is prefix delegation (ENABLE_PREFIX_DELEGATION): the node
 	// gets /28 prefixes of PrefixSize addresses instead of single ones.
 	Prefixes bool
+	// MaxPods is the most Pods a node of the pool runs (its kubelet's
+	// max-pods, which ipamd reads from the Node): the pool holds no more
+	// addresses once it has that many. 0 is the instance type's as the
+	// EKS AMI sets it (with prefixes: 110, or 250 above 30 vCPUs).
+	MaxPods int
 }
+
+// MaxMaxPods bounds WarmTargets.MaxPods: above the most any EC2 type
+// runs without prefixes (1514), well below what a kubelet can run.
+const MaxMaxPods = 4096
 
 // DefaultWarmENI is ipamd's WARM_ENI_TARGET when unset.
 const DefaultWarmENI = 1

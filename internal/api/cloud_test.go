@@ -19,13 +19,13 @@ func TestCloudPoolAPI(t *testing.T) {
 	body := map[string]any{"name": "aws", "spec": map[string]any{
 		"ipv4": plFam(28, "10.80.0.0/16"),
 		"cloud": map[string]any{"provider": "aws", "prefixes": true, "subnetIDs": []string{"subnet-0123456789abcdef0"},
-			"securityGroups": []string{"sg-0123456789abcdef0"}, "warmTargets": map[string]any{"warmPrefix": 1}},
+			"securityGroups": []string{"sg-0123456789abcdef0"}, "warmTargets": map[string]any{"warmPrefix": 1, "maxPods": 110}},
 	}}
 	var p ipamv1.Pool
 	e.mustDo(http.StatusCreated, http.MethodPost, "/v1/pools", body, &p)
 	c := p.Spec.Cloud
 	if c == nil || c.Provider != "aws" || !deref(c.Prefixes, false) || deref(c.ReleaseDelaySeconds, 0) != 180 ||
-		c.WarmTargets == nil || deref(c.WarmTargets.WarmPrefix, 0) != 1 || len(deref(c.SubnetIDs, nil)) != 1 {
+		c.WarmTargets == nil || deref(c.WarmTargets.WarmPrefix, 0) != 1 || deref(c.WarmTargets.MaxPods, 0) != 110 || len(deref(c.SubnetIDs, nil)) != 1 {
 		t.Fatalf("spec.cloud %+v", c)
 	}
 	// A retry of the create is answered the same.
@@ -69,6 +69,9 @@ func TestCloudPoolAPIRefusals(t *testing.T) {
 		{map[string]any{"provider": "aws", "watermarks": map[string]any{}, "warmTargets": map[string]any{}}, false, "spec.cloud.warmTargets"},
 		{map[string]any{"provider": "aws", "warmTargets": map[string]any{"warmPrefix": 1}}, false, "spec.cloud.warmTargets.warmPrefix"},
 		{map[string]any{"provider": "aws", "releaseDelaySeconds": -1}, false, "spec.cloud.releaseDelaySeconds"},
+		// 0 is no max Pods: leave it out for the instance type's.
+		{map[string]any{"provider": "aws", "warmTargets": map[string]any{"maxPods": 0}}, false, "spec.cloud.warmTargets.maxPods"},
+		{map[string]any{"provider": "aws", "warmTargets": map[string]any{"maxPods": 5000}}, false, "spec.cloud.warmTargets.maxPods"},
 		// IPv6 on AWS is a delegated /80, of which the node leases a /96
 		// at most: a /64 block is too large for any pool.
 		{map[string]any{"provider": "aws"}, true, "spec.ipv6.maskSize"},

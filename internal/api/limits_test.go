@@ -300,6 +300,8 @@ func TestRequestLimits(t *testing.T) {
 			"spec.cloud.warmTargets.minimumIP"},
 		"CloudWarmTargets.warmPrefix": {"POST", "/v1/pools", cloudWith("warmTargets", map[string]any{"warmPrefix": 4097}),
 			"spec.cloud.warmTargets.warmPrefix"},
+		"CloudWarmTargets.maxPods": {"POST", "/v1/pools", cloudWith("warmTargets", map[string]any{"maxPods": 4097}),
+			"spec.cloud.warmTargets.maxPods"},
 		"NodeAddress.address": {"PUT", "/v1/nodes/n1", map[string]any{"addresses": []any{map[string]any{"type": "InternalIP", "address": long(65)}}},
 			"addresses[0].address"},
 		"NodeSpec.addresses": {"PUT", "/v1/nodes/n1", map[string]any{"addresses": many(17, func(i int) any {

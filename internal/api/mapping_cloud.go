@@ -33,9 +33,18 @@ func cloudSpecFromAPI(c *ipamv1.CloudSpec) *alloc.CloudSpec {
 	}
 	if t := c.WarmTargets; t != nil {
 		out.WarmTargets = &alloc.WarmTargets{WarmENI: deref(t.WarmENI, 0), WarmIP: deref(t.WarmIP, 0),
-			MinimumIP: deref(t.MinimumIP, 0), WarmPrefix: deref(t.WarmPrefix, 0)}
+			MinimumIP: deref(t.MinimumIP, 0), WarmPrefix: deref(t.WarmPrefix, 0), MaxPods: deref(t.MaxPods, 0)}
 	}
 	return out
+}
+
+// checkCloudAPI refuses what the API can say but alloc.CloudSpec cannot
+// tell from absent: maxPods 0 (absent is the instance type's).
+func checkCloudAPI(c *ipamv1.CloudSpec) error {
+	if c == nil || c.WarmTargets == nil || c.WarmTargets.MaxPods == nil || *c.WarmTargets.MaxPods >= 1 {
+		return nil
+	}
+	return alloc.Invalid("spec.cloud.warmTargets.maxPods", "must be between 1 and %d, or absent for the instance type's", alloc.MaxMaxPods)
 }
 
 // cloudSpecToAPI is the reverse; a zero release delay is shown as the
@@ -74,6 +83,9 @@ func cloudSpecToAPI(c *alloc.CloudSpec) *ipamv1.CloudSpec {
 	if t := c.WarmTargets; t != nil {
 		out.WarmTargets = &ipamv1.CloudWarmTargets{WarmENI: ptr(t.WarmENI), WarmIP: ptr(t.WarmIP),
 			MinimumIP: ptr(t.MinimumIP), WarmPrefix: ptr(t.WarmPrefix)}
+		if t.MaxPods > 0 {
+			out.WarmTargets.MaxPods = ptr(t.MaxPods)
+		}
 	}
 	return out
 }

@@ -74,6 +74,9 @@ func poolSpecFromAPI(s ipamv1.PoolSpec) (alloc.PoolSpec, error) {
 	spec.SkipMasquerade = deref(s.SkipMasquerade, false)
 	spec.MaxBlocksPerNode = s.MaxBlocksPerNode
 	spec.AllowSpecialPurpose = deref(s.AllowSpecialPurpose, false)
+	if err := checkCloudAPI(s.Cloud); err != nil {
+		return alloc.PoolSpec{}, err
+	}
 	spec.Cloud = cloudSpecFromAPI(s.Cloud)
 	if spec.PodSelector, err = selectorFromAPI("spec.podSelector", s.PodSelector); err != nil {
 		return alloc.PoolSpec{}, err

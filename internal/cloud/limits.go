@@ -17,8 +17,10 @@ type Limits struct {
 	IPv4PerInterface int
 	IPv6PerInterface int
 	// Prefixes reports whether interfaces take delegated prefixes (AWS:
-	// Nitro instances only).
+	// Nitro instances, bare metal included; not Xen ones).
 	Prefixes bool
+	// VCPUs is the type's default vCPU count (AWS); 0 when unknown.
+	VCPUs int
 }
 
 // IPv4PrefixSize is the number of addresses of a delegated IPv4 prefix
@@ -52,6 +54,31 @@ func (l Limits) PodAddressesPerInterface(prefixes, usePrimary bool) int {
 // network (the VPC CNI and kube-proxy).
 func (l Limits) MaxPods() int {
 	return l.Interfaces*(l.IPv4PerInterface-1) + 2
+}
+
+// The VPC CNI's ceilings of max Pods with prefixes (the EKS AMI's
+// max-pods-calculator.sh): 110 on types of up to 30 vCPUs, 250 above.
+const (
+	MaxPodsCeilingLowCPU  = 110
+	MaxPodsCeilingHighCPU = 250
+	maxPodsHighCPUAbove   = 30
+)
+
+// DefaultMaxPods is the max Pods of a node whose kubelet says none, as
+// the EKS AMI sets it with the VPC CNI: without prefixes MaxPods (m5.large:
+// 29); with prefixes every interface's slots as /28s plus 2, capped at
+// MaxPodsCeilingLowCPU, or MaxPodsCeilingHighCPU above 30 vCPUs (m5.large:
+// 110). Without the cap a prefix node would stop at the secondary
+// addresses' count, well below what its prefixes hold.
+func (l Limits) DefaultMaxPods(prefixes bool) int {
+	if !prefixes || !l.Prefixes {
+		return l.MaxPods()
+	}
+	all := l.Interfaces*max(l.IPv4PerInterface-1, 0)*IPv4PrefixSize + 2
+	if l.VCPUs > maxPodsHighCPUAbove {
+		return min(all, MaxPodsCeilingHighCPU)
+	}
+	return min(all, MaxPodsCeilingLowCPU)
 }
 
 // MinimumPreAllocate is the pre-allocation Cilium's AWS operator gives a

@@ -42,6 +42,38 @@ func TestLimitsPodAddresses(t *testing.T) {
 	}
 }
 
+// The max Pods the EKS AMI gives a kubelet with the VPC CNI
+// (max-pods-calculator.sh): the secondary addresses' count without
+// prefixes (eni-max-pods.txt: m5.large 29, t2.medium 17, m5.metal 737);
+// with prefixes the /28s' count capped at 110, or 250 above 30 vCPUs.
+func TestLimitsDefaultMaxPods(t *testing.T) {
+	m5large := Limits{Interfaces: 3, IPv4PerInterface: 10, Prefixes: true, VCPUs: 2}
+	t3nano := Limits{Interfaces: 2, IPv4PerInterface: 2, Prefixes: true, VCPUs: 2}
+	t2medium := Limits{Interfaces: 3, IPv4PerInterface: 6, VCPUs: 2}
+	m5metal := Limits{Interfaces: 15, IPv4PerInterface: 50, Prefixes: true, VCPUs: 96}
+	c5x9 := Limits{Interfaces: 8, IPv4PerInterface: 30, Prefixes: true, VCPUs: 36}
+	for _, c := range []struct {
+		name     string
+		l        Limits
+		prefixes bool
+		want     int
+	}{
+		{"m5.large", m5large, false, 29},
+		{"m5.large with prefixes", m5large, true, 110},
+		{"t3.nano with prefixes: 2 /28s + 2", t3nano, true, 34},
+		{"t2.medium takes no prefixes", t2medium, true, 17},
+		{"m5.metal", m5metal, false, 737},
+		{"m5.metal with prefixes", m5metal, true, 250},
+		{"c5.9xlarge with prefixes", c5x9, true, 250},
+		{"30 vCPUs are few", Limits{Interfaces: 8, IPv4PerInterface: 30, Prefixes: true, VCPUs: 30}, true, 110},
+		{"vCPUs unknown", Limits{Interfaces: 8, IPv4PerInterface: 30, Prefixes: true}, true, 110},
+	} {
+		if got := c.l.DefaultMaxPods(c.prefixes); got != c.want {
+			t.Errorf("%s: DefaultMaxPods(%v) = %d; want %d", c.name, c.prefixes, got, c.want)
+		}
+	}
+}
+
 func TestKindOf(t *testing.T) {
 	err := &Error{Kind: KindSubnetFull, Code: "InsufficientFreeAddressesInSubnet", Message: "full"}
 	if KindOf(err) != KindSubnetFull || KindOf(fmt.Errorf("assign: %w", err)) != KindSubnetFull {

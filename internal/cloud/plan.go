@@ -5,7 +5,6 @@ package cloud
 
 import (
 	"cmp"
-	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -37,13 +36,27 @@ type PlanOptions struct {
 	// CiliumNode's spec.eni.exclude-interface-tags; Cilium's
 	// ENI.IsExcludedBySpec).
 	ExcludeTags map[string]string
-	// MaxPods bounds the addresses the VPC CNI's sizing asks for; 0 is
-	// the instance type's (Limits.MaxPods).
+	// MaxPods bounds the addresses the VPC CNI's sizing asks for: the
+	// node's (its kubelet's) or the pool's; 0 is the instance type's
+	// (Limits.DefaultMaxPods).
 	MaxPods int
 	// IPv6 gives each node an IPv6 prefix too (EC2's /80) on its first
 	// interface for Pods. It is not sized: one holds more than any node
 	// leases.
 	IPv6 bool
+}
+
+// On is o for an instance of limits l: prefixes are asked only of a type
+// that takes them. A prefix pool's node on a Xen type gets single
+// addresses, as the VPC CNI falls back to secondary addresses there and
+// Cilium's operator delegates no prefix to it (IsPrefixDelegated).
+// FellBack reports that fallback.
+func (o PlanOptions) On(l Limits) (out PlanOptions, fellBack bool) {
+	if o.Prefixes && !l.Prefixes {
+		o.Prefixes = false
+		return o, true
+	}
+	return o, false
 }
 
 // ForPods says whether interface f holds Pod addresses under o: from
@@ -134,9 +147,7 @@ type Release struct {
 // never a primary address, and prefixes only when wholly unused.
 func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 	l := s.Instance.Limits
-	if o.Prefixes && !l.Prefixes {
-		return Plan{}, fmt.Errorf("instance type %s takes no prefixes", s.Instance.Type)
-	}
+	o, _ = o.On(l)
 	ifaces := slices.Clone(s.Instance.Interfaces)
 	// Interfaces below FirstDevice, excluded by their tags, or being
 	// detached hold no Pod address; they still count against the
@@ -177,7 +188,7 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 		t.Prefixes = o.Prefixes
 		maxPods := o.MaxPods
 		if maxPods == 0 {
-			maxPods = l.MaxPods()
+			maxPods = l.DefaultMaxPods(o.Prefixes)
 		}
 		per := l.PodAddressesPerInterface(o.Prefixes, o.UsePrimary)
 		if o.Prefixes {

@@ -177,10 +177,61 @@ func show(p Plan) string {
 	return s
 }
 
-func TestPlanNodeRefusesPrefixesOnXen(t *testing.T) {
-	_, err := PlanNode(NodeState{Instance: Instance{Type: "t2.medium", Limits: t2medium, Interfaces: []Interface{eni(0, 0)}}}, PlanOptions{Prefixes: true})
-	if err == nil {
-		t.Fatal("a plan of prefixes for a Xen instance")
+// TestPlanNodeFallsBackOnXen: a prefix pool's node on a Xen type is
+// planned single addresses, as the VPC CNI and Cilium fall back, sized as
+// a secondary-address node (WARM_ENI_TARGET's 5 addresses of a t2.medium
+// interface, not WARM_PREFIX_TARGET's /28).
+func TestPlanNodeFallsBackOnXen(t *testing.T) {
+	o := PlanOptions{Prefixes: true, Sizing: Sizing{WarmTargets: &alloc.WarmTargets{WarmPrefix: 1}}}
+	plan, err := PlanNode(NodeState{Instance: Instance{Type: "t2.medium", Limits: t2medium, Interfaces: []Interface{eni(0, 0)}}}, o)
+	if err != nil || plan.Assign == nil || plan.Assign.Count != 5 || plan.Assign.Fallback != 0 {
+		t.Fatalf("plan %s (%v); want 5 single addresses on eni-0", show(plan), err)
+	}
+	if got, fell := o.On(t2medium); got.Prefixes || !fell {
+		t.Fatalf("On(t2.medium) = %+v, %v", got, fell)
+	}
+	if got, fell := o.On(m5large); !got.Prefixes || fell {
+		t.Fatalf("On(m5.large) = %+v, %v", got, fell)
+	}
+}
+
+// TestPlanNodePrefixMaxPods: sized by warm prefixes, an m5.large in
+// prefix mode grows past the secondary addresses' 29 max Pods up to the
+// VPC CNI's 110 (7 /28s), and no further; a pool's max Pods wins.
+func TestPlanNodePrefixMaxPods(t *testing.T) {
+	wt := Sizing{WarmTargets: &alloc.WarmTargets{WarmPrefix: 1}}
+	prefixes := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("10.0.%d.0/28", i))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		held, maxPods, want int
+	}{
+		{2, 0, 1}, // 32 held, all used: the 33rd Pod needs a third /28
+		{6, 0, 1}, // 96 < 110
+		{7, 0, 0}, // 112 >= 110
+		{2, 40, 1},
+		{3, 40, 0}, // 48 >= the pool's 40
+	} {
+		f := eni(0, 0, prefixes(c.held)...)
+		used := map[netip.Addr]bool{}
+		for _, p := range f.Prefixes {
+			for a := p.Addr(); p.Contains(a); a = a.Next() {
+				used[a] = true
+			}
+		}
+		plan, err := PlanNode(NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{f}}, Used: used},
+			PlanOptions{Prefixes: true, Sizing: wt, MaxPods: c.maxPods})
+		got := 0
+		if plan.Assign != nil {
+			got = plan.Assign.Count
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%d /28s held, all used, max Pods %d: plan %s (%v); want %d more", c.held, c.maxPods, show(plan), err, c.want)
+		}
 	}
 }
 

@@ -65,6 +65,8 @@ type Added struct {
 // tried). It answers the plan and what was added; with nothing to add, an
 // empty Added.
 func (r *Reconciler) Round(ctx context.Context, node string, s NodeState, o PlanOptions) (Plan, Added, error) {
+	// Prefixes only where the type takes them, as PlanNode plans.
+	o, _ = o.On(s.Instance.Limits)
 	plan, err := PlanNode(s, o)
 	if err != nil {
 		return plan, Added{}, err

@@ -48,6 +48,7 @@ type warmTargetsJSON struct {
 	WarmIP     int `json:"warmIP,omitempty"`
 	MinimumIP  int `json:"minimumIP,omitempty"`
 	WarmPrefix int `json:"warmPrefix,omitempty"`
+	MaxPods    int `json:"maxPods,omitempty"`
 }
 
 // cloudColumn is c as pools.cloud stores it, nil for no cloud.
@@ -62,7 +63,7 @@ func cloudColumn(c *alloc.CloudSpec) ([]byte, error) {
 		j.Watermarks = &watermarksJSON{PreAllocate: w.PreAllocate, MinAllocate: w.MinAllocate, MaxAllocate: w.MaxAllocate, MaxAboveWatermark: w.MaxAboveWatermark}
 	}
 	if t := c.WarmTargets; t != nil {
-		j.WarmTargets = &warmTargetsJSON{WarmENI: t.WarmENI, WarmIP: t.WarmIP, MinimumIP: t.MinimumIP, WarmPrefix: t.WarmPrefix}
+		j.WarmTargets = &warmTargetsJSON{WarmENI: t.WarmENI, WarmIP: t.WarmIP, MinimumIP: t.MinimumIP, WarmPrefix: t.WarmPrefix, MaxPods: t.MaxPods}
 	}
 	return json.Marshal(j)
 }
@@ -83,7 +84,7 @@ func cloudSpecOf(b []byte) (*alloc.CloudSpec, error) {
 		c.Watermarks = &alloc.Watermarks{PreAllocate: w.PreAllocate, MinAllocate: w.MinAllocate, MaxAllocate: w.MaxAllocate, MaxAboveWatermark: w.MaxAboveWatermark}
 	}
 	if t := j.WarmTargets; t != nil {
-		c.WarmTargets = &alloc.WarmTargets{WarmENI: t.WarmENI, WarmIP: t.WarmIP, MinimumIP: t.MinimumIP, WarmPrefix: t.WarmPrefix}
+		c.WarmTargets = &alloc.WarmTargets{WarmENI: t.WarmENI, WarmIP: t.WarmIP, MinimumIP: t.MinimumIP, WarmPrefix: t.WarmPrefix, MaxPods: t.MaxPods}
 	}
 	return c, nil
 }

@@ -12,11 +12,11 @@ import (
 )
 
 // TestCloudColumnRoundTrip: every field of a cloud spec survives
-// pools.cloud, the security group tags among them.
+// pools.cloud, the security group tags and max Pods among them.
 func TestCloudColumnRoundTrip(t *testing.T) {
 	in := &alloc.CloudSpec{Provider: alloc.CloudAWS, Prefixes: true, FirstInterfaceIndex: 1,
 		SubnetTags: map[string]string{"tier": "pods"}, SecurityGroupTags: map[string]string{"role": "pods", "cluster": "prod-?"},
-		WarmTargets: &alloc.WarmTargets{WarmPrefix: 1}, ReleaseDelay: 90 * time.Second}
+		WarmTargets: &alloc.WarmTargets{WarmPrefix: 1, MaxPods: 110}, ReleaseDelay: 90 * time.Second}
 	b, err := cloudColumn(in)
 	if err != nil {
 		t.Fatal(err)

@@ -1059,6 +1059,14 @@ export interface components {
             warmIP?: number;
             minimumIP?: number;
             warmPrefix?: number;
+            /**
+             * @description The most Pods a node runs (its kubelet's max-pods): a node
+             *     holding that many addresses asks no more. Absent: the instance
+             *     type's, as the EKS AMI sets it (without prefixes the
+             *     interfaces' secondary addresses plus 2, m5.large 29; with
+             *     prefixes 110, or 250 above 30 vCPUs).
+             */
+            maxPods?: number;
         };
         PoolFamilyStatus: {
             /**

@@ -234,8 +234,12 @@ func (p *Provider) limitsOf(ctx context.Context, typ string) (cloud.Limits, erro
 			IPv4PerInterface: int(sdkaws.ToInt32(it.NetworkInfo.Ipv4AddressesPerInterface)),
 			IPv6PerInterface: int(sdkaws.ToInt32(it.NetworkInfo.Ipv6AddressesPerInterface)),
 			// Prefixes are delegated to the interfaces of Nitro
-			// instances only.
-			Prefixes: it.Hypervisor == types.InstanceTypeHypervisorNitro,
+			// instances, bare metal included (EC2 names no hypervisor
+			// for those): the VPC CNI's IsPrefixDelegationSupported.
+			Prefixes: it.Hypervisor == types.InstanceTypeHypervisorNitro || sdkaws.ToBool(it.BareMetal),
+		}
+		if it.VCpuInfo != nil {
+			l.VCPUs = int(sdkaws.ToInt32(it.VCpuInfo.DefaultVCpus))
 		}
 		p.mu.Lock()
 		p.limits[typ] = l

@@ -73,7 +73,7 @@ func TestInstanceDescribesLimitsAndInterfaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := cloud.Limits{Interfaces: 3, IPv4PerInterface: 10, IPv6PerInterface: 10, Prefixes: true}
+	want := cloud.Limits{Interfaces: 3, IPv4PerInterface: 10, IPv6PerInterface: 10, Prefixes: true, VCPUs: 2}
 	if got.Type != "m5.large" || got.Limits != want {
 		t.Fatalf("type %q limits %+v; want m5.large %+v", got.Type, got.Limits, want)
 	}
@@ -249,6 +249,24 @@ func TestAssignPrefixes(t *testing.T) {
 	i2, err := p2.Instance(ctx, mustInstance(t, fake2))
 	if err != nil || i2.Limits.Prefixes {
 		t.Fatalf("t2.medium limits %+v, %v", i2.Limits, err)
+	}
+}
+
+// TestBareMetalTakesPrefixes: EC2 names no hypervisor for a bare-metal
+// type, which is Nitro-class all the same (the VPC CNI's
+// IsPrefixDelegationSupported): its limits say it takes prefixes, and it
+// does.
+func TestBareMetalTakesPrefixes(t *testing.T) {
+	fake, inst, eni := world(t, "m5.metal", "10.6.0.0/24")
+	p := newProvider(t, fake, 1)
+	ctx := context.Background()
+	got, err := p.Instance(ctx, inst)
+	want := cloud.Limits{Interfaces: 15, IPv4PerInterface: 50, IPv6PerInterface: 50, Prefixes: true, VCPUs: 96}
+	if err != nil || got.Limits != want {
+		t.Fatalf("m5.metal limits %+v (%v); want %+v", got.Limits, err, want)
+	}
+	if a, err := p.Assign(ctx, eni, 1, true); err != nil || len(a.Prefixes) != 1 {
+		t.Fatalf("a prefix on a bare-metal instance: %+v, %v", a, err)
 	}
 }
 

@@ -85,6 +85,9 @@ type Worker struct {
 	excess      map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> excess since
 	surplus     map[string]surplusSince               // "space/pool/node" -> the interface in surplus
 	reconciler  map[string]*cloud.Reconciler          // "space/pool" -> its reconciler
+	// singles are the nodes of a prefix pool already logged as falling
+	// back to single addresses ("space/pool/node"): logged once.
+	singles sync.Map
 }
 
 // surplusSince is the interface a node has held in surplus, and since
@@ -182,6 +185,21 @@ func (w *Worker) list(ctx context.Context) (map[string]cloud.Instance, []error) 
 	return out, errs
 }
 
+// optionsOn are x's options for its instance inst: a prefix pool's node on
+// a type that takes no prefixes (Xen) gets single addresses, as the VPC
+// CNI and Cilium's operator fall back; logged once a node.
+func (w *Worker) optionsOn(x *nodeWork, inst cloud.Instance) cloud.PlanOptions {
+	o, fellBack := x.opts.On(inst.Limits)
+	if fellBack {
+		key := x.pool.Space + "/" + x.pool.Name + "/" + x.node.Name
+		if _, logged := w.singles.LoadOrStore(key, true); !logged {
+			w.logger().Warn("cloud capacity: instance type takes no prefixes; the node gets single addresses",
+				"pool", x.pool.Space+"/"+x.pool.Name, "node", x.node.Name, "instance", inst.ID, "type", inst.Type)
+		}
+	}
+	return o
+}
+
 // nodeWork is one node of a pass: what its reading found, then its round.
 type nodeWork struct {
 	pool store.CloudPool
@@ -262,6 +280,7 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	w.vpcs[inst.VPC] = true
 	w.mu.Unlock()
 	inst = w.withoutReleased(p, n, inst)
+	x.opts = w.optionsOn(x, inst)
 	if err := w.recordHeld(ctx, p, n, inst, x.opts); err != nil {
 		return err
 	}
@@ -820,6 +839,7 @@ func Options(c alloc.CloudSpec) cloud.PlanOptions {
 	switch {
 	case c.WarmTargets != nil:
 		o.Sizing.WarmTargets = c.WarmTargets
+		o.MaxPods = c.WarmTargets.MaxPods
 	case c.Watermarks != nil:
 		o.Sizing.Watermarks = *c.Watermarks
 	}

@@ -176,7 +176,9 @@ func (s *Server) describeInstancesLocked(form map[string][]string) (any, *APIErr
 func (s *Server) describeInstanceTypesLocked(form map[string][]string) (any, *APIError) {
 	type typeItem struct {
 		InstanceType     string `xml:"instanceType"`
-		Hypervisor       string `xml:"hypervisor"`
+		Hypervisor       string `xml:"hypervisor,omitempty"`
+		BareMetal        bool   `xml:"bareMetal"`
+		VCPUs            int    `xml:"vCpuInfo>defaultVCpus"`
 		Interfaces       int    `xml:"networkInfo>maximumNetworkInterfaces"`
 		IPv4PerInterface int    `xml:"networkInfo>ipv4AddressesPerInterface"`
 		IPv6PerInterface int    `xml:"networkInfo>ipv6AddressesPerInterface"`
@@ -198,11 +200,16 @@ func (s *Server) describeInstanceTypesLocked(form map[string][]string) (any, *AP
 		if !ok {
 			return nil, &APIError{Code: "InvalidInstanceType", Message: fmt.Sprintf("The following supplied instance types do not exist: [%s]", name)}
 		}
+		// EC2 names no hypervisor for a bare-metal type.
 		hv := "xen"
-		if t.Nitro {
+		switch {
+		case t.BareMetal:
+			hv = ""
+		case t.Nitro:
 			hv = "nitro"
 		}
-		items = append(items, typeItem{InstanceType: name, Hypervisor: hv, Interfaces: t.Interfaces, IPv4PerInterface: t.IPv4PerInterface, IPv6PerInterface: t.IPv6PerInterface})
+		items = append(items, typeItem{InstanceType: name, Hypervisor: hv, BareMetal: t.BareMetal, VCPUs: t.VCPUs,
+			Interfaces: t.Interfaces, IPv4PerInterface: t.IPv4PerInterface, IPv6PerInterface: t.IPv6PerInterface})
 	}
 	items, next, e := page(s, form, items)
 	if e != nil {

@@ -48,16 +48,26 @@ type InstanceType struct {
 	Interfaces       int // MaximumNetworkInterfaces
 	IPv4PerInterface int // Ipv4AddressesPerInterface, the primary included
 	IPv6PerInterface int
-	Nitro            bool // takes prefixes
+	VCPUs            int  // VCpuInfo.DefaultVCpus
+	Nitro            bool // Hypervisor "nitro"
+	// BareMetal types run on no hypervisor: EC2 answers no Hypervisor
+	// for them, and BareMetal true. They are Nitro-class and take
+	// prefixes.
+	BareMetal bool
 }
+
+// TakesPrefixes says whether EC2 delegates prefixes to the type's
+// interfaces: Nitro and bare-metal types, not Xen ones.
+func (t InstanceType) TakesPrefixes() bool { return t.Nitro || t.BareMetal }
 
 // Types are the instance types every Server knows, with EC2's limits.
 var Types = map[string]InstanceType{
-	"t2.medium": {Interfaces: 3, IPv4PerInterface: 6, IPv6PerInterface: 6},
-	"t3.nano":   {Interfaces: 2, IPv4PerInterface: 2, IPv6PerInterface: 2, Nitro: true},
-	"t3.small":  {Interfaces: 3, IPv4PerInterface: 4, IPv6PerInterface: 4, Nitro: true},
-	"m5.large":  {Interfaces: 3, IPv4PerInterface: 10, IPv6PerInterface: 10, Nitro: true},
-	"c5.xlarge": {Interfaces: 4, IPv4PerInterface: 15, IPv6PerInterface: 15, Nitro: true},
+	"t2.medium": {Interfaces: 3, IPv4PerInterface: 6, IPv6PerInterface: 6, VCPUs: 2},
+	"t3.nano":   {Interfaces: 2, IPv4PerInterface: 2, IPv6PerInterface: 2, VCPUs: 2, Nitro: true},
+	"t3.small":  {Interfaces: 3, IPv4PerInterface: 4, IPv6PerInterface: 4, VCPUs: 2, Nitro: true},
+	"m5.large":  {Interfaces: 3, IPv4PerInterface: 10, IPv6PerInterface: 10, VCPUs: 2, Nitro: true},
+	"c5.xlarge": {Interfaces: 4, IPv4PerInterface: 15, IPv6PerInterface: 15, VCPUs: 4, Nitro: true},
+	"m5.metal":  {Interfaces: 15, IPv4PerInterface: 50, IPv6PerInterface: 50, VCPUs: 96, BareMetal: true},
 }
 
 // PrefixAddresses is the size of a delegated IPv4 prefix (a /28).

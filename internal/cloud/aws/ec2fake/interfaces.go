@@ -95,7 +95,7 @@ func (s *Server) attachLocked(f *iface, instanceID string, device int) *APIError
 	if f.slots() > t.IPv4PerInterface {
 		return &APIError{Code: "InvalidInterface.IpAddressLimitExceeded", Message: fmt.Sprintf("Number of private addresses %d exceeds the limit of %d for %s", f.slots(), t.IPv4PerInterface, in.typ)}
 	}
-	if len(f.prefixes) > 0 && !t.Nitro {
+	if len(f.prefixes) > 0 && !t.TakesPrefixes() {
 		return &APIError{Code: "InvalidParameterValue", Message: "Prefix delegation is supported on Nitro instances only."}
 	}
 	s.attachToLocked(f, instanceID, device)
@@ -287,7 +287,7 @@ func (s *Server) assignLocked(form map[string][]string) (any, *APIError) {
 	}
 	if f.instance != "" {
 		t := Types[s.instances[f.instance].typ]
-		if prefixes && !t.Nitro {
+		if prefixes && !t.TakesPrefixes() {
 			return nil, &APIError{Code: "InvalidParameterValue", Message: "Prefix delegation is supported on Nitro instances only."}
 		}
 		if 1+len(f.addrs)+len(f.prefixes)+n > t.IPv4PerInterface {

@@ -51,7 +51,7 @@ func (s *Server) assignIPv6Locked(form map[string][]string) (any, *APIError) {
 	}
 	if f.instance != "" {
 		t := Types[s.instances[f.instance].typ]
-		if !t.Nitro {
+		if !t.TakesPrefixes() {
 			return nil, &APIError{Code: "InvalidParameterValue", Message: "Prefix delegation is supported on Nitro instances only."}
 		}
 		if len(f.ipv6Prefixes)+n > t.IPv6PerInterface {
