@@ -43,6 +43,11 @@ type InstanceType struct {
 	IPv4PerInterface int // Ipv4AddressesPerInterface, the primary included
 	IPv6PerInterface int
 	Nitro            bool // takes prefixes
+	// Cards are the MaximumNetworkInterfaces of each network card, by
+	// NetworkCardIndex, of a type with several (nil: one card taking
+	// Interfaces); DefaultCard is its DefaultNetworkCardIndex.
+	Cards       []int
+	DefaultCard int
 }
 
 // Types are the instance types every Server knows, with EC2's limits.
@@ -52,6 +57,9 @@ var Types = map[string]InstanceType{
 	"t3.small":  {Interfaces: 3, IPv4PerInterface: 4, IPv6PerInterface: 4, Nitro: true},
 	"m5.large":  {Interfaces: 3, IPv4PerInterface: 10, IPv6PerInterface: 10, Nitro: true},
 	"c5.xlarge": {Interfaces: 4, IPv4PerInterface: 15, IPv6PerInterface: 15, Nitro: true},
+	// Two network cards of 8 interfaces each (DescribeInstanceTypes, as
+	// the VPC CNI's generated limits record it).
+	"c6in.32xlarge": {Interfaces: 16, IPv4PerInterface: 50, IPv6PerInterface: 50, Nitro: true, Cards: []int{8, 8}},
 }
 
 // PrefixAddresses is the size of a delegated IPv4 prefix (a /28).
@@ -98,6 +106,11 @@ type Server struct {
 	// invisible is how many calls naming a newly created interface
 	// answer that it does not exist.
 	invisible int
+	// tokens are the answers of the creates by their ClientToken
+	// (tokens.go); changes counts the changing calls naming each
+	// interface.
+	tokens  map[string]tokenAnswer
+	changes map[string]int
 }
 
 type subnet struct {
@@ -134,7 +147,10 @@ type iface struct {
 	instance            string
 	device              int
 	attachment          string
+	card                int
 	deleteOnTermination bool
+	// typ is its InterfaceType: interface, trunk, efa, efa-only.
+	typ string
 	// hidden is how many more calls naming it answer NotFound.
 	hidden int
 }
@@ -142,7 +158,8 @@ type iface struct {
 // New answers an empty fake.
 func New() *Server {
 	return &Server{subnets: map[string]*subnet{}, instances: map[string]*instance{}, ifaces: map[string]*iface{},
-		vpcs: map[string][]netip.Prefix{}, groups: map[string]*securityGroup{}, calls: map[string]int{}}
+		vpcs: map[string][]netip.Prefix{}, groups: map[string]*securityGroup{}, calls: map[string]int{},
+		tokens: map[string]tokenAnswer{}, changes: map[string]int{}}
 }
 
 // AddSubnet adds a subnet.
@@ -299,7 +316,9 @@ type Interface struct {
 	MAC                 string
 	Status              string // available, in-use or detaching
 	Instance            string
+	Card                int
 	Device              int
+	Type                string
 	DeleteOnTermination bool
 	Groups              []string
 	Tags                map[string]string
@@ -314,7 +333,7 @@ func (s *Server) Interfaces() []Interface {
 	var out []Interface
 	for _, id := range slices.Sorted(maps.Keys(s.ifaces)) {
 		f := s.ifaces[id]
-		out = append(out, Interface{ID: f.id, MAC: f.mac, Status: f.status, Instance: f.instance, Device: f.device,
+		out = append(out, Interface{ID: f.id, MAC: f.mac, Status: f.status, Instance: f.instance, Card: f.card, Device: f.device, Type: f.typ,
 			DeleteOnTermination: f.deleteOnTermination, Groups: slices.Clone(f.groups), Tags: maps.Clone(f.tags),
 			Addresses: slices.Clone(f.addrs), Prefixes: slices.Clone(f.prefixes)})
 	}
