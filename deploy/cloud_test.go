@@ -45,8 +45,11 @@ func actionsOf(a any) []string {
 // TestAWSPolicyGrantsTheCallsMade: the IAM policy allows exactly the EC2
 // calls the AWS provider makes (the methods of its EC2 interface), plus
 // the CreateTags that tagging an interface at its creation needs, only
-// for that creation; interfaces can be deleted only when they carry the
-// cluster tag the workers put on theirs.
+// for that creation; interfaces can be detached and deleted only when
+// they carry the cluster tag the workers put on theirs (a user's, a
+// trunk, an EFA do not): on every network-interface resource, and the
+// detach's other resource, the instance, in a statement of its own
+// (a tag condition there would test the instance's tags).
 func TestAWSPolicyGrantsTheCallsMade(t *testing.T) {
 	b, err := os.ReadFile("cloud/aws-iam-policy.json")
 	if err != nil {
@@ -66,6 +69,7 @@ func TestAWSPolicyGrantsTheCallsMade(t *testing.T) {
 	}
 	slices.Sort(want)
 	var got []string
+	limited := map[string]bool{}
 	for _, st := range p.Statement {
 		if st.Effect != "Allow" {
 			t.Errorf("statement %s: effect %q", st.Sid, st.Effect)
@@ -78,18 +82,33 @@ func TestAWSPolicyGrantsTheCallsMade(t *testing.T) {
 				if st.Condition["StringEquals"]["ec2:CreateAction"] != "CreateNetworkInterface" {
 					t.Errorf("CreateTags not limited to CreateNetworkInterface: %v", st.Condition)
 				}
-			case "ec2:DeleteNetworkInterface":
-				if st.Condition["Null"]["aws:ResourceTag/"+cloud.TagCluster] != "false" {
-					t.Errorf("DeleteNetworkInterface not limited to interfaces tagged %s: %v", cloud.TagCluster, st.Condition)
+			case "ec2:DeleteNetworkInterface", "ec2:DetachNetworkInterface":
+				for _, r := range resourcesOf(st.Resource) {
+					tagged := st.Condition["Null"]["aws:ResourceTag/"+cloud.TagCluster] == "false"
+					switch {
+					case r == "arn:aws:ec2:*:*:network-interface/*" && tagged:
+						limited[a] = true
+					case a == "ec2:DetachNetworkInterface" && r == "arn:aws:ec2:*:*:instance/*" && len(st.Condition) == 0:
+					default:
+						t.Errorf("statement %s: %s on %s with %v, not only on interfaces tagged %s", st.Sid, a, r, st.Condition, cloud.TagCluster)
+					}
 				}
 			}
 		}
 	}
-	slices.Sort(got)
+	for _, a := range []string{"ec2:DeleteNetworkInterface", "ec2:DetachNetworkInterface"} {
+		if !limited[a] {
+			t.Errorf("%s not granted on interfaces tagged %s", a, cloud.TagCluster)
+		}
+	}
+	got = slices.Compact(slices.Sorted(slices.Values(got)))
 	if !slices.Equal(got, want) {
 		t.Fatalf("policy actions\n %v\nwant\n %v", got, want)
 	}
 }
+
+// resourcesOf is a statement's Resource, a string or a list of them.
+func resourcesOf(r any) []string { return actionsOf(r) }
 
 // TestAzureRoleGrantsTheCallsMade: the custom role grants the actions the
 // Azure provider documents its calls need, no more, on a resource group.

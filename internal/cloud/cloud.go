@@ -102,6 +102,11 @@ type Instance struct {
 	Limits Limits
 	// Interfaces are the attached interfaces, by device index.
 	Interfaces []Interface
+	// NetworkCard is the network card the workers attach interfaces to
+	// (EC2's DefaultNetworkCardIndex of a multi-card type; 0 elsewhere):
+	// Limits.Interfaces is that card's, and only the interfaces on it
+	// count against it.
+	NetworkCard int
 }
 
 // Interface is a network interface attached to an instance, and the
@@ -140,6 +145,32 @@ type Interface struct {
 	// it back): it still takes its device index and counts against the
 	// instance's interfaces, but nothing on it is for Pods any more.
 	Detaching bool
+	// Type is the interface's kind where the cloud has several (EC2's
+	// InterfaceType: interface, trunk, efa, efa-only, branch); "" or
+	// "interface" is a plain one.
+	Type string
+	// NetworkCard is the network card it is attached on (EC2's
+	// NetworkCardIndex on multi-card types, 0 elsewhere); device indexes
+	// count per card.
+	NetworkCard int
+	// Unmanaged reports that the interface is not the workers' to use,
+	// whatever a pool says (the provider decides; on AWS as the VPC CNI
+	// with MANAGE_UNTAGGED_ENI=false): tagged TagNoManage=true, of a type
+	// other than a plain interface (a trunk's addresses are its branches',
+	// an EFA's its fabric's), on another network card than the one the
+	// workers attach to, or attached by someone else than the workers
+	// (not the primary, without TagCluster, and not opted in by a
+	// TagNoManage of another value). It gets no Pod address, none of its
+	// addresses is counted or given back, and it is never detached.
+	Unmanaged bool
+}
+
+// Owned reports whether the workers created f: every interface they
+// create carries TagCluster, and the IAM policy (deploy/cloud) lets them
+// detach and delete only those.
+func (f Interface) Owned() bool {
+	_, ok := f.Tags[TagCluster]
+	return ok
 }
 
 // Slots is how many of the interface's address slots are taken: the
@@ -177,6 +208,11 @@ const (
 	TagNode      = "ipam-dev.io/node"
 	TagCreatedAt = "ipam-dev.io/created-at"
 )
+
+// TagNoManage is the VPC CNI's tag that keeps an interface out of Pod
+// addressing when "true" (node.k8s.amazonaws.com/no_manage); any other
+// value opts an interface a user attached in.
+const TagNoManage = "node.k8s.amazonaws.com/no_manage"
 
 // Assigned is what one Assign added.
 type Assigned struct {

@@ -59,11 +59,13 @@ func (o PlanOptions) On(l Limits) (out PlanOptions, fellBack bool) {
 	return o, false
 }
 
-// ForPods says whether interface f holds Pod addresses under o: from
-// FirstDevice on, not excluded by its tags, and not being detached. The
-// others are neither counted, nor added to, nor given back from.
+// ForPods says whether interface f holds Pod addresses under o: not
+// Unmanaged (the VPC CNI's no_manage tag, a trunk or EFA, another network
+// card, a user's), from FirstDevice on, not excluded by its tags, and not
+// being detached. The others are neither counted, nor added to, nor given
+// back from.
 func (o PlanOptions) ForPods(f Interface) bool {
-	return f.DeviceIndex >= o.FirstDevice && !o.Excludes(f) && !f.Detaching
+	return !f.Unmanaged && f.DeviceIndex >= o.FirstDevice && !o.Excludes(f) && !f.Detaching
 }
 
 // Excludes says whether f carries every one of o.ExcludeTags (none set
@@ -299,12 +301,15 @@ func slotsOf(ifaces []Interface, id string) int {
 
 func count(r *Release) int { return len(r.Addresses) + len(r.Prefixes) }
 
-// pickDetach chooses the interface (highest device index, never the
-// primary) whose addresses no Pod uses; "" when every one has a user.
+// pickDetach chooses the interface (highest device index) whose addresses
+// no Pod uses; "" when every one has a user. Never the primary, never one
+// the workers did not create (Interface.Owned: the IAM policy refuses
+// them the detach anyway), and never one holding the node's IPv6 prefix
+// (its Pods' IPv6 addresses would go with it).
 func pickDetach(ifaces []Interface, used map[netip.Addr]bool) string {
 	for i := len(ifaces) - 1; i >= 0; i-- {
 		f := ifaces[i]
-		if f.DeviceIndex == 0 {
+		if f.DeviceIndex == 0 || f.Unmanaged || !f.Owned() || len(f.IPv6Prefixes) > 0 {
 			continue
 		}
 		busy := used[f.Primary]

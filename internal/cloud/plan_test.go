@@ -38,6 +38,21 @@ func tagged(f Interface, k, v string) Interface {
 	return f
 }
 
+// ours is f as the workers create it: with the cluster tag.
+func ours(f Interface) Interface { return tagged(f, TagCluster, "test") }
+
+// withIPv6 is f holding the node's IPv6 /80.
+func withIPv6(f Interface) Interface {
+	f.IPv6Prefixes = []netip.Prefix{netip.MustParsePrefix("2600:1f18:aaaa:bb01:1::/80")}
+	return f
+}
+
+// unmanaged is f as the provider marks one not the workers' to use.
+func unmanaged(f Interface) Interface {
+	f.Unmanaged = true
+	return f
+}
+
 // uses marks the first n secondary addresses of f used.
 func uses(used map[netip.Addr]bool, f Interface, n int) map[netip.Addr]bool {
 	if used == nil {
@@ -137,11 +152,20 @@ func TestPlanNode(t *testing.T) {
 			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 0)}}},
 			PlanOptions{Sizing: warm(alloc.WarmTargets{})}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 3}}},
 		{"VPC CNI: an interface in surplus goes, the last with no Pod",
-			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 3), eni(1, 3), eni(2, 3)}}},
+			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 3), ours(eni(1, 3)), ours(eni(2, 3))}}},
 			PlanOptions{Sizing: warm(alloc.WarmTargets{})}, Plan{Detach: "eni-2"}},
 		{"VPC CNI: a busy interface stays",
-			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 3), eni(1, 3), eni(2, 3)}}, Used: uses(nil, eni(2, 3), 1)},
+			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 3), ours(eni(1, 3)), ours(eni(2, 3))}}, Used: uses(nil, eni(2, 3), 1)},
 			PlanOptions{Sizing: warm(alloc.WarmTargets{})}, Plan{Detach: "eni-1"}},
+		{"VPC CNI: an interface the workers did not create is never detached",
+			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 3), ours(eni(1, 3)), eni(2, 3)}}},
+			PlanOptions{Sizing: warm(alloc.WarmTargets{})}, Plan{Detach: "eni-1"}},
+		{"VPC CNI: the interface holding the node's IPv6 prefix is never detached",
+			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 3), ours(eni(1, 3)), withIPv6(ours(eni(2, 3)))}}},
+			PlanOptions{Sizing: warm(alloc.WarmTargets{})}, Plan{Detach: "eni-1"}},
+		{"an unmanaged interface is neither counted nor added to",
+			NodeState{Instance: Instance{Limits: c5xlarge, Interfaces: []Interface{eni(0, 0), unmanaged(eni(1, 3)), unmanaged(eni(2, 0))}}},
+			PlanOptions{Sizing: pre(4), FirstDevice: 1}, Plan{Create: &Creation{Count: 4}}},
 		{"VPC CNI: the primary interface is never detached",
 			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 3), eni(1, 3), eni(2, 3)}}, Used: uses(uses(nil, eni(2, 3), 1), eni(1, 3), 1)},
 			PlanOptions{Sizing: warm(alloc.WarmTargets{})}, Plan{}},

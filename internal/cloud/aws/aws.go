@@ -7,6 +7,7 @@
 package aws
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,8 +55,10 @@ type Provider struct {
 	ec2  EC2
 	opts Options
 
-	mu     sync.Mutex              // guards limits, subnets, vpcs and groups
+	mu     sync.Mutex              // guards limits, cards, subnets, vpcs and groups
 	limits map[string]cloud.Limits // by instance type: they never change
+	// cards are the types' default network cards, by instance type.
+	cards map[string]int
 	// subnets and vpcs are the ranges of the subnets and the blocks of
 	// the VPCs interfaces were met in, by id (withNetworks).
 	subnets map[string]subnetInfo
@@ -86,7 +89,7 @@ func New(client EC2, opts Options) *Provider {
 	if opts.Wait == nil {
 		opts.Wait = func(n int) time.Duration { return time.Duration(n) * 500 * time.Millisecond }
 	}
-	return &Provider{ec2: client, opts: opts, limits: map[string]cloud.Limits{}, subnets: map[string]subnetInfo{}, vpcs: map[string][]netip.Prefix{},
+	return &Provider{ec2: client, opts: opts, limits: map[string]cloud.Limits{}, cards: map[string]int{}, subnets: map[string]subnetInfo{}, vpcs: map[string][]netip.Prefix{},
 		groups: map[string]groupsEntry{}}
 }
 
@@ -115,11 +118,11 @@ func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, err
 	if inst.ID == "" {
 		return cloud.Instance{}, &cloud.Error{Kind: cloud.KindNotFound, Code: "InvalidInstanceID.NotFound", Message: "no instance " + id + " in the answer"}
 	}
-	limits, err := p.limitsOf(ctx, inst.Type)
+	limits, card, err := p.limitsOf(ctx, inst.Type)
 	if err != nil {
 		return cloud.Instance{}, err
 	}
-	inst.Limits = limits
+	inst.Limits, inst.NetworkCard = limits, card
 	pages := ec2.NewDescribeNetworkInterfacesPaginator(p.ec2, &ec2.DescribeNetworkInterfacesInput{
 		Filters: []types.Filter{{Name: sdkaws.String("attachment.instance-id"), Values: []string{id}}},
 	})
@@ -136,7 +139,8 @@ func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, err
 			inst.Interfaces = append(inst.Interfaces, f)
 		}
 	}
-	slices.SortFunc(inst.Interfaces, func(a, b cloud.Interface) int { return a.DeviceIndex - b.DeviceIndex })
+	slices.SortFunc(inst.Interfaces, byDevice)
+	markUnmanaged(&inst)
 	if err := p.withNetworks(ctx, inst.Interfaces); err != nil {
 		return cloud.Instance{}, err
 	}
@@ -160,12 +164,12 @@ func (p *Provider) Instances(ctx context.Context, vpc string) (map[string]cloud.
 				if in.State == nil || in.State.Name != types.InstanceStateNameRunning {
 					continue
 				}
-				limits, err := p.limitsOf(ctx, string(in.InstanceType))
+				limits, card, err := p.limitsOf(ctx, string(in.InstanceType))
 				if err != nil {
 					return nil, err
 				}
 				inst := cloud.Instance{ID: sdkaws.ToString(in.InstanceId), Type: string(in.InstanceType), VPC: sdkaws.ToString(in.VpcId),
-					SubnetID: sdkaws.ToString(in.SubnetId), Limits: limits}
+					SubnetID: sdkaws.ToString(in.SubnetId), Limits: limits, NetworkCard: card}
 				if in.Placement != nil {
 					inst.Zone = sdkaws.ToString(in.Placement.AvailabilityZone)
 				}
@@ -207,32 +211,40 @@ func (p *Provider) Instances(ctx context.Context, vpc string) (map[string]cloud.
 		if err := p.withNetworks(ctx, inst.Interfaces); err != nil {
 			return nil, err
 		}
-		slices.SortFunc(inst.Interfaces, func(a, b cloud.Interface) int { return a.DeviceIndex - b.DeviceIndex })
+		slices.SortFunc(inst.Interfaces, byDevice)
+		markUnmanaged(&inst)
 		out[id] = inst
 	}
 	return out, nil
 }
 
-// limitsOf answers the limits of instance type typ.
-func (p *Provider) limitsOf(ctx context.Context, typ string) (cloud.Limits, error) {
+// limitsOf answers the limits of instance type typ and its default
+// network card. On a type with several network cards the interfaces the
+// workers attach go on the default card, so the limit is that card's
+// MaximumNetworkInterfaces, not the instance's (the VPC CNI's ENI limit,
+// scripts/gen_vpc_ip_limits.go): c6in.32xlarge takes 16 interfaces, 8 a
+// card, and a ninth on card 0 is AttachmentLimitExceeded.
+func (p *Provider) limitsOf(ctx context.Context, typ string) (cloud.Limits, int, error) {
 	p.mu.Lock()
 	l, ok := p.limits[typ]
+	card := p.cards[typ]
 	p.mu.Unlock()
 	if ok {
-		return l, nil
+		return l, card, nil
 	}
 	out, err := p.ec2.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []types.InstanceType{types.InstanceType(typ)}})
 	if err != nil {
-		return cloud.Limits{}, classify(err)
+		return cloud.Limits{}, 0, classify(err)
 	}
 	for _, it := range out.InstanceTypes {
 		if string(it.InstanceType) != typ || it.NetworkInfo == nil {
 			continue
 		}
+		ni := it.NetworkInfo
 		l = cloud.Limits{
-			Interfaces:       int(sdkaws.ToInt32(it.NetworkInfo.MaximumNetworkInterfaces)),
-			IPv4PerInterface: int(sdkaws.ToInt32(it.NetworkInfo.Ipv4AddressesPerInterface)),
-			IPv6PerInterface: int(sdkaws.ToInt32(it.NetworkInfo.Ipv6AddressesPerInterface)),
+			Interfaces:       int(sdkaws.ToInt32(ni.MaximumNetworkInterfaces)),
+			IPv4PerInterface: int(sdkaws.ToInt32(ni.Ipv4AddressesPerInterface)),
+			IPv6PerInterface: int(sdkaws.ToInt32(ni.Ipv6AddressesPerInterface)),
 			// Prefixes are delegated to the interfaces of Nitro
 			// instances, bare metal included (EC2 names no hypervisor
 			// for those): the VPC CNI's IsPrefixDelegationSupported.
@@ -241,12 +253,47 @@ func (p *Provider) limitsOf(ctx context.Context, typ string) (cloud.Limits, erro
 		if it.VCpuInfo != nil {
 			l.VCPUs = int(sdkaws.ToInt32(it.VCpuInfo.DefaultVCpus))
 		}
+		card = int(sdkaws.ToInt32(ni.DefaultNetworkCardIndex))
+		if len(ni.NetworkCards) > 1 {
+			for _, c := range ni.NetworkCards {
+				if int(sdkaws.ToInt32(c.NetworkCardIndex)) == card {
+					l.Interfaces = int(sdkaws.ToInt32(c.MaximumNetworkInterfaces))
+				}
+			}
+		}
 		p.mu.Lock()
-		p.limits[typ] = l
+		p.limits[typ], p.cards[typ] = l, card
 		p.mu.Unlock()
-		return l, nil
+		return l, card, nil
 	}
-	return cloud.Limits{}, fmt.Errorf("EC2 described no network limits of instance type %q", typ)
+	return cloud.Limits{}, 0, fmt.Errorf("EC2 described no network limits of instance type %q", typ)
+}
+
+func byDevice(a, b cloud.Interface) int {
+	return cmp.Or(cmp.Compare(a.NetworkCard, b.NetworkCard), cmp.Compare(a.DeviceIndex, b.DeviceIndex))
+}
+
+// markUnmanaged marks the interfaces of inst that are not the workers'
+// to use (cloud.Interface.Unmanaged), as the VPC CNI's ipamd leaves them
+// alone (setUnmanagedENIs, filterUnmanagedENIs): one tagged
+// cloud.TagNoManage=true; a trunk (its addresses serve branch
+// interfaces), an EFA or any other type than a plain interface; one on
+// another network card than the default (the VPC CNI without
+// ENABLE_MULTI_NIC); and one a user attached: not the primary, without
+// the cluster tag the workers put on theirs, and not opted in by a
+// TagNoManage of another value than "true" (the VPC CNI with
+// MANAGE_UNTAGGED_ENI=false; Cilium's operator would use it unless
+// excluded by spec.eni, and detach nothing either way).
+func markUnmanaged(inst *cloud.Instance) {
+	for i := range inst.Interfaces {
+		f := &inst.Interfaces[i]
+		noManage, tagged := f.Tags[cloud.TagNoManage]
+		primary := f.NetworkCard == 0 && f.DeviceIndex == 0
+		f.Unmanaged = (tagged && noManage == "true") ||
+			(f.Type != "" && f.Type != string(types.NetworkInterfaceTypeInterface)) ||
+			(!primary && f.NetworkCard != inst.NetworkCard) ||
+			(!primary && !f.Owned() && !tagged)
+	}
 }
 
 // interfaceOf converts an EC2 interface; an address EC2 answers that is no
@@ -254,8 +301,10 @@ func (p *Provider) limitsOf(ctx context.Context, typ string) (cloud.Limits, erro
 func interfaceOf(ni types.NetworkInterface) (cloud.Interface, error) {
 	f := cloud.Interface{ID: sdkaws.ToString(ni.NetworkInterfaceId), MAC: sdkaws.ToString(ni.MacAddress), SubnetID: sdkaws.ToString(ni.SubnetId),
 		Attached: ni.Attachment != nil && sdkaws.ToString(ni.Attachment.InstanceId) != ""}
+	f.Type = string(ni.InterfaceType)
 	if ni.Attachment != nil {
 		f.DeviceIndex = int(sdkaws.ToInt32(ni.Attachment.DeviceIndex))
+		f.NetworkCard = int(sdkaws.ToInt32(ni.Attachment.NetworkCardIndex))
 		f.Detaching = ni.Attachment.Status == types.AttachmentStatusDetaching || ni.Attachment.Status == types.AttachmentStatusDetached
 	}
 	for _, g := range ni.Groups {

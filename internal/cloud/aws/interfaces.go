@@ -5,6 +5,8 @@ package aws
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -48,13 +50,18 @@ func (p *Provider) Subnets(ctx context.Context, vpc, zone string) ([]cloud.Subne
 	return out, nil
 }
 
-// CreateInterface creates the interface, attaches it at the instance's
-// first free device index from spec.FirstDevice (describing the instance
-// again and taking the next one when another attach took it first), marks
-// it to be deleted with the instance, and deletes it when it could not be
-// attached. A new interface is not visible to every EC2 call at once:
-// calls naming it are tried again a few times while EC2 says it does not
-// exist.
+// CreateInterface creates the interface, attaches it on the type's
+// default network card at the card's first free device index from
+// spec.FirstDevice (describing the instance again and taking the next one
+// when another attach took it first), marks it to be deleted with the
+// instance, and deletes it when it could not be attached. A new interface
+// is not visible to every EC2 call at once: calls naming it are tried
+// again a few times while EC2 says it does not exist.
+//
+// The create carries a ClientToken of its own, which the SDK's retries of
+// the call repeat: when an answer is lost after EC2 created the interface
+// (a 5xx, a cut connection), the retry answers that interface instead of
+// making a second one that nothing would attach.
 func (p *Provider) CreateInterface(ctx context.Context, spec cloud.InterfaceSpec) (cloud.Interface, error) {
 	inst, err := p.Instance(ctx, spec.Instance)
 	if err != nil {
@@ -68,7 +75,12 @@ func (p *Provider) CreateInterface(ctx context.Context, spec cloud.InterfaceSpec
 		tags = map[string]string{}
 	}
 	tags[cloud.TagCreatedAt] = p.opts.Now().UTC().Format(time.RFC3339)
+	token, err := clientToken()
+	if err != nil {
+		return cloud.Interface{}, err
+	}
 	in := &ec2.CreateNetworkInterfaceInput{
+		ClientToken:       sdkaws.String(token),
 		SubnetId:          sdkaws.String(spec.Subnet),
 		Groups:            spec.SecurityGroups,
 		Description:       sdkaws.String("Pod addresses of " + spec.Instance),
@@ -108,7 +120,7 @@ func (p *Provider) CreateInterface(ctx context.Context, spec cloud.InterfaceSpec
 	if err != nil {
 		return cloud.Interface{}, fmt.Errorf("interface %s attached at device %d, but not marked for deletion with the instance: %w", f.ID, device, err)
 	}
-	f.DeviceIndex, f.Attached = device, true
+	f.DeviceIndex, f.NetworkCard, f.Attached = device, inst.NetworkCard, true
 	created := []cloud.Interface{f}
 	if err := p.withNetworks(ctx, created); err != nil {
 		return cloud.Interface{}, fmt.Errorf("interface %s attached at device %d: %w", f.ID, device, err)
@@ -130,14 +142,38 @@ func checkSpec(spec cloud.InterfaceSpec, inst cloud.Instance) error {
 		return invalid("instance type %s takes no prefixes", inst.Type)
 	case 1+spec.Addresses+spec.Prefixes > inst.Limits.IPv4PerInterface:
 		return invalid("an interface of %s holds %d addresses, the primary included; asked %d more", inst.Type, inst.Limits.IPv4PerInterface, spec.Addresses+spec.Prefixes)
-	case len(inst.Interfaces) >= inst.Limits.Interfaces:
-		return &cloud.Error{Kind: cloud.KindAttachmentLimit, Code: "AttachmentLimitExceeded", Message: fmt.Sprintf("%s holds its %d interfaces", inst.ID, inst.Limits.Interfaces)}
+	case onCard(inst) >= inst.Limits.Interfaces:
+		return &cloud.Error{Kind: cloud.KindAttachmentLimit, Code: "AttachmentLimitExceeded",
+			Message: fmt.Sprintf("%s holds its %d interfaces on network card %d", inst.ID, inst.Limits.Interfaces, inst.NetworkCard)}
 	}
 	return nil
 }
 
-// attach attaches interface id to inst at the first free device index
-// from first, and answers the attachment and the index.
+// onCard counts the interfaces of inst on the network card the workers
+// attach to: Limits.Interfaces is that card's.
+func onCard(inst cloud.Instance) int {
+	n := 0
+	for _, f := range inst.Interfaces {
+		if f.NetworkCard == inst.NetworkCard {
+			n++
+		}
+	}
+	return n
+}
+
+// clientToken is a create's idempotency token: 32 random hex digits (EC2
+// takes up to 64 ASCII characters).
+func clientToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("an idempotency token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// attach attaches interface id to inst on its default network card at
+// the card's first free device index from first, and answers the
+// attachment and the index.
 func (p *Provider) attach(ctx context.Context, id string, inst cloud.Instance, first int) (string, int, error) {
 	for try := 1; ; try++ {
 		device := freeDevice(inst, first)
@@ -146,6 +182,7 @@ func (p *Provider) attach(ctx context.Context, id string, inst cloud.Instance, f
 			var err error
 			out, err = p.ec2.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{
 				NetworkInterfaceId: sdkaws.String(id), InstanceId: sdkaws.String(inst.ID), DeviceIndex: sdkaws.Int32(int32(device)),
+				NetworkCardIndex: sdkaws.Int32(int32(inst.NetworkCard)),
 			})
 			return err
 		})
@@ -165,11 +202,14 @@ func (p *Provider) attach(ctx context.Context, id string, inst cloud.Instance, f
 }
 
 // freeDevice is the lowest device index from first that no interface of
-// inst takes.
+// inst takes on its default network card (each card counts its own,
+// as the VPC CNI's awsGetFreeDeviceNumber reads them).
 func freeDevice(inst cloud.Instance, first int) int {
 	used := map[int]bool{}
 	for _, f := range inst.Interfaces {
-		used[f.DeviceIndex] = true
+		if f.NetworkCard == inst.NetworkCard {
+			used[f.DeviceIndex] = true
+		}
 	}
 	d := max(first, 0)
 	for used[d] {
@@ -248,7 +288,10 @@ func carries(have, want map[string]string) bool {
 }
 
 // DetachInterface detaches interface id: its attachment, read from EC2,
-// is detached (asynchronously: EC2 shows it available later).
+// is detached (asynchronously: EC2 shows it available later). An
+// interface without the cluster tag is not the workers' (a user's, a
+// trunk, an EFA): refused before the detach, as the IAM policy refuses
+// it.
 func (p *Provider) DetachInterface(ctx context.Context, id string) error {
 	out, err := p.ec2.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{NetworkInterfaceIds: []string{id}})
 	if err != nil {
@@ -256,6 +299,9 @@ func (p *Provider) DetachInterface(ctx context.Context, id string) error {
 	}
 	if len(out.NetworkInterfaces) != 1 || out.NetworkInterfaces[0].Attachment == nil || out.NetworkInterfaces[0].Attachment.AttachmentId == nil {
 		return &cloud.Error{Kind: cloud.KindInvalid, Code: "NotAttached", Message: "interface " + id + " is attached to nothing"}
+	}
+	if f, err := interfaceOf(out.NetworkInterfaces[0]); err != nil || !f.Owned() {
+		return &cloud.Error{Kind: cloud.KindInvalid, Code: "NotOwned", Message: "interface " + id + " does not carry " + cloud.TagCluster + ": the workers did not create it"}
 	}
 	_, err = p.ec2.DetachNetworkInterface(ctx, &ec2.DetachNetworkInterfaceInput{AttachmentId: out.NetworkInterfaces[0].Attachment.AttachmentId})
 	return classifyOrNil(err)

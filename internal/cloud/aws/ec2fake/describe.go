@@ -174,14 +174,21 @@ func (s *Server) describeInstancesLocked(form map[string][]string) (any, *APIErr
 }
 
 func (s *Server) describeInstanceTypesLocked(form map[string][]string) (any, *APIError) {
+	type cardItem struct {
+		Index      int `xml:"networkCardIndex"`
+		Interfaces int `xml:"maximumNetworkInterfaces"`
+	}
 	type typeItem struct {
-		InstanceType     string `xml:"instanceType"`
-		Hypervisor       string `xml:"hypervisor,omitempty"`
-		BareMetal        bool   `xml:"bareMetal"`
-		VCPUs            int    `xml:"vCpuInfo>defaultVCpus"`
-		Interfaces       int    `xml:"networkInfo>maximumNetworkInterfaces"`
-		IPv4PerInterface int    `xml:"networkInfo>ipv4AddressesPerInterface"`
-		IPv6PerInterface int    `xml:"networkInfo>ipv6AddressesPerInterface"`
+		InstanceType     string     `xml:"instanceType"`
+		Hypervisor       string     `xml:"hypervisor,omitempty"`
+		BareMetal        bool       `xml:"bareMetal"`
+		VCPUs            int        `xml:"vCpuInfo>defaultVCpus"`
+		Interfaces       int        `xml:"networkInfo>maximumNetworkInterfaces"`
+		IPv4PerInterface int        `xml:"networkInfo>ipv4AddressesPerInterface"`
+		IPv6PerInterface int        `xml:"networkInfo>ipv6AddressesPerInterface"`
+		Cards            int        `xml:"networkInfo>maximumNetworkCards"`
+		DefaultCard      int        `xml:"networkInfo>defaultNetworkCardIndex"`
+		CardSet          []cardItem `xml:"networkInfo>networkCards>item"`
 	}
 	type response struct {
 		XMLName   xml.Name   `xml:"DescribeInstanceTypesResponse"`
@@ -208,8 +215,15 @@ func (s *Server) describeInstanceTypesLocked(form map[string][]string) (any, *AP
 		case t.Nitro:
 			hv = "nitro"
 		}
-		items = append(items, typeItem{InstanceType: name, Hypervisor: hv, BareMetal: t.BareMetal, VCPUs: t.VCPUs,
-			Interfaces: t.Interfaces, IPv4PerInterface: t.IPv4PerInterface, IPv6PerInterface: t.IPv6PerInterface})
+		it := typeItem{InstanceType: name, Hypervisor: hv, BareMetal: t.BareMetal, VCPUs: t.VCPUs, Interfaces: t.Interfaces, IPv4PerInterface: t.IPv4PerInterface, IPv6PerInterface: t.IPv6PerInterface,
+			Cards: 1, DefaultCard: t.DefaultCard, CardSet: []cardItem{{Index: 0, Interfaces: t.Interfaces}}}
+		if len(t.Cards) > 0 {
+			it.Cards, it.CardSet = len(t.Cards), nil
+			for i, n := range t.Cards {
+				it.CardSet = append(it.CardSet, cardItem{Index: i, Interfaces: n})
+			}
+		}
+		items = append(items, it)
 	}
 	items, next, e := page(s, form, items)
 	if e != nil {
@@ -302,6 +316,7 @@ type attachmentItem struct {
 	ID                  string `xml:"attachmentId"`
 	InstanceID          string `xml:"instanceId"`
 	Device              int    `xml:"deviceIndex"`
+	Card                int    `xml:"networkCardIndex"`
 	Status              string `xml:"status"`
 	DeleteOnTermination bool   `xml:"deleteOnTermination"`
 }
@@ -313,6 +328,7 @@ type ifaceItem struct {
 	VPC        string           `xml:"vpcId"`
 	Zone       string           `xml:"availabilityZone"`
 	Status     string           `xml:"status"`
+	Type       string           `xml:"interfaceType"`
 	MAC        string           `xml:"macAddress"`
 	Primary    string           `xml:"privateIpAddress"`
 	Attachment *attachmentItem  `xml:"attachment,omitempty"`
@@ -325,14 +341,18 @@ type ifaceItem struct {
 
 func (s *Server) itemLocked(f *iface) ifaceItem {
 	sn := s.subnets[f.subnet]
-	it := ifaceItem{ID: f.id, SubnetID: f.subnet, VPC: sn.VPC, Zone: sn.Zone, Status: f.status, MAC: f.mac, Primary: f.primary.String(),
+	typ := f.typ
+	if typ == "" {
+		typ = "interface"
+	}
+	it := ifaceItem{ID: f.id, SubnetID: f.subnet, VPC: sn.VPC, Zone: sn.Zone, Status: f.status, Type: typ, MAC: f.mac, Primary: f.primary.String(),
 		Addresses: []addrItem{{Address: f.primary.String(), Primary: true}}, Tags: tagItems(f.tags)}
 	if f.instance != "" {
 		status := "attached"
 		if f.status == "detaching" {
 			status = "detaching"
 		}
-		it.Attachment = &attachmentItem{ID: f.attachment, InstanceID: f.instance, Device: f.device, Status: status, DeleteOnTermination: f.deleteOnTermination}
+		it.Attachment = &attachmentItem{ID: f.attachment, InstanceID: f.instance, Device: f.device, Card: f.card, Status: status, DeleteOnTermination: f.deleteOnTermination}
 	}
 	for _, g := range f.groups {
 		it.Groups = append(it.Groups, groupItem{ID: g})

@@ -54,6 +54,11 @@ type InstanceType struct {
 	// for them, and BareMetal true. They are Nitro-class and take
 	// prefixes.
 	BareMetal bool
+	// Cards are the MaximumNetworkInterfaces of each network card, by
+	// NetworkCardIndex, of a type with several (nil: one card taking
+	// Interfaces); DefaultCard is its DefaultNetworkCardIndex.
+	Cards       []int
+	DefaultCard int
 }
 
 // TakesPrefixes says whether EC2 delegates prefixes to the type's
@@ -68,6 +73,9 @@ var Types = map[string]InstanceType{
 	"m5.large":  {Interfaces: 3, IPv4PerInterface: 10, IPv6PerInterface: 10, VCPUs: 2, Nitro: true},
 	"c5.xlarge": {Interfaces: 4, IPv4PerInterface: 15, IPv6PerInterface: 15, VCPUs: 4, Nitro: true},
 	"m5.metal":  {Interfaces: 15, IPv4PerInterface: 50, IPv6PerInterface: 50, VCPUs: 96, BareMetal: true},
+	// Two network cards of 8 interfaces each (DescribeInstanceTypes, as
+	// the VPC CNI's generated limits record it).
+	"c6in.32xlarge": {Interfaces: 16, IPv4PerInterface: 50, IPv6PerInterface: 50, VCPUs: 128, Nitro: true, Cards: []int{8, 8}},
 }
 
 // PrefixAddresses is the size of a delegated IPv4 prefix (a /28).
@@ -131,6 +139,11 @@ type Server struct {
 	// done is closed by Close, ending held answers.
 	done   chan struct{}
 	closed bool
+	// tokens are the answers of the creates by their ClientToken
+	// (tokens.go); changes counts the changing calls naming each
+	// interface.
+	tokens  map[string]tokenAnswer
+	changes map[string]int
 }
 
 type subnet struct {
@@ -167,7 +180,10 @@ type iface struct {
 	instance            string
 	device              int
 	attachment          string
+	card                int
 	deleteOnTermination bool
+	// typ is its InterfaceType: interface, trunk, efa, efa-only.
+	typ string
 	// hidden is how many more calls naming it answer NotFound.
 	hidden int
 }
@@ -176,7 +192,8 @@ type iface struct {
 func New() *Server {
 	return &Server{subnets: map[string]*subnet{}, instances: map[string]*instance{}, ifaces: map[string]*iface{},
 		vpcs: map[string][]netip.Prefix{}, groups: map[string]*securityGroup{}, calls: map[string]int{},
-		faults: map[FaultKind]int{}, done: make(chan struct{}), unpaginated: map[string]unpaginatedLimit{}}
+		faults: map[FaultKind]int{}, done: make(chan struct{}), unpaginated: map[string]unpaginatedLimit{},
+		tokens: map[string]tokenAnswer{}, changes: map[string]int{}}
 }
 
 // AddSubnet adds a subnet.
@@ -340,7 +357,9 @@ type Interface struct {
 	MAC                 string
 	Status              string // available, in-use or detaching
 	Instance            string
+	Card                int
 	Device              int
+	Type                string
 	DeleteOnTermination bool
 	Groups              []string
 	Tags                map[string]string
@@ -355,7 +374,7 @@ func (s *Server) Interfaces() []Interface {
 	var out []Interface
 	for _, id := range slices.Sorted(maps.Keys(s.ifaces)) {
 		f := s.ifaces[id]
-		out = append(out, Interface{ID: f.id, MAC: f.mac, Status: f.status, Instance: f.instance, Device: f.device,
+		out = append(out, Interface{ID: f.id, MAC: f.mac, Status: f.status, Instance: f.instance, Card: f.card, Device: f.device, Type: f.typ,
 			DeleteOnTermination: f.deleteOnTermination, Groups: slices.Clone(f.groups), Tags: maps.Clone(f.tags),
 			Addresses: slices.Clone(f.addrs), Prefixes: slices.Clone(f.prefixes)})
 	}

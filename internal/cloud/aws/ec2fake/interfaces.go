@@ -69,8 +69,16 @@ func (s *Server) attachToLocked(f *iface, instanceID string, device int) {
 	f.status, f.instance, f.device, f.attachment = "in-use", instanceID, device, s.newIDLocked("eni-attach")
 }
 
-// attachLocked attaches f to instance at device as EC2 checks it.
+// attachLocked attaches f to instance at device of network card 0 as EC2
+// checks it.
 func (s *Server) attachLocked(f *iface, instanceID string, device int) *APIError {
+	return s.attachCardLocked(f, instanceID, 0, device)
+}
+
+// attachCardLocked attaches f to instance at device of network card card
+// as EC2 checks it: device indexes count per card, and a card of a
+// multi-card type takes its own MaximumNetworkInterfaces.
+func (s *Server) attachCardLocked(f *iface, instanceID string, card, device int) *APIError {
 	in, ok := s.instances[instanceID]
 	if !ok || in.terminated {
 		return &APIError{Code: "InvalidInstanceID.NotFound", Message: fmt.Sprintf("The instance ID '%s' does not exist", instanceID)}
@@ -79,18 +87,28 @@ func (s *Server) attachLocked(f *iface, instanceID string, device int) *APIError
 		return &APIError{Code: "InvalidNetworkInterface.InUse", Message: fmt.Sprintf("Interface: [%s] in use.", f.id)}
 	}
 	t := Types[in.typ]
-	attached := 0
+	if card < 0 || card >= max(len(t.Cards), 1) {
+		return &APIError{Code: "InvalidParameterValue", Message: fmt.Sprintf("Network card index %d is not valid for %s.", card, in.typ)}
+	}
+	attached, onCard := 0, 0
 	for _, g := range s.ifaces {
 		if g.instance != instanceID {
 			continue
 		}
 		attached++
+		if g.card != card {
+			continue
+		}
+		onCard++
 		if g.device == device {
 			return &APIError{Code: "InvalidParameterValue", Message: fmt.Sprintf("Instance '%s' already has an interface attached at device index '%d'.", instanceID, device)}
 		}
 	}
 	if attached >= t.Interfaces {
 		return &APIError{Code: "AttachmentLimitExceeded", Message: fmt.Sprintf("Interface count %d exceeds the limit for %s", attached+1, in.typ)}
+	}
+	if len(t.Cards) > 0 && onCard >= t.Cards[card] {
+		return &APIError{Code: "AttachmentLimitExceeded", Message: fmt.Sprintf("Interface count %d exceeds the limit of network card %d for %s", onCard+1, card, in.typ)}
 	}
 	if f.slots() > t.IPv4PerInterface {
 		return &APIError{Code: "InvalidInterface.IpAddressLimitExceeded", Message: fmt.Sprintf("Number of private addresses %d exceeds the limit of %d for %s", f.slots(), t.IPv4PerInterface, in.typ)}
@@ -99,6 +117,7 @@ func (s *Server) attachLocked(f *iface, instanceID string, device int) *APIError
 		return &APIError{Code: "InvalidParameterValue", Message: "Prefix delegation is supported on Nitro instances only."}
 	}
 	s.attachToLocked(f, instanceID, device)
+	f.card = card
 	return nil
 }
 
@@ -135,9 +154,20 @@ func (s *Server) createNetworkInterfaceLocked(form map[string][]string) (any, *A
 		RequestID string    `xml:"requestId"`
 		Interface ifaceItem `xml:"networkInterface"`
 	}
+	token := first(form, "ClientToken")
+	if answer, ok, e := s.repeatedLocked(token, form); ok || e != nil {
+		if e != nil {
+			return nil, e
+		}
+		return response{Xmlns: xmlns, RequestID: requestID, Interface: answer}, nil
+	}
 	count, prefixCount := first(form, "SecondaryPrivateIpAddressCount"), first(form, "Ipv4PrefixCount")
 	if count != "" && prefixCount != "" {
 		return nil, &APIError{Code: "InvalidParameterCombination", Message: "Specify either SecondaryPrivateIpAddressCount or Ipv4PrefixCount."}
+	}
+	typ := first(form, "InterfaceType")
+	if typ != "" && typ != "interface" && typ != "trunk" && typ != "efa" && typ != "efa-only" {
+		return nil, &APIError{Code: "InvalidParameterValue", Message: fmt.Sprintf("Value (%s) for parameter interfaceType is invalid.", typ)}
 	}
 	n := 0
 	if v := count + prefixCount; v != "" {
@@ -187,8 +217,11 @@ func (s *Server) createNetworkInterfaceLocked(form map[string][]string) (any, *A
 			return nil, e
 		}
 	}
+	f.typ = typ
 	f.hidden = s.invisible
-	return response{Xmlns: xmlns, RequestID: requestID, Interface: s.itemLocked(f)}, nil
+	item := s.itemLocked(f)
+	s.rememberLocked(token, form, item)
+	return response{Xmlns: xmlns, RequestID: requestID, Interface: item}, nil
 }
 
 func (s *Server) attachNetworkInterfaceLocked(form map[string][]string) (any, *APIError) {
@@ -207,10 +240,17 @@ func (s *Server) attachNetworkInterfaceLocked(form map[string][]string) (any, *A
 	if err != nil || device < 0 {
 		return nil, &APIError{Code: "MissingParameter", Message: "The request must contain the parameter deviceIndex"}
 	}
-	if e := s.attachLocked(f, first(form, "InstanceId"), device); e != nil {
+	card := 0
+	if v := first(form, "NetworkCardIndex"); v != "" {
+		if card, err = strconv.Atoi(v); err != nil {
+			return nil, &APIError{Code: "InvalidParameterValue", Message: fmt.Sprintf("Invalid value '%s' for networkCardIndex.", v)}
+		}
+	}
+	s.changedLocked(f)
+	if e := s.attachCardLocked(f, first(form, "InstanceId"), card, device); e != nil {
 		return nil, e
 	}
-	return response{Xmlns: xmlns, RequestID: requestID, Attachment: f.attachment}, nil
+	return response{Xmlns: xmlns, RequestID: requestID, Attachment: f.attachment, Card: f.card}, nil
 }
 
 func (s *Server) modifyNetworkInterfaceLocked(form map[string][]string) (any, *APIError) {
@@ -218,6 +258,7 @@ func (s *Server) modifyNetworkInterfaceLocked(form map[string][]string) (any, *A
 	if e != nil {
 		return nil, e
 	}
+	s.changedLocked(f)
 	att, del := first(form, "Attachment.AttachmentId"), first(form, "Attachment.DeleteOnTermination")
 	if att == "" || del == "" {
 		return nil, &APIError{Code: "InvalidParameterCombination", Message: "This fake modifies an attachment's DeleteOnTermination only."}
@@ -235,7 +276,8 @@ func (s *Server) detachNetworkInterfaceLocked(form map[string][]string) (any, *A
 		if f.attachment != att || att == "" {
 			continue
 		}
-		if f.device == 0 {
+		s.changedLocked(f)
+		if f.device == 0 && f.card == 0 {
 			return nil, &APIError{Code: "OperationNotPermitted", Message: "The network interface at device index 0 cannot be detached."}
 		}
 		// Asynchronous: available only once FinishDetaches runs.
@@ -250,6 +292,7 @@ func (s *Server) deleteNetworkInterfaceLocked(form map[string][]string) (any, *A
 	if e != nil {
 		return nil, e
 	}
+	s.changedLocked(f)
 	if f.status != "available" {
 		return nil, &APIError{Code: "InvalidNetworkInterface.InUse", Message: fmt.Sprintf("The network interface '%s' is currently in use.", f.id)}
 	}
@@ -273,6 +316,7 @@ func (s *Server) assignLocked(form map[string][]string) (any, *APIError) {
 	if e != nil {
 		return nil, e
 	}
+	s.changedLocked(f)
 	count, prefixCount := first(form, "SecondaryPrivateIpAddressCount"), first(form, "Ipv4PrefixCount")
 	if len(list(form, "PrivateIpAddress")) > 0 || len(list(form, "Ipv4Prefix")) > 0 {
 		return nil, &APIError{Code: "InvalidParameterCombination", Message: "This fake hands out addresses of its choosing only; name a count."}
@@ -319,6 +363,7 @@ func (s *Server) unassignLocked(form map[string][]string) (any, *APIError) {
 	if e != nil {
 		return nil, e
 	}
+	s.changedLocked(f)
 	notHeld := &APIError{Code: "InvalidParameterValue", Message: fmt.Sprintf("Some of the specified addresses are not assigned to interface %s", f.id)}
 	var addrs []netip.Addr
 	for _, v := range list(form, "PrivateIpAddress") {

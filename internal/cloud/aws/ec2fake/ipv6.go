@@ -38,6 +38,7 @@ func (s *Server) assignIPv6Locked(form map[string][]string) (any, *APIError) {
 	if e != nil {
 		return nil, e
 	}
+	s.changedLocked(f)
 	if first(form, "Ipv6AddressCount") != "" || len(list(form, "Ipv6Addresses")) > 0 || len(list(form, "Ipv6Prefixes")) > 0 {
 		return nil, &APIError{Code: "InvalidParameterCombination", Message: "This fake delegates prefixes of its choosing only; name Ipv6PrefixCount."}
 	}
