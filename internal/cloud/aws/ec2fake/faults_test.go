@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/smithy-go"
 
+	"github.com/ipam-dev/ipam/internal/cloud/aws"
 	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
 )
 
@@ -34,7 +35,7 @@ func client(t *testing.T, fake *ec2fake.Server, attempts int) *ec2.Client {
 	return ec2.New(ec2.Options{
 		Region:       "eu-west-1",
 		BaseEndpoint: sdkaws.String(srv.URL),
-		HTTPClient:   srv.Client(),
+		HTTPClient:   aws.SafeBodies(srv.Client()),
 		Credentials:  credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = attempts
