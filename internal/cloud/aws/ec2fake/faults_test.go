@@ -276,8 +276,18 @@ func equal(a, b []int) bool {
 
 // TestCutNeverBreaksALaterCall: a connection cut, on a pooled connection
 // or a fresh one, never fails a later call: the next call, and the
-// reading of its whole answer, succeed. Loops of cut-then-normal calls,
-// with and without the SDK's retry, sequential and concurrent.
+// reading of its whole answer, succeed. Loops of cut-then-normal calls
+// on one client.
+//
+// Known defect, not fixed: about 1 run in 130 (3 in 400 with
+// -count=400, after cut and lost, never after error) the describe after
+// a cut gets its whole 200 answer from the fake and the client's read
+// of the body fails "use of closed network connection": the client
+// closed its own connection. The fake writes nothing after the hijack
+// and closes only the hijacked connection; the SDK cancels no context
+// here. Not reproduced with an httptrace.ClientTrace on the requests
+// (600 runs). Such a call is applied and then fails, uncounted by
+// Faults.
 func TestCutNeverBreaksALaterCall(t *testing.T) {
 	for _, kind := range []ec2fake.FaultKind{ec2fake.FaultCut, ec2fake.FaultLost, ec2fake.FaultError} {
 		t.Run(string(kind), func(t *testing.T) {
