@@ -93,6 +93,16 @@ type NodeState struct {
 	Reserved map[netip.Addr]bool
 	// Pending is how many Pods wait for an address on the node.
 	Pending int
+	// SubnetFree is how many addresses each subnet of the instance's
+	// network and zone can still hand out, by subnet id, a subnet in
+	// its cooldown at 0 (Reconciler.Plan fills it from
+	// InterfaceManager.Subnets). An interface whose subnet has no room is
+	// skipped for the next, then for a new interface, and an add is
+	// bounded by its subnet's room, as Cilium's PrepareIPAllocation
+	// does: otherwise a full subnet's interface is asked every round and
+	// its node never served. nil, or a subnet missing from it, is not
+	// known: room is assumed.
+	SubnetFree map[string]int
 }
 
 // Plan is one round of cloud work for a node: at most one call that adds
@@ -107,6 +117,11 @@ type Plan struct {
 	// Full reports that the node needs more but no interface has room
 	// and the instance takes no more interfaces.
 	Full bool
+	// SubnetFull reports that the node needs more but every interface
+	// with a free slot is in a subnet without room (or cooling), and no
+	// subnet a new interface may go in has room either (Reconciler.Plan
+	// decides the latter): the node waits for room, and no call is made.
+	SubnetFull bool
 	// Release are unused addresses and prefixes beyond the node's need.
 	// They go back to the cloud only once excess for the pool's release
 	// delay, and only if still unused then: the caller's part.
@@ -131,6 +146,9 @@ type Creation struct {
 	Count int
 	// Fallback is Assignment's, for the new interface.
 	Fallback int
+	// Subnets are those to try in turn, when Reconciler.Plan chose them
+	// (ChooseSubnets with room for Count).
+	Subnets []Subnet
 }
 
 // Release gives back addresses and prefixes of one interface.
@@ -143,7 +161,8 @@ type Release struct {
 // PlanNode decides one round for a node: how many addresses it lacks or
 // holds in excess by the pool's sizing, counted over the interfaces for
 // Pods (PlanOptions.ForPods), and where to add or what to give back. It adds to the
-// first interface (by device index) with a free slot, else to a new
+// first interface (by device index) with a free slot whose subnet has
+// room (NodeState.SubnetFree), at most that room, else to a new
 // interface while the instance takes one, as Cilium's operator does; it
 // gives back the unused addresses of the interface with the most of them,
 // never a primary address, and prefixes only when wholly unused.
@@ -209,9 +228,16 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 	}
 
 	if add > 0 {
-		plan.Assign, plan.Create, plan.Full = placeAdd(ifaces, s.Instance, add)
+		unit := 1
+		if o.Prefixes {
+			unit = IPv4PrefixSize
+		}
+		plan.Assign, plan.Create, plan.Full, plan.SubnetFull = placeAdd(ifaces, s.Instance, add, s.SubnetFree, unit)
 		if o.Prefixes && plan.Assign != nil {
 			plan.Assign.Fallback = min(short, s.Instance.Limits.IPv4PerInterface-slotsOf(ifaces, plan.Assign.Interface))
+			if free, ok := subnetRoom(s.SubnetFree, subnetOf(s.Instance, plan.Assign.Interface)); ok {
+				plan.Assign.Fallback = min(plan.Assign.Fallback, free)
+			}
 		}
 		if o.Prefixes && plan.Create != nil {
 			plan.Create.Fallback = min(short, s.Instance.Limits.IPv4PerInterface-1)
@@ -226,19 +252,37 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 	return plan, nil
 }
 
-// placeAdd puts n addresses (or prefixes) on the first interface with free
-// slots, else on a new interface while the instance takes one.
-func placeAdd(ifaces []Interface, inst Instance, n int) (*Assignment, *Creation, bool) {
+// placeAdd puts n addresses (or prefixes, unit addresses each) on the
+// first interface with free slots whose subnet has room for one, at most
+// that room, else on a new interface while the instance takes one. It
+// answers full when no interface has a free slot and none can be added,
+// subnetFull when some interface had free slots but its subnet no room.
+func placeAdd(ifaces []Interface, inst Instance, n int, subnetFree map[string]int, unit int) (a *Assignment, c *Creation, full, subnetFull bool) {
 	slots := inst.Limits.IPv4PerInterface
 	for _, f := range ifaces {
-		if room := slots - f.Slots(); room > 0 {
-			return &Assignment{Interface: f.ID, Count: min(n, room)}, nil, false
+		room := slots - f.Slots()
+		if room <= 0 {
+			continue
 		}
+		if free, ok := subnetRoom(subnetFree, f.SubnetID); ok && free < unit {
+			subnetFull = true
+			continue
+		} else if ok {
+			room = min(room, free/unit)
+		}
+		return &Assignment{Interface: f.ID, Count: min(n, room)}, nil, false, false
 	}
 	if len(inst.Interfaces) < inst.Limits.Interfaces && slots > 1 {
-		return nil, &Creation{Count: min(n, slots-1)}, false
+		return nil, &Creation{Count: min(n, slots-1)}, false, false
 	}
-	return nil, nil, true
+	return nil, nil, !subnetFull, subnetFull
+}
+
+// subnetRoom is how many addresses subnet id can still hand out by
+// free, and whether that is known.
+func subnetRoom(free map[string]int, id string) (int, bool) {
+	n, ok := free[id]
+	return max(n, 0), ok && id != ""
 }
 
 // pickRelease chooses up to n unused secondary addresses (highest first)

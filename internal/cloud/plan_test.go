@@ -32,6 +32,12 @@ func eni(device, n int, prefixes ...string) Interface {
 	return f
 }
 
+// in is f in subnet id.
+func in(f Interface, id string) Interface {
+	f.SubnetID = id
+	return f
+}
+
 // tagged is f with tag k=v.
 func tagged(f Interface, k, v string) Interface {
 	f.Tags = map[string]string{k: v}
@@ -148,6 +154,28 @@ func TestPlanNode(t *testing.T) {
 			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{eni(0, 0, "10.9.0.16/28", "10.9.0.32/28", "10.9.0.48/28")}},
 				Used: map[netip.Addr]bool{netip.MustParseAddr("10.9.0.20"): true}},
 			PlanOptions{Sizing: pre(8), Prefixes: true}, Plan{Release: &Release{Interface: "eni-0", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.9.0.48/28"), netip.MustParsePrefix("10.9.0.32/28")}}}},
+		{"an interface whose subnet has no room gets nothing: a new interface",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{in(eni(0, 0), "full")}}, SubnetFree: map[string]int{"full": 0}},
+			PlanOptions{Sizing: pre(8)}, Plan{Create: &Creation{Count: 8}}},
+		{"the next interface whose subnet has room",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{in(eni(0, 0), "full"), in(eni(1, 0), "room")}}, SubnetFree: map[string]int{"full": 0, "room": 100}},
+			PlanOptions{Sizing: pre(8)}, Plan{Assign: &Assignment{Interface: "eni-1", Count: 8}}},
+		{"an add is bounded by its subnet's room",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{in(eni(0, 0), "low")}}, SubnetFree: map[string]int{"low": 3}},
+			PlanOptions{Sizing: pre(8)}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 3}}},
+		{"a subnet not read has room",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{in(eni(0, 0), "unread")}}, SubnetFree: map[string]int{"full": 0}},
+			PlanOptions{Sizing: pre(8)}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 8}}},
+		{"free slots only in full subnets, no interface left to add: waiting for room, not full",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{full0, in(eni(1, 2), "full"), in(eni(2, 0), "full")}}, Used: uses(uses(nil, full0, 9), eni(1, 2), 2),
+				SubnetFree: map[string]int{"full": 0}},
+			PlanOptions{Sizing: pre(8)}, Plan{SubnetFull: true}},
+		{"prefixes: a subnet with fewer free than a /28 has no room",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{in(eni(0, 0), "low")}}, SubnetFree: map[string]int{"low": 15}},
+			PlanOptions{Sizing: pre(20), Prefixes: true}, Plan{Create: &Creation{Count: 2, Fallback: 9}}},
+		{"prefixes: as many /28s as the subnet has room for, the fallback within it",
+			NodeState{Instance: Instance{Limits: m5large, Interfaces: []Interface{in(eni(0, 0), "low")}}, SubnetFree: map[string]int{"low": 20}},
+			PlanOptions{Sizing: pre(40), Prefixes: true}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 1, Fallback: 9}}},
 		{"VPC CNI: a whole interface's worth on a new node",
 			NodeState{Instance: Instance{Limits: t3small, Interfaces: []Interface{eni(0, 0)}}},
 			PlanOptions{Sizing: warm(alloc.WarmTargets{})}, Plan{Assign: &Assignment{Interface: "eni-0", Count: 3}}},
@@ -188,7 +216,7 @@ func TestPlanNode(t *testing.T) {
 }
 
 func show(p Plan) string {
-	s := fmt.Sprintf("full=%v detach=%q", p.Full, p.Detach)
+	s := fmt.Sprintf("full=%v subnetFull=%v detach=%q", p.Full, p.SubnetFull, p.Detach)
 	if p.Assign != nil {
 		s += fmt.Sprintf(" assign=%+v", *p.Assign)
 	}

@@ -297,7 +297,9 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	for _, a := range n.Reserved {
 		x.reserved[a] = true
 	}
-	plan, err := cloud.PlanNode(x.state(), x.opts)
+	// The reconciler's plan, subnets' room counted: a node no subnet can
+	// serve has no deficit to come first with.
+	plan, err := x.rec.Plan(ctx, x.state(), x.opts)
 	if err != nil {
 		return err
 	}
