@@ -577,7 +577,8 @@ func classify(err error) error {
 	case re.StatusCode == http.StatusTooManyRequests:
 		kind = cloud.KindThrottled
 	}
-	return &cloud.Error{Kind: kind, Code: re.ErrorCode, Message: fmt.Sprintf("HTTP %d", re.StatusCode), Err: err}
+	return &cloud.Error{Kind: kind, Code: re.ErrorCode, Message: fmt.Sprintf("HTTP %d", re.StatusCode),
+		RetryAfter: retryAfter(re.RawResponse), Err: err}
 }
 
 // classifyStale is classify for a change's last error, which may be a
