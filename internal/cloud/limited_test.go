@@ -16,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	azcloud "github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -25,6 +29,8 @@ import (
 	"github.com/ipam-dev/ipam/internal/cloud"
 	"github.com/ipam-dev/ipam/internal/cloud/aws"
 	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
+	"github.com/ipam-dev/ipam/internal/cloud/azure"
+	"github.com/ipam-dev/ipam/internal/cloud/azure/armfake"
 )
 
 // ec2World is an EC2 fake with one m5.large in subnet-a, and the AWS
@@ -232,5 +238,58 @@ func TestBudgetKeepsRequestsFromTheCloud(t *testing.T) {
 	}
 	if want := []string{"Assign ok", "Assign ctx"}; !slices.Equal(rec.calls, want) {
 		t.Fatalf("observed %v, want %v", rec.calls, want)
+	}
+}
+
+type staticToken struct{}
+
+func (staticToken) GetToken(context.Context, policy.TokenRequestOptions) (azcore.AccessToken, error) {
+	return azcore.AccessToken{Token: "token", ExpiresOn: time.Now().Add(time.Hour)}, nil
+}
+
+// TestBudgetAzure: the ARM clients of a subscription, network's and
+// compute's, spend one bucket, a token a request: a scale set VM's
+// address is a read of its NIC, the VM's update and the polls of its
+// operation, and a 429 the SDK retries is one request more.
+func TestBudgetAzure(t *testing.T) {
+	bucket := rate.NewLimiter(rate.Every(24*time.Hour), 1000)
+	fake := armfake.New()
+	subnet := armfake.SubnetID("rg", "vnet", "nodes")
+	fake.AddSubnet(subnet, netip.MustParsePrefix("10.41.0.0/24"))
+	_, nic, err := fake.AddScaleSetVM("rg", "pool1", "0", subnet, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests atomic.Int64
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	fake.SetBase(srv.URL)
+	p, err := azure.New(armfake.Subscription, staticToken{}, &arm.ClientOptions{ClientOptions: policy.ClientOptions{
+		Cloud: azcloud.Configuration{ActiveDirectoryAuthorityHost: srv.URL, Services: map[azcloud.ServiceName]azcloud.ServiceConfiguration{
+			azcloud.ResourceManager: {Endpoint: srv.URL, Audience: "https://management.core.windows.net/"},
+		}},
+		Transport: cloud.NewBudget(srv.Client(), bucket),
+		Retry:     policy.RetryOptions{MaxRetries: 2, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	fake.SetFault(func(method, path string) *armfake.Error {
+		if method == http.MethodPut && refused < 1 {
+			refused++
+			return armfake.Throttled()
+		}
+		return nil
+	})
+	l := cloud.NewLimited(p, nil)
+	if got, err := l.Assign(t.Context(), nic, 1, false); err != nil || len(got.Addresses) != 1 {
+		t.Fatalf("assigned %v, %v", got, err)
+	}
+	if got, sent := spent(bucket), int(requests.Load()); got != sent || sent < 4 {
+		t.Fatalf("%d tokens for %d requests, want one a request and at least 4 (a read, a refused write, the write, a poll)", got, sent)
 	}
 }
