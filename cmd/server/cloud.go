@@ -19,6 +19,7 @@ import (
 	azcloud "github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"go.opentelemetry.io/otel/attribute"
@@ -34,10 +35,12 @@ import (
 )
 
 // startCloud starts the cloud capacity workers of cfg.CloudProvider: a
-// pass over its cloud pools every cfg.CloudInterval, by the replica that
-// holds the store's cloud lock, every call behind one token bucket. It
-// answers a channel closed once the workers stopped with ctx; nil when no
-// provider is configured.
+// pass over its cloud pools cfg.CloudInterval after the last one ended,
+// by the replica that holds the store's cloud lock, every request behind
+// one token bucket (taken where the SDK sends it, so that a call of
+// several requests, a page and a retry each take one), every call
+// bounded by cfg.CloudCallTimeout. It answers a channel closed once the
+// workers stopped with ctx; nil when no provider is configured.
 func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logger, meter metric.Meter) (<-chan struct{}, error) {
 	if cfg.CloudProvider == "" {
 		return nil, nil
@@ -46,10 +49,12 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	observe := cloud.WithObserver(m)
+	// The wrappers bound and observe the calls; the bucket is the
+	// clients' (cloud.Budget), so they take none of it themselves.
+	wrap := []cloud.Option{cloud.WithObserver(m), cloud.WithCallTimeout(cfg.CloudCallTimeout)}
 	bucket := rate.NewLimiter(rate.Limit(cfg.CloudQPS), cfg.CloudBurst)
 	w := &capacity.Worker{Store: st, Provider: alloc.CloudProvider(cfg.CloudProvider), Log: log,
-		Tags: map[string]string{cloud.TagCluster: cfg.CloudCluster}}
+		Tags: map[string]string{cloud.TagCluster: cfg.CloudCluster}, Parallel: cfg.CloudParallel}
 	switch w.Provider {
 	case alloc.CloudAWS:
 		awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.AWSRegion))
@@ -60,11 +65,17 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 			if cfg.AWSEndpoint != "" {
 				o.BaseEndpoint = &cfg.AWSEndpoint
 			}
-			o.HTTPClient = aws.SafeBodies(o.HTTPClient)
+			// EC2's requests only: the credential's (STS, IMDS) count
+			// against other limits.
+			var next cloud.Doer = awshttp.NewBuildableClient()
+			if o.HTTPClient != nil {
+				next = o.HTTPClient
+			}
+			o.HTTPClient = aws.SafeBodies(cloud.NewBudget(next, bucket))
 		})
 		p := aws.New(client, aws.Options{})
-		w.Cloud, w.Interfaces = cloud.NewLimited(p, bucket, observe), cloud.NewLimitedInterfaces(p, bucket, observe)
-		w.Inventory = cloud.NewLimitedInventory(p, bucket, observe)
+		w.Cloud, w.Interfaces = cloud.NewLimited(p, nil, wrap...), cloud.NewLimitedInterfaces(p, nil, wrap...)
+		w.Inventory = cloud.NewLimitedInventory(p, nil, wrap...)
 	case alloc.CloudAzure:
 		opts, err := cfg.azureClientOptions()
 		if err != nil {
@@ -77,17 +88,29 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 		if err != nil {
 			return nil, fmt.Errorf("azure credential: %w", err)
 		}
-		p, err := azure.New(cfg.AzureSubscription, cred, &arm.ClientOptions{ClientOptions: opts})
+		// One bucket for the subscription's ARM requests, network's and
+		// compute's alike; Entra ID's token requests take none.
+		armOpts := opts
+		var next cloud.Doer = opts.Transport
+		if next == nil {
+			next = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		}
+		armOpts.Transport = cloud.NewBudget(next, bucket)
+		p, err := azure.New(cfg.AzureSubscription, cred, &arm.ClientOptions{ClientOptions: armOpts})
 		if err != nil {
 			return nil, err
 		}
-		w.Cloud = cloud.NewLimited(p, bucket, observe)
-		w.Inventory = cloud.NewLimitedInventory(p, bucket, observe)
+		w.Cloud = cloud.NewLimited(p, nil, wrap...)
+		w.Inventory = cloud.NewLimitedInventory(p, nil, wrap...)
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(cfg.CloudInterval)
+		// The next try comes a whole interval after this one ended, not at
+		// once after a long pass: the lock is free that long, so a standby
+		// replica, trying every interval too, takes it then (the holder's
+		// calls may be what hangs).
+		t := time.NewTimer(cfg.CloudInterval)
 		defer t.Stop()
 		var collect capacity.CollectSchedule
 		for {
@@ -116,6 +139,7 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 					log.Warn("cloud capacity: collecting leaked interfaces", "provider", cfg.CloudProvider, "err", cerr)
 				}
 			}
+			t.Reset(cfg.CloudInterval)
 			select {
 			case <-ctx.Done():
 				return
@@ -123,7 +147,8 @@ func startCloud(ctx context.Context, cfg config, st *store.Store, log *slog.Logg
 			}
 		}
 	}()
-	log.Info("cloud capacity workers on", "provider", cfg.CloudProvider, "interval", cfg.CloudInterval.String(), "qps", cfg.CloudQPS, "burst", cfg.CloudBurst)
+	log.Info("cloud capacity workers on", "provider", cfg.CloudProvider, "interval", cfg.CloudInterval.String(), "qps", cfg.CloudQPS,
+		"burst", cfg.CloudBurst, "callTimeout", cfg.CloudCallTimeout.String(), "parallel", cfg.CloudParallel)
 	return done, nil
 }
 
@@ -180,11 +205,11 @@ func newCloudMetrics(meter metric.Meter, provider string) (*cloudMetrics, error)
 	m := &cloudMetrics{provider: attribute.String("provider", provider)}
 	var err, e error
 	m.duration, e = meter.Float64Histogram("ipam_cloud_api_duration_seconds",
-		metric.WithDescription("Cloud API calls of the capacity workers by operation and outcome (ok, a cloud.Kind such as throttled, or canceled when the bucket kept it from the cloud), with their duration."),
+		metric.WithDescription("Cloud API calls of the capacity workers by operation and outcome (ok, a cloud.Kind such as throttled, timeout past --cloud-call-timeout, or canceled when the bucket kept it from the cloud), with their duration."),
 		metric.WithExplicitBucketBoundaries(cloudBuckets...))
 	err = errors.Join(err, e)
 	m.waited, e = meter.Float64Histogram("ipam_cloud_api_rate_limit_duration_seconds",
-		metric.WithDescription("Time each cloud API call waited for the shared token bucket (--cloud-qps, --cloud-burst)."),
+		metric.WithDescription("Time each cloud API call's requests waited for the shared token bucket (--cloud-qps, --cloud-burst), one token a request."),
 		metric.WithExplicitBucketBoundaries(cloudBuckets...))
 	err = errors.Join(err, e)
 	m.passes, e = meter.Int64Counter("ipam_cloud_passes", metric.WithUnit("{pass}"),
@@ -211,6 +236,8 @@ func (m *cloudMetrics) ObserveCall(op string, waited, took time.Duration, err er
 	switch {
 	case err != nil && took == 0:
 		outcome = "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		outcome = "timeout" // --cloud-call-timeout, or the pass's end
 	case err != nil:
 		outcome = cloud.KindOf(err).String()
 	}
@@ -253,6 +280,12 @@ func (c config) validateCloud() []error {
 	}
 	if c.CloudQPS <= 0 || c.CloudBurst < 1 {
 		errs = append(errs, errors.New("cloud-qps must be positive and cloud-burst at least 1"))
+	}
+	if c.CloudCallTimeout <= 0 {
+		errs = append(errs, errors.New("cloud-call-timeout must be positive"))
+	}
+	if c.CloudParallel < 1 {
+		errs = append(errs, errors.New("cloud-parallel must be at least 1"))
 	}
 	if c.CloudCluster == "" {
 		errs = append(errs, errors.New("cloud-cluster must name the cluster (it tags the interfaces the workers create)"))

@@ -230,6 +230,9 @@ func TestCloudFlags(t *testing.T) {
 		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-interval", "0s"}, "cloud-interval must be positive"},
 		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-qps", "0"}, "cloud-qps must be positive"},
 		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-cluster", ""}, "cloud-cluster must name the cluster"},
+		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-call-timeout", "0s"}, "cloud-call-timeout must be positive"},
+		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-parallel", "0"}, "cloud-parallel must be at least 1"},
+		{[]string{"--cloud-provider", "aws", "--aws-region", "r", "--cloud-call-timeout", "5s", "--cloud-parallel", "50"}, ""},
 	} {
 		cfg, err := parseConfig("serve", c.args, func(string) string { return "" })
 		if err == nil {

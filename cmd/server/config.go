@@ -18,6 +18,7 @@ import (
 	"github.com/ipam-dev/ipam/internal/api"
 	"github.com/ipam-dev/ipam/internal/cilium"
 	"github.com/ipam-dev/ipam/internal/cloud"
+	"github.com/ipam-dev/ipam/internal/cloud/capacity"
 	"github.com/ipam-dev/ipam/internal/lbipam"
 	"github.com/ipam-dev/ipam/internal/store"
 )
@@ -113,6 +114,8 @@ type config struct {
 	CloudInterval     time.Duration
 	CloudQPS          float64
 	CloudBurst        int
+	CloudCallTimeout  time.Duration
+	CloudParallel     int
 	CloudCluster      string
 	AWSRegion         string
 	AWSEndpoint       string
@@ -328,8 +331,10 @@ func parseConfig(name string, args []string, getenv func(string) string) (config
 	fs.DurationVar(&c.DurabilityInterval, "durability-interval", 30*time.Second, "how often the database's durability (a synchronous standby attached or not) is read, logged when it changes, and exported as ipam_db_synchronous")
 	fs.StringVar(&c.CloudProvider, "cloud-provider", "", "run the cloud capacity workers of this cloud (aws or azure) for its cloud pools: one replica at a time (a PostgreSQL advisory lock); empty runs none")
 	fs.DurationVar(&c.CloudInterval, "cloud-interval", 10*time.Second, "the time between two passes of the cloud capacity workers")
-	fs.Float64Var(&c.CloudQPS, "cloud-qps", cloud.DefaultQPS, "cloud API calls per second, every worker's together (Cilium's limit-ipam-api-qps)")
-	fs.IntVar(&c.CloudBurst, "cloud-burst", cloud.DefaultBurst, "cloud API calls at once above cloud-qps (Cilium's limit-ipam-api-burst)")
+	fs.Float64Var(&c.CloudQPS, "cloud-qps", cloud.DefaultQPS, "cloud API requests per second, every worker's together, each page and retry one (Cilium's limit-ipam-api-qps)")
+	fs.IntVar(&c.CloudBurst, "cloud-burst", cloud.DefaultBurst, "cloud API requests at once above cloud-qps (Cilium's limit-ipam-api-burst)")
+	fs.DurationVar(&c.CloudCallTimeout, "cloud-call-timeout", cloud.DefaultCallTimeout, "the longest a cloud call may take, its SDK's retries and its waits for the bucket included: a hung call ends then, and so does the pass and the cloud lock it holds")
+	fs.IntVar(&c.CloudParallel, "cloud-parallel", capacity.DefaultParallel, "how many nodes a cloud capacity pass reads and serves at a time (Cilium's parallel-alloc-workers, 50 there); every request still takes a token of the one bucket")
 	fs.StringVar(&c.CloudCluster, "cloud-cluster", "ipam", "the cluster's name, tagged on the interfaces the workers create (ipam-dev.io/cluster); the leak collector touches only those")
 	fs.StringVar(&c.AWSRegion, "aws-region", "", "the AWS region of the nodes (credentials come from the SDK's default chain: environment, web identity, instance role)")
 	fs.StringVar(&c.AWSEndpoint, "aws-endpoint", "", "an EC2 endpoint other than the region's (a VPC endpoint, a test server)")

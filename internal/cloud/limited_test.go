@@ -5,14 +5,23 @@ package cloud_test
 
 import (
 	"context"
+	"errors"
+	"math"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	azcloud "github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"golang.org/x/time/rate"
@@ -20,6 +29,8 @@ import (
 	"github.com/ipam-dev/ipam/internal/cloud"
 	"github.com/ipam-dev/ipam/internal/cloud/aws"
 	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
+	"github.com/ipam-dev/ipam/internal/cloud/azure"
+	"github.com/ipam-dev/ipam/internal/cloud/azure/armfake"
 )
 
 // ec2World is an EC2 fake with one m5.large in subnet-a, and the AWS
@@ -125,5 +136,160 @@ func TestLimitedObserves(t *testing.T) {
 	want := []string{"Assign ok", "Instance " + cloud.KindNotFound.String(), "Instances ok", "Unassign ctx"}
 	if !slices.Equal(rec.calls, want) {
 		t.Fatalf("observed %v, want %v", rec.calls, want)
+	}
+}
+
+// budgetWorld is an EC2 fake with two m5.large in subnet-a behind a
+// server counting every HTTP request, and the AWS provider on the real
+// SDK (three attempts a call) sending its requests through a Budget of
+// bucket.
+func budgetWorld(t *testing.T, bucket *rate.Limiter) (fake *ec2fake.Server, provider *aws.Provider, inst, eni string, requests *atomic.Int64) {
+	t.Helper()
+	fake = ec2fake.New()
+	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-a", VPC: "vpc-1", Zone: "z", CIDR: netip.MustParsePrefix("10.0.0.0/24")})
+	inst, eni, err := fake.AddInstance("m5.large", "subnet-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := fake.AddInstance("m5.large", "subnet-a"); err != nil {
+		t.Fatal(err)
+	}
+	requests = &atomic.Int64{}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: cloud.NewBudget(srv.Client(), bucket),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
+			o.MaxAttempts = 3
+			o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
+		})})
+	return fake, aws.New(client, aws.Options{Wait: func(int) time.Duration { return 0 }}), inst, eni, requests
+}
+
+// spent answers the whole tokens bucket gave since it held full.
+func spent(bucket *rate.Limiter) int {
+	return bucket.Burst() - int(math.Floor(bucket.Tokens()+1e-6))
+}
+
+// TestBudgetTakesATokenPerRequest: the bucket counts what EC2 counts,
+// one token a request: a create of several requests (create, attach,
+// attribute change) takes as many, a listing of several pages one a
+// page, a throttled request the SDK retries one more; the limited
+// wrappers without a bucket of their own take none beside.
+func TestBudgetTakesATokenPerRequest(t *testing.T) {
+	bucket := rate.NewLimiter(rate.Every(24*time.Hour), 1000)
+	fake, provider, inst, eni, requests := budgetWorld(t, bucket)
+	p, m, inv := cloud.NewLimited(provider, nil), cloud.NewLimitedInterfaces(provider, nil), cloud.NewLimitedInventory(provider, nil)
+	ctx := t.Context()
+	check := func(what string, atLeast int) {
+		t.Helper()
+		if got, sent := spent(bucket), int(requests.Load()); got != sent || sent < atLeast {
+			t.Fatalf("%s: %d tokens for %d requests, want one a request and at least %d requests", what, got, sent, atLeast)
+		}
+	}
+	if _, err := p.Assign(ctx, eni, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	check("an assign", 1)
+	if _, err := m.CreateInterface(ctx, cloud.InterfaceSpec{Instance: inst, Subnet: "subnet-a", Addresses: 1}); err != nil {
+		t.Fatal(err)
+	}
+	check("an assign and a create", 1+3)
+	fake.SetPageSize(1)
+	before := requests.Load()
+	if got, err := inv.Instances(ctx, "vpc-1"); err != nil || len(got) != 2 {
+		t.Fatalf("listed %v, %v", got, err)
+	}
+	check("a listing of pages of one", int(before)+4)
+	throttled := 0
+	fake.SetFault(func(action string) *ec2fake.APIError {
+		if action == "AssignPrivateIpAddresses" && throttled < 2 {
+			throttled++
+			return ec2fake.Throttled()
+		}
+		return nil
+	})
+	before = requests.Load()
+	if _, err := p.Assign(ctx, eni, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	check("an assign retried twice", int(before)+3)
+}
+
+// TestBudgetKeepsRequestsFromTheCloud: once the bucket is empty a
+// request whose call's context ends first is never sent, and the
+// observer hears of the call as kept from the cloud.
+func TestBudgetKeepsRequestsFromTheCloud(t *testing.T) {
+	bucket := rate.NewLimiter(rate.Every(24*time.Hour), 1)
+	_, provider, _, eni, requests := budgetWorld(t, bucket)
+	var rec recorder
+	p := cloud.NewLimited(provider, nil, cloud.WithObserver(&rec), cloud.WithCallTimeout(50*time.Millisecond))
+	if _, err := p.Assign(t.Context(), eni, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Assign(t.Context(), eni, 1, false); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call past the bucket: %v", err)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("%d requests reached EC2, want the one the bucket allowed", n)
+	}
+	if want := []string{"Assign ok", "Assign ctx"}; !slices.Equal(rec.calls, want) {
+		t.Fatalf("observed %v, want %v", rec.calls, want)
+	}
+}
+
+type staticToken struct{}
+
+func (staticToken) GetToken(context.Context, policy.TokenRequestOptions) (azcore.AccessToken, error) {
+	return azcore.AccessToken{Token: "token", ExpiresOn: time.Now().Add(time.Hour)}, nil
+}
+
+// TestBudgetAzure: the ARM clients of a subscription, network's and
+// compute's, spend one bucket, a token a request: a scale set VM's
+// address is a read of its NIC, the VM's update and the polls of its
+// operation, and a 429 the SDK retries is one request more.
+func TestBudgetAzure(t *testing.T) {
+	bucket := rate.NewLimiter(rate.Every(24*time.Hour), 1000)
+	fake := armfake.New()
+	subnet := armfake.SubnetID("rg", "vnet", "nodes")
+	fake.AddSubnet(subnet, netip.MustParsePrefix("10.41.0.0/24"))
+	_, nic, err := fake.AddScaleSetVM("rg", "pool1", "0", subnet, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests atomic.Int64
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	fake.SetBase(srv.URL)
+	p, err := azure.New(armfake.Subscription, staticToken{}, &arm.ClientOptions{ClientOptions: policy.ClientOptions{
+		Cloud: azcloud.Configuration{ActiveDirectoryAuthorityHost: srv.URL, Services: map[azcloud.ServiceName]azcloud.ServiceConfiguration{
+			azcloud.ResourceManager: {Endpoint: srv.URL, Audience: "https://management.core.windows.net/"},
+		}},
+		Transport: cloud.NewBudget(srv.Client(), bucket),
+		Retry:     policy.RetryOptions{MaxRetries: 2, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	fake.SetFault(func(method, path string) *armfake.Error {
+		if method == http.MethodPut && refused < 1 {
+			refused++
+			return armfake.Throttled()
+		}
+		return nil
+	})
+	l := cloud.NewLimited(p, nil)
+	if got, err := l.Assign(t.Context(), nic, 1, false); err != nil || len(got.Addresses) != 1 {
+		t.Fatalf("assigned %v, %v", got, err)
+	}
+	if got, sent := spent(bucket), int(requests.Load()); got != sent || sent < 4 {
+		t.Fatalf("%d tokens for %d requests, want one a request and at least 4 (a read, a refused write, the write, a poll)", got, sent)
 	}
 }

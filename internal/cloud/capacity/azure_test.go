@@ -273,6 +273,7 @@ func TestScenarioAzureThrottleStorm(t *testing.T) {
 		}
 	}
 	x.fake.SetFault(nil)
+	x.clock.Advance(BackoffMax) // the throttled nodes back off
 	if err := x.w.Pass(t.Context()); err != nil {
 		t.Fatal(err)
 	}

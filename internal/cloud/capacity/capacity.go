@@ -85,6 +85,7 @@ type Worker struct {
 	excess      map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> excess since
 	surplus     map[string]surplusSince               // "space/pool/node" -> the interface in surplus
 	reconciler  map[string]*cloud.Reconciler          // "space/pool" -> its reconciler
+	holds       holds                                 // the nodes backing off after a failure (backoff.go)
 	// singles are the nodes of a prefix pool already logged as falling
 	// back to single addresses ("space/pool/node"): logged once.
 	singles sync.Map
@@ -111,11 +112,11 @@ const DefaultParallel = 8
 const DefaultReleaseGuard = time.Minute
 
 // Pass runs one pass over every cloud pool of the worker's provider and
-// answers the failures joined (a node that failed is tried again at the
-// next pass; the others go on). It reads every node first, then serves
-// them by largest deficit, Parallel at a time, so that under a token
-// bucket the nodes short of the most addresses get the cloud's calls
-// first (Cilium's operator queues the same way).
+// answers the failures joined (a node that failed is left out until its
+// backoff ends, backoff.go; the others go on). It reads every node
+// first, then serves them by largest deficit, Parallel at a time, so
+// that under a token bucket the nodes short of the most addresses get
+// the cloud's calls first (Cilium's operator queues the same way).
 func (w *Worker) Pass(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started.IsZero() {
@@ -142,6 +143,9 @@ func (w *Worker) Pass(ctx context.Context) error {
 		}
 		opts := poolOptions(p)
 		for _, n := range nodes {
+			if w.holds.holding(p.Space+"/"+p.Name+"/"+n.Name, w.now()) {
+				continue
+			}
 			work = append(work, &nodeWork{pool: p, node: n, rec: rec, opts: nodeOptions(opts, n.PodInterfaces)})
 		}
 	}
@@ -151,11 +155,17 @@ func (w *Worker) Pass(ctx context.Context) error {
 		x.listed = listed
 	}
 	errs = append(errs, w.each(ctx, work, w.read)...)
+	all := slices.Clone(work)
 	work = slices.DeleteFunc(work, func(x *nodeWork) bool { return !x.ready })
 	// Largest deficit first; the order of the store among equals, so that
 	// a pass is predictable.
 	slices.SortStableFunc(work, func(a, b *nodeWork) int { return cmp.Compare(b.deficit, a.deficit) })
 	errs = append(errs, w.each(ctx, work, w.serve)...)
+	for _, x := range all {
+		if !x.failed {
+			w.holds.succeeded(holdKey(x))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -215,6 +225,7 @@ type nodeWork struct {
 	listed   map[string]cloud.Instance // this pass's inventory, by instance id
 	deficit  int                       // addresses the plan says the node lacks
 	ready    bool                      // read, and to be served
+	failed   bool                      // its reading or round failed: it backs off
 }
 
 // state is what the plan knows of x's node.
@@ -241,8 +252,10 @@ func (w *Worker) each(ctx context.Context, work []*nodeWork, f func(context.Cont
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			if err := f(ctx, x); err != nil {
+				x.failed = true
+				hold := w.holds.failed(ctx, holdKey(x), w.now(), err)
 				mu.Lock()
-				errs = append(errs, fmt.Errorf("pool %s/%s node %s: %w", x.pool.Space, x.pool.Name, x.node.Name, err))
+				errs = append(errs, fmt.Errorf("pool %s/%s node %s (left out for %s): %w", x.pool.Space, x.pool.Name, x.node.Name, hold.Round(time.Millisecond), err))
 				mu.Unlock()
 			}
 		}()
