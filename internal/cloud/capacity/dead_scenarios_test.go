@@ -242,3 +242,38 @@ func TestScenarioTwoNodeGroupsTwoPools(t *testing.T) {
 		t.Fatalf("EC2 gave n1 %v and n2 %v; recorded eni %v, eni-b %v; want 4 each", h1, h2, a, b)
 	}
 }
+
+// TestScenarioMovedAddressDoesNotWedge: an address moved outside the
+// workers from a live node, where a Pod still leases it, to another
+// node's instance overlaps the first node's block on every reading of
+// the second. The second node is served all the same with the rest of
+// what it holds (its passes succeed, its other addresses are recorded
+// and leased); the contested address stays out until the first node's
+// Pod lets it go.
+func TestScenarioMovedAddressDoesNotWedge(t *testing.T) {
+	x := newScen(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}})
+	inst2 := x.addNode(t, "n2", scenSubnet, nil)
+	x.mustPass(t)
+	a, err := x.lease(t, "c0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.provider.Unassign(t.Context(), x.eni0, []netip.Addr{a}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.fake.AssignAddresses(x.eniOf(t, inst2), a); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		x.mustPass(t)
+		x.clock.Advance(10 * time.Second)
+	}
+	blocks := x.nodeBlocks(t, "eni")
+	held := x.secondaries(inst2)
+	if slices.Contains(blocks["n2"], netip.PrefixFrom(a, 32)) || len(blocks["n2"]) != len(held)-1 || len(held) < 5 {
+		t.Fatalf("n2 holds %v, recorded %v; want all but %v (n1's Pod leases it)", held, blocks["n2"], a)
+	}
+	if !slices.Contains(blocks["n1"], netip.PrefixFrom(a, 32)) {
+		t.Fatalf("n1's leased block %v dropped: %v", a, blocks["n1"])
+	}
+}
