@@ -574,7 +574,8 @@ const maxProviderIDLen = 512
 // providerID's cloud, and answers whether it is. Recorded, the node is one
 // of the pool's CloudNodes: the capacity workers give it the cloud's
 // addresses the CiliumNode's pool then reserves, on the interfaces ifaces
-// (the CiliumNode's spec.eni) says hold Pod addresses, recorded with it. A node of a carved pool
+// (the CiliumNode's spec.eni) says hold Pod addresses, recorded with it,
+// and with the labels the pool was chosen by. A node of a carved pool
 // gets no providerID from here, so no cloud addresses. A node the store
 // does not know yet is left alone (false); so is one whose providerID is
 // already that.
@@ -630,11 +631,15 @@ func (s *Store) SetCiliumNodeProviderID(ctx context.Context, space, node string,
 			return err
 		}
 		isCloud = true
+		// The labels too, as ReserveNodeAddresses records them: the
+		// cloud pool's node selector takes the node by its stored labels
+		// (CloudNodes), which must be those the pool was chosen by.
 		_, err = tx.Exec(ctx, `UPDATE nodes SET provider_id = @providerID, first_interface_index = @firstIndex,
-				exclude_interface_tags = @excludeTags::jsonb, updated_at = @now
+				exclude_interface_tags = @excludeTags::jsonb, labels = @labels, updated_at = @now
 			WHERE id = @node AND (provider_id IS DISTINCT FROM @providerID OR first_interface_index IS DISTINCT FROM @firstIndex
-				OR exclude_interface_tags IS DISTINCT FROM @excludeTags::jsonb)`,
-			namedArgs{"node": nodeID, "providerID": providerID, "firstIndex": ifaces.FirstIndex, "excludeTags": excludeTags, "now": s.now()})
+				OR exclude_interface_tags IS DISTINCT FROM @excludeTags::jsonb OR labels IS DISTINCT FROM @labels::jsonb)`,
+			namedArgs{"node": nodeID, "providerID": providerID, "firstIndex": ifaces.FirstIndex, "excludeTags": excludeTags,
+				"labels": labelsOrEmpty(nodeLabels), "now": s.now()})
 		return err
 	})
 	return isCloud, err
