@@ -67,6 +67,10 @@ type Error struct {
 	// retry budget): the workers hold the node back that long, across
 	// passes. 0 when the cloud said nothing.
 	RetryAfter time.Duration
+	// Ended, with KindNotFound, says the cloud confirms that the instance
+	// ended (EC2: terminated or shutting down) rather than that it does
+	// not know it, which it also answers for a while about a new one.
+	Ended bool
 	// Err is the SDK's error.
 	Err error
 }
@@ -95,4 +99,11 @@ func RetryAfterOf(err error) time.Duration {
 		return ce.RetryAfter
 	}
 	return 0
+}
+
+// Ended reports whether err says the cloud confirms the instance ended
+// (an *Error with Ended set).
+func Ended(err error) bool {
+	var ce *Error
+	return errors.As(err, &ce) && ce.Kind == KindNotFound && ce.Ended
 }

@@ -16,6 +16,8 @@ import (
 	"unicode"
 
 	"github.com/jackc/pgx/v5"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 )
@@ -236,6 +238,80 @@ func (s *Store) DropCloudBlocks(ctx context.Context, space, node, pool string, p
 	})
 }
 
+// reasonCloudInstanceGone is the history's reason for what
+// DropGoneCloudNode deletes.
+const reasonCloudInstanceGone = "cloud-instance-gone"
+
+// DropGoneCloudNode deletes every cloud block of the node, of every
+// pool, with every lease row in them (held, reserved or cooling), once
+// the cloud confirmed that its instance, named by providerID, is gone:
+// the instance's interfaces went with it, and so did its Pods, while the
+// cloud may already have handed the addresses to another instance. No
+// cooldown holds them back: it keeps a released address from a new Pod
+// while the old one may still answer on it, and the old one is gone with
+// its instance; the other node the cloud gave one of them to needs it
+// recorded now. A node whose providerID is no longer providerID (it came
+// back on another instance under the same name) or that is gone is left
+// alone. It answers how many blocks and lease rows it deleted.
+func (s *Store) DropGoneCloudNode(ctx context.Context, space, node, providerID string) (blocks, leases int64, err error) {
+	err = s.inTxWhy(ctx, reasonCloudInstanceGone, func(tx querier) error {
+		blocks, leases = 0, 0
+		var id int64
+		err := tx.QueryRow(ctx, `SELECT id FROM nodes WHERE space = $1 AND name = $2`, space, node).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		// The blocks first, then the node, in the order allocations and
+		// DeleteNode lock them.
+		if _, err := tx.Exec(ctx, `SELECT id FROM blocks WHERE node_id = $1 AND source = 'cloud' ORDER BY family, id FOR UPDATE`, id); err != nil {
+			return err
+		}
+		var same bool
+		err = tx.QueryRow(ctx, `SELECT provider_id = $2 FROM nodes WHERE id = $1 FOR SHARE`, id, providerID).Scan(&same)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && !same {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM leases WHERE block_id IN (SELECT id FROM blocks WHERE node_id = $1 AND source = 'cloud')`, id)
+		if err != nil {
+			return err
+		}
+		leases = tag.RowsAffected()
+		tag, err = tx.Exec(ctx, `DELETE FROM blocks WHERE node_id = $1 AND source = 'cloud'`, id)
+		blocks = tag.RowsAffected()
+		return err
+	})
+	return blocks, leases, err
+}
+
+// CloudHolder is the holder of a block that overlaps a cloud address.
+type CloudHolder struct {
+	Node, ProviderID, Pool string
+	Block                  netip.Prefix
+	// Cloud reports a cloud block; Interface is then the one it was
+	// recorded on.
+	Cloud     bool
+	Interface string
+}
+
+// CloudBlockHolder answers the node and pool of a block of space that
+// overlaps prefix: what a RecordCloudBlocks refused as KindOverlap ran
+// into. KindNotFound when none does (any more).
+func (s *Store) CloudBlockHolder(ctx context.Context, space string, prefix netip.Prefix) (CloudHolder, error) {
+	var h CloudHolder
+	err := s.db.QueryRow(ctx, `SELECT n.name, n.provider_id, p.name, b.cidr, b.source = 'cloud', coalesce(b.cloud_interface, '')
+		FROM blocks b JOIN nodes n ON n.id = b.node_id JOIN pools p ON p.id = b.pool_id
+		WHERE b.space = $1 AND b.cidr && $2 ORDER BY b.cidr LIMIT 1`, space, prefix.Masked()).
+		Scan(&h.Node, &h.ProviderID, &h.Pool, &h.Block, &h.Cloud, &h.Interface)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return h, alloc.NotFound("prefix", "block overlapping", prefix.String())
+	}
+	return h, err
+}
+
 func masked(ps []netip.Prefix) []netip.Prefix {
 	out := make([]netip.Prefix, len(ps))
 	for i, p := range ps {
@@ -265,6 +341,11 @@ type CloudNode struct {
 	// PodInterfaces is what the node says of its own interfaces (a
 	// CiliumNode's spec.eni), to be honoured over the pool's spec.cloud.
 	PodInterfaces PodInterfaces
+	// Conflict, when set, names every cloud pool that claims the node
+	// (two node selectors match its labels, or none does and two pools
+	// have none): no pool serves it until its labels or the pools'
+	// selectors are fixed.
+	Conflict []string
 }
 
 // PodInterfaces say which of a node's cloud interfaces hold Pod
@@ -287,15 +368,18 @@ type CloudBlock struct {
 	Drained   bool
 }
 
-// CloudNodes answers, by name, the nodes of the space that hold blocks
-// of cloud pool pool or whose providerID names the pool's cloud
-// (aws:// or azure://), with their blocks of the pool and the addresses
-// leases hold in them, in one snapshot.
+// CloudNodes answers, by name, the nodes of cloud pool pool: those of
+// the space that hold blocks of the pool or whose providerID names the
+// pool's cloud (aws:// or azure://), and that the pool's node selector
+// takes (cloudPoolOf), with their blocks of the pool and the addresses
+// leases hold in them, in one snapshot. A node two pools claim is
+// answered by the first of them by name only, with Conflict set.
 func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode, error) {
 	var out []CloudNode
 	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var id int64
 		var cloud []byte
+		out = nil
 		err := tx.QueryRow(ctx, `SELECT id, cloud FROM pools WHERE space = $1 AND name = $2`, space, pool).Scan(&id, &cloud)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.notFoundIn(ctx, tx, space, "pool", "pool", pool)
@@ -309,7 +393,11 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 		if spec == nil {
 			return alloc.Invalid("pool", "pool %q is no cloud pool", pool)
 		}
-		rows, err := tx.Query(ctx, `SELECT n.name, n.provider_id, n.first_interface_index, n.exclude_interface_tags,
+		pools, err := cloudPoolSelectors(ctx, tx, space, spec.Provider)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT n.name, n.labels, n.provider_id, n.first_interface_index, n.exclude_interface_tags,
 				coalesce((SELECT json_agg(json_build_object('prefix', b.cidr, 'iface', b.cloud_interface, 'drained', b.capacity = 0) ORDER BY b.cidr)
 					FROM blocks b WHERE b.node_id = n.id AND b.pool_id = $2), '[]'),
 				coalesce((SELECT array_agg(l.addr ORDER BY l.addr) FROM leases l JOIN blocks b ON b.id = l.block_id
@@ -322,24 +410,86 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (CloudNode, error) {
-			var n CloudNode
-			var blocks []struct {
-				Prefix  netip.Prefix `json:"prefix"`
-				Iface   string       `json:"iface"`
-				Drained bool         `json:"drained"`
+		var n CloudNode
+		var nodeLabels map[string]string
+		var blocks []struct {
+			Prefix  netip.Prefix `json:"prefix"`
+			Iface   string       `json:"iface"`
+			Drained bool         `json:"drained"`
+		}
+		_, err = pgx.ForEachRow(rows, []any{&n.Name, &nodeLabels, &n.ProviderID, &n.PodInterfaces.FirstIndex, &n.PodInterfaces.ExcludeTags,
+			&blocks, &n.Used, &n.Reserved}, func() error {
+			claim := cloudPoolOf(nodeLabels, pools)
+			if len(claim) > 0 && claim[0] == pool {
+				if len(claim) > 1 {
+					n.Conflict = claim
+				}
+				for _, b := range blocks {
+					n.Blocks = append(n.Blocks, CloudBlock{Prefix: b.Prefix, Interface: b.Iface, Drained: b.Drained})
+				}
+				out = append(out, n)
 			}
-			if err := r.Scan(&n.Name, &n.ProviderID, &n.PodInterfaces.FirstIndex, &n.PodInterfaces.ExcludeTags, &blocks, &n.Used, &n.Reserved); err != nil {
-				return n, err
-			}
-			for _, b := range blocks {
-				n.Blocks = append(n.Blocks, CloudBlock{Prefix: b.Prefix, Interface: b.Iface, Drained: b.Drained})
-			}
-			return n, nil
+			n, nodeLabels, blocks = CloudNode{}, nil, nil
+			return nil
 		})
 		return err
 	})
 	return out, err
+}
+
+// cloudPoolSelector is a cloud pool's name and node selector (nil when
+// it has none).
+type cloudPoolSelector struct {
+	name     string
+	selector labels.Selector
+}
+
+// cloudPoolSelectors answers the cloud pools of provider in space, by
+// name, with their node selectors.
+func cloudPoolSelectors(ctx context.Context, q querier, space string, provider alloc.CloudProvider) ([]cloudPoolSelector, error) {
+	rows, err := q.Query(ctx, `SELECT name, node_selector FROM pools
+		WHERE space = $1 AND cloud IS NOT NULL AND cloud->>'provider' = $2 ORDER BY name`, space, string(provider))
+	if err != nil {
+		return nil, err
+	}
+	var out []cloudPoolSelector
+	var name string
+	var sel *metav1.LabelSelector
+	_, err = pgx.ForEachRow(rows, []any{&name, &sel}, func() error {
+		ns, err := alloc.LabelSelector("nodeSelector", sel)
+		if err != nil {
+			return fmt.Errorf("pool %q: %w", name, err) // edited by hand: the API refuses it
+		}
+		out = append(out, cloudPoolSelector{name: name, selector: ns})
+		sel = nil
+		return nil
+	})
+	return out, err
+}
+
+// cloudPoolOf answers the cloud pools (of one cloud, by name) that claim
+// a node with labels nodeLabels: those whose node selector matches the
+// labels, else those with no node selector, as a node's pool is chosen
+// in crd mode (alloc.SelectNodePool: the matching selectors, else the
+// default pool). The first one serves the node when it is the only one;
+// two or more is a conflict no pool serves, as two matching pools are
+// for alloc.SelectNodePool: each would record the instance's addresses
+// as its own, and the other's records would overlap them.
+func cloudPoolOf(nodeLabels map[string]string, pools []cloudPoolSelector) []string {
+	set := labels.Set(nodeLabels)
+	var matched, open []string
+	for _, p := range pools {
+		switch {
+		case p.selector == nil:
+			open = append(open, p.name)
+		case p.selector.Matches(set):
+			matched = append(matched, p.name)
+		}
+	}
+	if len(matched) > 0 {
+		return matched
+	}
+	return open
 }
 
 // CloudPool is a cloud pool and its spec.cloud.
@@ -425,7 +575,8 @@ const maxProviderIDLen = 512
 // providerID's cloud, and answers whether it is. Recorded, the node is one
 // of the pool's CloudNodes: the capacity workers give it the cloud's
 // addresses the CiliumNode's pool then reserves, on the interfaces ifaces
-// (the CiliumNode's spec.eni) says hold Pod addresses, recorded with it. A node of a carved pool
+// (the CiliumNode's spec.eni) says hold Pod addresses, recorded with it,
+// and with the labels the pool was chosen by. A node of a carved pool
 // gets no providerID from here, so no cloud addresses. A node the store
 // does not know yet is left alone (false); so is one whose providerID is
 // already that.
@@ -481,11 +632,15 @@ func (s *Store) SetCiliumNodeProviderID(ctx context.Context, space, node string,
 			return err
 		}
 		isCloud = true
+		// The labels too, as ReserveNodeAddresses records them: the
+		// cloud pool's node selector takes the node by its stored labels
+		// (CloudNodes), which must be those the pool was chosen by.
 		_, err = tx.Exec(ctx, `UPDATE nodes SET provider_id = @providerID, first_interface_index = @firstIndex,
-				exclude_interface_tags = @excludeTags::jsonb, updated_at = @now
+				exclude_interface_tags = @excludeTags::jsonb, labels = @labels, updated_at = @now
 			WHERE id = @node AND (provider_id IS DISTINCT FROM @providerID OR first_interface_index IS DISTINCT FROM @firstIndex
-				OR exclude_interface_tags IS DISTINCT FROM @excludeTags::jsonb)`,
-			namedArgs{"node": nodeID, "providerID": providerID, "firstIndex": ifaces.FirstIndex, "excludeTags": excludeTags, "now": s.now()})
+				OR exclude_interface_tags IS DISTINCT FROM @excludeTags::jsonb OR labels IS DISTINCT FROM @labels::jsonb)`,
+			namedArgs{"node": nodeID, "providerID": providerID, "firstIndex": ifaces.FirstIndex, "excludeTags": excludeTags,
+				"labels": labelsOrEmpty(nodeLabels), "now": s.now()})
 		return err
 	})
 	return isCloud, err

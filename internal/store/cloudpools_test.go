@@ -473,3 +473,135 @@ func TestCloudPoolIPv6(t *testing.T) {
 		t.Fatalf("IPv6 capacity %+v", c[alloc.IPv6])
 	}
 }
+
+// TestCloudNodesByNodeSelector: a node belongs to the cloud pool whose
+// node selector takes it, else to the one pool of its cloud without a
+// selector; never to every pool of its cloud (two node groups, one pool
+// each, fought over every node). A node two pools claim is listed by the
+// first by name alone, with the conflict; a pool of another cloud takes
+// none of these nodes.
+func TestCloudNodesByNodeSelector(t *testing.T) {
+	f := newFixture(t, nil)
+	aws := func(sel map[string]string, cidr string) alloc.PoolSpec {
+		s := alloc.PoolSpec{IPv4: fam(28, cidr), NodeLocal: alloc.DefaultNodeLocal, Cloud: &alloc.CloudSpec{Provider: alloc.CloudAWS}}
+		if sel != nil {
+			s.NodeSelector = &metav1.LabelSelector{MatchLabels: sel}
+		}
+		return s
+	}
+	f.pool("group-a", aws(map[string]string{"group": "a"}, "10.71.0.0/16"))
+	f.pool("group-b", aws(map[string]string{"group": "b"}, "10.72.0.0/16"))
+	f.pool("rest", aws(nil, "10.73.0.0/16"))
+	f.pool("zone-1", aws(map[string]string{"zone": "1"}, "10.74.0.0/16"))
+	azure := aws(nil, "10.77.0.0/16")
+	azure.Cloud = &alloc.CloudSpec{Provider: alloc.CloudAzure}
+	f.pool("vms", azure)
+	for _, n := range []alloc.Node{
+		{Name: "na", Labels: map[string]string{"group": "a"}},
+		{Name: "nb", Labels: map[string]string{"group": "b"}},
+		{Name: "nc", Labels: map[string]string{"group": "c"}},
+		{Name: "nd", Labels: map[string]string{"group": "a", "zone": "1"}},
+	} {
+		n.Space, n.ProviderID = alloc.DefaultSpace, "aws:///eu-west-1a/i-0"+n.Name
+		if _, _, err := f.s.PutNode(f.ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(pool string) map[string][]string {
+		t.Helper()
+		nodes, err := f.s.CloudNodes(f.ctx, alloc.DefaultSpace, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]string{}
+		for _, n := range nodes {
+			out[n.Name] = n.Conflict
+		}
+		return out
+	}
+	for pool, want := range map[string]map[string][]string{
+		"group-a": {"na": nil, "nd": {"group-a", "zone-1"}},
+		"group-b": {"nb": nil},
+		"rest":    {"nc": nil},
+		"zone-1":  {},
+		"vms":     {},
+	} {
+		if got := list(pool); !reflect.DeepEqual(got, want) {
+			t.Errorf("pool %s: nodes %v, want %v", pool, got, want)
+		}
+	}
+	// A second pool without a selector: the nodes no selector takes are
+	// claimed by both, and served by neither.
+	f.pool("rest-2", aws(nil, "10.78.0.0/16"))
+	if got, want := list("rest"), map[string][]string{"nc": {"rest", "rest-2"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("pool rest: nodes %v, want %v", got, want)
+	}
+	if got := list("rest-2"); len(got) != 0 {
+		t.Errorf("pool rest-2: nodes %v, want none", got)
+	}
+}
+
+// TestDropGoneCloudNode: once its instance is gone, a node's cloud blocks
+// of every pool go with every lease row in them, whatever its state, so
+// that another node can record the addresses at once; its other blocks
+// and the node stay, and a node back on another instance under the same
+// name keeps everything.
+func TestDropGoneCloudNode(t *testing.T) {
+	f := cloudFixture(t)
+	f.pool("carved", alloc.PoolSpec{IPv4: fam(28, "10.76.0.0/16"), NodeLocal: alloc.DefaultNodeLocal})
+	f.allocate(req("n1", "c1"))
+	a := f.allocate(req("n1", "c2"))
+	if _, err := f.s.ReleaseAddress(f.ctx, alloc.DefaultSpace, a.Leases[0].Addr); err != nil {
+		t.Fatal(err)
+	}
+	carved := req("n1", "c3")
+	carved.Pool = "carved"
+	f.allocate(carved)
+	// Another instance now: nothing goes.
+	blocks, leases, err := f.s.DropGoneCloudNode(f.ctx, alloc.DefaultSpace, "n1", "aws:///eu-west-1a/i-0fedcba987654321")
+	if err != nil || blocks != 0 || leases != 0 {
+		t.Fatalf("dropped %d blocks, %d leases of another instance: %v", blocks, leases, err)
+	}
+	blocks, leases, err = f.s.DropGoneCloudNode(f.ctx, alloc.DefaultSpace, "n1", "aws:///eu-west-1a/i-0123456789abcdef0")
+	if err != nil || blocks != 3 || leases != 2 {
+		t.Fatalf("dropped %d blocks, %d leases, want 3 and 2: %v", blocks, leases, err)
+	}
+	if n := f.count(`SELECT count(*) FROM blocks WHERE source = 'cloud'`); n != 0 {
+		t.Fatalf("%d cloud blocks left", n)
+	}
+	if n := f.count(`SELECT count(*) FROM leases`); n != 1 {
+		t.Fatalf("%d leases left, want the carved pool's", n)
+	}
+	if n := f.count(`SELECT count(*) FROM address_events WHERE reason = 'cloud-instance-gone'`); n == 0 {
+		t.Fatal("the history does not say why")
+	}
+	// Another node records an address at once.
+	if _, _, err := f.s.PutNode(f.ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "n2", ProviderID: "aws:///eu-west-1a/i-0aaaaaaaaaaaaaaaa"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.RecordCloudBlocks(f.ctx, alloc.DefaultSpace, "n2", "default", "eni-2", prefixes("10.75.0.5/32")); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.allocate(req("n2", "c1")); a.Leases[0].Addr != netip.MustParseAddr("10.75.0.5") {
+		t.Fatalf("n2 leased %v", a.Leases[0].Addr)
+	}
+	if blocks, _, err := f.s.DropGoneCloudNode(f.ctx, alloc.DefaultSpace, "gone", "aws:///x/i-0"); err != nil || blocks != 0 {
+		t.Fatalf("an unknown node: %d blocks, %v", blocks, err)
+	}
+}
+
+// TestCloudBlockHolder: the holder of the block an address overlaps.
+func TestCloudBlockHolder(t *testing.T) {
+	f := cloudFixture(t)
+	h, err := f.s.CloudBlockHolder(f.ctx, alloc.DefaultSpace, netip.MustParsePrefix("10.75.1.20/32"))
+	want := cloudHolderOf("n1", "aws:///eu-west-1a/i-0123456789abcdef0", "default", "10.75.1.16/28", "eni-1")
+	if err != nil || h != want {
+		t.Fatalf("holder %+v, %v; want %+v", h, err, want)
+	}
+	_, err = f.s.CloudBlockHolder(f.ctx, alloc.DefaultSpace, netip.MustParsePrefix("10.75.0.7/32"))
+	wantKind(t, err, alloc.KindNotFound)
+}
+
+func cloudHolderOf(node, providerID, pool, block, iface string) CloudHolder {
+	return CloudHolder{Node: node, ProviderID: providerID, Pool: pool, Block: netip.MustParsePrefix(block), Cloud: true, Interface: iface}
+}

@@ -107,7 +107,7 @@ func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, err
 				continue
 			}
 			if in.State != nil && (in.State.Name == types.InstanceStateNameTerminated || in.State.Name == types.InstanceStateNameShuttingDown) {
-				return cloud.Instance{}, &cloud.Error{Kind: cloud.KindNotFound, Code: "InvalidInstanceID.NotFound", Message: "instance " + id + " is " + string(in.State.Name)}
+				return cloud.Instance{}, &cloud.Error{Kind: cloud.KindNotFound, Code: "InvalidInstanceID.NotFound", Message: "instance " + id + " is " + string(in.State.Name), Ended: true}
 			}
 			inst = cloud.Instance{ID: id, Type: string(in.InstanceType), VPC: sdkaws.ToString(in.VpcId), SubnetID: sdkaws.ToString(in.SubnetId)}
 			if in.Placement != nil {

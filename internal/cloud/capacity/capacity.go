@@ -43,6 +43,9 @@ type Store interface {
 	RestoreCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) error
 	DropCloudBlocks(ctx context.Context, space, node, pool string, prefixes []netip.Prefix) error
 	SetCloudInterfaces(ctx context.Context, space, node, instance string, limits store.InstanceLimits, ifaces []store.CloudInterface, readAt time.Time) error
+	// For instances that ended, and addresses the cloud moved (dead.go).
+	DropGoneCloudNode(ctx context.Context, space, node, providerID string) (blocks, leases int64, err error)
+	CloudBlockHolder(ctx context.Context, space string, prefix netip.Prefix) (store.CloudHolder, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -86,6 +89,7 @@ type Worker struct {
 	surplus     map[string]surplusSince               // "space/pool/node" -> the interface in surplus
 	reconciler  map[string]*cloud.Reconciler          // "space/pool" -> its reconciler
 	holds       holds                                 // the nodes backing off after a failure (backoff.go)
+	goneWatch   goneWatch                             // instances not found, until the cloud confirms they ended (dead.go)
 	// singles are the nodes of a prefix pool already logged as falling
 	// back to single addresses ("space/pool/node"): logged once.
 	singles sync.Map
@@ -268,6 +272,9 @@ func (w *Worker) each(ctx context.Context, work []*nodeWork, f func(context.Cont
 // database lacks, and sizes the node's deficit.
 func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	p, n := x.pool, x.node
+	if len(n.Conflict) > 0 {
+		return fmt.Errorf("the node selectors of cloud pools %s all take the node: none serves it", strings.Join(n.Conflict, ", "))
+	}
 	id := InstanceID(w.Provider, n.ProviderID)
 	if id == "" {
 		return fmt.Errorf("providerID %q names no %s instance", n.ProviderID, w.Provider)
@@ -280,12 +287,13 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 		inst, err = w.Cloud.Instance(ctx, id)
 	}
 	if cloud.KindOf(err) == cloud.KindNotFound {
-		// Gone, or not visible yet: nothing to create or give back for it.
-		w.logger().Info("cloud capacity: instance not found", "node", n.Name, "instance", id)
-		return nil
+		// Gone, or not visible yet: nothing to create or give back for
+		// it; its blocks go once the cloud confirms it ended.
+		return w.notFound(ctx, x, id, err)
 	} else if err != nil {
 		return err
 	}
+	w.found(p.Space, n.Name)
 	w.mu.Lock()
 	if w.vpcs == nil {
 		w.vpcs = map[string]bool{}
@@ -294,7 +302,13 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	w.mu.Unlock()
 	inst = w.withoutReleased(p, n, inst)
 	x.opts = w.optionsOn(x, inst)
-	if err := w.recordHeld(ctx, p, n, inst, x.opts); err != nil {
+	err = w.recordHeld(ctx, p, n, inst, x.opts)
+	if alloc.IsKind(err, alloc.KindOverlap) {
+		// Another node's block holds an address the cloud gave this one:
+		// the cloud says which of the two holds it now.
+		err = w.recordContested(ctx, x, inst)
+	}
+	if err != nil {
 		return err
 	}
 	if err := w.settle(ctx, p, n, inst, x.opts); err != nil {

@@ -31,8 +31,6 @@ import (
 // capacity.Worker passes against the EC2 fake and count the changing
 // calls naming each such interface: there must be none.
 
-const scenSubnet = "subnet-0123456789abcdef0"
-
 // newTypedScen is newScen with an instance of type typ in a /22, and the
 // pool's IPv6 family v6 (none when nil).
 func newTypedScen(t *testing.T, typ string, spec alloc.CloudSpec, v6 *alloc.PoolFamily) *scen {
@@ -98,20 +96,6 @@ func (x *scen) untouched(t *testing.T, held map[string][]netip.Addr) {
 	}
 }
 
-// nodeBlocks are the node's recorded blocks.
-func (x *scen) nodeBlocks(t *testing.T) []netip.Prefix {
-	t.Helper()
-	nodes, err := x.st.CloudNodes(t.Context(), alloc.DefaultSpace, "eni")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []netip.Prefix
-	for _, b := range nodes[0].Blocks {
-		out = append(out, b.Prefix)
-	}
-	return out
-}
-
 // TestScenarioUnmanagedInterfacesGetNoPodAddresses: on a c5.xlarge
 // holding a trunk, an EFA with 3 addresses and an interface tagged
 // no_manage=true with 3, a pre-allocation of 12 goes on the primary
@@ -136,7 +120,7 @@ func TestScenarioUnmanagedInterfacesGetNoPodAddresses(t *testing.T) {
 	if len(own) != 12 {
 		t.Fatalf("the primary interface holds %d addresses, want the 12 pre-allocated", len(own))
 	}
-	for _, b := range x.nodeBlocks(t) {
+	for _, b := range x.nodeBlocks(t, "eni")["n1"] {
 		if !slices.Contains(own, b.Addr()) {
 			t.Errorf("block %s recorded for Pods is not the primary interface's", b)
 		}
