@@ -55,6 +55,12 @@ func (h *holds) failed(ctx context.Context, key string, now time.Time, err error
 	if ctx.Err() != nil {
 		return 0
 	}
+	if cloud.KindOf(err) == cloud.KindSubnetFull {
+		// A node waiting for subnet room makes no call while its subnets
+		// cool down or read full (the subnet cooldown is its backoff): it
+		// is served at the first reading with room, not minutes later.
+		return 0
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.nodes == nil {
