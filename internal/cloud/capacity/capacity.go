@@ -12,7 +12,14 @@
 // election); a pass is safe to repeat, and a pass cut short leaves
 // nothing the next one does not finish: an address the cloud gave but the
 // database does not hold yet is recorded by the next pass, a drained block
-// the cloud kept is restored.
+// the cloud kept is restored once the readings are settled.
+//
+// A give-back whose outcome is unknown (an answer lost, a call timed
+// out) is never undone blindly: its blocks stay drained until the
+// cloud's readings, trusted only after the release guard, say whether
+// the interface still holds them. A node whose round fails backs off
+// (backoff.go); an instance the cloud confirms gone has its blocks
+// dropped (dead.go).
 package capacity
 
 import (
