@@ -148,6 +148,23 @@ func (t WarmTargets) Over(p WarmPool) int {
 	return max(min(p.FreePrefixes, p.Prefixes-keep), 0)
 }
 
+// OverAddresses is Over counted in addresses, in prefix mode too: how
+// many single addresses a prefix node (given them by a fallback) may give
+// back. With address targets, those beyond WARM_IP_TARGET as long as the
+// node keeps MINIMUM_IP_TARGET; with WARM_PREFIX_TARGET, the unused
+// addresses beyond its prefixes' worth.
+func (t WarmTargets) OverAddresses(p WarmPool) int {
+	switch {
+	case !t.Prefixes:
+		return t.Over(p)
+	case t.ipTargets():
+		u := t
+		u.Prefixes = false
+		return u.Over(p)
+	}
+	return max(p.Total-p.Used-t.WarmPrefix*PrefixSize, 0)
+}
+
 // SurplusInterface reports whether, sized by WARM_ENI_TARGET (no address
 // targets, no prefixes), the node holds an interface more than it needs:
 // unused addresses for WARM_ENI_TARGET + 1 interfaces.

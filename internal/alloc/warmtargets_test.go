@@ -210,3 +210,24 @@ func TestShortAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestOverAddresses: what a prefix node may give back of the single
+// addresses a fallback gave it, counted in addresses.
+func TestOverAddresses(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		t    WarmTargets
+		p    WarmPool
+		want int
+	}{
+		{"no prefixes: Over", WarmTargets{WarmIP: 2}, WarmPool{Total: 10, Used: 3}, 5},
+		{"prefix mode, address targets", WarmTargets{WarmIP: 2, MinimumIP: 4, Prefixes: true}, WarmPool{Total: 12, Used: 1}, 8},
+		{"prefix mode, the minimum keeps them", WarmTargets{WarmIP: 2, MinimumIP: 12, Prefixes: true}, WarmPool{Total: 12, Used: 1}, 0},
+		{"prefix target: beyond a prefix's worth", WarmTargets{WarmPrefix: 1, Prefixes: true}, WarmPool{Total: 20, Used: 0}, 4},
+		{"prefix target: nothing beyond", WarmTargets{WarmPrefix: 1, Prefixes: true}, WarmPool{Total: 20, Used: 6}, 0},
+	} {
+		if got := c.t.OverAddresses(c.p); got != c.want {
+			t.Errorf("%s: OverAddresses = %d, want %d", c.name, got, c.want)
+		}
+	}
+}

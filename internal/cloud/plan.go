@@ -202,6 +202,10 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 	var plan Plan
 	var add, give int // in addresses, or prefixes with o.Prefixes
 	var short int     // the addresses the node lacks, for a fallback
+	// singles, with prefixes, are how many of the single addresses a
+	// fallback gave (cilium#29634) the node may give back: they go first,
+	// a /28 only once none is left.
+	var singles int
 	surplus := false
 	if o.Sizing.WarmTargets != nil {
 		// Prefix mode is the pool's (o.Prefixes), whatever the targets say.
@@ -218,11 +222,15 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 		pool := alloc.WarmPool{Total: held, Used: used, Prefixes: prefixes, FreePrefixes: freePrefixes, PerInterface: per, MaxPods: maxPods}
 		add, give, surplus = t.Short(pool), t.Over(pool), t.SurplusInterface(pool)
 		short = t.ShortAddresses(pool)
+		if o.Prefixes {
+			singles = t.OverAddresses(pool)
+		}
 	} else {
 		w := o.Sizing.Watermarks
 		add, give = w.ToAllocate(held, used, s.Pending), w.Excess(held, used)
 		short = add
 		if o.Prefixes {
+			singles = give
 			add, give = alloc.PrefixesFor(add), give/IPv4PrefixSize
 		}
 	}
@@ -243,7 +251,10 @@ func PlanNode(s NodeState, o PlanOptions) (Plan, error) {
 			plan.Create.Fallback = min(short, s.Instance.Limits.IPv4PerInterface-1)
 		}
 	}
-	if give > 0 && add == 0 {
+	if singles > 0 && add == 0 {
+		plan.Release = pickSingles(ifaces, kept(s), singles)
+	}
+	if give > 0 && add == 0 && plan.Release == nil {
 		plan.Release = pickRelease(ifaces, kept(s), give, o.Prefixes)
 	}
 	if surplus && add == 0 {
@@ -317,6 +328,32 @@ func pickRelease(ifaces []Interface, used map[netip.Addr]bool, n int, prefixes b
 	slices.SortFunc(best.Prefixes, func(a, b netip.Prefix) int { return b.Addr().Compare(a.Addr()) })
 	best.Addresses = best.Addresses[:min(n, len(best.Addresses))]
 	best.Prefixes = best.Prefixes[:min(n, len(best.Prefixes))]
+	return best
+}
+
+// pickSingles chooses, in prefix mode, up to n unused secondary addresses
+// (highest first) of the interface holding the most of them (by id on a
+// tie): what fallbacks gave a node of a prefix pool, which would
+// otherwise stay for good, as pickRelease gives back only whole prefixes
+// there.
+func pickSingles(ifaces []Interface, used map[netip.Addr]bool, n int) *Release {
+	var best *Release
+	for _, f := range slices.SortedFunc(slices.Values(ifaces), func(a, b Interface) int { return cmp.Compare(a.ID, b.ID) }) {
+		r := &Release{Interface: f.ID}
+		for _, a := range f.Addresses {
+			if !used[a] {
+				r.Addresses = append(r.Addresses, a)
+			}
+		}
+		if len(r.Addresses) > 0 && (best == nil || len(r.Addresses) > len(best.Addresses)) {
+			best = r
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	slices.SortFunc(best.Addresses, func(a, b netip.Addr) int { return b.Compare(a) })
+	best.Addresses = best.Addresses[:min(n, len(best.Addresses))]
 	return best
 }
 
