@@ -132,6 +132,9 @@ type Result struct {
 	UnownedCalls int
 	Passes       int
 	PassErrors   int
+	// DescribesByPass are the describes (instances and interfaces) each
+	// pass made: the inventory's listing, and the nodes described alone.
+	DescribesByPass []int `json:",omitempty"`
 	// Faults the fake injected.
 	Throttled, LostAnswers, StaleReadsOn int
 	Created                              int
@@ -353,10 +356,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			n.peak = max(n.peak, len(n.pods))
 		}
 		passStart.Store(time.Now().UnixNano())
+		before := fake.Calls("DescribeInstances") + fake.Calls("DescribeNetworkInterfaces")
 		if err := w.Pass(ctx); err != nil {
 			res.PassErrors++
 		}
 		res.Passes++
+		res.DescribesByPass = append(res.DescribesByPass, fake.Calls("DescribeInstances")+fake.Calls("DescribeNetworkInterfaces")-before)
 		if cfg.Check {
 			bad, err := leasableNotHeld(ctx, st, fake, cfg.Space, live)
 			if err != nil {
