@@ -1,30 +1,41 @@
 // SPDX-License-Identifier: Apache-2.0
 // Copyright The ipam-dev/ipam Authors
 
-// Package scaleout simulates a cluster scaling out on AWS: nodes that
-// reach a number of Pods each, then churn, with the capacity rounds of
-// cloud.Reconciler keeping each node's warm pool, the real EC2 client
-// talking to the EC2 fake over TLS, one token bucket over every call,
-// and throttling injected. Time is virtual: one step is one second of the
-// workers' time (the bucket refills by it), however long the calls take
-// here.
+// Package scaleout simulates a cluster scaling out on AWS through the
+// server's own path: capacity.Worker passes over two cloud pools (one per
+// node group, chosen by the pools' nodeSelectors, each with its subnet)
+// on a real store, the real EC2 client behind the server's token bucket
+// (cloud.NewBudget) and limited wrappers with a call timeout, talking
+// over TLS to the EC2 fake failing as EC2 does: throttling, answers lost
+// after the change was applied, stale reads, random free addresses, and
+// instances terminated mid-run. Pods are leases: st.Allocate at start (a
+// Pod without an address retries every pass, as a CNI's retries do),
+// ReleaseAttachment at stop.
 //
-// It reports the three figures of the cloud capacity workers: EC2 calls
-// per 1,000 Pods against their floor (one /28 per 16 Pods of each node,
-// and one per interface created), the share of the Pods started after the
-// ramp whose address was not there yet (the steady state, where the warm
-// target should hold), and the Pods that never got an address.
+// Time is virtual for the store and the workers: one pass every
+// Interval. The fake's stale reads are dated by the virtual time of the
+// pass plus the real time spent in it, so a describe can show the state
+// of a few seconds ago within a pass and across passes that took long.
+// The token bucket runs on real time (it is the server's rate.Limiter):
+// it paces the run, not the figures.
+//
+// After every pass it checks, against the fake's truth, that no block a
+// Pod could lease (recorded, not drained) on a live node lies outside
+// its instance's interfaces, and counts the calls that changed
+// interfaces the workers do not own (no_manage-tagged).
 package scaleout
 
 import (
-	"cmp"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http/httptest"
 	"net/netip"
 	"slices"
-	"sort"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
@@ -32,417 +43,453 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"golang.org/x/time/rate"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/cloud"
 	"github.com/ipam-dev/ipam/internal/cloud/aws"
 	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
+	"github.com/ipam-dev/ipam/internal/cloud/capacity"
+	"github.com/ipam-dev/ipam/internal/store"
+	"github.com/ipam-dev/ipam/internal/testclock"
 )
 
 // Config is one simulation.
 type Config struct {
+	// DatabaseURL is a migrated database; the run works in Space (created
+	// when missing).
+	DatabaseURL string
+	Space       string
+	// Nodes are split over two node groups, each its pool and subnet.
 	Nodes       int
 	PodsPerNode int
 	// InstanceType of every node (an ec2fake.Types key).
 	InstanceType string
-	// Options size the nodes; Prefixes for /28s.
-	Options cloud.PlanOptions
-	// RampSteps spreads the Pods' first starts over this many steps;
-	// ChurnSteps then replace ChurnPerStep Pods a step (a Pod stops and
-	// another starts on the same node).
-	RampSteps, ChurnSteps, ChurnPerStep int
-	// ThrottleRate is the share of calls EC2 refuses for its rate.
-	ThrottleRate float64
-	// QPS and Burst are the workers' bucket.
-	QPS   float64
-	Burst int
-	// Parallel bounds the nodes served in one step.
-	Parallel int
-	// ReleaseDelay is how long an address stays excess before it goes.
-	ReleaseDelay time.Duration
-	Seed         uint64
+	// Spec is both pools' spec.cloud, less the subnets (each pool gets
+	// its group's); it must pass alloc.CloudSpec.Validate.
+	Spec alloc.CloudSpec
+	// Interval is the virtual time between passes (--cloud-interval).
+	Interval time.Duration
+	// RampPasses spreads the Pods' first starts; ChurnPasses then
+	// replace ChurnPerPass Pods a pass (a Pod stops and another starts on
+	// the same node); SettlePasses follow with no new Pods.
+	RampPasses, ChurnPasses, ChurnPerPass, SettlePasses int
+	// Throttle and Lost are the fake's fault rates (ec2fake.FaultRates):
+	// refused before the change, and the answer lost after it (held for
+	// LostHold, then the connection cut: the SDK retries into the changed
+	// state). StaleWindow and StaleRate are its eventually consistent
+	// reads.
+	Throttle, Lost float64
+	LostHold       time.Duration
+	StaleWindow    time.Duration
+	StaleRate      float64
+	// TerminateShare of the instances are terminated when the churn
+	// starts (one at least).
+	TerminateShare float64
+	// UnmanagedEvery puts a no_manage-tagged interface on every n-th node.
+	UnmanagedEvery int
+	// QPS, Burst, CallTimeout and Parallel are the server's --cloud-qps,
+	// --cloud-burst, --cloud-call-timeout and --cloud-parallel.
+	QPS         float64
+	Burst       int
+	CallTimeout time.Duration
+	Parallel    int
+	Seed        uint64
+	// Check runs the leasable-not-held check after every pass.
+	Check bool
 }
 
 // Result is what a simulation measured.
 type Result struct {
-	Pods int // Pods started, first starts and churn
-	// Calls are the EC2 calls made (refused ones and the SDK's retries
-	// included), by action.
+	Nodes, Terminated int
+	Pods              int // Pods started, first starts and churn
+	// Calls are the EC2 calls the fake received (refused ones and the
+	// SDK's retries included), by action.
 	Calls    map[string]int
 	AllCalls int
-	// Floor is the fewest adding calls the Pods need: per node, one /28
-	// per 16 of its most Pods at once (one call per address without
-	// prefixes), plus one per interface holding prefixes (its spare /28,
-	// which a warm target keeps) or created.
-	Floor int
-	// CallsPerThousand and FloorPerThousand are per 1,000 Pods started.
+	// ChangeCalls are those of AllCalls that are not describes: the
+	// adding and giving back, which the floor counts. The describes are
+	// a cost per pass (the inventory's listing, a few pages), not per
+	// Pod, so only a large run amortizes them.
+	ChangeCalls int
+	// Floor is the fewest adding calls the Pods need, as before the
+	// Worker drove this: per node one /28 per 16 of its most Pods at
+	// once, plus its spare /28 on each interface holding prefixes, plus
+	// one per interface created.
+	Floor                              int
 	CallsPerThousand, FloorPerThousand float64
-	// SteadyStarts are the Pods started after the ramp (churn), of which
-	// SteadyWaited found no free address on their node at once.
+	// SteadyStarts are the Pods started after the ramp, of which
+	// SteadyWaited found no address at their first try.
 	SteadyStarts, SteadyWaited int
 	// Failed Pods had no address when the simulation ended.
 	Failed int
-	// RampSeconds is the virtual time until every first start had an
-	// address.
-	RampSeconds int
-	// Created interfaces; Released addresses and prefixes given back.
-	Created, Released int
+	// LeasableNotHeld counts, over every pass, leasable blocks of live
+	// nodes their instance's interfaces did not hold; DeadBlocks the
+	// blocks terminated instances' nodes still held at the end.
+	LeasableNotHeld, DeadBlocks int
+	// UnownedCalls are the calls that changed interfaces the workers do
+	// not own.
+	UnownedCalls int
+	Passes       int
+	PassErrors   int
+	// DescribesByPass are the describes (instances and interfaces) each
+	// pass made: the inventory's listing, and the nodes described alone.
+	DescribesByPass []int `json:",omitempty"`
+	// Faults the fake injected.
+	Throttled, LostAnswers, StaleReadsOn int
+	Created                              int
+}
+
+// Ratio is AllCalls over Floor.
+func (r Result) Ratio() float64 {
+	if r.Floor == 0 {
+		return 0
+	}
+	return float64(r.AllCalls) / float64(r.Floor)
+}
+
+// Met reports whether r meets issue 35's acceptance: every call within
+// 1.2 times the floor, and no Pod waiting or failed, no leasable block
+// the interface lacks, no call on an interface not the workers', no
+// block left to an ended instance.
+func (r Result) Met() bool {
+	return r.Floor > 0 && r.Ratio() <= 1.2 && r.Clean()
+}
+
+// Clean reports whether r's figures other than the calls meet the
+// acceptance.
+func (r Result) Clean() bool {
+	return r.SteadyWaited == 0 && r.Failed == 0 && r.LeasableNotHeld == 0 && r.UnownedCalls == 0 && r.DeadBlocks == 0
 }
 
 func (r Result) String() string {
-	ratio := 0.0
-	if r.Floor > 0 {
-		ratio = float64(r.AllCalls) / float64(r.Floor)
-	}
-	return fmt.Sprintf("pods=%d ec2_calls=%d (%.1f per 1,000 Pods) floor=%d (%.1f) ratio=%.2f steady_waited=%d/%d pods_failed=%d ramp_s=%d interfaces_created=%d released=%d",
-		r.Pods, r.AllCalls, r.CallsPerThousand, r.Floor, r.FloorPerThousand, ratio, r.SteadyWaited, r.SteadyStarts, r.Failed, r.RampSeconds, r.Created, r.Released)
+	return fmt.Sprintf("nodes=%d terminated=%d pods=%d ec2_calls=%d (%.1f per 1,000 Pods) floor=%d (%.1f) ratio=%.2f change_calls=%d steady_waited=%d/%d pods_failed=%d leasable_not_held=%d dead_blocks=%d unowned_calls=%d passes=%d pass_errors=%d throttled=%d lost=%d interfaces_created=%d",
+		r.Nodes, r.Terminated, r.Pods, r.AllCalls, r.CallsPerThousand, r.Floor, r.FloorPerThousand, r.Ratio(), r.ChangeCalls, r.SteadyWaited, r.SteadyStarts, r.Failed,
+		r.LeasableNotHeld, r.DeadBlocks, r.UnownedCalls, r.Passes, r.PassErrors, r.Throttled, r.LostAnswers, r.Created)
 }
 
-// node is one simulated node: its instance as last seen, the Pods' addresses.
+// DefaultConfig is the acceptance's scale-out: 1,000 m5.large nodes in
+// two groups reaching 30 Pods each over five minutes, then five minutes
+// of churn, /28 prefixes with WARM_PREFIX_TARGET=1 and EKS's max pods
+// for the type (110), the server's defaults for the interval, parallelism
+// and call timeout, 10% of the calls throttled, 2% of the answers lost,
+// stale reads in a 5 s window and 1% of the instances terminated.
+func DefaultConfig() Config {
+	return Config{Space: "scaleout", Nodes: 1000, PodsPerNode: 30, InstanceType: "m5.large",
+		Spec: alloc.CloudSpec{Provider: alloc.CloudAWS, Prefixes: true, WarmTargets: &alloc.WarmTargets{WarmPrefix: 1, MaxPods: 110},
+			ReleaseDelay: 3 * time.Minute},
+		Interval: 10 * time.Second, RampPasses: 30, ChurnPasses: 30, ChurnPerPass: 200, SettlePasses: 6,
+		Throttle: 0.10, Lost: 0.02, LostHold: 100 * time.Millisecond, StaleWindow: 5 * time.Second, StaleRate: 0.5,
+		TerminateShare: 0.01, UnmanagedEvery: 50,
+		QPS: 200, Burst: 200, CallTimeout: cloud.DefaultCallTimeout, Parallel: capacity.DefaultParallel, Seed: 1, Check: true}
+}
+
+// group is a node group: its pool, subnet and label.
+type group struct {
+	pool, subnet string
+	cidr         netip.Prefix
+}
+
+var groups = []group{
+	{"group-a", "subnet-0a0000000000000a", netip.MustParsePrefix("10.64.0.0/14")},
+	{"group-b", "subnet-0b0000000000000b", netip.MustParsePrefix("10.68.0.0/14")},
+}
+
+// groupLabel is the label choosing a node's pool.
+const groupLabel = "eks.amazonaws.com/nodegroup"
+
+// node is one simulated node.
 type node struct {
-	name    string
-	inst    cloud.Instance
-	used    map[netip.Addr]bool
-	waiting int                // Pods without an address
-	peak    int                // most Pods at once
-	excess  map[netip.Addr]int // unused address -> step it became excess
+	name, inst string
+	group      int
+	pods       []string // containers holding an address
+	waiting    []string // containers still without one
+	peak       int
+	dead       bool
+	unmanaged  string
 }
 
 // Run runs the simulation.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
-	fake := ec2fake.New()
-	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-pods", VPC: "vpc-sim", Zone: "sim-1a", CIDR: netip.MustParsePrefix("10.128.0.0/14")})
-	nodes := make([]*node, cfg.Nodes)
-	for i := range nodes {
-		if _, _, err := fake.AddInstance(cfg.InstanceType, "subnet-pods"); err != nil {
-			return Result{}, err
-		}
-		nodes[i] = &node{name: fmt.Sprintf("node-%04d", i), used: map[netip.Addr]bool{}, excess: map[netip.Addr]int{}}
-	}
-	srv := httptest.NewTLSServer(fake)
-	defer srv.Close()
-	client := ec2.New(ec2.Options{Region: "sim-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: aws.SafeBodies(srv.Client()),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIDSIM", "secret", ""),
-		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
-			o.MaxAttempts = 3
-			o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
-			o.RateLimiter = noQuota{}
-		})})
-	provider := aws.New(client, aws.Options{Wait: func(int) time.Duration { return 0 }})
-	inventory, err := provider.Instances(ctx, "vpc-sim")
+	clk := testclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{LeaseExpiry: time.Hour, Cooldown: time.Second, Now: clk.Now})
 	if err != nil {
 		return Result{}, err
 	}
-	ids := make([]string, 0, len(inventory))
-	for id := range inventory {
-		ids = append(ids, id)
+	defer st.Close()
+	if _, err := st.CreateSpace(ctx, cfg.Space); err != nil {
+		return Result{}, fmt.Errorf("space %s: %w", cfg.Space, err)
 	}
-	sort.Strings(ids)
-	for i, id := range ids {
-		nodes[i].inst = inventory[id]
-	}
-	// Throttling starts once the inventory is in: the refusals fall on the
-	// workers' calls.
-	fake.SetFault(func(string) *ec2fake.APIError {
-		if rng.Float64() < cfg.ThrottleRate {
-			return ec2fake.Throttled()
-		}
-		return nil
-	})
-	rec := &cloud.Reconciler{Provider: provider, Interfaces: provider,
-		Tags: map[string]string{cloud.TagCluster: "sim"}}
-	bucket := rate.NewLimiter(rate.Limit(cfg.QPS), cfg.Burst)
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-	res := Result{}
+	fake := ec2fake.New()
+	defer fake.Close()
+	for _, g := range groups {
+		fake.AddSubnet(ec2fake.Subnet{ID: g.subnet, VPC: "vpc-sim", Zone: "sim-1a", CIDR: g.cidr})
+		spec := cfg.Spec
+		spec.SubnetIDs = []string{g.subnet}
+		if err := spec.Validate("spec.cloud"); err != nil {
+			return Result{}, fmt.Errorf("a setting the server refuses: %w", err)
+		}
+		p := alloc.Pool{Space: cfg.Space, Name: g.pool, Spec: alloc.PoolSpec{
+			IPv4:         &alloc.PoolFamily{CIDRs: []netip.Prefix{g.cidr}, MaskSize: 28},
+			NodeLocal:    alloc.DefaultNodeLocal,
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{groupLabel: g.pool}},
+			Cloud:        &spec}}
+		if err := p.Spec.Validate(); err != nil {
+			return Result{}, fmt.Errorf("a pool the server refuses: %w", err)
+		}
+		if _, err := st.CreatePool(ctx, p); err != nil {
+			return Result{}, fmt.Errorf("pool %s: %w", g.pool, err)
+		}
+	}
+	nodes := make([]*node, cfg.Nodes)
+	for i := range nodes {
+		g := i % len(groups)
+		inst, _, err := fake.AddInstance(cfg.InstanceType, groups[g].subnet)
+		if err != nil {
+			return Result{}, err
+		}
+		n := &node{name: fmt.Sprintf("ip-node-%04d", i), inst: inst, group: g}
+		if cfg.UnmanagedEvery > 0 && i%cfg.UnmanagedEvery == cfg.UnmanagedEvery/2 {
+			n.unmanaged, err = fake.AttachTypedInterface(ec2fake.TypedInterface{Instance: inst, Subnet: groups[g].subnet, Device: 1,
+				Tags: map[string]string{cloud.TagNoManage: "true"}, Addresses: 2})
+			if err != nil {
+				return Result{}, err
+			}
+		}
+		if _, _, err := st.PutNode(ctx, alloc.Node{Space: cfg.Space, Name: n.name, ProviderID: "aws:///sim-1a/" + inst,
+			Labels: map[string]string{groupLabel: groups[g].pool}}); err != nil {
+			return Result{}, err
+		}
+		nodes[i] = n
+	}
+
+	// The fake's clock: the pass's virtual time plus the real time spent
+	// in it, so stale reads show a few seconds ago.
+	var passStart atomic.Int64
+	fake.SetClock(func() time.Time { return clk.Now().Add(time.Duration(time.Now().UnixNano() - passStart.Load())) })
+	passStart.Store(time.Now().UnixNano())
+	fake.SetRandomAddresses(cfg.Seed)
+	fake.SetStaleReads(cfg.StaleWindow, cfg.StaleRate, cfg.Seed)
+	fake.SetFaultRates(cfg.Seed, ec2fake.FaultRates{Throttle: cfg.Throttle, Lost: cfg.Lost, Hold: cfg.LostHold})
+
+	srv := httptest.NewTLSServer(fake)
+	defer srv.Close()
+	bucket := rate.NewLimiter(rate.Limit(cfg.QPS), cfg.Burst)
+	// The SDK's standard retryer, as the server's; its backoff waits are
+	// dropped because time stands still within a virtual pass (they
+	// would only cost real time here).
+	client := ec2.New(ec2.Options{Region: "sim-1", BaseEndpoint: sdkaws.String(srv.URL),
+		HTTPClient:  aws.SafeBodies(cloud.NewBudget(srv.Client(), bucket)),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDSIM", "secret", ""),
+		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
+			o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
+		})})
+	p := aws.New(client, aws.Options{Now: clk.Now, Wait: func(int) time.Duration { return 0 }})
+	wrap := []cloud.Option{cloud.WithCallTimeout(cfg.CallTimeout)}
+	w := &capacity.Worker{Store: st, Provider: alloc.CloudAWS, Cloud: cloud.NewLimited(p, nil, wrap...),
+		Interfaces: cloud.NewLimitedInterfaces(p, nil, wrap...), Inventory: cloud.NewLimitedInventory(p, nil, wrap...),
+		Tags: map[string]string{cloud.TagCluster: "sim"}, Now: clk.Now, Parallel: cfg.Parallel,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+
+	res := Result{Nodes: cfg.Nodes}
+	live := slices.Clone(nodes)
+	seq := 0
+	start := func(n *node) bool {
+		seq++
+		c := fmt.Sprintf("pod-%07d", seq)
+		res.Pods++
+		if err := allocate(ctx, st, cfg.Space, n, c); err != nil {
+			n.waiting = append(n.waiting, c)
+			return false
+		}
+		return true
+	}
 	firstStarts := cfg.Nodes * cfg.PodsPerNode
 	started := 0
-	steps := cfg.RampSteps + cfg.ChurnSteps
-	for step := 0; ; step++ {
-		now := start.Add(time.Duration(step) * time.Second)
-		rec.Now = func() time.Time { return now }
-		// Pods start: the ramp's share of this step, then churn.
-		if step < cfg.RampSteps {
-			want := firstStarts * (step + 1) / cfg.RampSteps
-			for ; started < want; started++ {
-				nodes[started%cfg.Nodes].waiting++
-				res.Pods++
+	total := cfg.RampPasses + cfg.ChurnPasses + cfg.SettlePasses
+	for pass := 0; pass < total; pass++ {
+		// Pods waiting retry, as the CNI's retries do.
+		for _, n := range live {
+			w := n.waiting
+			n.waiting = nil
+			for _, c := range w {
+				if err := allocate(ctx, st, cfg.Space, n, c); err != nil {
+					n.waiting = append(n.waiting, c)
+				}
 			}
-		} else if step < steps {
-			for range cfg.ChurnPerStep {
-				n := nodes[rng.IntN(len(nodes))]
-				if len(n.used) == 0 {
+		}
+		switch {
+		case pass < cfg.RampPasses:
+			want := firstStarts * (pass + 1) / cfg.RampPasses
+			for ; started < want; started++ {
+				start(nodes[started%cfg.Nodes])
+			}
+		case pass < cfg.RampPasses+cfg.ChurnPasses:
+			if pass == cfg.RampPasses {
+				k := max(1, int(float64(cfg.Nodes)*cfg.TerminateShare))
+				for _, i := range rng.Perm(len(live))[:k] {
+					fake.TerminateInstance(live[i].inst)
+					live[i].dead = true
+					res.Terminated++
+				}
+				live = slices.DeleteFunc(live, func(n *node) bool { return n.dead })
+			}
+			for range cfg.ChurnPerPass {
+				n := live[rng.IntN(len(live))]
+				if len(n.pods) == 0 {
 					continue
 				}
-				stopPod(n, rng)
-				n.waiting++
-				res.Pods++
+				i := rng.IntN(len(n.pods))
+				if _, err := st.ReleaseAttachment(ctx, cfg.Space, n.name, alloc.Attachment{ContainerID: n.pods[i], Interface: "eth0"}); err != nil {
+					return res, fmt.Errorf("stopping a Pod: %w", err)
+				}
+				n.pods = slices.Delete(n.pods, i, i+1)
 				res.SteadyStarts++
-				if !hasFree(n) {
+				if !start(n) {
 					res.SteadyWaited++
 				}
 			}
 		}
-		for _, n := range nodes {
-			place(n)
+		for _, n := range live {
+			n.peak = max(n.peak, len(n.pods))
 		}
-		if res.RampSeconds == 0 && started == firstStarts && allPlaced(nodes) {
-			res.RampSeconds = step
+		passStart.Store(time.Now().UnixNano())
+		before := fake.Calls("DescribeInstances") + fake.Calls("DescribeNetworkInterfaces")
+		if err := w.Pass(ctx); err != nil {
+			res.PassErrors++
 		}
-		if step >= steps && allPlaced(nodes) {
-			break
-		}
-		if step >= steps+3600 {
-			break // an hour past the end: what waits now never gets one
-		}
-		// The workers' round: the nodes lacking most first, as many as
-		// the bucket and the parallelism allow.
-		order := make([]planned, len(nodes))
-		for i, n := range nodes {
-			plan, err := cloud.PlanNode(state(n), cfg.Options)
+		res.Passes++
+		res.DescribesByPass = append(res.DescribesByPass, fake.Calls("DescribeInstances")+fake.Calls("DescribeNetworkInterfaces")-before)
+		if cfg.Check {
+			bad, err := leasableNotHeld(ctx, st, fake, cfg.Space, live)
 			if err != nil {
 				return res, err
 			}
-			order[i] = planned{n, plan, need(n, plan)}
+			res.LeasableNotHeld += bad
 		}
-		slices.SortStableFunc(order, func(a, b planned) int { return cmp.Compare(b.need, a.need) })
-		served := 0
-		for _, o := range order {
-			if served == cfg.Parallel {
-				break
-			}
-			n, plan := o.n, o.plan
-			cost := 0
-			switch {
-			case plan.Assign != nil:
-				cost = 1
-			case plan.Create != nil:
-				cost = 5 // subnets, describe, create, attach, attribute
-			case plan.Release != nil && releasable(n, plan.Release, step, cfg.ReleaseDelay):
-				cost = 1
-			}
-			trackExcess(n, plan.Release, step)
-			if cost == 0 {
-				continue
-			}
-			if !bucket.AllowN(now, cost) {
-				break
-			}
-			served++
-			if cost == 1 && plan.Assign == nil {
-				if err := provider.Unassign(ctx, plan.Release.Interface, plan.Release.Addresses, plan.Release.Prefixes); err == nil {
-					dropHeld(n, plan.Release)
-					res.Released += len(plan.Release.Addresses) + len(plan.Release.Prefixes)
+		clk.Advance(cfg.Interval)
+	}
+	for _, n := range live {
+		res.Failed += len(n.waiting)
+	}
+	// What the terminated nodes' pools still hold of them.
+	for _, g := range groups {
+		cn, err := st.CloudNodes(ctx, cfg.Space, g.pool)
+		if err != nil {
+			return res, err
+		}
+		for _, c := range cn {
+			for _, n := range nodes {
+				if n.dead && n.name == c.Name {
+					res.DeadBlocks += len(c.Blocks)
 				}
-				continue
-			}
-			_, added, err := rec.Round(ctx, n.name, state(n), cfg.Options)
-			if err != nil {
-				continue // tried again at a later step, as the workers do
-			}
-			addHeld(n, added)
-			if added.Created {
-				res.Created++
 			}
 		}
 	}
 	for _, n := range nodes {
-		res.Failed += n.waiting
-		per := 1
-		if cfg.Options.Prefixes {
-			per = cloud.IPv4PrefixSize
+		if n.unmanaged != "" {
+			res.UnownedCalls += fake.Changes(n.unmanaged)
 		}
-		res.Floor += (n.peak + per - 1) / per
-		for _, f := range n.inst.Interfaces {
-			if len(f.Prefixes) > 0 && f.DeviceIndex == 0 {
-				res.Floor++ // a created one counts below
+	}
+	// The floor, per node from its peak and what its interfaces hold.
+	byInst := map[string][]ec2fake.Interface{}
+	for _, f := range fake.Interfaces() {
+		byInst[f.Instance] = append(byInst[f.Instance], f)
+	}
+	for _, n := range nodes {
+		res.Floor += (n.peak + cloud.IPv4PrefixSize - 1) / cloud.IPv4PrefixSize
+		if n.dead {
+			res.Floor++ // its spare /28, before it ended
+			continue
+		}
+		for _, f := range byInst[n.inst] {
+			if f.ID == n.unmanaged {
+				continue
+			}
+			if f.Device > 0 {
+				res.Created++ // one create (with its prefixes)
+				res.Floor++
+			} else if len(f.Prefixes) > 0 {
+				res.Floor++
 			}
 		}
 	}
-	res.Floor += res.Created
 	res.Calls = map[string]int{}
-	for _, a := range []string{"AssignPrivateIpAddresses", "UnassignPrivateIpAddresses", "CreateNetworkInterface", "AttachNetworkInterface",
-		"ModifyNetworkInterfaceAttribute", "DeleteNetworkInterface", "DescribeInstances", "DescribeNetworkInterfaces", "DescribeSubnets", "DescribeInstanceTypes"} {
+	for _, a := range actions {
 		if c := fake.Calls(a); c > 0 {
 			res.Calls[a] = c
 			res.AllCalls += c
+			if !strings.HasPrefix(a, "Describe") {
+				res.ChangeCalls += c
+			}
 		}
 	}
+	res.Throttled, res.LostAnswers = fake.Faults(ec2fake.FaultThrottled), fake.Faults(ec2fake.FaultLost)
 	res.CallsPerThousand = 1000 * float64(res.AllCalls) / float64(res.Pods)
 	res.FloorPerThousand = 1000 * float64(res.Floor) / float64(res.Pods)
 	return res, nil
 }
 
-// noQuota lets the SDK retry every throttled call: the bucket in front of
-// the calls, not the SDK's retry quota, paces them.
-type noQuota struct{}
+// actions are the EC2 actions the workers may call.
+var actions = []string{"AssignPrivateIpAddresses", "UnassignPrivateIpAddresses", "CreateNetworkInterface", "AttachNetworkInterface",
+	"ModifyNetworkInterfaceAttribute", "DetachNetworkInterface", "DeleteNetworkInterface", "DescribeInstances", "DescribeNetworkInterfaces",
+	"DescribeSubnets", "DescribeInstanceTypes", "DescribeSecurityGroups", "AssignIpv6Addresses", "UnassignIpv6Addresses"}
 
-func (noQuota) GetToken(context.Context, uint) (func() error, error) {
-	return func() error { return nil }, nil
+// allocate leases an address for container on n; on success the Pod runs.
+func allocate(ctx context.Context, st *store.Store, space string, n *node, container string) error {
+	_, err := st.Allocate(ctx, alloc.LeaseRequest{Space: space, Node: n.name, Pool: groups[n.group].pool,
+		Owner: alloc.Owner{Namespace: "sim", Name: container}, Attachment: alloc.Attachment{ContainerID: container, Interface: "eth0"}})
+	if err != nil {
+		return err
+	}
+	n.pods = append(n.pods, container)
+	return nil
 }
-func (noQuota) AddTokens(uint) error { return nil }
 
-// state is what the workers know of n.
-func state(n *node) cloud.NodeState {
-	return cloud.NodeState{Instance: n.inst, Used: n.used, Pending: n.waiting}
-}
-
-// held lists every Pod address of n: secondary addresses and the
-// addresses of its prefixes.
-func held(n *node) []netip.Addr {
-	var out []netip.Addr
-	for _, f := range n.inst.Interfaces {
-		out = append(out, f.Addresses...)
+// leasableNotHeld counts the blocks of live nodes a Pod could lease
+// (recorded, not drained) that no interface of the node's instance holds
+// in the fake's truth.
+func leasableNotHeld(ctx context.Context, st *store.Store, fake *ec2fake.Server, space string, live []*node) (int, error) {
+	held := map[string]map[netip.Prefix]bool{}
+	for _, f := range fake.Interfaces() {
+		if f.Instance == "" || f.Status == "detaching" {
+			continue
+		}
+		h := held[f.Instance]
+		if h == nil {
+			h = map[netip.Prefix]bool{}
+			held[f.Instance] = h
+		}
+		for _, a := range f.Addresses {
+			h[netip.PrefixFrom(a, 32)] = true
+		}
 		for _, p := range f.Prefixes {
-			for a := p.Addr(); p.Contains(a); a = a.Next() {
-				out = append(out, a)
+			h[p] = true
+		}
+	}
+	byName := map[string]*node{}
+	for _, n := range live {
+		byName[n.name] = n
+	}
+	bad := 0
+	for _, g := range groups {
+		cn, err := st.CloudNodes(ctx, space, g.pool)
+		if err != nil {
+			return 0, err
+		}
+		for _, c := range cn {
+			n := byName[c.Name]
+			if n == nil {
+				continue
+			}
+			for _, b := range c.Blocks {
+				if !b.Drained && !held[n.inst][b.Prefix] {
+					bad++
+				}
 			}
 		}
 	}
-	return out
-}
-
-func hasFree(n *node) bool {
-	for _, a := range held(n) {
-		if !n.used[a] {
-			return true
-		}
-	}
-	return false
-}
-
-// place gives waiting Pods of n the free addresses it holds.
-func place(n *node) {
-	if n.waiting == 0 {
-		return
-	}
-	for _, a := range held(n) {
-		if n.waiting == 0 {
-			break
-		}
-		if !n.used[a] {
-			n.used[a] = true
-			delete(n.excess, a)
-			n.waiting--
-		}
-	}
-	n.peak = max(n.peak, len(n.used))
-}
-
-func allPlaced(nodes []*node) bool {
-	for _, n := range nodes {
-		if n.waiting > 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// stopPod frees a random used address of n.
-func stopPod(n *node, rng *rand.Rand) {
-	addrs := make([]netip.Addr, 0, len(n.used))
-	for a := range n.used {
-		addrs = append(addrs, a)
-	}
-	slices.SortFunc(addrs, netip.Addr.Compare)
-	delete(n.used, addrs[rng.IntN(len(addrs))])
-}
-
-// planned is a node and its plan at one step.
-type planned struct {
-	n    *node
-	plan cloud.Plan
-	need int
-}
-
-// need is how much n lacks by its plan p, to order the round.
-func need(n *node, p cloud.Plan) int {
-	switch {
-	case p.Assign != nil:
-		return p.Assign.Count + n.waiting
-	case p.Create != nil:
-		return p.Create.Count + n.waiting
-	}
-	return 0
-}
-
-// trackExcess notes since when each address of r has been excess; an
-// address no longer excess forgets it.
-func trackExcess(n *node, r *cloud.Release, step int) {
-	now := map[netip.Addr]bool{}
-	if r != nil {
-		for _, a := range r.Addresses {
-			now[a] = true
-		}
-		for _, p := range r.Prefixes {
-			now[p.Addr()] = true
-		}
-	}
-	for a := range n.excess {
-		if !now[a] {
-			delete(n.excess, a)
-		}
-	}
-	for a := range now {
-		if _, ok := n.excess[a]; !ok {
-			n.excess[a] = step
-		}
-	}
-}
-
-// releasable reports whether every address of r has been excess for the
-// delay.
-func releasable(n *node, r *cloud.Release, step int, delay time.Duration) bool {
-	keys := slices.Clone(r.Addresses)
-	for _, p := range r.Prefixes {
-		keys = append(keys, p.Addr())
-	}
-	for _, a := range keys {
-		since, ok := n.excess[a]
-		if !ok || time.Duration(step-since)*time.Second < delay {
-			return false
-		}
-	}
-	return len(keys) > 0
-}
-
-func addHeld(n *node, a cloud.Added) {
-	if a.Created {
-		n.inst.Interfaces = append(n.inst.Interfaces, a.NewInterface)
-		return
-	}
-	for i, f := range n.inst.Interfaces {
-		if f.ID == a.Interface {
-			n.inst.Interfaces[i].Addresses = append(n.inst.Interfaces[i].Addresses, a.Addresses...)
-			n.inst.Interfaces[i].Prefixes = append(n.inst.Interfaces[i].Prefixes, a.Prefixes...)
-		}
-	}
-}
-
-func dropHeld(n *node, r *cloud.Release) {
-	for i, f := range n.inst.Interfaces {
-		if f.ID != r.Interface {
-			continue
-		}
-		n.inst.Interfaces[i].Addresses = slices.DeleteFunc(f.Addresses, func(a netip.Addr) bool { return slices.Contains(r.Addresses, a) })
-		n.inst.Interfaces[i].Prefixes = slices.DeleteFunc(f.Prefixes, func(p netip.Prefix) bool { return slices.Contains(r.Prefixes, p) })
-	}
-	for _, a := range r.Addresses {
-		delete(n.excess, a)
-	}
-	for _, p := range r.Prefixes {
-		delete(n.excess, p.Addr())
-	}
-}
-
-// DefaultConfig is the acceptance's scale-out: 1,000 m5.large nodes
-// reaching 30 Pods each over five minutes, then five minutes of churn,
-// with /28 prefixes and the VPC CNI's WARM_PREFIX_TARGET=1, Cilium's
-// bucket (4 per second, burst 20) and 10% of the calls throttled.
-func DefaultConfig() Config {
-	return Config{Nodes: 1000, PodsPerNode: 30, InstanceType: "m5.large",
-		Options:   cloud.PlanOptions{Prefixes: true, Sizing: cloud.Sizing{WarmTargets: &alloc.WarmTargets{WarmPrefix: 1}}, MaxPods: 110},
-		RampSteps: 300, ChurnSteps: 300, ChurnPerStep: 20, ThrottleRate: 0.1, QPS: cloud.DefaultQPS, Burst: cloud.DefaultBurst,
-		Parallel: 50, ReleaseDelay: 180 * time.Second, Seed: 1}
+	return bad, nil
 }
