@@ -867,12 +867,16 @@ func poolOptions(p store.CloudPool) cloud.PlanOptions {
 // its interfaces hold Pod addresses (a CiliumNode's spec.eni): its first
 // interface index wins over the pool's, its excluded tags are its own.
 // Cilium's AWS operator reads both of the node alone
-// (pkg/aws/ipam/node.go, ENI.IsExcludedBySpec).
+// (pkg/aws/ipam/node.go, ENI.IsExcludedBySpec). The Node's max Pods
+// bounds it when the pool sets none, as the VPC CNI's ipamd reads it.
 func nodeOptions(o cloud.PlanOptions, pi store.PodInterfaces) cloud.PlanOptions {
 	if pi.FirstIndex != nil {
 		o.FirstDevice = *pi.FirstIndex
 	}
 	o.ExcludeTags = pi.ExcludeTags
+	if o.MaxPods == 0 && pi.MaxPods > 0 {
+		o.MaxPods = pi.MaxPods
+	}
 	return o
 }
 
