@@ -730,10 +730,12 @@ CREATE TABLE public.nodes (
     instance_type text,
     instance_max_interfaces integer,
     instance_ipv4_per_interface integer,
+    max_pods integer,
     CONSTRAINT nodes_exclude_interface_tags_check CHECK ((jsonb_typeof(exclude_interface_tags) = 'object'::text)),
     CONSTRAINT nodes_first_interface_index_check CHECK ((first_interface_index >= 0)),
     CONSTRAINT nodes_instance_ipv4_per_interface_check CHECK ((instance_ipv4_per_interface >= 0)),
     CONSTRAINT nodes_instance_max_interfaces_check CHECK ((instance_max_interfaces >= 0)),
+    CONSTRAINT nodes_max_pods_check CHECK ((max_pods > 0)),
     CONSTRAINT nodes_name_check CHECK ((name <> ''::text))
 );
 

@@ -6,6 +6,7 @@ package cilium
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -88,6 +89,13 @@ func (o *Operator) cloudOf(ctx context.Context, name string, cn *ciliumv2.Cilium
 	var pods store.PodInterfaces
 	if strings.HasPrefix(pid, string(alloc.CloudAWS)+"://") {
 		pods = podInterfaces(cn.Spec.ENI)
+	}
+	// The Node's max Pods, as the VPC CNI's ipamd reads it: the workers
+	// bound the node's addresses by it when its pool sets none.
+	if n := o.kubeNode(name); n != nil {
+		if v, ok := n.Status.Capacity.Pods().AsInt64(); ok && v > 0 && v <= math.MaxInt32 {
+			pods.MaxPods = int(v)
+		}
 	}
 	isCloud, err := o.store.SetCiliumNodeProviderID(ctx, o.cfg.Space, name, o.nodeLabels(name, cn), o.cfg.DefaultPool, pid, pods)
 	if err != nil || !isCloud {

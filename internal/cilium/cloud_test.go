@@ -18,7 +18,10 @@ import (
 	iputil "github.com/cilium/cilium/pkg/ip"
 	ipamtypes "github.com/cilium/cilium/pkg/ipam/types"
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/cloud"
@@ -133,6 +136,9 @@ type eniWorldOptions struct {
 	// its creation instead of pre-allocate 4; it may attach interfaces to
 	// the instance first.
 	node func(cn *ciliumv2.CiliumNode, fake *ec2fake.Server, inst string)
+	// kubeMaxPods, when set, makes a Kubernetes Node node-a first, its
+	// status.capacity.pods that.
+	kubeMaxPods int64
 }
 
 func newENIWorldOf(t *testing.T, o eniWorldOptions) *eniWorld {
@@ -165,6 +171,20 @@ func newENIWorldOf(t *testing.T, o eniWorldOptions) *eniWorld {
 	w := &capacity.Worker{Store: e.st, Provider: alloc.CloudAWS, Cloud: provider, Interfaces: provider,
 		Tags: map[string]string{cloud.TagCluster: "test"}}
 
+	if o.kubeMaxPods > 0 {
+		kc, err := kubernetes.NewForConfig(e.kc.Config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := kc.CoreV1().Nodes().Create(e.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Capacity = corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(o.kubeMaxPods, resource.DecimalSI)}
+		if _, err := kc.CoreV1().Nodes().UpdateStatus(e.ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e.operator("op-1", tweak)
 	cn := &ciliumv2.CiliumNode{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
 	cn.Spec.InstanceID = inst
@@ -511,4 +531,20 @@ func TestCRDCloudPoolStaleReadingKeepsInterface(t *testing.T) {
 			t.Fatalf("status.eni.enis[%s] lists %v, not %s", x.eni0, eni.Addresses, pool[0])
 		}
 	}
+}
+
+// TestCRDCloudPoolNodeMaxPods: the Kubernetes Node's status.capacity.pods
+// (what the VPC CNI's ipamd reads) is recorded with the node's
+// providerID, for the workers to bound the node by when its pool sets no
+// maxPods.
+func TestCRDCloudPoolNodeMaxPods(t *testing.T) {
+	x := newENIWorldOf(t, eniWorldOptions{spec: alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}},
+		kubeMaxPods: 40})
+	x.e.eventually(10*time.Second, "the Node's max Pods recorded", func() (bool, string) {
+		nodes, err := x.e.st.CloudNodes(x.e.ctx, alloc.DefaultSpace, "default")
+		if err != nil || len(nodes) != 1 {
+			return false, fmt.Sprint(nodes, err)
+		}
+		return nodes[0].PodInterfaces.MaxPods == 40, fmt.Sprintf("%+v", nodes[0].PodInterfaces)
+	})
 }

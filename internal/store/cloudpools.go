@@ -359,6 +359,11 @@ type PodInterfaces struct {
 	// ExcludeTags leave out the interfaces carrying all of them, with
 	// these values; none when empty.
 	ExcludeTags map[string]string
+	// MaxPods is the node's max Pods as its Kubernetes Node says
+	// (status.capacity.pods, as the VPC CNI's ipamd reads it); 0 when
+	// not known. Not of the interfaces, but what the node says of its
+	// Pods, recorded with them.
+	MaxPods int
 }
 
 // CloudBlock is one recorded cloud block.
@@ -397,7 +402,7 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT n.name, n.labels, n.provider_id, n.first_interface_index, n.exclude_interface_tags,
+		rows, err := tx.Query(ctx, `SELECT n.name, n.labels, n.provider_id, n.first_interface_index, n.exclude_interface_tags, coalesce(n.max_pods, 0),
 				coalesce((SELECT json_agg(json_build_object('prefix', b.cidr, 'iface', b.cloud_interface, 'drained', b.capacity = 0) ORDER BY b.cidr)
 					FROM blocks b WHERE b.node_id = n.id AND b.pool_id = $2), '[]'),
 				coalesce((SELECT array_agg(l.addr ORDER BY l.addr) FROM leases l JOIN blocks b ON b.id = l.block_id
@@ -418,7 +423,7 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 			Drained bool         `json:"drained"`
 		}
 		_, err = pgx.ForEachRow(rows, []any{&n.Name, &nodeLabels, &n.ProviderID, &n.PodInterfaces.FirstIndex, &n.PodInterfaces.ExcludeTags,
-			&blocks, &n.Used, &n.Reserved}, func() error {
+			&n.PodInterfaces.MaxPods, &blocks, &n.Used, &n.Reserved}, func() error {
 			claim := cloudPoolOf(nodeLabels, pools)
 			if len(claim) > 0 && claim[0] == pool {
 				if len(claim) > 1 {
@@ -601,6 +606,13 @@ func (s *Store) SetCiliumNodeProviderID(ctx context.Context, space, node string,
 	if ifaces.FirstIndex != nil && *ifaces.FirstIndex < 0 {
 		return false, alloc.Invalid("firstInterfaceIndex", "must not be negative")
 	}
+	if ifaces.MaxPods < 0 {
+		return false, alloc.Invalid("maxPods", "must not be negative")
+	}
+	var maxPods *int
+	if ifaces.MaxPods > 0 {
+		maxPods = &ifaces.MaxPods
+	}
 	var excludeTags []byte
 	if len(ifaces.ExcludeTags) > 0 {
 		b, err := json.Marshal(ifaces.ExcludeTags)
@@ -636,10 +648,11 @@ func (s *Store) SetCiliumNodeProviderID(ctx context.Context, space, node string,
 		// cloud pool's node selector takes the node by its stored labels
 		// (CloudNodes), which must be those the pool was chosen by.
 		_, err = tx.Exec(ctx, `UPDATE nodes SET provider_id = @providerID, first_interface_index = @firstIndex,
-				exclude_interface_tags = @excludeTags::jsonb, labels = @labels, updated_at = @now
+				exclude_interface_tags = @excludeTags::jsonb, labels = @labels, max_pods = @maxPods, updated_at = @now
 			WHERE id = @node AND (provider_id IS DISTINCT FROM @providerID OR first_interface_index IS DISTINCT FROM @firstIndex
-				OR exclude_interface_tags IS DISTINCT FROM @excludeTags::jsonb OR labels IS DISTINCT FROM @labels::jsonb)`,
-			namedArgs{"node": nodeID, "providerID": providerID, "firstIndex": ifaces.FirstIndex, "excludeTags": excludeTags,
+				OR exclude_interface_tags IS DISTINCT FROM @excludeTags::jsonb OR labels IS DISTINCT FROM @labels::jsonb
+				OR max_pods IS DISTINCT FROM @maxPods::integer)`,
+			namedArgs{"node": nodeID, "providerID": providerID, "firstIndex": ifaces.FirstIndex, "excludeTags": excludeTags, "maxPods": maxPods,
 				"labels": labelsOrEmpty(nodeLabels), "now": s.now()})
 		return err
 	})

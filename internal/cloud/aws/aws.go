@@ -81,6 +81,12 @@ type Options struct {
 // and of an attach that lost its device index to another.
 const eventualTries = 5
 
+// PageSize is how many items a listing asks for a page: the most EC2
+// answers. Every listing asks for pages: an unpaginated one fails on a
+// large account (OperationNotPermitted), and the SDK's paginators send
+// no MaxResults unless the input has one.
+const PageSize = 1000
+
 // New answers a provider calling EC2 through client.
 func New(client EC2, opts Options) *Provider {
 	if opts.Now == nil {
@@ -124,7 +130,8 @@ func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, err
 	}
 	inst.Limits, inst.NetworkCard = limits, card
 	pages := ec2.NewDescribeNetworkInterfacesPaginator(p.ec2, &ec2.DescribeNetworkInterfacesInput{
-		Filters: []types.Filter{{Name: sdkaws.String("attachment.instance-id"), Values: []string{id}}},
+		Filters:    []types.Filter{{Name: sdkaws.String("attachment.instance-id"), Values: []string{id}}},
+		MaxResults: sdkaws.Int32(PageSize),
 	})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
@@ -153,7 +160,7 @@ func (p *Provider) Instance(ctx context.Context, id string) (cloud.Instance, err
 func (p *Provider) Instances(ctx context.Context, vpc string) (map[string]cloud.Instance, error) {
 	byVPC := []types.Filter{{Name: sdkaws.String("vpc-id"), Values: []string{vpc}}}
 	out := map[string]cloud.Instance{}
-	pages := ec2.NewDescribeInstancesPaginator(p.ec2, &ec2.DescribeInstancesInput{Filters: byVPC})
+	pages := ec2.NewDescribeInstancesPaginator(p.ec2, &ec2.DescribeInstancesInput{Filters: byVPC, MaxResults: sdkaws.Int32(PageSize)})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
@@ -177,7 +184,7 @@ func (p *Provider) Instances(ctx context.Context, vpc string) (map[string]cloud.
 			}
 		}
 	}
-	nics := ec2.NewDescribeNetworkInterfacesPaginator(p.ec2, &ec2.DescribeNetworkInterfacesInput{Filters: byVPC})
+	nics := ec2.NewDescribeNetworkInterfacesPaginator(p.ec2, &ec2.DescribeNetworkInterfacesInput{Filters: byVPC, MaxResults: sdkaws.Int32(PageSize)})
 	for nics.HasMorePages() {
 		page, err := nics.NextPage(ctx)
 		if err != nil {

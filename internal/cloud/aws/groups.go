@@ -42,7 +42,7 @@ func (p *Provider) SecurityGroups(ctx context.Context, vpc string, tags map[stri
 	for _, k := range slices.Sorted(maps.Keys(tags)) {
 		filters = append(filters, types.Filter{Name: sdkaws.String("tag:" + k), Values: []string{tags[k]}})
 	}
-	pages := ec2.NewDescribeSecurityGroupsPaginator(p.ec2, &ec2.DescribeSecurityGroupsInput{Filters: filters})
+	pages := ec2.NewDescribeSecurityGroupsPaginator(p.ec2, &ec2.DescribeSecurityGroupsInput{Filters: filters, MaxResults: sdkaws.Int32(PageSize)})
 	var ids []string
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)

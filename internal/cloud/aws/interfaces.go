@@ -27,7 +27,7 @@ func (p *Provider) Subnets(ctx context.Context, vpc, zone string) ([]cloud.Subne
 	pages := ec2.NewDescribeSubnetsPaginator(p.ec2, &ec2.DescribeSubnetsInput{Filters: []types.Filter{
 		{Name: sdkaws.String("vpc-id"), Values: []string{vpc}},
 		{Name: sdkaws.String("availability-zone"), Values: []string{zone}},
-	}})
+	}, MaxResults: sdkaws.Int32(PageSize)})
 	var out []cloud.Subnet
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
@@ -255,7 +255,7 @@ func (p *Provider) Detached(ctx context.Context, tags map[string]string) ([]clou
 	for _, k := range slices.Sorted(maps.Keys(tags)) {
 		filters = append(filters, types.Filter{Name: sdkaws.String("tag:" + k), Values: []string{tags[k]}})
 	}
-	pages := ec2.NewDescribeNetworkInterfacesPaginator(p.ec2, &ec2.DescribeNetworkInterfacesInput{Filters: filters})
+	pages := ec2.NewDescribeNetworkInterfacesPaginator(p.ec2, &ec2.DescribeNetworkInterfacesInput{Filters: filters, MaxResults: sdkaws.Int32(PageSize)})
 	var out []cloud.Interface
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)

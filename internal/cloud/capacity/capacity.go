@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -66,10 +65,15 @@ type Worker struct {
 	// does.
 	Interfaces cloud.InterfaceManager
 	// Inventory, when set, describes every instance of a network at once:
-	// each pass lists the networks its nodes were seen in (a few pages
-	// for a thousand nodes) instead of describing each node's instance
-	// (two calls a node); a node not in the listing is described alone.
+	// the networks nodes were seen in are listed (a few pages for a
+	// thousand nodes) once every Resync instead of describing each node's
+	// instance (two calls a node); between listings the last one is read
+	// again, and only a node the workers changed since (or the listing
+	// lacks) is described alone (list.go).
 	Inventory cloud.Inventory
+	// Resync is how often the networks are listed again; DefaultResync
+	// when 0.
+	Resync time.Duration
 	// Tags go on created interfaces (the cluster's at least).
 	Tags map[string]string
 	Log  *slog.Logger
@@ -97,6 +101,7 @@ type Worker struct {
 	reconciler  map[string]*cloud.Reconciler          // "space/pool" -> its reconciler
 	holds       holds                                 // the nodes backing off after a failure (backoff.go)
 	goneWatch   goneWatch                             // instances not found, until the cloud confirms they ended (dead.go)
+	listings    listings                              // the networks' last listings (list.go)
 	// singles are the nodes of a prefix pool already logged as falling
 	// back to single addresses ("space/pool/node"): logged once.
 	singles sync.Map
@@ -173,37 +178,11 @@ func (w *Worker) Pass(ctx context.Context) error {
 	slices.SortStableFunc(work, func(a, b *nodeWork) int { return cmp.Compare(b.deficit, a.deficit) })
 	errs = append(errs, w.each(ctx, work, w.serve)...)
 	for _, x := range all {
-		if !x.failed {
+		if !x.failed && !x.skipped {
 			w.holds.succeeded(holdKey(x))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// list is this pass's inventory of the networks nodes were seen in, by
-// lower-cased instance id: fresh each pass, so that a round never plans
-// on what an earlier round changed. A network whose listing fails is
-// left out (its nodes are described alone) and its failure answered.
-func (w *Worker) list(ctx context.Context) (map[string]cloud.Instance, []error) {
-	if w.Inventory == nil {
-		return nil, nil
-	}
-	w.mu.Lock()
-	vpcs := slices.Sorted(maps.Keys(w.vpcs))
-	w.mu.Unlock()
-	out := map[string]cloud.Instance{}
-	var errs []error
-	for _, vpc := range vpcs {
-		got, err := w.Inventory.Instances(ctx, vpc)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("listing the instances of %s: %w", vpc, err))
-			continue
-		}
-		for id, inst := range got {
-			out[strings.ToLower(id)] = inst
-		}
-	}
-	return out, errs
 }
 
 // optionsOn are x's options for its instance inst: a prefix pool's node on
@@ -233,10 +212,12 @@ type nodeWork struct {
 	inst     cloud.Instance
 	used     map[netip.Addr]bool
 	reserved map[netip.Addr]bool
-	listed   map[string]cloud.Instance // this pass's inventory, by instance id
-	deficit  int                       // addresses the plan says the node lacks
-	ready    bool                      // read, and to be served
-	failed   bool                      // its reading or round failed: it backs off
+	listed   *inventory // this pass's listings (list.go)
+	reused   bool       // inst is a listing an earlier pass read already
+	skipped  bool       // its network's listing failed and none is young enough: left for this pass
+	deficit  int        // addresses the plan says the node lacks
+	ready    bool       // read, and to be served
+	failed   bool       // its reading or round failed: it backs off
 }
 
 // state is what the plan knows of x's node.
@@ -288,11 +269,22 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	}
 	// Azure's resource IDs are case-insensitive (a providerID may spell
 	// the group otherwise than ARM lists it); EC2's are lower case.
-	inst, ok := x.listed[strings.ToLower(id)]
+	r, reused, ok := x.listed.lookup(id)
+	inst, readAt := r.inst, r.at
 	var err error
-	if !ok {
+	switch {
+	case x.listed.left(id):
+		// Its network's listing failed: no describe herd (list.go).
+		x.skipped = true
+		return nil
+	case !ok:
+		readAt = w.now()
 		inst, err = w.Cloud.Instance(ctx, id)
+		if err == nil {
+			w.describedAlone(inst, readAt)
+		}
 	}
+	x.reused = reused
 	if cloud.KindOf(err) == cloud.KindNotFound {
 		// Gone, or not visible yet: nothing to create or give back for
 		// it; its blocks go once the cloud confirms it ended.
@@ -307,7 +299,7 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	}
 	w.vpcs[inst.VPC] = true
 	w.mu.Unlock()
-	inst = w.withoutReleased(p, n, inst)
+	inst = w.withoutReleased(p, n, inst, readAt)
 	x.opts = w.optionsOn(x, inst)
 	err = w.recordHeld(ctx, p, n, inst, x.opts)
 	if alloc.IsKind(err, alloc.KindOverlap) {
@@ -318,7 +310,7 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	if err != nil {
 		return err
 	}
-	if err := w.settle(ctx, p, n, inst, x.opts); err != nil {
+	if err := w.settle(ctx, p, n, inst, x.opts, !x.reused); err != nil {
 		return err
 	}
 	if err := w.recordInterfaces(ctx, p, n, inst); err != nil {
@@ -356,6 +348,11 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 func (w *Worker) serve(ctx context.Context, x *nodeWork) error {
 	p, n := x.pool, x.node
 	plan, added, err := x.rec.Round(ctx, n.Name, x.state(), x.opts)
+	if plan.Assign != nil || plan.Create != nil {
+		// Asked of the cloud, whatever the answer (a lost one may have
+		// been applied): the next pass describes the node.
+		w.changed(x.inst.ID)
+	}
 	if err != nil {
 		return err
 	}
@@ -434,6 +431,7 @@ func (w *Worker) detach(ctx context.Context, x *nodeWork, id string) error {
 	// whose answer was lost may have happened. The readings decide
 	// (settle): dropped once they lack the blocks, restored only if the
 	// interface still holds them after the release guard.
+	w.changed(x.inst.ID)
 	err = w.Interfaces.DetachInterface(ctx, id)
 	w.mu.Lock()
 	w.markReleased(key, drained, now)
@@ -489,27 +487,32 @@ func (w *Worker) guarded(key string, b netip.Prefix, now time.Time) bool {
 // asked to) within the release guard, which an eventually consistent
 // reading may still show, and with an interface whose detach was asked
 // within it shown detaching: so a stale reading neither records them
-// again nor plans on them. Expired entries are forgotten.
-func (w *Worker) withoutReleased(p store.CloudPool, n store.CloudNode, inst cloud.Instance) cloud.Instance {
+// again nor plans on them. The guard counts to the reading's time at:
+// a listing read again is as old as it was made (list.go). Entries no
+// reading can be that old for are forgotten.
+func (w *Worker) withoutReleased(p store.CloudPool, n store.CloudNode, inst cloud.Instance, at time.Time) cloud.Instance {
 	key := p.Space + "/" + p.Name + "/" + n.Name
 	now := w.now()
 	guard := w.releaseGuard()
+	keep := guard + ListingMaxAge*w.resync()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	recent := map[netip.Prefix]bool{}
 	for b, t := range w.released[key] {
-		if now.Sub(t) < guard {
+		if at.Sub(t) < guard {
 			recent[b] = true
-		} else {
+		}
+		if now.Sub(t) >= keep {
 			delete(w.released[key], b)
 		}
 	}
 	ifaces := slices.Clone(inst.Interfaces)
 	for i, f := range ifaces {
 		if t, ok := w.detachTried[f.ID]; ok {
-			if now.Sub(t) < guard {
+			if at.Sub(t) < guard {
 				f.Detaching = true
-			} else {
+			}
+			if now.Sub(t) >= keep {
 				delete(w.detachTried, f.ID)
 			}
 		}
@@ -605,6 +608,7 @@ func (w *Worker) delegateIPv6(ctx context.Context, x *nodeWork) error {
 	if first == nil || x.rec.Cooling(ipv6Key(first.SubnetID)) {
 		return nil
 	}
+	w.changed(x.inst.ID)
 	p, err := w.Interfaces.AssignIPv6Prefix(ctx, first.ID)
 	if err != nil {
 		if k := cloud.KindOf(err); k == cloud.KindInvalid || k == cloud.KindInterfaceFull || k == cloud.KindNoContiguousPrefix {
@@ -654,7 +658,10 @@ func (w *Worker) recordHeld(ctx context.Context, p store.CloudPool, n store.Clou
 // readings in a row lack it, so that an address EC2 lists late after its
 // assignment is not lost; one a Pod holds stays, and is logged: the
 // Pod's address no longer reaches the node.
-func (w *Worker) settle(ctx context.Context, p store.CloudPool, n store.CloudNode, inst cloud.Instance, opts cloud.PlanOptions) error {
+//
+// A reading reused from an earlier pass's listing (fresh false) is no new
+// reading: it restores, but neither counts a lack again nor drops.
+func (w *Worker) settle(ctx context.Context, p store.CloudPool, n store.CloudNode, inst cloud.Instance, opts cloud.PlanOptions, fresh bool) error {
 	inCloud := map[netip.Prefix]bool{}
 	for _, f := range inst.Interfaces {
 		for _, b := range podBlocks(f, opts) {
@@ -673,10 +680,18 @@ func (w *Worker) settle(ctx context.Context, p store.CloudPool, n store.CloudNod
 			// Maybe given back, and the reading not settled yet.
 		case inCloud[b.Prefix] && b.Drained:
 			kept = append(kept, b.Prefix)
+		case !inCloud[b.Prefix] && !fresh:
+			// The lack this reading showed when it was new is counted.
+			if was[b.Prefix] {
+				missing[b.Prefix] = true
+			}
 		case !inCloud[b.Prefix] && was[b.Prefix]:
 			gone = append(gone, b.Prefix)
 		case !inCloud[b.Prefix]:
 			missing[b.Prefix] = true
+			// Described alone at the next pass, to confirm the lack
+			// (list.go).
+			w.changed(InstanceID(w.Provider, n.ProviderID))
 		}
 	}
 	if w.missing == nil {
@@ -817,6 +832,7 @@ func (w *Worker) release(ctx context.Context, p store.CloudPool, n store.CloudNo
 	// interface no longer holds. The readings decide (settle): dropped
 	// once they lack the blocks, restored only if the interface still
 	// holds them after the release guard.
+	w.changed(InstanceID(w.Provider, n.ProviderID))
 	err = w.Cloud.Unassign(ctx, r.Interface, addrs, prefixes)
 	w.mu.Lock()
 	w.markReleased(key, drained, now)
@@ -858,12 +874,16 @@ func poolOptions(p store.CloudPool) cloud.PlanOptions {
 // its interfaces hold Pod addresses (a CiliumNode's spec.eni): its first
 // interface index wins over the pool's, its excluded tags are its own.
 // Cilium's AWS operator reads both of the node alone
-// (pkg/aws/ipam/node.go, ENI.IsExcludedBySpec).
+// (pkg/aws/ipam/node.go, ENI.IsExcludedBySpec). The Node's max Pods
+// bounds it when the pool sets none, as the VPC CNI's ipamd reads it.
 func nodeOptions(o cloud.PlanOptions, pi store.PodInterfaces) cloud.PlanOptions {
 	if pi.FirstIndex != nil {
 		o.FirstDevice = *pi.FirstIndex
 	}
 	o.ExcludeTags = pi.ExcludeTags
+	if o.MaxPods == 0 && pi.MaxPods > 0 {
+		o.MaxPods = pi.MaxPods
+	}
 	return o
 }
 

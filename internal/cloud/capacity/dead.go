@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -166,8 +165,11 @@ func (w *Worker) resolveOverlap(ctx context.Context, x *nodeWork, b netip.Prefix
 		log.Warn("cloud capacity: an address the cloud gave the node is held by a block the workers cannot settle")
 		return false, nil
 	}
-	inst, ok := x.listed[strings.ToLower(id)]
-	if !ok {
+	// Only a listing of this pass: an older one may show the holder as it
+	// was before the cloud moved the address.
+	r, reused, ok := x.listed.lookup(id)
+	inst := r.inst
+	if !ok || reused {
 		inst, err = w.Cloud.Instance(ctx, id)
 	}
 	switch {

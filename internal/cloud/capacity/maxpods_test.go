@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ipam-dev/ipam/internal/alloc"
+	"github.com/ipam-dev/ipam/internal/store"
 )
 
 // Max Pods and prefix delegation by instance type (issue 35): a prefix
@@ -119,5 +120,22 @@ func TestScenarioBareMetalPrefixPoolGetsPrefixes(t *testing.T) {
 	}
 	if prefixes, addrs := x.prefixesHeld(); prefixes < 2 || addrs != 0 {
 		t.Fatalf("the node holds %d /28s and %d addresses; want /28s only", prefixes, addrs)
+	}
+}
+
+// TestScenarioNodeMaxPodsBoundsPrefixNode: a pool that sets no maxPods
+// takes the Node's (status.capacity.pods, recorded with its providerID):
+// a kubelet set to 40 gets three /28s, no fourth.
+func TestScenarioNodeMaxPodsBoundsPrefixNode(t *testing.T) {
+	x := onType(t, "m5.large", alloc.CloudSpec{Provider: alloc.CloudAWS, Prefixes: true, WarmTargets: &alloc.WarmTargets{WarmPrefix: 1}})
+	if _, err := x.st.SetCiliumNodeProviderID(t.Context(), alloc.DefaultSpace, "n1", nil, "eni", "aws:///eu-west-1a/"+x.inst,
+		store.PodInterfaces{MaxPods: 40}); err != nil {
+		t.Fatal(err)
+	}
+	if pods := x.fill(t, 60, 6); pods != 48 {
+		t.Fatalf("%d Pods got an address; want 48 (three /28s, the first to reach the Node's 40)", pods)
+	}
+	if prefixes, _ := x.prefixesHeld(); prefixes != 3 {
+		t.Fatalf("the node holds %d /28s; want 3", prefixes)
 	}
 }

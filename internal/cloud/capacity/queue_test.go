@@ -165,6 +165,7 @@ func TestPassListsInsteadOfDescribing(t *testing.T) {
 	// A node whose instance is not in the listing (another network, or
 	// not running) is described alone.
 	x.fake.TerminateInstance(x.inst)
+	x.clock.Advance(DefaultResync)
 	x.pass(t)
 	if i2, _ := describes(); i2-i1 != 2 {
 		t.Fatalf("with one instance gone: %d DescribeInstances, want the listing and the one node's", i2-i1)
