@@ -165,6 +165,7 @@ func (w *Worker) Pass(ctx context.Context) error {
 			work = append(work, &nodeWork{pool: p, node: n, rec: rec, opts: nodeOptions(opts, n.PodInterfaces)})
 		}
 	}
+	w.learnNetwork(ctx, work)
 	listed, lerrs := w.list(ctx)
 	errs = append(errs, lerrs...)
 	for _, x := range work {

@@ -194,3 +194,40 @@ func (w *Worker) describedAlone(inst cloud.Instance, at time.Time) {
 		last.insts[id] = reading{inst: inst, at: at}
 	}
 }
+
+// learnNetwork, when the worker knows no network yet (its first pass, a
+// new leader's), describes the first node of work whose instance it
+// finds and takes its network as seen, so that this very pass lists it:
+// on a fresh worker a thousand nodes cost one describe and a listing,
+// not a describe each (the scale-out's first pass was most of its
+// describes). Nodes of other networks are described alone this pass, as
+// the listings lack them, and listed from the next.
+func (w *Worker) learnNetwork(ctx context.Context, work []*nodeWork) {
+	if w.Inventory == nil {
+		return
+	}
+	w.mu.Lock()
+	known := len(w.vpcs) > 0
+	w.mu.Unlock()
+	if known {
+		return
+	}
+	for _, x := range work {
+		id := InstanceID(w.Provider, x.node.ProviderID)
+		if id == "" {
+			continue
+		}
+		inst, err := w.Cloud.Instance(ctx, id)
+		if err != nil || inst.VPC == "" {
+			// Gone, not yet visible, or the cloud failing: read() tells.
+			return
+		}
+		w.mu.Lock()
+		if w.vpcs == nil {
+			w.vpcs = map[string]bool{}
+		}
+		w.vpcs[inst.VPC] = true
+		w.mu.Unlock()
+		return
+	}
+}

@@ -270,6 +270,10 @@ func TestStaleReadAfterUnassignNotRecorded(t *testing.T) {
 	if _, err := x.provider.Instance(t.Context(), x.inst); err != nil {
 		t.Fatal(err)
 	}
+	// So does the network's listing.
+	if _, err := x.provider.Instances(t.Context(), "vpc-1"); err != nil {
+		t.Fatal(err)
+	}
 	l.freeze()
 	x.passChecked(t, w)
 	if held, _ := x.fake.Held(x.eni0); len(held) != 2 {
