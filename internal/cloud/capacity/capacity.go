@@ -349,13 +349,18 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 func (w *Worker) serve(ctx context.Context, x *nodeWork) error {
 	p, n := x.pool, x.node
 	plan, added, err := x.rec.Round(ctx, n.Name, x.state(), x.opts)
-	if plan.Assign != nil || plan.Create != nil {
-		// Asked of the cloud, whatever the answer (a lost one may have
-		// been applied): the next pass describes the node.
-		w.changed(x.inst.ID)
-	}
 	if err != nil {
+		if plan.Assign != nil || plan.Create != nil {
+			// Asked of the cloud, and the answer unknown or refused (a
+			// lost one may have been applied): the next pass describes
+			// the node.
+			w.changed(x.inst.ID)
+		}
 		return err
+	}
+	if plan.Assign != nil || plan.Create != nil {
+		// The cloud's answer says what the interface holds now.
+		w.answered(withAdded(x.inst, added), w.now())
 	}
 	if got := blocksOf(added.Addresses, added.Prefixes); len(got) > 0 {
 		if err := w.Store.RecordCloudBlocks(ctx, p.Space, n.Name, p.Name, added.Interface, got); err != nil {

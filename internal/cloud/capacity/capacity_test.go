@@ -341,6 +341,8 @@ func TestPassSettlesWithTheCloud(t *testing.T) {
 		}
 		return out
 	}
+	// Outside changes show at the next listing (a resync).
+	x.clock.Advance(DefaultResync)
 	x.pass(t)
 	if r := recorded(); !r[netip.PrefixFrom(free, 32)] || !r[netip.PrefixFrom(leased, 32)] {
 		t.Fatalf("dropped after one reading: %v", r)

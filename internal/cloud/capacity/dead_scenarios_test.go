@@ -91,9 +91,11 @@ func TestScenarioTerminatedFreesAddressesForAnotherNode(t *testing.T) {
 	if err := x.fake.AssignAddresses(x.eniOf(t, inst2), held...); err != nil {
 		t.Fatal(err)
 	}
+	// The workers learn of an outside change at the next listing (a
+	// resync, Cilium's minute).
 	for range 2 {
+		x.clock.Advance(DefaultResync)
 		x.mustPass(t)
-		x.clock.Advance(10 * time.Second)
 	}
 	blocks := x.nodeBlocks(t, "eni")
 	if len(blocks["n1"]) != 0 {
@@ -134,11 +136,13 @@ func TestScenarioGoneOnlyOnceConfirmed(t *testing.T) {
 	for range 2 {
 		want := len(x.nodeBlocks(t, "eni")["n1"])
 		show := x.fake.HideInstance(x.inst)
+		x.clock.Advance(DefaultResync) // the next listing
 		x.mustPass(t)
 		if got := len(x.nodeBlocks(t, "eni")["n1"]); got != want {
 			t.Fatalf("after a NotFound n1 has %d blocks, want %d", got, want)
 		}
 		show()
+		x.clock.Advance(DefaultResync)
 		x.mustPass(t)
 		// Found between the two: the next NotFound starts over.
 		x.clock.Advance(GoneAfter)
@@ -163,6 +167,7 @@ func TestScenarioGoneOnlyOnceConfirmed(t *testing.T) {
 	}
 	slices.SortFunc(fresh.Addresses, netip.Addr.Compare)
 	got := append(slices.Clone(fresh.Addresses), held[:2]...)
+	x.clock.Advance(DefaultResync)
 	x.mustPass(t)
 	blocks := x.nodeBlocks(t, "eni")
 	if len(blocks["n1"]) != len(held) {

@@ -195,6 +195,23 @@ func (w *Worker) describedAlone(inst cloud.Instance, at time.Time) {
 	}
 }
 
+// answered keeps inst, as the cloud's answer to a round left it, as its
+// entry in its network's listing: the passes until the next listing plan
+// on it instead of describing the node (Cilium's operator updates its
+// instance cache from the answer the same way). A node something else
+// marked changed (a reading that lacked a block) is still described.
+func (w *Worker) answered(inst cloud.Instance, at time.Time) {
+	if w.Inventory == nil {
+		return
+	}
+	l := &w.listings
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if last := l.of[inst.VPC]; last != nil {
+		last.insts[strings.ToLower(inst.ID)] = reading{inst: inst, at: at}
+	}
+}
+
 // learnNetwork, when the worker knows no network yet (its first pass, a
 // new leader's), describes the first node of work whose instance it
 // finds and takes its network as seen, so that this very pass lists it:

@@ -34,8 +34,8 @@ func fiveNodes(t *testing.T) (*world, func() int) {
 }
 
 // TestPassListsOncePerResync: the network is listed once a Resync (a
-// minute, Cilium's), not every pass; between, only a node a round
-// changed is described, alone.
+// minute, Cilium's), not every pass; between, a node a round changed is
+// read as the cloud's answer left it, not described again.
 func TestPassListsOncePerResync(t *testing.T) {
 	x, describes := fiveNodes(t)
 	d0 := describes()
@@ -43,8 +43,8 @@ func TestPassListsOncePerResync(t *testing.T) {
 	if d := describes() - d0; d != 0 {
 		t.Fatalf("a pass within the resync over unchanged nodes made %d DescribeInstances, want 0", d)
 	}
-	// n1 needs more: its round assigns, and the next pass describes it
-	// alone.
+	// n1 needs more: its round assigns, and the next passes read it as
+	// the answer left it.
 	for _, c := range []string{"c1", "c2"} {
 		if _, err := x.lease(t, c); err != nil {
 			t.Fatal(err)
@@ -56,8 +56,8 @@ func TestPassListsOncePerResync(t *testing.T) {
 	}
 	d1 := describes()
 	x.pass(t)
-	if d := describes() - d1; d != 1 {
-		t.Fatalf("after a round on n1: %d DescribeInstances, want n1's alone", d)
+	if d := describes() - d1; d != 0 {
+		t.Fatalf("after a round on n1: %d DescribeInstances, want none (the answer said what it holds)", d)
 	}
 	d2 := describes()
 	x.pass(t)
