@@ -44,10 +44,7 @@ func TestScenarioFallbackAddressesGoBack(t *testing.T) {
 	for _, c := range pods {
 		x.release(t, c)
 	}
-	x.clock.Advance(2 * time.Second)
-	if _, err := x.st.PurgeCooled(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	x.cooledAndPurged(t)
 	// One interface's excess a round, each after the release delay.
 	for range 24 {
 		x.clock.Advance(10 * time.Second)

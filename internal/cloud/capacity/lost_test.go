@@ -169,6 +169,21 @@ func (x *scen) passChecked(t *testing.T, w *Worker) {
 	}
 }
 
+// excessDue is a lossy scenario whose node holds 6 addresses of which 4
+// are excess (the pool shrank to a pre-allocation of 2) for its release
+// delay: the next pass gives them back.
+func excessDue(t *testing.T) (*scen, *lossy, *Worker) {
+	t.Helper()
+	spec := alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 6}, ReleaseDelay: time.Minute}
+	x, l, w := lossyScen(t, spec)
+	x.passChecked(t, w)
+	spec.Watermarks = &alloc.Watermarks{PreAllocate: 2}
+	x.shrink(t, spec)
+	x.passChecked(t, w)
+	x.clock.Advance(time.Minute)
+	return x, l, w
+}
+
 // TestLostUnassignAnswerNeverLeasable: the unassign of the excess
 // happens but its answer is lost; the SDK's retry hears "not assigned".
 // The blocks stay unleasable, and go once the readings agree.
@@ -206,13 +221,7 @@ func TestLostUnassignAnswerNeverLeasable(t *testing.T) {
 // interface: they come back to the node once the release guard says the
 // readings are settled, not before.
 func TestLostUnassignRefusedIsRestored(t *testing.T) {
-	spec := alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 6}, ReleaseDelay: time.Minute}
-	x, _, w := lossyScen(t, spec)
-	x.passChecked(t, w)
-	spec.Watermarks = &alloc.Watermarks{PreAllocate: 2}
-	x.shrink(t, spec)
-	x.passChecked(t, w)
-	x.clock.Advance(time.Minute)
+	x, _, w := excessDue(t)
 	x.fake.SetFault(func(action string) *ec2fake.APIError {
 		if action == "UnassignPrivateIpAddresses" {
 			return ec2fake.Throttled()
@@ -257,13 +266,7 @@ func TestLostUnassignRefusedIsRestored(t *testing.T) {
 // consistency): they are not recorded again (the VPC CNI's cooldown of
 // recently freed addresses).
 func TestStaleReadAfterUnassignNotRecorded(t *testing.T) {
-	spec := alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 6}, ReleaseDelay: time.Minute}
-	x, l, w := lossyScen(t, spec)
-	x.passChecked(t, w)
-	spec.Watermarks = &alloc.Watermarks{PreAllocate: 2}
-	x.shrink(t, spec)
-	x.passChecked(t, w)
-	x.clock.Advance(time.Minute)
+	x, l, w := excessDue(t)
 	// The node's own describe too answers as now when frozen (the worker
 	// describes a node alone after it changed it): not as at the first
 	// pass, before anything was assigned.
@@ -317,10 +320,7 @@ func TestLostDetachAnswerNeverLeasable(t *testing.T) {
 	for _, c := range pods[1:] {
 		x.release(t, c)
 	}
-	x.clock.Advance(2 * time.Second)
-	if _, err := x.st.PurgeCooled(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	x.cooledAndPurged(t)
 	x.passChecked(t, w)
 	// Every attempt of the SDK loses its answer: the call fails, though
 	// the first attempt detached.

@@ -247,6 +247,17 @@ func (x *scen) release(t *testing.T, container string) {
 	}
 }
 
+// cooledAndPurged moves the clock past the store's cooldown (a second)
+// and purges the cooled leases: the addresses of the Pods that went are
+// free again, their blocks drainable.
+func (w *world) cooledAndPurged(t *testing.T) {
+	t.Helper()
+	w.clock.Advance(2 * time.Second)
+	if _, err := w.st.PurgeCooled(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // unattached counts the interfaces attached to nothing.
 func (x *scen) unattached() int {
 	n := 0
@@ -438,10 +449,7 @@ func TestScenarioWarmENIScaleDownGivesBack(t *testing.T) {
 	for _, c := range pods[1:] {
 		x.release(t, c)
 	}
-	x.clock.Advance(2 * time.Second)
-	if _, err := x.st.PurgeCooled(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	x.cooledAndPurged(t)
 	x.pass(t)
 	if _, ifaces := x.held(); ifaces != 3 {
 		t.Fatalf("%d interfaces before the release delay, want 3", ifaces)

@@ -167,10 +167,7 @@ func TestScenarioUserInterfaceNeverDetached(t *testing.T) {
 	for _, c := range pods[1:] {
 		x.release(t, c)
 	}
-	x.clock.Advance(2 * time.Second)
-	if _, err := x.st.PurgeCooled(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	x.cooledAndPurged(t)
 	for range 5 {
 		x.clock.Advance(time.Minute)
 		x.pass(t)
@@ -247,10 +244,7 @@ func TestScenarioIPv6InterfaceNeverDetached(t *testing.T) {
 	if !kept[2] || !kept[3] {
 		t.Fatalf("Pods kept on devices %v, want 2 and 3", kept)
 	}
-	x.clock.Advance(2 * time.Second)
-	if _, err := x.st.PurgeCooled(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	x.cooledAndPurged(t)
 	for range 5 {
 		x.clock.Advance(time.Minute)
 		x.pass(t)
