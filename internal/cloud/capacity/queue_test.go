@@ -146,15 +146,16 @@ func TestPassListsInsteadOfDescribing(t *testing.T) {
 	// No network known yet: one node described to learn it, then the
 	// network listed, in the first pass already.
 	x.pass(t)
-	i0, f0 := describes()
-	if i0 != 2 {
+	if i0, _ := describes(); i0 != 2 {
 		t.Fatalf("the first pass made %d DescribeInstances for %d nodes, want 2 (one node's, the listing)", i0, nodes)
 	}
-	// The rounds changed every node: the next pass describes each alone
-	// (Cilium's per-node sync after a change); once a resync has passed,
-	// one listing serves them all.
+	// The rounds' answers updated the listing: the next pass describes
+	// nothing; once a resync has passed, one listing serves them all.
 	x.pass(t)
-	i0, f0 = describes()
+	i0, f0 := describes()
+	if i0 != 2 {
+		t.Fatalf("the pass after the rounds made %d DescribeInstances, want none", i0-2)
+	}
 	x.clock.Advance(DefaultResync)
 	x.pass(t)
 	i1, f1 := describes()
