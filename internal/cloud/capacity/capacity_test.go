@@ -58,6 +58,13 @@ func newWorldOf(t *testing.T, spec alloc.CloudSpec, v6 *alloc.PoolFamily) *world
 // of the network between the SDK and EC2); the fake itself when nil.
 func newWorldVia(t *testing.T, spec alloc.CloudSpec, v6 *alloc.PoolFamily, via func(*ec2fake.Server) http.Handler) *world {
 	t.Helper()
+	return buildWorld(t, "m5.large", netip.MustParsePrefix("10.90.0.0/24"), spec, v6, via)
+}
+
+// buildWorld is newWorldVia with node n1 an instance of type typ in a
+// subnet, and the pool, of range cidr.
+func buildWorld(t *testing.T, typ string, cidr netip.Prefix, spec alloc.CloudSpec, v6 *alloc.PoolFamily, via func(*ec2fake.Server) http.Handler) *world {
+	t.Helper()
 	ctx := t.Context()
 	clk := testclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{LeaseExpiry: time.Hour, Cooldown: time.Second, Now: clk.Now})
@@ -66,8 +73,8 @@ func newWorldVia(t *testing.T, spec alloc.CloudSpec, v6 *alloc.PoolFamily, via f
 	}
 	t.Cleanup(st.Close)
 	fake := ec2fake.New()
-	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-0123456789abcdef0", VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix("10.90.0.0/24")})
-	inst, eni0, err := fake.AddInstance("m5.large", "subnet-0123456789abcdef0")
+	fake.AddSubnet(ec2fake.Subnet{ID: "subnet-0123456789abcdef0", VPC: "vpc-1", Zone: "eu-west-1a", CIDR: cidr})
+	inst, eni0, err := fake.AddInstance(typ, "subnet-0123456789abcdef0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +89,7 @@ func newWorldVia(t *testing.T, spec alloc.CloudSpec, v6 *alloc.PoolFamily, via f
 		Retryer:     retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 1 })})
 	provider := aws.New(client, aws.Options{Now: clk.Now, Wait: func(int) time.Duration { return 0 }})
 	if _, err := st.CreatePool(ctx, alloc.Pool{Space: alloc.DefaultSpace, Name: "eni",
-		Spec: alloc.PoolSpec{IPv4: &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.90.0.0/24")}, MaskSize: 28},
+		Spec: alloc.PoolSpec{IPv4: &alloc.PoolFamily{CIDRs: []netip.Prefix{cidr}, MaskSize: 28},
 			IPv6: v6, NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec}}); err != nil {
 		t.Fatal(err)
 	}

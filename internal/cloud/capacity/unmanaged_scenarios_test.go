@@ -5,25 +5,15 @@ package capacity
 
 import (
 	"maps"
-	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
-
 	"github.com/ipam-dev/ipam/internal/alloc"
 	"github.com/ipam-dev/ipam/internal/cloud"
-	"github.com/ipam-dev/ipam/internal/cloud/aws"
 	"github.com/ipam-dev/ipam/internal/cloud/aws/ec2fake"
-	"github.com/ipam-dev/ipam/internal/pgtest"
-	"github.com/ipam-dev/ipam/internal/store"
-	"github.com/ipam-dev/ipam/internal/testclock"
 )
 
 // Interfaces the workers do not own (issue 35): a trunk, an EFA, one
@@ -35,35 +25,7 @@ import (
 // pool's IPv6 family v6 (none when nil).
 func newTypedScen(t *testing.T, typ string, spec alloc.CloudSpec, v6 *alloc.PoolFamily) *scen {
 	t.Helper()
-	ctx := t.Context()
-	clk := testclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{LeaseExpiry: time.Hour, Cooldown: time.Second, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	fake := ec2fake.New()
-	fake.AddSubnet(ec2fake.Subnet{ID: scenSubnet, VPC: "vpc-1", Zone: "eu-west-1a", CIDR: netip.MustParsePrefix("10.90.0.0/22")})
-	inst, eni0, err := fake.AddInstance(typ, scenSubnet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewTLSServer(fake)
-	t.Cleanup(srv.Close)
-	client := ec2.New(ec2.Options{Region: "eu-west-1", BaseEndpoint: sdkaws.String(srv.URL), HTTPClient: aws.SafeBodies(srv.Client()),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
-		Retryer:     retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 1 })})
-	provider := aws.New(client, aws.Options{Now: clk.Now, Wait: func(int) time.Duration { return 0 }})
-	if _, err := st.CreatePool(ctx, alloc.Pool{Space: alloc.DefaultSpace, Name: "eni",
-		Spec: alloc.PoolSpec{IPv4: &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.90.0.0/22")}, MaskSize: 28},
-			IPv6: v6, NodeLocal: alloc.DefaultNodeLocal, Cloud: &spec}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := st.PutNode(ctx, alloc.Node{Space: alloc.DefaultSpace, Name: "n1", ProviderID: "aws:///eu-west-1a/" + inst}); err != nil {
-		t.Fatal(err)
-	}
-	w := &Worker{Store: st, Provider: alloc.CloudAWS, Cloud: provider, Interfaces: provider, Inventory: provider, Tags: scenTags, Now: clk.Now}
-	return &scen{&world{st: st, fake: fake, srv: srv, provider: provider, w: w, clock: clk, inst: inst, eni0: eni0}}
+	return &scen{buildWorld(t, typ, netip.MustParsePrefix("10.90.0.0/22"), spec, v6, nil)}
 }
 
 // attachForeign attaches an interface the workers did not create.
