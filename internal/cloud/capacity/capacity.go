@@ -215,7 +215,7 @@ type nodeWork struct {
 	reserved map[netip.Addr]bool
 	listed   *inventory // this pass's listings (list.go)
 	reused   bool       // inst is a listing an earlier pass read already
-	skipped  bool       // its network's listing failed and none is young enough: left for this pass
+	skipped  bool       // left out of this pass: its network's listing failed and none is young enough, or its instance ended
 	deficit  int        // addresses the plan says the node lacks
 	ready    bool       // read, and to be served
 	failed   bool       // its reading or round failed: it backs off
@@ -276,6 +276,10 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	switch {
 	case x.listed.left(id):
 		// Its network's listing failed: no describe herd (list.go).
+		x.skipped = true
+		return nil
+	case !ok && w.Inventory != nil && w.knownEnded(x):
+		// Ended, confirmed, blocks gone: nothing to read it for (dead.go).
 		x.skipped = true
 		return nil
 	case !ok:

@@ -282,3 +282,43 @@ func TestScenarioMovedAddressDoesNotWedge(t *testing.T) {
 		t.Fatalf("n1's leased block %v dropped: %v", a, blocks["n1"])
 	}
 }
+
+// TestScenarioEndedNodeNotDescribedAgain: the Kubernetes node of a
+// terminated instance outlives it for a while. Once EC2 confirmed the
+// end and the node's blocks are gone, the passes between listings
+// describe nothing (the listing lacks the instance, and there is nothing
+// left to read it for: the workers described it every pass, a describe
+// per dead node each pass); registered again under the same name with a
+// new instance, the node is read and served.
+func TestScenarioEndedNodeNotDescribedAgain(t *testing.T) {
+	x := newScen(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}})
+	x.addNode(t, "n2", scenSubnet, nil)
+	x.mustPass(t)
+	x.fake.TerminateInstance(x.inst)
+	x.clock.Advance(DefaultResync) // the next listing lacks n1
+	x.mustPass(t)
+	if blocks := x.nodeBlocks(t, "eni"); len(blocks["n1"]) != 0 || len(blocks["n2"]) != 4 {
+		t.Fatalf("after n1's instance ended: %v", blocks)
+	}
+	before := x.fake.Calls("DescribeInstances")
+	for range 5 {
+		x.clock.Advance(10 * time.Second)
+		x.mustPass(t)
+	}
+	if got := x.fake.Calls("DescribeInstances") - before; got != 0 {
+		t.Fatalf("%d DescribeInstances in 5 passes between listings, want 0: the ended n1 is described for nothing", got)
+	}
+	// n1 again, on a new instance: served from the next pass.
+	inst, _, err := x.fake.AddInstance("m5.large", scenSubnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := x.st.PutNode(t.Context(), alloc.Node{Space: alloc.DefaultSpace, Name: "n1", ProviderID: "aws:///eu-west-1a/" + inst}); err != nil {
+		t.Fatal(err)
+	}
+	x.clock.Advance(10 * time.Second)
+	x.mustPass(t)
+	if got := len(x.nodeBlocks(t, "eni")["n1"]); got != 4 {
+		t.Fatalf("n1 on a new instance has %d blocks, want 4", got)
+	}
+}
