@@ -95,4 +95,4 @@ func backoffDelay(n int, j float64) time.Duration {
 }
 
 // holdKey is the key of x's node in the holds.
-func holdKey(x *nodeWork) string { return x.pool.Space + "/" + x.pool.Name + "/" + x.node.Name }
+func holdKey(x *nodeWork) string { return nodeKey(x.pool, x.node) }

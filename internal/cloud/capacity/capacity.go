@@ -89,9 +89,10 @@ type Worker struct {
 	// when 0.
 	ReleaseGuard time.Duration
 
-	mu          sync.Mutex                            // guards excess, surplus, missing, reconciler, written, vpcs, released, detachTried, started
+	mu          sync.Mutex                            // guards excess, surplus, missing, reconciler, written, vpcs, released, added, detachTried, started
 	started     time.Time                             // the first pass's start
 	released    map[string]map[netip.Prefix]time.Time // "space/pool/node" -> block -> when it was last given back
+	added       map[string][]addedAt                  // "space/pool/node" -> what its rounds added, and when
 	detachTried map[string]time.Time                  // interface -> when its detach was last asked
 	missing     map[string]map[netip.Prefix]bool      // "space/pool/node" -> blocks the last reading lacked
 	vpcs        map[string]bool                       // the networks nodes were seen in
@@ -221,6 +222,9 @@ type nodeWork struct {
 	failed   bool       // its reading or round failed: it backs off
 }
 
+// nodeKey names node n of pool p in the worker's memory: "space/pool/node".
+func nodeKey(p store.CloudPool, n store.CloudNode) string { return p.Space + "/" + p.Name + "/" + n.Name }
+
 // state is what the plan knows of x's node.
 func (x *nodeWork) state() cloud.NodeState {
 	return cloud.NodeState{Instance: x.inst, Used: x.used, Reserved: x.reserved}
@@ -304,7 +308,7 @@ func (w *Worker) read(ctx context.Context, x *nodeWork) error {
 	}
 	w.vpcs[inst.VPC] = true
 	w.mu.Unlock()
-	inst = w.withoutReleased(p, n, inst, readAt)
+	inst = w.asSettled(p, n, inst, readAt)
 	x.opts = w.optionsOn(x, inst)
 	err = w.recordHeld(ctx, p, n, inst, x.opts)
 	if alloc.IsKind(err, alloc.KindOverlap) {
@@ -367,6 +371,7 @@ func (w *Worker) serve(ctx context.Context, x *nodeWork) error {
 		w.answered(withAdded(x.inst, added), w.now())
 	}
 	if got := blocksOf(added.Addresses, added.Prefixes); len(got) > 0 {
+		w.markAdded(nodeKey(p, n), added, w.now())
 		if err := w.Store.RecordCloudBlocks(ctx, p.Space, n.Name, p.Name, added.Interface, got); err != nil {
 			return fmt.Errorf("recording what %s got: %w", added.Interface, err)
 		}
@@ -396,7 +401,7 @@ func (w *Worker) serve(ctx context.Context, x *nodeWork) error {
 // detached.
 func (w *Worker) detach(ctx context.Context, x *nodeWork, id string) error {
 	p, n := x.pool, x.node
-	key := p.Space + "/" + p.Name + "/" + n.Name
+	key := nodeKey(p, n)
 	now := w.now()
 	w.mu.Lock()
 	if w.surplus == nil {
@@ -493,6 +498,85 @@ func (w *Worker) guarded(key string, b netip.Prefix, now time.Time) bool {
 	return now.Sub(since) < w.releaseGuard()
 }
 
+// addedAt is what a round added, and when its answer came.
+type addedAt struct {
+	at    time.Time
+	added cloud.Added
+}
+
+// markAdded notes that a round of key added a at t.
+func (w *Worker) markAdded(key string, a cloud.Added, t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.added == nil {
+		w.added = map[string][]addedAt{}
+	}
+	w.added[key] = append(w.added[key], addedAt{at: t, added: a})
+}
+
+// asSettled is inst as the cloud will show it once its describes have
+// caught up with the worker's own changes of the release guard: with
+// what the rounds added within it, and without what was given back
+// (withoutReleased). EC2's describes are eventually consistent: a
+// listing made seconds after a round's answer may lack what the round
+// added. Read as it came, such a listing made the node look short (a
+// second /28 asked, given back minutes later) and its recorded block
+// look taken back (the node described alone to confirm): under load,
+// hundreds of describes and unassigns in the 1,000-node scale-out. The
+// answer is the cloud's word on what the interface holds, as Cilium's
+// operator updates its instance cache from it; an addition older than
+// the guard that a reading lacks is a lack (settle).
+func (w *Worker) asSettled(p store.CloudPool, n store.CloudNode, inst cloud.Instance, at time.Time) cloud.Instance {
+	return w.withoutReleased(p, n, w.withRecentlyAdded(p, n, inst, at), at)
+}
+
+// withRecentlyAdded is inst with what the rounds of its node added within
+// the release guard of the reading's time at, where the reading lacks it:
+// onto the interface it went to, or the new interface whole when the
+// reading lacks it. Entries no reading can be that old for are forgotten.
+func (w *Worker) withRecentlyAdded(p store.CloudPool, n store.CloudNode, inst cloud.Instance, at time.Time) cloud.Instance {
+	key := nodeKey(p, n)
+	now := w.now()
+	guard := w.releaseGuard()
+	keep := guard + ListingMaxAge*w.resync()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	adds := slices.DeleteFunc(w.added[key], func(a addedAt) bool { return now.Sub(a.at) >= keep })
+	if len(adds) == 0 {
+		delete(w.added, key)
+		return inst
+	}
+	w.added[key] = adds
+	ifaces := slices.Clone(inst.Interfaces)
+	for _, a := range adds {
+		if at.Sub(a.at) >= guard {
+			continue
+		}
+		i := slices.IndexFunc(ifaces, func(f cloud.Interface) bool { return f.ID == a.added.Interface })
+		if i < 0 {
+			if a.added.Created {
+				ifaces = append(ifaces, a.added.NewInterface)
+			}
+			continue
+		}
+		f := ifaces[i]
+		for _, x := range a.added.Addresses {
+			if !slices.Contains(f.Addresses, x) {
+				f.Addresses = append(slices.Clip(f.Addresses), x)
+			}
+		}
+		for _, x := range a.added.Prefixes {
+			if !slices.Contains(f.Prefixes, x) {
+				f.Prefixes = append(slices.Clip(f.Prefixes), x)
+			}
+		}
+		ifaces[i] = f
+	}
+	slices.SortFunc(ifaces, func(a, b cloud.Interface) int { return cmp.Compare(a.DeviceIndex, b.DeviceIndex) })
+	inst.Interfaces = ifaces
+	return inst
+}
+
 // withoutReleased is inst without the blocks the worker gave back (or
 // asked to) within the release guard, which an eventually consistent
 // reading may still show, and with an interface whose detach was asked
@@ -501,7 +585,7 @@ func (w *Worker) guarded(key string, b netip.Prefix, now time.Time) bool {
 // a listing read again is as old as it was made (list.go). Entries no
 // reading can be that old for are forgotten.
 func (w *Worker) withoutReleased(p store.CloudPool, n store.CloudNode, inst cloud.Instance, at time.Time) cloud.Instance {
-	key := p.Space + "/" + p.Name + "/" + n.Name
+	key := nodeKey(p, n)
 	now := w.now()
 	guard := w.releaseGuard()
 	keep := guard + ListingMaxAge*w.resync()
@@ -678,7 +762,7 @@ func (w *Worker) settle(ctx context.Context, p store.CloudPool, n store.CloudNod
 			inCloud[b] = true
 		}
 	}
-	key := p.Space + "/" + p.Name + "/" + n.Name
+	key := nodeKey(p, n)
 	var kept, gone []netip.Prefix
 	missing := map[netip.Prefix]bool{}
 	now := w.now()
@@ -797,7 +881,7 @@ func (w *Worker) recordInterfaces(ctx context.Context, p store.CloudPool, n stor
 func (w *Worker) release(ctx context.Context, p store.CloudPool, n store.CloudNode, r *cloud.Release) error {
 	now := w.now()
 	delay := releaseDelay(p)
-	key := p.Space + "/" + p.Name + "/" + n.Name
+	key := nodeKey(p, n)
 	w.mu.Lock()
 	if w.excess == nil {
 		w.excess = map[string]map[netip.Prefix]time.Time{}

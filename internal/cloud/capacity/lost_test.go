@@ -35,10 +35,22 @@ type lossy struct {
 	lose   map[string]int    // action -> answers still to lose
 	last   map[string][]byte // describe (its form) -> its last answer
 	frozen map[string][]byte // the answers of last when frozen; nil when reads are fresh
+	seen   map[string]int    // action -> requests, the frozen answers' too
 }
 
 func newLossy(fake *ec2fake.Server) *lossy {
-	return &lossy{fake: fake, lose: map[string]int{}, last: map[string][]byte{}}
+	return &lossy{fake: fake, lose: map[string]int{}, last: map[string][]byte{}, seen: map[string]int{}}
+}
+
+// calls counts the requests of each action named, answered frozen or not.
+func (l *lossy) calls(actions ...string) map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for _, a := range actions {
+		out[a] = l.seen[a]
+	}
+	return out
 }
 
 func (l *lossy) loseNext(action string, n int) {
@@ -73,6 +85,7 @@ func (l *lossy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := r.PostForm.Encode()
 	describe := len(action) > 8 && action[:8] == "Describe"
 	l.mu.Lock()
+	l.seen[action]++
 	if old, ok := l.frozen[key]; ok && describe {
 		l.mu.Unlock()
 		w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
@@ -334,5 +347,51 @@ func TestLostDetachAnswerNeverLeasable(t *testing.T) {
 	}
 	if c := x.fake.Calls("DetachNetworkInterface"); c != 3 {
 		t.Fatalf("%d detach requests, want 3 (one call and the SDK's retries)", c)
+	}
+}
+
+// TestStaleListingAfterAddAsksNoMore: EC2's describes are eventually
+// consistent, so a listing made seconds after a round's answer may lack
+// what the round added. Within the release guard the answer is the
+// cloud's word on what the interface holds: the node neither looks
+// short (the workers asked for the same addresses again, given back
+// minutes later) nor looks robbed of its blocks (described alone to
+// confirm, a describe herd under load), and no Pod can lease an address
+// the interface lacks.
+func TestStaleListingAfterAddAsksNoMore(t *testing.T) {
+	x, l, w := lossyScen(t, alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 4}})
+	w.Resync = 20 * time.Second
+	x.passChecked(t, w) // lists, then adds 4
+	if held, _ := x.fake.Held(x.eni0); len(held) != 4 {
+		t.Fatalf("the cloud holds %v, want 4", held)
+	}
+	// Every describe answers as before the add: the listing of the next
+	// pass, and any describe of the node alone.
+	l.freeze()
+	before := l.calls("AssignPrivateIpAddresses", "DescribeInstances", "DescribeNetworkInterfaces")
+	for range 3 {
+		x.clock.Advance(10 * time.Second)
+		x.passChecked(t, w)
+	}
+	after := l.calls("AssignPrivateIpAddresses", "DescribeInstances", "DescribeNetworkInterfaces")
+	if got := after["AssignPrivateIpAddresses"] - before["AssignPrivateIpAddresses"]; got != 0 {
+		held, _ := x.fake.Held(x.eni0)
+		t.Fatalf("%d assigns on stale listings (the cloud holds %v): want 0", got, held)
+	}
+	// One listing (instances and interfaces) in 30 s of a 20 s resync,
+	// and no describe of the node alone.
+	if di, dni := after["DescribeInstances"]-before["DescribeInstances"], after["DescribeNetworkInterfaces"]-before["DescribeNetworkInterfaces"]; di != 1 || dni != 1 {
+		t.Fatalf("%d DescribeInstances and %d DescribeNetworkInterfaces in 3 passes, want one listing", di, dni)
+	}
+	if b := x.blocks(t); b != 4 {
+		t.Fatalf("%d blocks, want the 4 the cloud holds", b)
+	}
+	l.thaw()
+	for range 2 {
+		x.clock.Advance(10 * time.Second)
+		x.passChecked(t, w)
+	}
+	if b := x.blocks(t); b != 4 {
+		t.Fatalf("%d blocks after fresh readings, want the 4 the cloud holds", b)
 	}
 }
