@@ -166,7 +166,7 @@ func (s *Server) describeInstancesLocked(form map[string][]string) (any, *APIErr
 		}
 		items = append(items, reservation{Instances: []instanceItem{it}})
 	}
-	items, next, e := page(s, form, items)
+	items, next, e := page(s, form, items, func(r reservation) string { return r.Instances[0].InstanceID })
 	if e != nil {
 		return nil, e
 	}
@@ -225,7 +225,7 @@ func (s *Server) describeInstanceTypesLocked(form map[string][]string) (any, *AP
 		}
 		items = append(items, it)
 	}
-	items, next, e := page(s, form, items)
+	items, next, e := page(s, form, items, func(it typeItem) string { return it.InstanceType })
 	if e != nil {
 		return nil, e
 	}
@@ -288,7 +288,7 @@ func (s *Server) describeSubnetsLocked(form map[string][]string) (any, *APIError
 		}
 		items = append(items, it)
 	}
-	items, next, e := page(s, form, items)
+	items, next, e := page(s, form, items, func(it subnetItem) string { return it.ID })
 	if e != nil {
 		return nil, e
 	}
@@ -439,7 +439,7 @@ func (s *Server) describeNetworkInterfacesLocked(form map[string][]string) (any,
 		}
 		items = append(items, it)
 	}
-	items, next, e := page(s, form, items)
+	items, next, e := page(s, form, items, func(it ifaceItem) string { return it.ID })
 	if e != nil {
 		return nil, e
 	}

@@ -47,7 +47,7 @@ func (s *Server) describeSecurityGroupsLocked(form map[string][]string) (any, *A
 		}
 		items = append(items, groupEntry{ID: g.id, Name: g.id, VPC: g.vpc, Tags: tagItems(g.tags)})
 	}
-	items, next, e := page(s, form, items)
+	items, next, e := page(s, form, items, func(it groupEntry) string { return it.ID })
 	if e != nil {
 		return nil, e
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -138,16 +139,28 @@ func filters(form map[string][]string) map[string][]string {
 	}
 }
 
-// page cuts items after the NextToken of form (an offset), answering the
-// page and the token of the next one ("" at the end).
-func page[T any](s *Server, form map[string][]string, items []T) ([]T, string, *APIError) {
+// page cuts items after the NextToken of form, answering the page and
+// the token of the next one ("" at the end). A token is a cursor, the
+// key of the last item answered, and the next page starts after it in
+// key order: as EC2's opaque tokens, it neither skips nor repeats an
+// item when items before it come or go between the pages (an offset
+// did: an instance terminated between a listing's pages took the next
+// page's first items out of the listing).
+func page[T any](s *Server, form map[string][]string, items []T, key func(T) string) ([]T, string, *APIError) {
+	items = slices.Clone(items)
+	slices.SortStableFunc(items, func(a, b T) int { return strings.Compare(key(a), key(b)) })
 	start := 0
 	if tok := first(form, "NextToken"); tok != "" {
-		n, err := strconv.Atoi(tok)
-		if err != nil || n < 0 || n > len(items) {
+		after, ok := strings.CutPrefix(tok, pageTokenPrefix)
+		if !ok {
 			return nil, "", &APIError{Code: "InvalidPaginationToken", Message: "The pagination token is not valid."}
 		}
-		start = n
+		start, _ = slices.BinarySearchFunc(items, after, func(it T, k string) int {
+			if key(it) <= k {
+				return -1
+			}
+			return 1
+		})
 	}
 	size := len(items) - start
 	if max, err := strconv.Atoi(first(form, "MaxResults")); err == nil && max > 0 {
@@ -157,11 +170,14 @@ func page[T any](s *Server, form map[string][]string, items []T) ([]T, string, *
 		size = min(size, s.pageSize)
 	}
 	end := start + size
-	if end < len(items) {
-		return items[start:end], strconv.Itoa(end), nil
+	if end < len(items) && end > start {
+		return items[start:end], pageTokenPrefix + key(items[end-1]), nil
 	}
 	return items[start:end], "", nil
 }
+
+// pageTokenPrefix marks the fake's pagination tokens.
+const pageTokenPrefix = "after:"
 
 func first(form map[string][]string, key string) string {
 	if v := form[key]; len(v) > 0 {

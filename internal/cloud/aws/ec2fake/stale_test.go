@@ -238,3 +238,68 @@ func TestUnpaginatedRefused(t *testing.T) {
 		t.Fatalf("ids with MaxResults: %v, want InvalidParameterCombination", err)
 	}
 }
+
+// TestPagesNeitherSkipNorRepeat: items that go between a listing's pages
+// take none of the next page's items out of the listing, and none comes
+// twice: the tokens are cursors, as EC2's opaque ones behave (an offset
+// skipped as many instances and interfaces as had gone before it).
+func TestPagesNeitherSkipNorRepeat(t *testing.T) {
+	fake, first, _ := world(t)
+	for range 5 {
+		if _, _, err := fake.AddInstance("m5.large", "subnet-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := client(t, fake, 1)
+	ctx := context.Background()
+	byVPC := []types.Filter{{Name: sdkaws.String("vpc-id"), Values: []string{"vpc-1"}}}
+	fake.SetPageSize(2)
+	p1, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: byVPC, MaxResults: sdkaws.Int32(5)})
+	if err != nil || p1.NextToken == nil {
+		t.Fatalf("first page: %v", err)
+	}
+	n1, err := c.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{Filters: byVPC, MaxResults: sdkaws.Int32(5)})
+	if err != nil || n1.NextToken == nil {
+		t.Fatalf("first page of interfaces: %v", err)
+	}
+	// The first instance ends (its interface deleted with it) between
+	// the pages.
+	fake.TerminateInstance(first)
+	seen := map[string]int{}
+	for _, r := range p1.Reservations {
+		seen[*r.Instances[0].InstanceId]++
+	}
+	pages := ec2.NewDescribeInstancesPaginator(c, &ec2.DescribeInstancesInput{Filters: byVPC, MaxResults: sdkaws.Int32(5), NextToken: p1.NextToken})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page.Reservations {
+			seen[*r.Instances[0].InstanceId]++
+		}
+	}
+	if len(seen) != 6 {
+		t.Fatalf("instances listed: %v, want all 6 (the first ended after its page)", seen)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("instance %s listed %d times", id, n)
+		}
+	}
+	ifaces := len(n1.NetworkInterfaces)
+	nics := ec2.NewDescribeNetworkInterfacesPaginator(c, &ec2.DescribeNetworkInterfacesInput{Filters: byVPC, MaxResults: sdkaws.Int32(5), NextToken: n1.NextToken})
+	for nics.HasMorePages() {
+		page, err := nics.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ifaces += len(page.NetworkInterfaces)
+	}
+	if ifaces != 6 {
+		t.Fatalf("%d interfaces listed, want 6 (one deleted after its page)", ifaces)
+	}
+	if _, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: byVPC, MaxResults: sdkaws.Int32(5), NextToken: sdkaws.String("2")}); apiCode(err) != "InvalidPaginationToken" {
+		t.Fatalf("a token the fake never gave: %v, want InvalidPaginationToken", err)
+	}
+}

@@ -71,7 +71,7 @@ func (s *Server) describeVpcsLocked(form map[string][]string) (any, *APIError) {
 		}
 		items = append(items, it)
 	}
-	items, next, e := page(s, form, items)
+	items, next, e := page(s, form, items, func(it vpcItem) string { return it.ID })
 	if e != nil {
 		return nil, e
 	}
