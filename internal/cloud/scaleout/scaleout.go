@@ -14,8 +14,9 @@
 //
 // Time is virtual for the store and the workers: one pass every
 // Interval. The fake's stale reads are dated by the virtual time of the
-// pass plus the real time spent in it, so a describe can show the state
-// of a few seconds ago within a pass and across passes that took long.
+// pass plus the real time spent in it (at most half an interval, so the
+// fake's clock never runs back), so a describe can show the state of a
+// few seconds ago within a pass and across passes.
 // The token bucket runs on real time (it is the server's rate.Limiter):
 // it paces the run, not the figures.
 //
@@ -266,9 +267,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 
 	// The fake's clock: the pass's virtual time plus the real time spent
-	// in it, so stale reads show a few seconds ago.
+	// in it, so stale reads show a few seconds ago; at most half an
+	// interval, so that it never runs back (a pass slower than the
+	// interval on a loaded machine dated its changes after the next
+	// pass's listing, whose readings then lacked blocks added long
+	// before: the figures followed the machine's load).
 	var passStart atomic.Int64
-	fake.SetClock(func() time.Time { return clk.Now().Add(time.Duration(time.Now().UnixNano() - passStart.Load())) })
+	fake.SetClock(func() time.Time {
+		return clk.Now().Add(min(time.Duration(time.Now().UnixNano()-passStart.Load()), cfg.Interval/2))
+	})
 	passStart.Store(time.Now().UnixNano())
 	fake.SetRandomAddresses(cfg.Seed)
 	fake.SetStaleReads(cfg.StaleWindow, cfg.StaleRate, cfg.Seed)
