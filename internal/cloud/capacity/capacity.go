@@ -779,7 +779,11 @@ func (w *Worker) settle(ctx context.Context, p store.CloudPool, n store.CloudNod
 			if was[b.Prefix] {
 				missing[b.Prefix] = true
 			}
-		case !inCloud[b.Prefix] && was[b.Prefix]:
+		case !inCloud[b.Prefix] && (was[b.Prefix] || b.Drained):
+			// Lacked twice; or once, fresh, by a drained block (given
+			// back): a stale reading shows an older state, which held
+			// it, and no Pod can lease it meanwhile. A give-back then
+			// costs no describe to confirm it.
 			gone = append(gone, b.Prefix)
 		case !inCloud[b.Prefix]:
 			missing[b.Prefix] = true

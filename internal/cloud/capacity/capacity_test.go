@@ -215,6 +215,39 @@ func TestPassReleasesAfterTheDelay(t *testing.T) {
 	}
 }
 
+// TestGiveBackConfirmedWithoutDescribes: what went back is dropped on
+// the first fresh reading that lacks it (the node's describe after the
+// give-back): a drained block no Pod can lease, and a stale reading shows
+// an older state, which held it. The workers described the node alone a
+// second time to confirm the lack.
+func TestGiveBackConfirmedWithoutDescribes(t *testing.T) {
+	spec := alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 6}, ReleaseDelay: time.Minute}
+	x := newWorld(t, spec)
+	x.pass(t)
+	if _, err := x.st.UpdatePool(t.Context(), alloc.DefaultSpace, "eni", nil, alloc.PoolSpec{
+		IPv4: &alloc.PoolFamily{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.90.0.0/24")}, MaskSize: 28}, NodeLocal: alloc.DefaultNodeLocal,
+		Cloud: &alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 2}, ReleaseDelay: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	x.pass(t)
+	x.clock.Advance(time.Minute)
+	x.pass(t) // lists, gives 4 back
+	if held, _ := x.fake.Held(x.eni0); len(held) != 2 {
+		t.Fatalf("after the delay the cloud holds %v, want 2", held)
+	}
+	before := x.fake.Calls("DescribeInstances")
+	for range 3 {
+		x.clock.Advance(10 * time.Second)
+		x.pass(t)
+	}
+	if got := x.fake.Calls("DescribeInstances") - before; got != 1 {
+		t.Fatalf("%d DescribeInstances in 3 passes after a give-back, want 1 (the node's, after its change)", got)
+	}
+	if b := x.blocks(t); b != 2 {
+		t.Fatalf("the store holds %d blocks, the cloud 2", b)
+	}
+}
+
 func TestInstanceID(t *testing.T) {
 	for _, c := range []struct {
 		provider alloc.CloudProvider
