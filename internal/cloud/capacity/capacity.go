@@ -928,10 +928,15 @@ func (w *Worker) release(ctx context.Context, p store.CloudPool, n store.CloudNo
 	// answer was lost may have happened (the SDK's retry then hears "not
 	// assigned"), and restoring them would let a Pod lease an address the
 	// interface no longer holds. The readings decide (settle): dropped
-	// once they lack the blocks, restored only if the interface still
-	// holds them after the release guard.
-	w.changed(InstanceID(w.Provider, n.ProviderID))
+	// once a fresh one lacks the blocks, restored only if the interface
+	// still holds them after the release guard. A failed answer has the
+	// node described alone at the next pass; a successful one waits for
+	// the next listing, which drops them (no Pod can lease them
+	// meanwhile): a describe per give-back was 2 calls for nothing.
 	err = w.Cloud.Unassign(ctx, r.Interface, addrs, prefixes)
+	if err != nil {
+		w.changed(InstanceID(w.Provider, n.ProviderID))
+	}
 	w.mu.Lock()
 	w.markReleased(key, drained, now)
 	for _, b := range drained {

@@ -204,8 +204,10 @@ func TestPassReleasesAfterTheDelay(t *testing.T) {
 	if len(held) != 3 || !containsAddr(held, a) {
 		t.Fatalf("after the delay the cloud holds %v (the lease holds %v)", held, a)
 	}
-	// What went back stays drained until two readings lack it.
+	// What went back stays drained (no Pod leases it) until a fresh
+	// reading lacks it: the next listing.
 	x.pass(t)
+	x.clock.Advance(DefaultResync)
 	x.pass(t)
 	if x.blocks(t) != 3 {
 		t.Fatalf("the store holds %d blocks, the cloud %v", x.blocks(t), held)
@@ -215,12 +217,13 @@ func TestPassReleasesAfterTheDelay(t *testing.T) {
 	}
 }
 
-// TestGiveBackConfirmedWithoutDescribes: what went back is dropped on
-// the first fresh reading that lacks it (the node's describe after the
-// give-back): a drained block no Pod can lease, and a stale reading shows
-// an older state, which held it. The workers described the node alone a
-// second time to confirm the lack.
-func TestGiveBackConfirmedWithoutDescribes(t *testing.T) {
+// TestGiveBackCostsNoDescribes: a give-back the cloud answered is not
+// described to be confirmed: what went back stays drained (no Pod can
+// lease it) until the next listing lacks it, which drops it at once (a
+// stale reading shows an older state, which held it). The workers
+// described the node alone after each give-back, and again to confirm
+// the lack: 4 calls for nothing.
+func TestGiveBackCostsNoDescribes(t *testing.T) {
 	spec := alloc.CloudSpec{Provider: alloc.CloudAWS, Watermarks: &alloc.Watermarks{PreAllocate: 6}, ReleaseDelay: time.Minute}
 	x := newWorld(t, spec)
 	x.pass(t)
@@ -236,12 +239,17 @@ func TestGiveBackConfirmedWithoutDescribes(t *testing.T) {
 		t.Fatalf("after the delay the cloud holds %v, want 2", held)
 	}
 	before := x.fake.Calls("DescribeInstances")
-	for range 3 {
+	for range 5 {
 		x.clock.Advance(10 * time.Second)
 		x.pass(t)
 	}
+	if got := x.fake.Calls("DescribeInstances") - before; got != 0 {
+		t.Fatalf("%d DescribeInstances in the 5 passes after a give-back, want 0", got)
+	}
+	x.clock.Advance(10 * time.Second)
+	x.pass(t) // the next listing
 	if got := x.fake.Calls("DescribeInstances") - before; got != 1 {
-		t.Fatalf("%d DescribeInstances in 3 passes after a give-back, want 1 (the node's, after its change)", got)
+		t.Fatalf("%d DescribeInstances with the next listing, want its 1", got)
 	}
 	if b := x.blocks(t); b != 2 {
 		t.Fatalf("the store holds %d blocks, the cloud 2", b)
