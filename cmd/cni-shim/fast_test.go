@@ -98,6 +98,12 @@ func TestReserveFastAddAsksNothing(t *testing.T) {
 	if len(slots) != 2 {
 		t.Fatalf("reserve %v, want 2 free slots", slots)
 	}
+	// A Pod the service would refuse (its name is no DNS name) is not
+	// served from the reserve: the service answers, and refuses.
+	shim(t, "ADD", "bad", "eth0", conf, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=Bad_Name").fails(t, ErrRejected)
+	if got := slotAddrs(t, s.dataDir); fmt.Sprint(got) != fmt.Sprint(slots) {
+		t.Fatalf("reserve %v after a refused ADD, want %v", got, slots)
+	}
 	s.hold()
 	out := shimAsync(t, "ADD", "p1", "eth0", conf, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0").ok(t)
 	got := resultAddrs(t, out)
@@ -357,6 +363,30 @@ func TestReserveFastUnsentHandoversGC(t *testing.T) {
 	}
 	if trail := s.history(t, p2[0]); !slices.Contains(trail, "release:reconcile") {
 		t.Fatalf("history of %s: %v, want the slot p2 took released by GC", p2[0], trail)
+	}
+	noAddressTwice(t, s)
+}
+
+// The configuration's pool changes: the slots of the old pool serve no
+// Pod, and the sync gives them back and refills from the new pool.
+func TestReserveFastPoolChange(t *testing.T) {
+	s := dualStack(t, nil)
+	s.createPool(t, "other", "10.77.0.0/16", 24, "", 0)
+	shim(t, "STATUS", "", "", fastConf(t, s, "default", 2)).ok(t)
+	old := slotAddrs(t, s.dataDir)
+	conf := fastConf(t, s, "other", 2)
+	p1 := resultAddrs(t, shim(t, "ADD", "p1", "eth0", conf).ok(t))
+	if len(p1) != 1 || !netip.MustParsePrefix("10.77.0.0/16").Contains(netip.MustParsePrefix(p1[0]).Addr()) {
+		t.Fatalf("p1 got %v, want an address of pool other (the slots hold %v)", p1, old)
+	}
+	slots, _ := splitReserve(s.serviceLeases(t))
+	if len(slots) != 2 {
+		t.Fatalf("service slots %v, want 2", slots)
+	}
+	for k, as := range slots {
+		if len(as) != 1 || !netip.MustParsePrefix("10.77.0.0/16").Contains(netip.MustParsePrefix(as[0]).Addr()) {
+			t.Fatalf("slot %s holds %v, want an address of pool other", k, as)
+		}
 	}
 	noAddressTwice(t, s)
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -62,6 +63,10 @@ type reserveSlot struct {
 	ID         int                       `json:"id"`
 	Generation int64                     `json:"generation"`
 	Addresses  []ipamclient.LeaseAddress `json:"addresses"`
+	// Request is what the slot was leased for (requestKey): a slot serves
+	// only a configuration that would lease the same, so a changed pool
+	// never hands out the old pool's addresses.
+	Request string `json:"request,omitempty"`
 	// UsedBy is the Pod the slot was given to and not handed over to
 	// yet; nil while the slot is free.
 	UsedBy *reserveUse `json:"usedBy,omitempty"`
@@ -75,6 +80,11 @@ type reserveSlot struct {
 	// the addresses cool down at the service as any other, and a new
 	// slot takes its place.
 	Deleted bool `json:"deleted,omitempty"`
+	// Refused is a slot the service refused for good to hand over to its
+	// Pod (UsedBy): its addresses stay the reserve's lease at the
+	// service, so nobody else gets them while the Pod runs, and the sync
+	// releases it once the Pod stopped (Deleted).
+	Refused bool `json:"refused,omitempty"`
 	// Returned is a slot to release at the service without a Pod: one
 	// beyond the reserve's size, or (written by older shims) one whose
 	// Pod stopped before its handover.
@@ -105,7 +115,9 @@ func (s *reserveState) pending() bool {
 	if len(s.Dels) > 0 {
 		return true
 	}
-	return slices.ContainsFunc(s.Slots, func(sl reserveSlot) bool { return sl.UsedBy != nil || sl.Returned })
+	return slices.ContainsFunc(s.Slots, func(sl reserveSlot) bool {
+		return (sl.UsedBy != nil && (!sl.Refused || sl.Deleted)) || sl.Returned
+	})
 }
 
 // free counts the slots that can serve a Pod.
@@ -141,11 +153,23 @@ func (s *reserveState) pendingFor(containerID, ifname string) bool {
 	})
 }
 
-// take gives the free slot with the lowest id to use; nil when none is free.
-func (s *reserveState) take(use reserveUse) *reserveSlot {
+// freeFor counts the free slots leased for request.
+func (s *reserveState) freeFor(request string) int {
+	n := 0
+	for i := range s.Slots {
+		if s.Slots[i].isFree() && s.Slots[i].Request == request {
+			n++
+		}
+	}
+	return n
+}
+
+// take gives the free slot leased for request with the lowest id to use;
+// nil when none is free.
+func (s *reserveState) take(use reserveUse, request string) *reserveSlot {
 	var best *reserveSlot
 	for i := range s.Slots {
-		if s.Slots[i].isFree() && (best == nil || s.Slots[i].ID < best.ID) {
+		if s.Slots[i].isFree() && s.Slots[i].Request == request && (best == nil || s.Slots[i].ID < best.ID) {
 			best = &s.Slots[i]
 		}
 	}
@@ -211,25 +235,61 @@ func flockFile(dir, name string, wait time.Duration) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return f, nil
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if err == nil {
+		return f, nil
+	}
+	if !errors.Is(err, syscall.EWOULDBLOCK) || wait <= 0 {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			err = errLocked
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+		return nil, err
+	}
+	// Another shim holds it for a few file operations, or for a sync:
+	// wait in the kernel's queue (no polling, first come first served),
+	// at most wait. A wait given up on releases the lock when it is
+	// granted after all.
+	got := make(chan error, 1)
+	var mu sync.Mutex
+	abandoned := false
+	go func() {
+		var err error
+		for {
+			if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX); !errors.Is(err, syscall.EINTR) {
+				break
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
 			_ = f.Close()
+			return
+		}
+		got <- err
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case err = <-got:
+	case <-t.C:
+		mu.Lock()
+		select {
+		case err = <-got: // granted meanwhile
+		default:
+			abandoned = true
+			err = errLocked
+		}
+		mu.Unlock()
+		if abandoned {
 			return nil, err
 		}
-		if !time.Now().Before(deadline) {
-			_ = f.Close()
-			return nil, errLocked
-		}
-		// Another shim holds it for a few file operations, or for a
-		// sync with the service: poll, as flock cannot wait with a
-		// deadline.
-		time.Sleep(2 * time.Millisecond)
 	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 var errLocked = errors.New("the reserve is locked by another call")
@@ -331,7 +391,7 @@ func (c *call) addFromReserve(containerID, ifname string, owner ipamclient.Owner
 	defer r.close()
 	sl := r.st.servedSlot(containerID, ifname)
 	if sl == nil {
-		if sl = r.st.take(reserveUse{ContainerID: containerID, IfName: ifname, Owner: owner}); sl == nil {
+		if sl = r.st.take(reserveUse{ContainerID: containerID, IfName: ifname, Owner: owner}, c.cfg.requestKey()); sl == nil {
 			var e *types.Error
 			if errors.As(cause, &e) {
 				e2 := *e
@@ -365,7 +425,13 @@ func (c *call) recordDel(containerID, ifname string, fast bool) error {
 	if err != nil {
 		return reserveError("del", err)
 	}
-	defer r.close()
+	var syncLock *os.File
+	defer func() {
+		r.close()
+		if syncLock != nil {
+			c.spawn(syncLock)
+		}
+	}()
 	if sl := r.st.servedSlot(containerID, ifname); sl != nil {
 		// The sync hands the slot over to the Pod, then releases it.
 		sl.Deleted = true
@@ -379,7 +445,7 @@ func (c *call) recordDel(containerID, ifname string, fast bool) error {
 		return reserveError("del", err)
 	}
 	if fast {
-		c.kick()
+		syncLock = c.syncLockIfFree() // started once the file's lock is let go
 	}
 	return nil
 }
@@ -473,5 +539,5 @@ func (c *call) reserveReady() bool {
 		return false
 	}
 	st, err := readReserve(c.cfg.dataDir)
-	return err == nil && st.free() > 0
+	return err == nil && st.freeFor(c.cfg.requestKey()) > 0
 }

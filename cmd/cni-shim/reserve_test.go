@@ -339,7 +339,7 @@ func TestReserveFileLock(t *testing.T) {
 				return
 			}
 			defer f.close()
-			if sl := f.st.take(reserveUse{ContainerID: fmt.Sprintf("c%d", i), IfName: "eth0"}); sl != nil {
+			if sl := f.st.take(reserveUse{ContainerID: fmt.Sprintf("c%d", i), IfName: "eth0"}, ""); sl != nil {
 				taken[i] = sl.ID
 				if err := f.save(true); err != nil {
 					t.Error(err)

@@ -8,12 +8,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -74,8 +77,69 @@ func (c *config) namesPools() bool {
 	return true
 }
 
+// requestKey says what a slot leased for this configuration holds: the
+// pools it names and the families it asks for.
+func (c *config) requestKey() string {
+	key := "pool=" + c.pool
+	for _, f := range []ipamclient.Family{ipamclient.Ipv4, ipamclient.Ipv6} {
+		if p, ok := c.pools[f]; ok {
+			key += " " + string(f) + "=" + p
+		}
+	}
+	if len(c.families) > 0 {
+		fs := make([]string, len(c.families))
+		for i, f := range c.families {
+			fs[i] = string(f)
+		}
+		slices.Sort(fs)
+		key += " families=" + strings.Join(fs, ",")
+	}
+	return key
+}
+
 // fastPath reports whether ADD and DEL go through the reserve first.
 func (c *call) fastPath() bool { return c.cfg.reserve > 0 && c.cfg.namesPools() }
+
+// servable reports whether the service would take the attachment and
+// owner as they are (its checks of names, which the handover meets only
+// after the Pod started): otherwise ADD asks it, and answers its refusal.
+func servable(containerID, ifname string, owner ipamclient.Owner) bool {
+	return isToken(containerID, 256) && isToken(ifname, 64) &&
+		isDNSName(owner.Namespace, 63, false) && isDNSName(owner.Name, 253, true) &&
+		(owner.Uid == nil || isToken(*owner.Uid, 128))
+}
+
+// isToken: printable ASCII without spaces or '/', at most max bytes.
+func isToken(s string, max int) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r > '~' || r == '/' {
+			return false
+		}
+	}
+	return true
+}
+
+// isDNSName: a DNS-1123 label, or with dots a subdomain, of at most max
+// bytes.
+func isDNSName(s string, max int, dots bool) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if l == "" || len(l) > 63 || (!dots && l != s) || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			if ch := l[i]; (ch < 'a' || ch > 'z') && (ch < '0' || ch > '9') && ch != '-' {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // addFast serves ADD from a free slot of the reserve without a request:
 // the slot that already serves the attachment (a retry), else the free
@@ -85,59 +149,100 @@ func (c *call) addFast(containerID, ifname string, owner ipamclient.Owner) (*ipa
 	if err != nil {
 		return nil, reserveError("add", err)
 	}
-	defer r.close()
+	var syncLock *os.File
+	defer func() {
+		r.close()
+		if syncLock != nil {
+			c.spawn(syncLock)
+		}
+	}()
 	sl := r.st.servedSlot(containerID, ifname)
 	if sl == nil {
-		if sl = r.st.take(reserveUse{ContainerID: containerID, IfName: ifname, Owner: owner}); sl == nil {
+		if sl = r.st.take(reserveUse{ContainerID: containerID, IfName: ifname, Owner: owner}, c.cfg.requestKey()); sl == nil {
 			return nil, nil
 		}
 		if err := r.save(false); err != nil {
 			return nil, reserveError("add", err)
 		}
-		c.kick()
+		syncLock = c.syncLockIfFree() // started once the file's lock is let go
 	}
 	return &ipamclient.Allocation{Addresses: sl.Addresses, Generation: sl.Generation}, nil
 }
 
-// kick starts the sync unless one runs; the caller holds the file's lock
-// and has saved its change (see syncer.finish for why that suffices).
-func (c *call) kick() {
+// syncLockIfFree takes the sync lock when no sync holds it; the caller
+// holds the file's lock and has saved its change, and starts the sync
+// with the lock (spawn) once it has let the file's lock go. nil: a sync
+// runs and sees the change (see syncer.finish), or the lock cannot be
+// had and the next call starts one.
+func (c *call) syncLockIfFree() *os.File {
 	f, err := flockFile(c.cfg.dataDir, syncLockName, 0)
 	if err != nil {
-		return // a sync runs and sees the change; or the next call starts one
+		return nil
 	}
-	c.spawn(f)
+	return f
 }
 
 // spawn starts the sync in the background with the sync lock f, which it
 // inherits, and closes f here. The process is detached: a session of its
-// own, no standard streams, so the runtime, which reads the verb's output
-// to its end, does not wait for it. When it cannot start, the work waits
-// in the file for the next call.
+// own, no standard streams but its log (dataDir/sync.log), so the runtime,
+// which reads the verb's output to its end, does not wait for it. A pipe
+// tells it when this process has closed its copy of f (see
+// syncer.finish). When it cannot start, the work waits in the file for
+// the next call.
 func (c *call) spawn(f *os.File) {
 	defer f.Close() //nolint:errcheck // the child holds the lock now
 	exe, err := os.Executable()
-	if err == nil {
-		cmd := exec.Command(exe)
-		cmd.Env = []string{backgroundEnv + "=" + string(c.stdin)}
-		cmd.ExtraFiles = []*os.File{f}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		cmd.Dir = "/"
-		if err = cmd.Start(); err == nil {
-			_ = cmd.Process.Release()
-			return
-		}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: cannot start the reserve's sync: %v; the next call syncs\n", pluginType, err)
+		return
 	}
-	fmt.Fprintf(os.Stderr, "%s: cannot start the reserve's sync: %v; the next call syncs\n", pluginType, err)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: cannot start the reserve's sync: %v; the next call syncs\n", pluginType, err)
+		return
+	}
+	defer pw.Close() //nolint:errcheck // after f: the child's signal
+	defer pr.Close() //nolint:errcheck // the child's copy is its own
+	cmd := exec.Command(exe)
+	cmd.Env = []string{backgroundEnv + "=" + string(c.stdin)}
+	cmd.ExtraFiles = []*os.File{f, pr}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Dir = "/"
+	if log := openSyncLog(c.cfg.dataDir); log != nil {
+		defer log.Close() //nolint:errcheck // the child's copy is its own
+		cmd.Stderr = log
+	}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: cannot start the reserve's sync: %v; the next call syncs\n", pluginType, err)
+		return
+	}
+	_ = cmd.Process.Release()
+}
+
+// syncLogLimit bounds the sync's log: a longer one starts over.
+const syncLogLimit = 1 << 20
+
+// openSyncLog opens the sync's log in dir for appending, or nil.
+func openSyncLog(dir string) *os.File {
+	path := filepath.Join(dir, "sync.log")
+	flags := os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	if fi, err := os.Stat(path); err == nil && fi.Size() > syncLogLimit {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		return nil
+	}
+	return f
 }
 
 // runBackground is the sync process (see spawn): it answers its exit code.
 // Its errors go nowhere (no stderr): what it could not send stays in the
 // file for the next call.
 func runBackground(conf string) int {
-	f := os.NewFile(3, syncLockName)
+	f, parent := os.NewFile(3, syncLockName), os.NewFile(4, "parent")
 	cfg, err := loadConfig([]byte(conf))
-	if err != nil || f == nil {
+	if err != nil || f == nil || parent == nil {
 		return 1
 	}
 	// Descriptor 3 must be the sync lock of this configuration's reserve.
@@ -146,6 +251,9 @@ func runBackground(conf string) int {
 	if err1 != nil || err2 != nil || !os.SameFile(fi, li) {
 		return 1
 	}
+	// The runtime's work on the node comes first: the sync only tells
+	// the service what the node did already.
+	_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, 10)
 	cl, err := newClient(cfg)
 	if err != nil {
 		return 1
@@ -153,8 +261,9 @@ func runBackground(conf string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()
 	c := &call{cfg: cfg, client: cl, ctx: ctx, stdin: []byte(conf)}
-	s := &syncer{c: c, lock: f}
+	s := &syncer{c: c, lock: f, parent: parent}
 	if err := s.drain(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s %s: sync: %v\n", time.Now().UTC().Format(time.RFC3339), pluginType, err)
 		s.close()
 		return 1
 	}
@@ -166,6 +275,9 @@ func runBackground(conf string) int {
 type syncer struct {
 	c    *call
 	lock *os.File
+	// parent is the pipe from the process that passed the lock (spawn):
+	// its end of file says that process closed its copy of the lock.
+	parent *os.File
 	// refillFailed: the service refused a slot (the pool is out of
 	// addresses for the node, say); this sync leases no more.
 	refillFailed bool
@@ -175,6 +287,16 @@ func (s *syncer) close() {
 	if s != nil && s.lock != nil {
 		_ = s.lock.Close()
 		s.lock = nil
+	}
+}
+
+// parentDone waits until the process that passed the lock has closed its
+// copy: only then does closing the lock here let it go.
+func (s *syncer) parentDone() {
+	if s.parent != nil {
+		_, _ = io.Copy(io.Discard, s.parent)
+		_ = s.parent.Close()
+		s.parent = nil
 	}
 }
 
@@ -191,7 +313,7 @@ func workOf(st *reserveState) syncWork {
 		switch {
 		case sl.Returned:
 			w.returned = append(w.returned, sl)
-		case sl.UsedBy != nil:
+		case sl.UsedBy != nil && (!sl.Refused || sl.Deleted):
 			w.used = append(w.used, sl)
 		}
 	}
@@ -272,14 +394,21 @@ func (s *syncer) send() (sent bool, err error) {
 	// DELs of Pods whose slots were handed over and are still to be
 	// released: they go first in the file's DELs.
 	var first []pendingDel
+	var refused []int // slot ids
 	for _, sl := range w.used {
 		if failed != nil {
 			break
 		}
-		gen, err := c.handOver(&sl)
-		if err != nil {
-			failed = err
-			break
+		var gen int64
+		if !sl.Refused {
+			if gen, err = c.handOver(&sl); err != nil {
+				failed = err
+				break
+			}
+			if gen == 0 && !sl.Deleted {
+				refused = append(refused, sl.ID)
+				continue
+			}
 		}
 		gone[sl.ID] = sl.Generation
 		if !sl.Deleted {
@@ -315,6 +444,11 @@ func (s *syncer) send() (sent bool, err error) {
 		}
 	}
 	r.st.Dels = append(first, r.st.Dels...)
+	for i := range r.st.Slots {
+		if slices.Contains(refused, r.st.Slots[i].ID) {
+			r.st.Slots[i].Refused = true
+		}
+	}
 	r.st.Slots = slices.DeleteFunc(r.st.Slots, func(sl reserveSlot) bool {
 		g, ok := gone[sl.ID]
 		return ok && g == sl.Generation
@@ -337,6 +471,14 @@ func (s *syncer) refill() (changed bool, err error) {
 	r, err := lockReserve(c.cfg.dataDir, lockWait)
 	if err != nil {
 		return false, reserveError("sync", err)
+	}
+	// Free slots leased for another request (the configuration's pools
+	// changed) go back, and those beyond the reserve's size.
+	key := c.cfg.requestKey()
+	for i := range r.st.Slots {
+		if sl := &r.st.Slots[i]; sl.isFree() && sl.Request != key {
+			sl.Returned, changed = true, true
+		}
 	}
 	excess := r.st.free() - c.cfg.reserve
 	for i := len(r.st.Slots) - 1; i >= 0 && excess > 0; i-- {
@@ -377,7 +519,7 @@ func (s *syncer) refill() (changed bool, err error) {
 			s.refillFailed = true
 			break
 		}
-		added = append(added, reserveSlot{ID: id, Generation: got.Generation, Addresses: got.Addresses})
+		added = append(added, reserveSlot{ID: id, Generation: got.Generation, Addresses: got.Addresses, Request: key})
 	}
 	if len(added) == 0 {
 		return false, nil
@@ -410,6 +552,7 @@ func (s *syncer) finish() {
 		if changed || sent {
 			continue
 		}
+		s.parentDone()
 		r, err := lockReserve(s.c.cfg.dataDir, lockWait)
 		if err != nil {
 			return

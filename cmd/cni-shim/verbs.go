@@ -70,7 +70,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if c.fastPath() {
+	if c.fastPath() && servable(args.ContainerID, args.IfName, owner) {
 		alloc, err := c.addFast(args.ContainerID, args.IfName, owner)
 		if err != nil {
 			return err
