@@ -211,10 +211,13 @@ func TestReserveFastDelBeforeHandover(t *testing.T) {
 // without a request while the service holds them; then, with the service
 // answering, ADD+DEL pairs race the background syncs. No address is ever
 // held twice, and the service holds for every Pod what its ADD answered.
+// The background sync lingers between the verbs, so one process tells
+// the service about many of them.
 func TestReserveFastConcurrentAdds(t *testing.T) {
 	s := dualStack(t, nil)
 	const size = 8
-	conf := fastConf(t, s, "default", size)
+	// The background sync lingers for more work, as by default.
+	conf := netconf(t, "1.1.0", s.ipam(map[string]any{"pool": "default", "reserve": size, "timeout": "60s", "syncLinger": "300ms"}), nil)
 	shim(t, "STATUS", "", "", conf).ok(t)
 	slots := slotAddrs(t, s.dataDir)
 	s.hold()

@@ -46,6 +46,10 @@ const (
 	reserveOwnerNamespace = "cni-reserve"
 	// lockWait bounds the wait for another shim's lock.
 	lockWait = 5 * time.Second
+	// defaultSyncLinger is how long a background sync waits for more
+	// work before it exits (syncLinger); maxSyncLinger bounds it.
+	defaultSyncLinger = 2 * time.Second
+	maxSyncLinger     = time.Minute
 )
 
 // reserveState is the content of the reserve file.

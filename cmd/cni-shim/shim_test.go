@@ -289,7 +289,8 @@ func (s *service) attachment(t *testing.T, node, cid, ifname string) *ipamclient
 
 // ipam is the ipam section for s on node worker-1 with a short timeout.
 func (s *service) ipam(extra map[string]any) map[string]any {
-	m := map[string]any{"type": pluginType, "server": s.url, "node": "worker-1", "timeout": "5s", "reserve": 0, "dataDir": s.dataDir}
+	m := map[string]any{"type": pluginType, "server": s.url, "node": "worker-1", "timeout": "5s", "reserve": 0, "dataDir": s.dataDir,
+		"syncLinger": "0s"} // each verb's background sync ends with it, for waitSync
 	if s.tls != nil {
 		m["caFile"], m["certFile"], m["keyFile"] = s.tls.caFile, s.tls.certFile, s.tls.keyFile
 	}

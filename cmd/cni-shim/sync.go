@@ -259,9 +259,9 @@ func runBackground(conf string) int {
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
-	defer cancel()
 	c := &call{cfg: cfg, client: cl, ctx: ctx, stdin: []byte(conf)}
-	s := &syncer{c: c, lock: f, parent: parent}
+	s := &syncer{c: c, lock: f, parent: parent, linger: cfg.syncLinger, cancel: cancel}
+	defer func() { s.cancel() }()
 	if err := s.drain(); err != nil {
 		fmt.Fprintf(os.Stderr, "%s %s: sync: %v\n", time.Now().UTC().Format(time.RFC3339), pluginType, err)
 		s.close()
@@ -279,8 +279,13 @@ type syncer struct {
 	// its end of file says that process closed its copy of the lock.
 	parent *os.File
 	// refillFailed: the service refused a slot (the pool is out of
-	// addresses for the node, say); this sync leases no more.
+	// addresses for the node, say); no more leases until a send.
 	refillFailed bool
+	// linger is how long a background sync waits for more work once
+	// idle (config.syncLinger); 0 in a verb's own sync.
+	linger time.Duration
+	// cancel ends the current round's context of a background sync.
+	cancel context.CancelFunc
 }
 
 func (s *syncer) close() {
@@ -538,9 +543,22 @@ func (s *syncer) refill() (changed bool, err error) {
 // lock, after finding the file holds no work. A verb that changed the
 // file while this sync held the lock (and so started none) changed it
 // before that last look, which sees it.
+//
+// A background sync (linger > 0) first waits that long for more work,
+// woken by the file's replacement (inotify), so that a burst of Pods is
+// told by one process over one connection instead of one process each.
 func (s *syncer) finish() {
 	defer s.close()
-	for range maxSyncRounds {
+	watch := -1
+	if s.linger > 0 {
+		watch = watchDir(s.c.cfg.dataDir)
+		if watch >= 0 {
+			defer syscall.Close(watch) //nolint:errcheck // inotify descriptor
+		}
+	}
+	deadline := time.Now().Add(s.linger)
+	for rounds := 0; rounds < maxSyncRounds; rounds++ {
+		s.newRound()
 		changed, err := s.refill()
 		if err != nil {
 			return
@@ -549,7 +567,18 @@ func (s *syncer) finish() {
 		if err != nil {
 			return
 		}
+		if sent {
+			s.refillFailed = false // released addresses may serve a refill later
+		}
 		if changed || sent {
+			deadline = time.Now().Add(s.linger)
+			continue
+		}
+		if watch >= 0 && time.Now().Before(deadline) {
+			if st, err := readReserve(s.c.cfg.dataDir); err == nil && workOf(&st).empty() {
+				waitEvent(watch, time.Until(deadline))
+			}
+			rounds = 0
 			continue
 		}
 		s.parentDone()
@@ -563,6 +592,49 @@ func (s *syncer) finish() {
 		}
 		r.close()
 		if idle {
+			return
+		}
+	}
+}
+
+// newRound gives a background sync's round a deadline of its own.
+func (s *syncer) newRound() {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.c.ctx, s.cancel = context.WithTimeout(context.Background(), s.c.cfg.timeout)
+}
+
+// watchDir watches dir for files written or renamed into it; -1 when it
+// cannot (the sync then does not linger).
+func watchDir(dir string) int {
+	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC | syscall.IN_NONBLOCK)
+	if err != nil {
+		return -1
+	}
+	if _, err := syscall.InotifyAddWatch(fd, dir, syscall.IN_MOVED_TO|syscall.IN_CLOSE_WRITE); err != nil {
+		_ = syscall.Close(fd)
+		return -1
+	}
+	return fd
+}
+
+// waitEvent waits at most d for an event of the inotify descriptor fd and
+// reads the events queued.
+func waitEvent(fd int, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	var set syscall.FdSet
+	set.Bits[fd/64] |= 1 << (uint(fd) % 64)
+	tv := syscall.NsecToTimeval(d.Nanoseconds())
+	if n, err := syscall.Select(fd+1, &set, nil, nil, &tv); err != nil || n == 0 {
+		return
+	}
+	var buf [4096]byte
+	for {
+		if n, err := syscall.Read(fd, buf[:]); err != nil || n <= 0 {
 			return
 		}
 	}
@@ -582,11 +654,18 @@ func (c *call) beginSync(containerID, ifname string) (*syncer, error) {
 		return nil, nil // no reserve; a broken file is reported by the calls that use it
 	}
 	f, err := flockFile(c.cfg.dataDir, syncLockName, 0)
-	if errors.Is(err, errLocked) && st.pendingFor(containerID, ifname) {
-		if f, err = flockFile(c.cfg.dataDir, syncLockName, lockWait); errors.Is(err, errLocked) {
+	for deadline := time.Now().Add(lockWait); errors.Is(err, errLocked) && st.pendingFor(containerID, ifname); {
+		// The sync that runs sends it at once: wait for that, or
+		// for its lock.
+		if !time.Now().Before(deadline) {
 			return nil, types.NewError(types.ErrTryAgainLater,
 				"the node's address reserve is still sending the DEL of "+containerID+"/"+ifname+" to the IPAM service", "")
 		}
+		time.Sleep(5 * time.Millisecond)
+		if st, err = readReserve(c.cfg.dataDir); err != nil {
+			return nil, nil
+		}
+		f, err = flockFile(c.cfg.dataDir, syncLockName, 0)
 	}
 	if err != nil {
 		return nil, nil // the sync that runs sends the work

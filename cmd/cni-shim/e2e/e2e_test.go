@@ -465,7 +465,7 @@ func TestTwoNetworksGC(t *testing.T) {
 func TestReserveOutage(t *testing.T) {
 	e := setup(t)
 	netName := e.netName + "-rsv"
-	extra := fmt.Sprintf(`"reserve": 6, "dataDir": %q`, filepath.Join(e.dir, "reserve"))
+	extra := fmt.Sprintf(`"reserve": 6, "dataDir": %q, "syncLinger": "0s"`, filepath.Join(e.dir, "reserve"))
 	e.writeConflist(netName, "cni-e2e-rsv", extra)
 	status := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "bridge", "ipam": {"type": "ipam-shim", "server": "https://%s",
 		"caFile": %q, "certFile": %q, "keyFile": %q, "node": "e2e-node", %s}}`, netName, listen,
