@@ -357,11 +357,15 @@ func (s *syncer) send() (sent bool, err error) {
 	if w.empty() {
 		return false, nil
 	}
-	// What the service is about to learn must survive a crash of the
-	// node first: a slot taken on the fast path and handed over, then
-	// found free again in the file, would serve a second Pod.
-	if err := syncFile(c.cfg.dataDir); err != nil {
-		return false, reserveError("sync", err)
+	// A handover must survive a crash of the node first: a slot taken on
+	// the fast path and handed over, then found free again in the file,
+	// would serve a second Pod. The rest may be lost with the node: the
+	// next sync sends it again, and the service answers a repeated
+	// release or handover as the first.
+	if len(w.used) > 0 {
+		if err := syncFile(c.cfg.dataDir); err != nil {
+			return false, reserveError("sync", err)
+		}
 	}
 	var failed error
 	delsDone := 0
@@ -460,9 +464,6 @@ func (s *syncer) send() (sent bool, err error) {
 	})
 	err = r.save(false)
 	r.close()
-	if err == nil {
-		err = syncFile(c.cfg.dataDir)
-	}
 	if err != nil {
 		return true, reserveError("sync", err)
 	}
@@ -532,8 +533,10 @@ func (s *syncer) refill() (changed bool, err error) {
 	if r, err = lockReserve(c.cfg.dataDir, lockWait); err != nil {
 		return false, reserveError("sync", err)
 	}
+	// Not synced to disk: slots lost with the node are leases of its
+	// reserve that the file no longer lists, which the next GC releases.
 	r.st.Slots = append(r.st.Slots, added...)
-	err = r.save(true)
+	err = r.save(false)
 	r.close()
 	return true, err
 }
@@ -576,7 +579,11 @@ func (s *syncer) finish() {
 		}
 		if watch >= 0 && time.Now().Before(deadline) {
 			if st, err := readReserve(s.c.cfg.dataDir); err == nil && workOf(&st).empty() {
-				waitEvent(watch, time.Until(deadline))
+				if waitEvent(watch, time.Until(deadline)) {
+					// The verbs of a burst come a few milliseconds
+					// apart: one round tells the service of several.
+					time.Sleep(batchDelay)
+				}
 			}
 			rounds = 0
 			continue
@@ -620,22 +627,26 @@ func watchDir(dir string) int {
 	return fd
 }
 
+// batchDelay is how long a lingering sync waits after the first change
+// before it sends: the history lags by that much more.
+const batchDelay = 5 * time.Millisecond
+
 // waitEvent waits at most d for an event of the inotify descriptor fd and
-// reads the events queued.
-func waitEvent(fd int, d time.Duration) {
+// reads the events queued; it reports whether there was one.
+func waitEvent(fd int, d time.Duration) bool {
 	if d <= 0 {
-		return
+		return false
 	}
 	var set syscall.FdSet
 	set.Bits[fd/64] |= 1 << (uint(fd) % 64)
 	tv := syscall.NsecToTimeval(d.Nanoseconds())
 	if n, err := syscall.Select(fd+1, &set, nil, nil, &tv); err != nil || n == 0 {
-		return
+		return false
 	}
 	var buf [4096]byte
 	for {
 		if n, err := syscall.Read(fd, buf[:]); err != nil || n <= 0 {
-			return
+			return true
 		}
 	}
 }
