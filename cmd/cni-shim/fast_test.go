@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -390,6 +392,52 @@ func TestReserveFastPoolChange(t *testing.T) {
 		if len(as) != 1 || !netip.MustParsePrefix("10.77.0.0/16").Contains(netip.MustParsePrefix(as[0]).Addr()) {
 			t.Fatalf("slot %s holds %v, want an address of pool other", k, as)
 		}
+	}
+	noAddressTwice(t, s)
+}
+
+// The service refuses a handover for good (here: the slot's lease was
+// released behind the node's back, so there is nothing to hand over):
+// the Pod keeps its slot in the file, not free, not sent again, and
+// listed to GC as the reserve's; the refusal is in sync.log. Its DEL
+// releases the slot, and the reserve refills.
+func TestReserveFastRefusedHandover(t *testing.T) {
+	s := newServiceWith(t, nil, func(o *store.Options) { o.Cooldown = time.Hour; o.ReconcileMinAge = 0 })
+	s.createPool(t, "default", "10.244.0.0/16", 24, "fd00:10:244::/104", 120)
+	conf := fastConf(t, s, "default", 2)
+	shim(t, "STATUS", "", "", conf).ok(t)
+	st, err := readReserve(s.dataDir)
+	if err != nil || len(st.Slots) != 2 {
+		t.Fatalf("reserve %+v %v", st, err)
+	}
+	first := st.Slots[0]
+	for _, sl := range st.Slots[1:] {
+		if sl.ID < first.ID {
+			first = sl
+		}
+	}
+	r, err := s.client.ReleaseAttachmentWithResponse(context.Background(), "worker-1", slotContainerID(first.ID), reserveInterface,
+		&ipamclient.ReleaseAttachmentParams{Network: ptr(testNetwork)})
+	if err != nil || r.StatusCode() != 204 {
+		t.Fatalf("release the slot's lease: %v %d", err, r.StatusCode())
+	}
+	p1 := resultAddrs(t, shim(t, "ADD", "p1", "eth0", conf).ok(t))
+	if !slices.Equal(p1, addressesOf(first.Addresses)) {
+		t.Fatalf("p1 got %v, want slot %d's %v", p1, first.ID, addressesOf(first.Addresses))
+	}
+	askedFor(t, s, "p1")
+	st, err = readReserve(s.dataDir)
+	sl := st.servedSlot("p1", "eth0")
+	if err != nil || sl == nil || !sl.Refused || st.pending() || st.free() != 2 {
+		t.Fatalf("reserve after the refused handover: %+v %v; want p1's slot kept, refused, and 2 free", st, err)
+	}
+	if log, err := os.ReadFile(filepath.Join(s.dataDir, "sync.log")); err != nil || !strings.Contains(string(log), "refused to hand reserve slot") {
+		t.Fatalf("sync.log: %s %v", log, err)
+	}
+	shim(t, "DEL", "p1", "eth0", conf).ok(t)
+	st, err = readReserve(s.dataDir)
+	if err != nil || st.pending() || len(st.Slots) != 2 || st.free() != 2 {
+		t.Fatalf("reserve after p1's DEL: %+v %v; want the refused slot gone, 2 free", st, err)
 	}
 	noAddressTwice(t, s)
 }
