@@ -61,6 +61,7 @@ type ipamSection struct {
 	Space        string            `json:"space"`
 	Reserve      *int              `json:"reserve"`
 	DataDir      string            `json:"dataDir"`
+	SyncLinger   string            `json:"syncLinger"`
 
 	// SessionCacheFile: nil means sessionFileName next to KeyFile; "" turns
 	// TLS session resumption off.
@@ -79,9 +80,10 @@ type config struct {
 	defaultRoute bool
 	timeout      time.Duration
 	node         string
-	space        string // empty: the service's default
-	reserve      int    // addresses (per family) leased to the node in advance; 0: none
-	dataDir      string // the node-local reserve file's directory
+	space        string        // empty: the service's default
+	reserve      int           // addresses (per family) leased to the node in advance; 0: none
+	dataDir      string        // the node-local reserve file's directory
+	syncLinger   time.Duration // how long the reserve's idle sync waits for more work
 }
 
 // configError is CNI code 7 naming the field at fault.
@@ -343,6 +345,14 @@ func (c *config) setReserve(s ipamSection) error {
 	}
 	if c.reserve < 0 || c.reserve > maxReserve {
 		return configError("ipam.reserve", "%d is outside 0 (no reserve) to %d", c.reserve, maxReserve)
+	}
+	c.syncLinger = defaultSyncLinger
+	if s.SyncLinger != "" {
+		d, err := time.ParseDuration(s.SyncLinger)
+		if err != nil || d < 0 || d > maxSyncLinger {
+			return configError("ipam.syncLinger", "%q is not a duration from 0s to %v", s.SyncLinger, maxSyncLinger)
+		}
+		c.syncLinger = d
 	}
 	c.dataDir = s.DataDir
 	if c.dataDir == "" {

@@ -35,7 +35,8 @@
 //	  "node": "worker-1",                     // default: the host name, lower-cased
 //	  "space": "default",                     // optional address space
 //	  "reserve": 4,                           // addresses leased to the node in advance, 0 to 64; 0: none
-//	  "dataDir": "/var/lib/cni/ipam-shim/NAME" // the reserve's node-local file; default per network name
+//	  "dataDir": "/var/lib/cni/ipam-shim/NAME", // the reserve's node-local file; default per network name
+//	  "syncLinger": "2s"                      // how long the reserve's background sync waits for more work, 0s to 1m
 //	}
 //
 // Unknown keys in the `ipam` section are rejected with code 2 (a misspelt
@@ -119,14 +120,25 @@
 // flock of `dataDir`/lock and replaced whole by rename, records each
 // slot's addresses and generation.
 //
+// When the configuration names the pool of every family it leases (`pool`,
+// or `pools` for each family) and a slot leased for that is free, ADD
+// takes the slot and records the Pod on it without asking the service
+// (the fast path; a retry gets the same slot), and DEL only records
+// itself. A sync then runs in the background (the binary again, detached,
+// holding `dataDir`/sync.lock, logging to `dataDir`/sync.log): it sends
+// the recorded DELs, hands each taken slot over to its Pod (the service's
+// fromReserve: same addresses, the Pod's attachment and owner, recorded in
+// the address history as handed-over and from-reserve), releases the
+// slots of Pods that stopped before their handover (after handing them
+// over, so the history sees every Pod), and refills the reserve. Without
+// a free slot, or without named pools, ADD asks the service as before.
+//
 // When the service is unreachable or unavailable (what would be code 11),
-// ADD takes a free slot and records the Pod on it (a retry gets the same
-// slot); DEL gives a Pod's slot back to the reserve and records the DEL.
-// The next call that reaches the service (any verb; the runtime's STATUS
-// poll is usually first) replays the recorded DELs, then hands each taken
-// slot over to its Pod (the service's fromReserve: same addresses, the
-// Pod's attachment and owner, recorded in the address history as
-// handed-over and from-reserve), then refills the reserve. GC includes the
+// ADD takes a free slot too, whatever the configuration; DEL records
+// itself, and a stopped Pod's slot is not given to another Pod (its
+// addresses cool down at the service first). The next call that reaches
+// the service (any verb; the runtime's STATUS poll is usually first) sends
+// what was recorded the same way. GC includes the
 // slots in its valid list, so a reconcile never releases them; slots
 // beyond a smaller `reserve` are released. The reserve's addresses come
 // from the pools this configuration names (or the service's default), not

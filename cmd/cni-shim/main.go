@@ -24,6 +24,9 @@ const pluginType = "ipam-shim"
 var supported = version.PluginSupports("0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 func main() {
+	if conf, ok := os.LookupEnv(backgroundEnv); ok {
+		os.Exit(runBackground(conf)) // the reserve's sync (sync.go), not a CNI call
+	}
 	// skel prints errors without the cniVersion field the specification
 	// asks for since 1.0.0, so the shim reads stdin first (to learn the
 	// configuration's version), hands skel the same bytes, and prints the

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -45,6 +46,10 @@ const (
 	reserveOwnerNamespace = "cni-reserve"
 	// lockWait bounds the wait for another shim's lock.
 	lockWait = 5 * time.Second
+	// defaultSyncLinger is how long a background sync waits for more
+	// work before it exits (syncLinger); maxSyncLinger bounds it.
+	defaultSyncLinger = 2 * time.Second
+	maxSyncLinger     = time.Minute
 )
 
 // reserveState is the content of the reserve file.
@@ -53,6 +58,8 @@ type reserveState struct {
 	// Dels are attachments released while the service was unreachable, in
 	// order; they are released at the service before any handover.
 	Dels []pendingDel `json:"dels,omitempty"`
+	// Takes counts the slots taken, to order their handovers.
+	Takes int64 `json:"takes,omitempty"`
 }
 
 // reserveSlot is one address set leased to the node in advance.
@@ -60,13 +67,31 @@ type reserveSlot struct {
 	ID         int                       `json:"id"`
 	Generation int64                     `json:"generation"`
 	Addresses  []ipamclient.LeaseAddress `json:"addresses"`
-	// UsedBy is the Pod the slot was given to while the service was
-	// unreachable; nil while the slot is free.
+	// Request is what the slot was leased for (requestKey): a slot serves
+	// only a configuration that would lease the same, so a changed pool
+	// never hands out the old pool's addresses.
+	Request string `json:"request,omitempty"`
+	// UsedBy is the Pod the slot was given to and not handed over to
+	// yet; nil while the slot is free.
 	UsedBy *reserveUse `json:"usedBy,omitempty"`
-	// Returned is a slot whose Pod stopped before its handover: its
-	// addresses are not given to another Pod from the node (the
-	// service's cooldown has not run for them), but released at the
-	// service by the next sync, and a new slot takes its place.
+	// Taken orders the slots' handovers as their Pods took them
+	// (Takes when taken).
+	Taken int64 `json:"taken,omitempty"`
+	// Deleted is a slot whose Pod (UsedBy) stopped before its handover:
+	// its addresses are not given to another Pod from the node (the
+	// service's cooldown has not run for them); the next sync hands them
+	// over to the Pod and releases them, so the history sees the Pod and
+	// the addresses cool down at the service as any other, and a new
+	// slot takes its place.
+	Deleted bool `json:"deleted,omitempty"`
+	// Refused is a slot the service refused for good to hand over to its
+	// Pod (UsedBy): its addresses stay the reserve's lease at the
+	// service, so nobody else gets them while the Pod runs, and the sync
+	// releases it once the Pod stopped (Deleted).
+	Refused bool `json:"refused,omitempty"`
+	// Returned is a slot to release at the service without a Pod: one
+	// beyond the reserve's size, or (written by older shims) one whose
+	// Pod stopped before its handover.
 	Returned bool `json:"returned,omitempty"`
 }
 
@@ -94,7 +119,9 @@ func (s *reserveState) pending() bool {
 	if len(s.Dels) > 0 {
 		return true
 	}
-	return slices.ContainsFunc(s.Slots, func(sl reserveSlot) bool { return sl.UsedBy != nil || sl.Returned })
+	return slices.ContainsFunc(s.Slots, func(sl reserveSlot) bool {
+		return (sl.UsedBy != nil && (!sl.Refused || sl.Deleted)) || sl.Returned
+	})
 }
 
 // free counts the slots that can serve a Pod.
@@ -111,34 +138,50 @@ func (s *reserveState) free() int {
 // servedSlot is the slot serving containerID/ifname, or nil.
 func (s *reserveState) servedSlot(containerID, ifname string) *reserveSlot {
 	for i := range s.Slots {
-		if u := s.Slots[i].UsedBy; u != nil && u.ContainerID == containerID && u.IfName == ifname {
+		if u := s.Slots[i].UsedBy; u != nil && !s.Slots[i].Deleted && u.ContainerID == containerID && u.IfName == ifname {
 			return &s.Slots[i]
 		}
 	}
 	return nil
 }
 
-// take gives the free slot with the lowest id to use; nil when none is free.
-func (s *reserveState) take(use reserveUse) *reserveSlot {
+// pendingFor reports work of the sync for containerID/ifname that must
+// reach the service before the attachment's next lease: a DEL, or a
+// stopped Pod's slot to hand over and release.
+func (s *reserveState) pendingFor(containerID, ifname string) bool {
+	if slices.Contains(s.Dels, pendingDel{ContainerID: containerID, IfName: ifname}) {
+		return true
+	}
+	return slices.ContainsFunc(s.Slots, func(sl reserveSlot) bool {
+		return sl.Deleted && sl.UsedBy != nil && sl.UsedBy.ContainerID == containerID && sl.UsedBy.IfName == ifname
+	})
+}
+
+// freeFor counts the free slots leased for request.
+func (s *reserveState) freeFor(request string) int {
+	n := 0
+	for i := range s.Slots {
+		if s.Slots[i].isFree() && s.Slots[i].Request == request {
+			n++
+		}
+	}
+	return n
+}
+
+// take gives the free slot leased for request with the lowest id to use;
+// nil when none is free.
+func (s *reserveState) take(use reserveUse, request string) *reserveSlot {
 	var best *reserveSlot
 	for i := range s.Slots {
-		if s.Slots[i].isFree() && (best == nil || s.Slots[i].ID < best.ID) {
+		if s.Slots[i].isFree() && s.Slots[i].Request == request && (best == nil || s.Slots[i].ID < best.ID) {
 			best = &s.Slots[i]
 		}
 	}
 	if best != nil {
-		best.UsedBy = &use
+		s.Takes++
+		best.UsedBy, best.Taken = &use, s.Takes
 	}
 	return best
-}
-
-// nextID is the lowest slot id not in use.
-func (s *reserveState) nextID() int {
-	for id := 0; ; id++ {
-		if !slices.ContainsFunc(s.Slots, func(sl reserveSlot) bool { return sl.ID == id }) {
-			return id
-		}
-	}
 }
 
 // reserveFile is the locked reserve file of one network on the node.
@@ -172,31 +215,9 @@ func readReserve(dir string) (reserveState, error) {
 // at most wait, and reads the state. With wait 0 it does not wait: a held
 // lock answers errLocked.
 func lockReserve(dir string, wait time.Duration) (*reserveFile, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := flockFile(dir, "lock", wait)
 	if err != nil {
 		return nil, err
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			_ = f.Close()
-			return nil, err
-		}
-		if !time.Now().Before(deadline) {
-			_ = f.Close()
-			return nil, errLocked
-		}
-		// Another shim holds it for a few file operations, or for a
-		// sync with the service: poll, as flock cannot wait with a
-		// deadline.
-		time.Sleep(5 * time.Millisecond)
 	}
 	r := &reserveFile{dir: dir, lock: f}
 	if r.st, err = readReserve(dir); err != nil {
@@ -206,11 +227,83 @@ func lockReserve(dir string, wait time.Duration) (*reserveFile, error) {
 	return r, nil
 }
 
+// flockFile opens dir/name (both created if missing) and takes its
+// exclusive flock, waiting at most wait; a lock still held then answers
+// errLocked. The lock is the open file's: it goes with the file's last
+// descriptor, in this process or a child that inherited it.
+func flockFile(dir, name string, wait time.Duration) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if err == nil {
+		return f, nil
+	}
+	if !errors.Is(err, syscall.EWOULDBLOCK) || wait <= 0 {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			err = errLocked
+		}
+		return nil, err
+	}
+	// Another shim holds it for a few file operations, or for a sync:
+	// wait in the kernel's queue (no polling, first come first served),
+	// at most wait. A wait given up on releases the lock when it is
+	// granted after all.
+	got := make(chan error, 1)
+	var mu sync.Mutex
+	abandoned := false
+	go func() {
+		var err error
+		for {
+			if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX); !errors.Is(err, syscall.EINTR) {
+				break
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
+			_ = f.Close()
+			return
+		}
+		got <- err
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case err = <-got:
+	case <-t.C:
+		mu.Lock()
+		select {
+		case err = <-got: // granted meanwhile
+		default:
+			abandoned = true
+			err = errLocked
+		}
+		mu.Unlock()
+		if abandoned {
+			return nil, err
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
 var errLocked = errors.New("the reserve is locked by another call")
 
-// save writes the state: a new file renamed over the old one, synced, so a
-// crash leaves the old state or the new one.
-func (r *reserveFile) save() error {
+// save writes the state: a new file renamed over the old one, so a crash
+// of the process leaves the old state or the new one. Durable also syncs
+// the file and the directory, so that a crash of the node does too; the
+// fast path's saves are not durable, and the sync makes them so before
+// the service learns of them (see syncFile).
+func (r *reserveFile) save(durable bool) error {
 	b, err := json.MarshalIndent(r.st, "", "  ")
 	if err != nil {
 		return err
@@ -224,9 +317,11 @@ func (r *reserveFile) save() error {
 		_ = tmp.Close()
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return err
+	if durable {
+		if err := tmp.Sync(); err != nil {
+			_ = tmp.Close()
+			return err
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return err
@@ -234,7 +329,34 @@ func (r *reserveFile) save() error {
 	if err := os.Rename(tmp.Name(), reservePath(r.dir)); err != nil {
 		return err
 	}
-	d, err := os.Open(r.dir)
+	if !durable {
+		return nil
+	}
+	return syncDir(r.dir)
+}
+
+// syncFile makes the reserve file of dir durable as it is now: its data,
+// then the directory entry. The file is replaced whole by rename and only
+// the sync removes or frees slots, so a newer file than the one synced
+// holds every slot taken in this one.
+func syncFile(dir string) error {
+	f, err := os.Open(reservePath(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	_ = f.Close()
+	if err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
@@ -273,7 +395,7 @@ func (c *call) addFromReserve(containerID, ifname string, owner ipamclient.Owner
 	defer r.close()
 	sl := r.st.servedSlot(containerID, ifname)
 	if sl == nil {
-		if sl = r.st.take(reserveUse{ContainerID: containerID, IfName: ifname, Owner: owner}); sl == nil {
+		if sl = r.st.take(reserveUse{ContainerID: containerID, IfName: ifname, Owner: owner}, c.cfg.requestKey()); sl == nil {
 			var e *types.Error
 			if errors.As(cause, &e) {
 				e2 := *e
@@ -282,7 +404,7 @@ func (c *call) addFromReserve(containerID, ifname string, owner ipamclient.Owner
 			}
 			return nil, cause
 		}
-		if err := r.save(); err != nil {
+		if err := r.save(true); err != nil {
 			return nil, reserveError("add", err)
 		}
 	}
@@ -290,25 +412,44 @@ func (c *call) addFromReserve(containerID, ifname string, owner ipamclient.Owner
 }
 
 // delOffline records a DEL the service could not take: a slot serving the
-// attachment is returned (released at the service by the next sync, so
-// its addresses cool down there before another Pod gets them), and the
-// DEL is replayed later (the service may hold the attachment too: an ADD
-// whose answer was lost).
+// attachment is marked deleted (handed over and released at the service
+// by the next sync, so its addresses cool down there before another Pod
+// gets them), else the DEL is replayed later (the service may hold the
+// attachment: an ADD whose answer was lost).
 func (c *call) delOffline(containerID, ifname string) error {
+	return c.recordDel(containerID, ifname, false)
+}
+
+// recordDel records the DEL of containerID/ifname in the reserve file for
+// the sync to send. fast:
+// the DEL of the fast path, which does not wait for the disk (see
+// reserveFile.save) and starts the background sync.
+func (c *call) recordDel(containerID, ifname string, fast bool) error {
 	r, err := lockReserve(c.cfg.dataDir, lockWait)
 	if err != nil {
 		return reserveError("del", err)
 	}
-	defer r.close()
+	var syncLock *os.File
+	defer func() {
+		r.close()
+		if syncLock != nil {
+			c.spawn(syncLock)
+		}
+	}()
 	if sl := r.st.servedSlot(containerID, ifname); sl != nil {
-		sl.UsedBy, sl.Returned = nil, true
-	}
-	d := pendingDel{ContainerID: containerID, IfName: ifname}
-	if !slices.Contains(r.st.Dels, d) {
+		// The sync hands the slot over to the Pod, then releases it.
+		sl.Deleted = true
+	} else if d := (pendingDel{ContainerID: containerID, IfName: ifname}); !slices.Contains(r.st.Dels, d) {
+		// An equal DEL still to be sent covers this one: no slot is
+		// handed over to the attachment in between (one that served
+		// it is released with its handover).
 		r.st.Dels = append(r.st.Dels, d)
 	}
-	if err := r.save(); err != nil {
+	if err := r.save(!fast); err != nil {
 		return reserveError("del", err)
+	}
+	if fast {
+		syncLock = c.syncLockIfFree() // started once the file's lock is let go
 	}
 	return nil
 }
@@ -326,92 +467,17 @@ func (c *call) served(containerID, ifname string) *ipamclient.Allocation {
 	return nil
 }
 
-// syncReserve brings the service up to date with the reserve file when it
-// has work (DELs to replay, slots to hand over), under the lock: the DELs
-// first, then the handovers. It answers the first error that says the
-// service is unreachable (the rest waits for the next call); a request the
-// service refuses for good is dropped from the file and reported on
-// stderr, as retrying it could never succeed.
-func (c *call) syncReserve() error {
-	if st, err := readReserve(c.cfg.dataDir); err != nil || !st.pending() {
-		return nil // nothing to do; a broken file is reported by the calls that use it
-	}
-	r, err := lockReserve(c.cfg.dataDir, lockWait)
-	if err != nil {
-		return nil // another call holds it, and syncs
-	}
-	defer r.close()
-	return c.syncLocked(r)
-}
-
-// syncLocked is syncReserve holding r.
-func (c *call) syncLocked(r *reserveFile) error {
-	var failed error
-	for len(r.st.Dels) > 0 && failed == nil {
-		d := r.st.Dels[0]
-		resp, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, d.ContainerID, d.IfName,
-			&ipamclient.ReleaseAttachmentParams{Space: c.space(), Network: c.network()})
-		switch {
-		case err != nil:
-			failed = transportError("reserve: replay del", err)
-			continue
-		case resp.StatusCode() == http.StatusNoContent || isNotFound(resp.StatusCode(), resp.Body):
-		default:
-			e := problemError("reserve: replay del", resp.StatusCode(), resp.Body)
-			if e.Code == types.ErrTryAgainLater {
-				failed = e
-				continue
-			}
-			fmt.Fprintf(os.Stderr, "ipam-shim: dropping the DEL of %s/%s: %v\n", d.ContainerID, d.IfName, e)
-		}
-		r.st.Dels = r.st.Dels[1:]
-	}
-	for i := 0; i < len(r.st.Slots) && failed == nil; i++ {
-		sl := &r.st.Slots[i]
-		if !sl.Returned {
-			continue
-		}
-		if err := c.releaseSlot(*sl); err != nil {
-			if e, ok := err.(*types.Error); !ok || e.Code == types.ErrTryAgainLater {
-				failed = err
-				continue
-			}
-			fmt.Fprintf(os.Stderr, "ipam-shim: dropping returned reserve slot %d (%v): %v\n", sl.ID, addressesOf(sl.Addresses), err)
-		}
-		r.st.Slots = slices.Delete(r.st.Slots, i, i+1)
-		i--
-	}
-	for i := 0; i < len(r.st.Slots) && failed == nil; i++ {
-		sl := &r.st.Slots[i]
-		if sl.UsedBy == nil {
-			continue
-		}
-		done, err := c.handOver(sl)
-		if err != nil {
-			failed = err
-			continue
-		}
-		if done {
-			r.st.Slots = slices.Delete(r.st.Slots, i, i+1)
-			i--
-		}
-	}
-	if err := r.save(); err != nil {
-		return reserveError("sync", err)
-	}
-	return failed
-}
-
 // handOver asks the service to bind the slot's addresses to the Pod that
-// holds them. done: the slot is no longer the node's reserve (handed over,
-// or refused for good, which it reports on stderr).
-func (c *call) handOver(sl *reserveSlot) (done bool, err error) {
+// holds them, and answers the generation of the Pod's leases; 0 when the
+// service refused for good, which it reports on stderr. Either way the
+// slot is no longer the node's reserve unless err is set.
+func (c *call) handOver(sl *reserveSlot) (generation int64, err error) {
 	u := sl.UsedBy
 	req := c.leaseRequest(u.ContainerID, u.IfName, u.Owner, false)
 	req.FromReserve = &ipamclient.ReserveHandover{ContainerID: slotContainerID(sl.ID), Interface: reserveInterface, Generation: sl.Generation}
 	resp, err := c.client.AllocateLeaseWithResponse(c.ctx, c.cfg.node, &ipamclient.AllocateLeaseParams{Space: c.space()}, req)
 	if err != nil {
-		return false, transportError("reserve: hand over", err)
+		return 0, transportError("reserve: hand over", err)
 	}
 	got := resp.JSON201
 	if got == nil {
@@ -420,17 +486,17 @@ func (c *call) handOver(sl *reserveSlot) (done bool, err error) {
 	if got == nil {
 		e := problemError("reserve: hand over", resp.StatusCode(), resp.Body)
 		if e.Code == types.ErrTryAgainLater {
-			return false, e
+			return 0, e
 		}
 		fmt.Fprintf(os.Stderr, "ipam-shim: the service refused to hand reserve slot %d (%v) over to %s/%s: %v\n",
 			sl.ID, addressesOf(sl.Addresses), u.ContainerID, u.IfName, e)
-		return true, nil
+		return 0, nil
 	}
 	if want, have := addressesOf(sl.Addresses), addressesOf(got.Addresses); !slices.Equal(want, have) {
 		fmt.Fprintf(os.Stderr, "ipam-shim: %s/%s holds reserve addresses %v but the service answered %v\n",
 			u.ContainerID, u.IfName, want, have)
 	}
-	return true, nil
+	return got.Generation, nil
 }
 
 func addressesOf(as []ipamclient.LeaseAddress) []string {
@@ -442,64 +508,22 @@ func addressesOf(as []ipamclient.LeaseAddress) []string {
 	return out
 }
 
-// refillReserve tops the reserve up to its size, and releases free slots
-// beyond it, when the file says so; it does not wait for another call's
-// lock (that call refills). Errors are left for the next call: the verb
-// that reached the service succeeded.
-func (c *call) refillReserve() {
-	st, err := readReserve(c.cfg.dataDir)
-	if err != nil || st.free() == c.cfg.reserve {
-		return
-	}
-	r, err := lockReserve(c.cfg.dataDir, 0)
-	if err != nil {
-		return
-	}
-	defer r.close()
-	_ = c.refillLocked(r)
-}
-
-// refillLocked is refillReserve holding r.
-func (c *call) refillLocked(r *reserveFile) error {
-	defer func() { _ = r.save() }()
-	for r.st.free() > c.cfg.reserve {
-		i := slices.IndexFunc(r.st.Slots, func(sl reserveSlot) bool { return sl.isFree() })
-		if err := c.releaseSlot(r.st.Slots[i]); err != nil {
-			return err
-		}
-		r.st.Slots = slices.Delete(r.st.Slots, i, i+1)
-	}
-	for r.st.free() < c.cfg.reserve {
-		id := r.st.nextID()
-		req := c.leaseRequest(slotContainerID(id), reserveInterface,
-			ipamclient.Owner{Namespace: reserveOwnerNamespace, Name: containerLabel(c.cfg.net.Name)}, false)
-		resp, err := c.client.AllocateLeaseWithResponse(c.ctx, c.cfg.node, &ipamclient.AllocateLeaseParams{Space: c.space()}, req)
-		if err != nil {
-			return err
-		}
-		got := resp.JSON201
-		if got == nil {
-			got = resp.JSON200 // the slot's lease survived the file
-		}
-		if got == nil || got.State != ipamclient.Active {
-			return problemError("reserve: lease", resp.StatusCode(), resp.Body)
-		}
-		r.st.Slots = append(r.st.Slots, reserveSlot{ID: id, Generation: got.Generation, Addresses: got.Addresses})
-	}
-	return nil
-}
-
 // releaseSlot releases the slot's lease at the service, if it still has
 // the slot's generation (nothing held is released too).
 func (c *call) releaseSlot(sl reserveSlot) error {
-	g := sl.Generation
-	resp, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, slotContainerID(sl.ID), reserveInterface,
-		&ipamclient.ReleaseAttachmentParams{Space: c.space(), Network: c.network(), Generation: &g})
+	return c.releaseHeld(slotContainerID(sl.ID), reserveInterface, sl.Generation, "reserve: release")
+}
+
+// releaseHeld releases the attachment's leases if they still have
+// generation (nothing held is released too).
+func (c *call) releaseHeld(containerID, ifname string, generation int64, op string) error {
+	resp, err := c.client.ReleaseAttachmentWithResponse(c.ctx, c.cfg.node, containerID, ifname,
+		&ipamclient.ReleaseAttachmentParams{Space: c.space(), Network: c.network(), Generation: &generation})
 	if err != nil {
-		return transportError("reserve: release", err)
+		return transportError(op, err)
 	}
 	if resp.StatusCode() != http.StatusNoContent && !isNotFound(resp.StatusCode(), resp.Body) {
-		return problemError("reserve: release", resp.StatusCode(), resp.Body)
+		return problemError(op, resp.StatusCode(), resp.Body)
 	}
 	return nil
 }
@@ -519,5 +543,5 @@ func (c *call) reserveReady() bool {
 		return false
 	}
 	st, err := readReserve(c.cfg.dataDir)
-	return err == nil && st.free() > 0
+	return err == nil && st.freeFor(c.cfg.requestKey()) > 0
 }

@@ -318,7 +318,7 @@ func TestReserveFileLock(t *testing.T) {
 		r.st.Slots = append(r.st.Slots, reserveSlot{ID: id, Generation: int64(id + 1),
 			Addresses: []ipamclient.LeaseAddress{{Address: fmt.Sprintf("10.0.0.%d/24", id+10)}}})
 	}
-	if err := r.save(); err != nil {
+	if err := r.save(true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := lockReserve(dir, 0); !errors.Is(err, errLocked) {
@@ -339,9 +339,9 @@ func TestReserveFileLock(t *testing.T) {
 				return
 			}
 			defer f.close()
-			if sl := f.st.take(reserveUse{ContainerID: fmt.Sprintf("c%d", i), IfName: "eth0"}); sl != nil {
+			if sl := f.st.take(reserveUse{ContainerID: fmt.Sprintf("c%d", i), IfName: "eth0"}, ""); sl != nil {
 				taken[i] = sl.ID
-				if err := f.save(); err != nil {
+				if err := f.save(true); err != nil {
 					t.Error(err)
 				}
 			}

@@ -84,6 +84,21 @@ type service struct {
 	// dataDir is the shim's reserve directory; the reserve is off unless
 	// a test turns it on.
 	dataDir string
+
+	// gateMu guards gate, refuse and leaseLog.
+	gateMu sync.Mutex
+	// gate, when set, holds every request until it is closed (see hold).
+	gate chan struct{}
+	// refuse answers every request 503, as a service that is down.
+	refuse bool
+	// leaseLog records the lease requests (POST .../leases) in order.
+	leaseLog []leaseCall
+}
+
+// leaseCall is one lease request the service received.
+type leaseCall struct {
+	ContainerID string
+	FromReserve bool
 }
 
 // newService starts the real API handler over a real store, plain http or,
@@ -115,6 +130,28 @@ func newServiceWith(t *testing.T, p *pki, opts func(*store.Options)) *service {
 	inner := h
 	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/leases") {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var req struct {
+				ContainerID string          `json:"containerID"`
+				FromReserve json.RawMessage `json:"fromReserve"`
+			}
+			_ = json.Unmarshal(body, &req)
+			s.gateMu.Lock()
+			s.leaseLog = append(s.leaseLog, leaseCall{ContainerID: req.ContainerID, FromReserve: req.FromReserve != nil})
+			s.gateMu.Unlock()
+		}
+		s.gateMu.Lock()
+		gate, refuse := s.gate, s.refuse
+		s.gateMu.Unlock()
+		if gate != nil {
+			<-gate
+		}
+		if refuse {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
 		inner.ServeHTTP(w, r)
 	})
 	hc := http.DefaultClient
@@ -145,7 +182,62 @@ func newServiceWith(t *testing.T, p *pki, opts func(*store.Options)) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Before the server closes: no request held, and the shim's
+	// background sync done with the reserve directory.
+	t.Cleanup(func() {
+		s.open()
+		waitSync(t, s.dataDir)
+	})
 	return s
+}
+
+// hold makes the service hold every request until open.
+func (s *service) hold() {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	if s.gate == nil {
+		s.gate = make(chan struct{})
+	}
+}
+
+// down makes the service answer every request 503 until open.
+func (s *service) down() {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	s.refuse = true
+}
+
+// open lets the held requests through and serves again.
+func (s *service) open() {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	if s.gate != nil {
+		close(s.gate)
+		s.gate = nil
+	}
+	s.refuse = false
+}
+
+// leaseCalls are the lease requests the service received so far.
+func (s *service) leaseCalls() []leaseCall {
+	s.gateMu.Lock()
+	defer s.gateMu.Unlock()
+	return slices.Clone(s.leaseLog)
+}
+
+// waitSync waits until no background sync of the shim holds the reserve
+// in dir: a verb that started one has passed it the sync lock before it
+// exits, so after waitSync the service has seen what the verb recorded.
+func waitSync(t testing.TB, dir string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(dir, syncLockName)); err != nil {
+		return
+	}
+	f, err := flockFile(dir, syncLockName, time.Minute)
+	if err != nil {
+		t.Fatalf("the reserve's sync in %s: %v", dir, err)
+	}
+	_ = f.Close()
 }
 
 // createPool creates a pool; v6 may be empty for an IPv4-only pool.
@@ -197,7 +289,8 @@ func (s *service) attachment(t *testing.T, node, cid, ifname string) *ipamclient
 
 // ipam is the ipam section for s on node worker-1 with a short timeout.
 func (s *service) ipam(extra map[string]any) map[string]any {
-	m := map[string]any{"type": pluginType, "server": s.url, "node": "worker-1", "timeout": "5s", "reserve": 0, "dataDir": s.dataDir}
+	m := map[string]any{"type": pluginType, "server": s.url, "node": "worker-1", "timeout": "5s", "reserve": 0, "dataDir": s.dataDir,
+		"syncLinger": "0s"} // each verb's background sync ends with it, for waitSync
 	if s.tls != nil {
 		m["caFile"], m["certFile"], m["keyFile"] = s.tls.caFile, s.tls.certFile, s.tls.keyFile
 	}
@@ -244,6 +337,23 @@ type cniError struct {
 // environment (KEY=VALUE) and stdin. An empty verb or container leaves the
 // variable unset.
 func shim(t *testing.T, verb, cid, ifname string, stdin []byte, env ...string) run {
+	t.Helper()
+	r := shimAsync(t, verb, cid, ifname, stdin, env...)
+	// What the verb left to the background sync is done too.
+	var conf struct {
+		IPAM struct {
+			DataDir string `json:"dataDir"`
+		} `json:"ipam"`
+	}
+	if json.Unmarshal(stdin, &conf) == nil && conf.IPAM.DataDir != "" {
+		waitSync(t, conf.IPAM.DataDir)
+	}
+	return r
+}
+
+// shimAsync is shim without waiting for the background sync the verb
+// may have started.
+func shimAsync(t *testing.T, verb, cid, ifname string, stdin []byte, env ...string) run {
 	t.Helper()
 	cmd := exec.Command(shimBin)
 	cmd.Env = []string{"CNI_PATH=/opt/cni/bin", "CNI_NETNS=/var/run/netns/none-such", "PATH=" + os.Getenv("PATH")}

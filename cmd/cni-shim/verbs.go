@@ -26,6 +26,8 @@ type call struct {
 	cfg    *config
 	client *ipamclient.ClientWithResponses
 	ctx    context.Context
+	// stdin is the network configuration, for the background sync.
+	stdin []byte
 }
 
 func newCall(args *skel.CmdArgs) (*call, context.CancelFunc, error) {
@@ -38,7 +40,7 @@ func newCall(args *skel.CmdArgs) (*call, context.CancelFunc, error) {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
-	return &call{cfg: cfg, client: cl, ctx: ctx}, cancel, nil
+	return &call{cfg: cfg, client: cl, ctx: ctx, stdin: args.StdinData}, cancel, nil
 }
 
 // network is the attachment's CNI network: the configuration's name.
@@ -68,29 +70,47 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if c.fastPath() && servable(args.ContainerID, args.IfName, owner) {
+		alloc, err := c.addFast(args.ContainerID, args.IfName, owner)
+		if err != nil {
+			return err
+		}
+		if alloc != nil {
+			return c.printResult(alloc)
+		}
+	}
 	// DELs and reserve handovers recorded while the service was
 	// unreachable go first; an unreachable service fails this call alike.
-	syncErr := c.syncReserve()
+	s, syncErr := c.beginSync(args.ContainerID, args.IfName)
+	reachable := !reserveFallback(syncErr)
 	alloc := c.served(args.ContainerID, args.IfName) // a retry of an ADD the reserve served
 	if alloc == nil {
 		err = syncErr
 		if err == nil {
 			alloc, err = c.allocate(args, owner)
+			reachable = !reserveFallback(err)
 		}
 		if err != nil {
 			// The reserve serves while the service is unreachable, and
 			// when the pools have nothing left for the node: its slots
 			// are the node's addresses too, never stranded.
 			if c.cfg.reserve == 0 || !(reserveFallback(err) || isCode(err, ErrPoolExhausted)) {
+				s.handOff(reachable)
 				return err
 			}
 			if alloc, err = c.addFromReserve(args.ContainerID, args.IfName, owner, err); err != nil {
+				s.handOff(reachable)
 				return err
 			}
-		} else {
-			c.refillReserve()
 		}
 	}
+	// The reserve refills in the background, after the answer.
+	defer s.handOff(reachable)
+	return c.printResult(alloc)
+}
+
+// printResult prints the CNI result of alloc.
+func (c *call) printResult(alloc *ipamclient.Allocation) error {
 	result, err := c.result(alloc)
 	if err != nil {
 		return err
@@ -200,25 +220,32 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	defer cancel()
-	err = c.syncReserve()
+	if c.fastPath() {
+		// Recorded, and sent by the background sync: the address cools
+		// down at the service from then on, as after any DEL.
+		return c.recordDel(args.ContainerID, args.IfName, true)
+	}
+	s, err := c.beginSync("", "")
 	if err == nil {
 		err = c.release(args)
 	}
 	if err != nil {
 		if c.cfg.reserve == 0 || !reserveFallback(err) {
+			s.handOff(!reserveFallback(err))
 			return err
 		}
+		s.handOff(false)
 		// Recorded and replayed: the reserve makes DEL work offline.
 		return c.delOffline(args.ContainerID, args.IfName)
 	}
 	if c.served(args.ContainerID, args.IfName) != nil {
 		// Served by the reserve and not handed over yet (another call
-		// holds the file): back to the reserve, and released at the
+		// holds the sync): back to the reserve, and released at the
 		// service should the handover win.
-		return c.delOffline(args.ContainerID, args.IfName)
+		err = c.delOffline(args.ContainerID, args.IfName)
 	}
-	c.refillReserve()
-	return nil
+	s.handOff(true)
+	return err
 }
 
 func (c *call) release(args *skel.CmdArgs) error {
@@ -242,7 +269,8 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	_ = c.syncReserve() // an unreachable service fails the request below
+	s, err := c.beginSync("", "") // an unreachable service fails the request below
+	s.handOff(err == nil)
 	if a := c.served(args.ContainerID, args.IfName); a != nil {
 		return checkAddresses(args, a.Addresses, prev, "the node's reserve")
 	}
@@ -322,18 +350,26 @@ func cmdGC(args *skel.CmdArgs) error {
 		req.Attachments = append(req.Attachments, ipamclient.AttachmentRef{ContainerID: a.ContainerID, Interface: a.IfName})
 	}
 	// The reserve's slots are this network's attachments too: hold the
-	// file from the handovers to the reconcile, so no slot is leased or
-	// handed over in between, and list every slot as valid.
-	var r *reserveFile
+	// sync from the handovers to the reconcile, so no slot is leased or
+	// handed over in between, and list every slot as valid (a slot the
+	// fast path takes meanwhile stays a slot until its handover).
+	var s *syncer
 	if st, err := readReserve(c.cfg.dataDir); c.cfg.reserve > 0 || err != nil || len(st.Slots) > 0 || st.pending() {
-		if r, err = lockReserve(c.cfg.dataDir, lockWait); err != nil {
+		f, err := flockFile(c.cfg.dataDir, syncLockName, lockWait)
+		if err != nil {
 			return reserveError("gc", err)
 		}
-		defer r.close()
-		if err := c.syncLocked(r); err != nil {
+		s = &syncer{c: c, lock: f}
+		defer s.close()
+		if err := s.drain(); err != nil {
 			return err
 		}
+		r, err := lockReserve(c.cfg.dataDir, lockWait)
+		if err != nil {
+			return reserveError("gc", err)
+		}
 		req.Attachments = append(req.Attachments, r.st.attachments()...)
+		r.close()
 	}
 	resp, err := c.client.ReconcileNodeWithResponse(c.ctx, c.cfg.node, &ipamclient.ReconcileNodeParams{Space: c.space()}, req)
 	if err != nil {
@@ -346,8 +382,8 @@ func cmdGC(args *skel.CmdArgs) error {
 		logKept(c.cfg.node, len(resp.JSON200.Released), resp.JSON200.Kept)
 	}
 	// Reconciled, or a node the service does not know holds nothing.
-	if r != nil {
-		_ = c.refillLocked(r)
+	if s != nil {
+		s.finish()
 	}
 	return nil
 }
@@ -361,8 +397,10 @@ func cmdStatus(args *skel.CmdArgs) error {
 	e, exhausted := c.canServeAdd()
 	if e == nil {
 		// The service answers: bring the reserve up to date.
-		if c.syncReserve() == nil {
-			c.refillReserve()
+		if s, err := c.beginSync("", ""); err == nil && s != nil {
+			s.finish()
+		} else {
+			s.close()
 		}
 		return nil
 	}

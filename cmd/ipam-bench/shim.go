@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ipam-dev/ipam/api/ipamclient"
@@ -261,10 +262,14 @@ func shimNetconf(server, certDir, space string, prev json.RawMessage) ([]byte, e
 
 // shimIPAM is the shim's ipam section: the node's certificate in certDir,
 // its reserve file there too (not under /var/lib/cni, which would outlive
-// the run and carry another run's slots into this one).
+// the run and carry another run's slots into this one). It names its pool,
+// as a configuration must for ADD to answer from the node's reserve
+// without a request (the reserve's default size, 4): a pair then runs on
+// the reserve while it has a free slot, and on the service when it has not.
 func shimIPAM(server, certDir, space string) map[string]any {
 	return map[string]any{
 		"type":     "ipam-shim",
+		"pool":     "default",
 		"server":   server,
 		"caFile":   filepath.Join(certDir, "ca.crt"),
 		"certFile": filepath.Join(certDir, "node.crt"),
@@ -507,6 +512,9 @@ func runShim(ctx context.Context, cfg config, p *benchPKI, server string, so ser
 			fmt.Fprintln(os.Stderr, "ipam-bench: shim teardown:", err)
 		}
 	}()
+	// First, the shim's background syncs end (each holds its reserve's
+	// sync lock), so the teardown finds no call of theirs under way.
+	defer waitReserveSync(filepath.Join(certDir, "shim-reserve"), filepath.Join(certDir, "shim-reserve-bridge"))
 	fmt.Fprintf(out, "shim: %s and %s built in %.1fs (%s, CGO_ENABLED=0); cniVersion=%s mutual TLS to %s space=%s node=%s sequential=%d parallel=%dx%d\n",
 		bin, hlBin, rep.BuildSecs, strings.Join(releaseBuild, " "), shimCNIVersion, server, rep.Space, shimNode, cfg.ShimCalls, cfg.ShimParallel, cfg.ShimParallelCalls)
 
@@ -548,6 +556,19 @@ func runShim(ctx context.Context, cfg config, p *benchPKI, server string, so ser
 		return nil, err
 	}
 	return rep, nil
+}
+
+// waitReserveSync waits until no background sync of the shim holds the
+// reserve in each dir (its sync.lock), as long as the sync's own timeout.
+func waitReserveSync(dirs ...string) {
+	for _, dir := range dirs {
+		f, err := os.Open(filepath.Join(dir, "sync.lock"))
+		if err != nil {
+			continue // no reserve there
+		}
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		_ = f.Close()
+	}
 }
 
 func printShim(out io.Writer, plugin string, r shimResult) {

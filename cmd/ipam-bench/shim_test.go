@@ -57,7 +57,7 @@ func TestShimNetconf(t *testing.T) {
 	}
 	if m.CNIVersion != "1.1.0" || m.IPAM["type"] != "ipam-shim" || m.IPAM["server"] != "https://127.0.0.1:1" ||
 		m.IPAM["caFile"] != "/certs/ca.crt" || m.IPAM["certFile"] != "/certs/node.crt" || m.IPAM["keyFile"] != "/certs/node.key" ||
-		m.IPAM["node"] != shimNode || m.IPAM["space"] != "s1" || m.IPAM["dataDir"] != "/certs/shim-reserve" || m.Prev["cniVersion"] != "1.1.0" {
+		m.IPAM["node"] != shimNode || m.IPAM["pool"] != "default" || m.IPAM["space"] != "s1" || m.IPAM["dataDir"] != "/certs/shim-reserve" || m.Prev["cniVersion"] != "1.1.0" {
 		t.Fatalf("netconf %s", b)
 	}
 	b, err = shimNetconf("https://x", "/c", "s", nil)

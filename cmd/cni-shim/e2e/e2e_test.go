@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,7 +222,24 @@ func (e *e2e) cnitoolOn(netName, verb, pod string) (string, error) {
 	e.t.Helper()
 	env := []string{"CNI_PATH=" + e.bin, "NETCONFPATH=" + e.dir,
 		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=e2e;K8S_POD_NAME=" + pod + ";K8S_POD_UID=uid-" + pod}
-	return run(e.t, env, "ip", "netns", "exec", e.node, filepath.Join(e.bin, "cnitool"), verb, netName, "/var/run/netns/"+e.prefix+"-"+pod)
+	out, err := run(e.t, env, "ip", "netns", "exec", e.node, filepath.Join(e.bin, "cnitool"), verb, netName, "/var/run/netns/"+e.prefix+"-"+pod)
+	e.waitSync()
+	return out, err
+}
+
+// waitSync waits until no background sync of the shim holds the reserve
+// of TestReserveOutage (the verb that started one passed it the sync lock
+// before it exited), so the service has seen what the verb left to it.
+func (e *e2e) waitSync() {
+	e.t.Helper()
+	f, err := os.Open(filepath.Join(e.dir, "reserve", "sync.lock"))
+	if err != nil {
+		return // no reserve, or never synced
+	}
+	defer f.Close() //nolint:errcheck // read-only
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		e.t.Fatalf("the reserve's sync lock: %v", err)
+	}
 }
 
 func (e *e2e) pod(name string) {
@@ -447,7 +465,7 @@ func TestTwoNetworksGC(t *testing.T) {
 func TestReserveOutage(t *testing.T) {
 	e := setup(t)
 	netName := e.netName + "-rsv"
-	extra := fmt.Sprintf(`"reserve": 6, "dataDir": %q`, filepath.Join(e.dir, "reserve"))
+	extra := fmt.Sprintf(`"reserve": 6, "dataDir": %q, "syncLinger": "0s"`, filepath.Join(e.dir, "reserve"))
 	e.writeConflist(netName, "cni-e2e-rsv", extra)
 	status := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": %q, "type": "bridge", "ipam": {"type": "ipam-shim", "server": "https://%s",
 		"caFile": %q, "certFile": %q, "keyFile": %q, "node": "e2e-node", %s}}`, netName, listen,
@@ -554,6 +572,7 @@ func (e *e2e) shim(verb, containerID, stdin string) (string, error) {
 	cmd := exec.Command("ip", append(args, filepath.Join(e.bin, "ipam-shim"))...)
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
+	e.waitSync()
 	return string(out), err
 }
 
