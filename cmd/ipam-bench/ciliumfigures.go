@@ -58,6 +58,11 @@ type ciliumReport struct {
 	Mismatches        int      `json:"mismatches"`
 	MismatchSamples   []string `json:"mismatchSamples,omitempty"`
 	AddressMismatches int      `json:"addressMismatches"`
+	// Takeover is the leader's SIGKILL with two replicas or more
+	// (takeover.go); nil with one.
+	Takeover *takeoverReport `json:"takeover,omitempty"`
+	// RSS is each replica's memory over the phase.
+	RSS []rssSample `json:"rss"`
 }
 
 // secondsStats are percentiles of a duration, in seconds.
@@ -330,6 +335,11 @@ func (r *ciliumReport) failures(bound time.Duration) []string {
 	if r.Duplicates > 0 || r.Mismatches > 0 || r.AddressMismatches > 0 {
 		out = append(out, fmt.Sprintf("cilium: %d addresses in two nodes' pools, %d nodes' pools and %d addresses differ from the database",
 			r.Duplicates, r.Mismatches, r.AddressMismatches))
+	}
+	if r.Takeover != nil {
+		out = append(out, r.Takeover.failures("cilium")...)
+	} else {
+		out = append(out, (&takeoverReport{RSS: r.RSS}).failures("cilium")...)
 	}
 	return out
 }

@@ -67,6 +67,10 @@ type config struct {
 	CiliumQPS   float64       `json:"ciliumQPS"`
 	CiliumBurst int           `json:"ciliumBurst"`
 	CiliumBound time.Duration `json:"-"`
+	// CiliumReplicas and LBReplicas are the phases' server processes;
+	// with two or more the leader is SIGKILLed at the end (takeover.go).
+	CiliumReplicas int `json:"ciliumReplicas"`
+	LBReplicas     int `json:"lbipamReplicas"`
 	// The lbipam phase (lbipam.go), after the cilium phase.
 	LBIPAM     bool          `json:"lbipam"`
 	LBServices int           `json:"lbipamServices"`
@@ -179,8 +183,9 @@ func (c config) Validate() error {
 	if c.LBIPAM {
 		positive("lbipam-services", c.LBServices)
 		positive("lbipam-burst", c.LBBurst)
-		if c.LBServices > 4000 {
-			errs = append(errs, fmt.Errorf("-lbipam-services %d: at most 4,000 (the pools %s and %s)", c.LBServices, lbPoolCIDR, lbLateCIDR))
+		positive("lbipam-replicas", c.LBReplicas)
+		if c.LBServices > 8000 {
+			errs = append(errs, fmt.Errorf("-lbipam-services %d: at most 8,000 (the pools %s and %s, the ClusterIPs of %s)", c.LBServices, lbPoolCIDR, lbLateCIDR, lbServiceCIDR))
 		}
 		if c.LBQPS < 2 || c.LBBurst < 3 {
 			errs = append(errs, fmt.Errorf("-lbipam-qps must be at least 2 and -lbipam-burst at least 3, not %g and %d", c.LBQPS, c.LBBurst))
@@ -192,6 +197,7 @@ func (c config) Validate() error {
 	if c.Cilium {
 		positive("cilium-nodes", c.CiliumNodes)
 		positive("cilium-burst", c.CiliumBurst)
+		positive("cilium-replicas", c.CiliumReplicas)
 		if !(c.CiliumQPS > 0) {
 			errs = append(errs, fmt.Errorf("-cilium-qps must be positive, not %g", c.CiliumQPS))
 		}
@@ -302,10 +308,12 @@ func parseConfig(args []string) (config, error) {
 	fs.Float64Var(&c.CiliumQPS, "cilium-qps", 20, "the operator's --cilium-kube-qps, the limit its request rate is checked against")
 	fs.IntVar(&c.CiliumBurst, "cilium-burst", 40, "the operator's --cilium-kube-burst")
 	fs.DurationVar(&c.CiliumBound, "cilium-bound", 120*time.Second, "every CiliumNode must hold its 8 addresses within this of the creates, or the phase fails")
+	fs.IntVar(&c.CiliumReplicas, "cilium-replicas", 2, "operator replicas of the cilium phase (leader election through their Lease); with 2 or more the leader is SIGKILLed once every node is served: the standby's takeover time, the time until every node is served, its writes to nodes already served (target 0), each replica's peak RSS (target <= 400 MiB)")
 	fs.BoolVar(&c.LBIPAM, "lbipam", true, "last, the service as Cilium's LB IPAM against a real kube-apiserver and etcd (make tools; else skipped with a message): -lbipam-services LoadBalancer Services created at once, the time until each shows its address, satisfied, and no address held twice")
-	fs.IntVar(&c.LBServices, "lbipam-services", 500, "Services the lbipam phase creates at once, then as many waiting for a pool created after them (at most 4,000: a /20 pool each)")
+	fs.IntVar(&c.LBServices, "lbipam-services", 500, "Services the lbipam phase creates at once, then as many waiting for a pool created after them (at most 8,000: a /18 pool each)")
 	fs.Float64Var(&c.LBQPS, "lbipam-qps", 100, "the LB IPAM server's client-side request rate to the API server (its --cilium-kube-qps)")
 	fs.IntVar(&c.LBBurst, "lbipam-burst", 200, "the LB IPAM server's request burst (its --cilium-kube-burst)")
+	fs.IntVar(&c.LBReplicas, "lbipam-replicas", 2, "LB IPAM replicas of the lbipam phase; with 2 or more the leader is SIGKILLed once every Service is satisfied, measured as in the cilium phase")
 	fs.DurationVar(&c.LBBound, "lbipam-bound", 120*time.Second, "every Service must be satisfied within this of the creates, or the phase fails")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -809,6 +809,7 @@ func printSummary(out io.Writer, rep report) {
 	if l := rep.LBIPAM; l != nil && l.Skipped == "" {
 		fmt.Fprintf(out, "lbipam: %d Services at once, time to ingress p99 %.2fs (p50 %.2fs); %d waiting, from their pool's create to ingress p99 %.2fs (p50 %.2fs); %d duplicates\n",
 			l.Services, l.ToIngress.P99, l.ToIngress.P50, l.Waited, l.AfterPool.P99, l.AfterPool.P50, l.Duplicates)
+		printTakeover(out, "lbipam", l.Takeover, l.RSS)
 	}
 	d := rep.Duplicates
 	fmt.Fprintf(out, "duplicates: %d (bookkeeping) + %d (database); server peak RSS %.1f MiB\n", d.Ledger, d.Database.Duplicates, rep.ServerPeakMiB)
