@@ -605,8 +605,10 @@ func (s *sampler) mark(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sampling %s: %w", kubeRequestsMetric, err)
 	}
-	// The counter was read somewhere within the round trip: its middle.
-	at := sent.Add(time.Since(sent) / 2).Sub(s.began)
+	// The counter was read somewhere within the round trip: its middle,
+	// and the trip's ends for the bucket check.
+	recv := time.Now()
+	at := sent.Add(recv.Sub(sent) / 2).Sub(s.began)
 	ss, err := parseMetric(text, kubeRequestsMetric)
 	if err == nil && len(ss) == 0 {
 		err = fmt.Errorf("not exported by %s", s.url)
@@ -615,7 +617,8 @@ func (s *sampler) mark(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("sampling %s: %w", kubeRequestsMetric, err)
 	}
 	total, by := sumSeries(ss, "method")
-	s.samples = append(s.samples, counterSample{Sec: at.Seconds(), Count: total})
+	s.samples = append(s.samples, counterSample{Sec: at.Seconds(), Count: total,
+		SentSec: sent.Sub(s.began).Seconds(), RecvSec: recv.Sub(s.began).Seconds()})
 	if s.firstBy == nil {
 		s.firstBy = by
 	}

@@ -358,16 +358,27 @@ func createLBPool(ctx context.Context, admin *ipamclient.ClientWithResponses, na
 	return statusError("create VIP pool "+name, resp.StatusCode(), resp.Body)
 }
 
-// createServices creates the phase's Services of names at once, with
-// labels, and answers when each create was called and its error.
+// lbCreatesInFlight bounds the phase's concurrent Service creates. Each
+// create allocates a ClusterIP (two more writes in etcd): 5,000 at once
+// kept the API server busy past its 60 s request timeout, and 3,644 of a
+// wave were refused with 504. A Service's time runs from its own create
+// call, so the bound adds nothing to it.
+const lbCreatesInFlight = 256
+
+// createServices creates the phase's Services of names at once (at most
+// lbCreatesInFlight in flight), with labels, and answers when each create
+// was called and its error.
 func createServices(ctx context.Context, kube kubernetes.Interface, names []string, labels map[string]string) ([]time.Time, []error) {
 	created := make([]time.Time, len(names))
 	errs := make([]error, len(names))
 	gate := make(chan struct{})
+	slots := make(chan struct{}, lbCreatesInFlight)
 	var wg sync.WaitGroup
 	for i, n := range names {
 		wg.Go(func() {
 			<-gate
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			svc := lbService(n)
 			svc.Labels = labels
 			created[i] = time.Now()
