@@ -58,14 +58,16 @@ const (
 
 // lbipamReport is the phase's figures.
 type lbipamReport struct {
-	Skipped      string       `json:"skipped,omitempty"`
-	Services     int          `json:"services"`
-	QPS          float64      `json:"qps"`
-	Burst        int          `json:"burst"`
-	BoundSeconds float64      `json:"boundSeconds"`
-	CreateErrors int          `json:"createErrors"`
-	Satisfied    int          `json:"satisfied"`
-	ToIngress    secondsStats `json:"toIngressSeconds"`
+	Skipped  string `json:"skipped,omitempty"`
+	Services int    `json:"services"`
+	// WaitingServices is the second wave's size.
+	WaitingServices int          `json:"waitingServices"`
+	QPS             float64      `json:"qps"`
+	Burst           int          `json:"burst"`
+	BoundSeconds    float64      `json:"boundSeconds"`
+	CreateErrors    int          `json:"createErrors"`
+	Satisfied       int          `json:"satisfied"`
+	ToIngress       secondsStats `json:"toIngressSeconds"`
 	// Waited is how many Services of the second wave showed no_pool
 	// before their pool was created, LateSatisfied how many were then
 	// satisfied within the bound, AfterPool the time from the pool's
@@ -98,11 +100,11 @@ func (r *lbipamReport) failures(bound time.Duration) []string {
 	if r.Duplicates > 0 {
 		out = append(out, fmt.Sprintf("lbipam: %d Services hold an address another holds", r.Duplicates))
 	}
-	if r.Waited < r.Services {
-		out = append(out, fmt.Sprintf("lbipam: %d of %d second-wave Services showed no_pool before their pool", r.Waited, r.Services))
+	if r.Waited < r.WaitingServices {
+		out = append(out, fmt.Sprintf("lbipam: %d of %d second-wave Services showed no_pool before their pool", r.Waited, r.WaitingServices))
 	}
-	if r.LateSatisfied < r.Services {
-		out = append(out, fmt.Sprintf("lbipam: %d of %d second-wave Services satisfied within %v of their pool", r.LateSatisfied, r.Services, bound))
+	if r.LateSatisfied < r.WaitingServices {
+		out = append(out, fmt.Sprintf("lbipam: %d of %d second-wave Services satisfied within %v of their pool", r.LateSatisfied, r.WaitingServices, bound))
 	}
 	if r.Takeover != nil {
 		out = append(out, r.Takeover.failures("lbipam")...)
@@ -113,7 +115,7 @@ func (r *lbipamReport) failures(bound time.Duration) []string {
 }
 
 func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Client, admin *ipamclient.ClientWithResponses, private bool, out io.Writer, failed *[]string) (*lbipamReport, error) {
-	rep := &lbipamReport{Services: cfg.LBServices, QPS: cfg.LBQPS, Burst: cfg.LBBurst, BoundSeconds: cfg.LBBound.Seconds()}
+	rep := &lbipamReport{Services: cfg.LBServices, WaitingServices: cfg.LBWaiting, QPS: cfg.LBQPS, Burst: cfg.LBBurst, BoundSeconds: cfg.LBBound.Seconds()}
 	dir, err := os.MkdirTemp("", "ipam-bench-lbipam-")
 	if err != nil {
 		return nil, err
@@ -154,9 +156,12 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lbNamespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	names, late := make([]string, cfg.LBServices), make([]string, cfg.LBServices)
+	names, late := make([]string, cfg.LBServices), make([]string, cfg.LBWaiting)
 	for i := range names {
-		names[i], late[i] = fmt.Sprintf("svc-%04d", i), fmt.Sprintf("late-%04d", i)
+		names[i] = fmt.Sprintf("svc-%04d", i)
+	}
+	for i := range late {
+		late[i] = fmt.Sprintf("late-%04d", i)
 	}
 	if !private {
 		defer func() {
