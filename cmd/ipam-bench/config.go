@@ -318,7 +318,7 @@ func parseConfig(args []string) (config, error) {
 	fs.Float64Var(&c.LBQPS, "lbipam-qps", 100, "the LB IPAM server's client-side request rate to the API server (its --cilium-kube-qps)")
 	fs.IntVar(&c.LBBurst, "lbipam-burst", 200, "the LB IPAM server's request burst (its --cilium-kube-burst)")
 	fs.IntVar(&c.LBReplicas, "lbipam-replicas", 2, "LB IPAM replicas of the lbipam phase; with 2 or more the leader is SIGKILLed once every Service is satisfied, measured as in the cilium phase")
-	fs.DurationVar(&c.LBBound, "lbipam-bound", 240*time.Second, "every Service must be satisfied within this of the creates, or the phase fails")
+	fs.DurationVar(&c.LBBound, "lbipam-bound", 180*time.Second, "every Service must be satisfied within this of the creates, or the phase fails")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -74,7 +74,7 @@ func TestParseConfig(t *testing.T) {
 			}},
 		{name: "lbipam phase defaults", args: nil,
 			check: func(c config) bool {
-				return c.LBIPAM && c.LBServices == 5000 && c.LBWaiting == 500 && c.LBReplicas == 2 && c.LBBound == 4*time.Minute
+				return c.LBIPAM && c.LBServices == 5000 && c.LBWaiting == 500 && c.LBReplicas == 2 && c.LBBound == 3*time.Minute
 			}},
 		{name: "lbipam phase errors", args: strings.Fields("-lbipam-services 9000 -lbipam-waiting 0 -lbipam-replicas 0"),
 			wantErr: []string{"at most 8,000", "-lbipam-waiting must be positive", "-lbipam-replicas must be positive"}},
