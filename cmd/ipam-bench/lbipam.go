@@ -277,7 +277,7 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 		if err != nil {
 			return nil, err
 		}
-		at, addrs = seen.snapshot()
+		_, addrs = seen.snapshot()
 		holders = map[string]int{}
 		for _, a := range addrs {
 			holders[a]++

@@ -232,7 +232,7 @@ func holderPID(ctx context.Context, kube kubernetes.Interface, ns, name string) 
 	i := strings.LastIndexByte(id, '-')
 	pid, err := strconv.Atoi(id[i+1:])
 	if err != nil {
-		return 0, fmt.Errorf("Lease %s/%s: holder %q names no process", ns, name, id)
+		return 0, fmt.Errorf("the Lease %s/%s: holder %q names no process", ns, name, id)
 	}
 	return pid, nil
 }
