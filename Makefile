@@ -76,7 +76,7 @@ fuzz: postgres
 		done; \
 	done
 
-## bench: the server as its own process over mutual TLS: mixed runs at 8/32/64 clients, a hot node and the fill curve (0/100k/550k leases), each mixed and hot-node run followed by the database ceiling, then the Cilium operator phase (200 CiliumNodes at once against the kube-apiserver of make tools; skipped with a message without it); about 8-12 minutes on 2 cores
+## bench: the server as its own process over mutual TLS: mixed runs at 8/32/64 clients, a hot node and the fill curve (0/100k/550k leases), each mixed and hot-node run followed by the database ceiling, then the Cilium operator phase (5,000 CiliumNodes at once against the kube-apiserver of make tools, two replicas, the leader SIGKILLed) and the LB IPAM phase (5,000 Services, the same); skipped with a message without make tools; about 15-20 minutes on 2 cores
 bench: postgres
 	$(GO) run ./cmd/ipam-bench -ceiling $(CEILING) $(BENCH_ARGS)
 

@@ -97,7 +97,16 @@ func runCilium(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	rep := &ciliumReport{Nodes: cfg.CiliumNodes, PreAllocate: ciliumPreAllocate, QPS: cfg.CiliumQPS, Burst: cfg.CiliumBurst,
 		Pool: fmt.Sprintf("%s %s /%d (default space)", ciliumPool, ciliumPoolCIDR, ciliumPoolMask), BoundSeconds: cfg.CiliumBound.Seconds()}
 	began := time.Now()
-	kc, err := kubetest.Launch()
+	dir, err := os.MkdirTemp("", "ipam-bench-cilium-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	audit, auditLog, err := auditFlags(dir)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubetest.Launch(kubetest.WithAPIServerFlags(audit...))
 	if errors.Is(err, kubetest.ErrNoBinaries) {
 		rep = &ciliumReport{Skipped: err.Error()}
 		fmt.Fprintf(out, "cilium: skipped: %s\n", rep.Skipped)
@@ -114,11 +123,6 @@ func runCilium(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 		return nil, err
 	}
 	rep.KubeStartSeconds = time.Since(began).Seconds()
-	dir, err := os.MkdirTemp("", "ipam-bench-cilium-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := kc.WriteKubeconfig(kc.Config(), kubeconfig); err != nil {
 		return nil, err
@@ -144,17 +148,28 @@ func runCilium(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 		"--cilium-kube-qps", strconv.FormatFloat(cfg.CiliumQPS, 'f', -1, 64), "--cilium-kube-burst", strconv.Itoa(cfg.CiliumBurst),
 		"--cilium-lease-namespace", ciliumLeaseNamespace, "--default-pool", ciliumPool)
 	began = time.Now()
-	srv, err := startServer(ctx, so, probe)
+	srvs, err := startServers(ctx, cfg.CiliumReplicas, so, probe)
 	if err != nil {
-		return nil, fmt.Errorf("the operator's server: %w", err)
+		return nil, fmt.Errorf("the operator's servers: %w", err)
 	}
-	defer srv.stop()
-	if err := waitLeading(ctx, probe, srv); err != nil {
+	defer stopServers(srvs)
+	rss := watchRSS(serverPIDs(srvs))
+	lead, err := waitLeadingAny(ctx, probe, srvs, ciliumLeaderLimit)
+	if err != nil {
+		rss.stop()
 		return nil, err
 	}
+	srv := srvs[lead]
 	rep.LeadSeconds = time.Since(began).Seconds()
-	fmt.Fprintf(out, "cilium: etcd and kube-apiserver %s with Cilium's CRDs in %.1fs; operator %s pid %d (--cilium-ipam-mode crd --cilium-kube-qps %g --cilium-kube-burst %d --default-pool %s, pool %s) leading after %.1fs\n",
-		kubetest.KubernetesVersion, rep.KubeStartSeconds, srv.url, srv.pid(), cfg.CiliumQPS, cfg.CiliumBurst, ciliumPool, rep.Pool, rep.LeadSeconds)
+	fmt.Fprintf(out, "cilium: etcd and kube-apiserver %s with Cilium's CRDs in %.1fs; operator %s pid %d of %d replicas (--cilium-ipam-mode crd --cilium-kube-qps %g --cilium-kube-burst %d --default-pool %s, pool %s) leading after %.1fs\n",
+		kubetest.KubernetesVersion, rep.KubeStartSeconds, srv.url, srv.pid(), len(srvs), cfg.CiliumQPS, cfg.CiliumBurst, ciliumPool, rep.Pool, rep.LeadSeconds)
+	killed, killedMem := -1, procMemory{}
+	rssDone := false
+	defer func() {
+		if !rssDone {
+			rss.stop()
+		}
+	}()
 
 	// The phase's own client: not the operator's limit, so the creates go
 	// out together.
@@ -237,13 +252,28 @@ func runCilium(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	}
 	stopSampling()
 	<-sampling
+
+	// The takeover: the leader's SIGKILL, with the watch still on.
+	if len(srvs) > 1 {
+		late := make([]string, takeoverLate(cfg.CiliumNodes))
+		for i := range late {
+			late[i] = ciliumNodeName(cfg.CiliumNodes + i)
+		}
+		nodes = append(nodes, late...) // checked and torn down with the others
+		rep.Takeover, killedMem, err = ciliumTakeover(ctx, probe, cn, nw, srvs, lead, late, auditLog, cfg.CiliumNodes)
+		killed = lead
+		if err != nil {
+			return nil, err
+		}
+	}
 	stopWatch()
 	<-watching
 
 	// Time to pre-allocation (and to ready) per node.
 	reached, ready, restarts := nw.times()
 	rep.WatchRestarts = restarts
-	toPool, toReady := sinceCreated(nodes, created, createErrs, reached), sinceCreated(nodes, created, createErrs, ready)
+	first := nodes[:cfg.CiliumNodes] // not the takeover's
+	toPool, toReady := sinceCreated(first, created, createErrs, reached), sinceCreated(first, created, createErrs, ready)
 	rep.Reached, rep.ReadyCount = countWithin(toPool, cfg.CiliumBound), len(toReady)
 	rep.PreAllocation, rep.Ready = secondsOf(toPool), secondsOf(toReady)
 
@@ -258,12 +288,170 @@ func runCilium(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	if err := checkCiliumPools(ctx, cn, admin, nodes, rep); err != nil {
 		return nil, err
 	}
+	rssDone = true
+	rep.RSS = replicaRSS(rss, killed, killedMem)
+	if rep.Takeover != nil {
+		rep.Takeover.RSS = rep.RSS
+	}
 	printCilium(out, rep)
 	*failed = append(*failed, rep.failures(cfg.CiliumBound)...)
-	if err := srv.exited(); err != nil {
-		*failed = append(*failed, err.Error())
+	for i, s := range srvs {
+		if err := s.exited(); err != nil && i != killed {
+			*failed = append(*failed, err.Error())
+		}
 	}
 	return rep, nil
+}
+
+// serverPIDs answers the servers' process ids.
+func serverPIDs(srvs []*serverProc) []int {
+	pids := make([]int, len(srvs))
+	for i, s := range srvs {
+		pids[i] = s.pid()
+	}
+	return pids
+}
+
+// ciliumTakeover SIGKILLs the leading operator srvs[lead] once every node
+// of nw is served, creates the late nodes at once, and measures the
+// standby's takeover (takeover.go): from the kill until it serves, from
+// then until each late node holds its pre-allocation and its first round
+// over every node is done, and the writes, in the audit log at auditLog,
+// to the nodes served before the kill. nodes is how many there were.
+func ciliumTakeover(ctx context.Context, probe *http.Client, cn ciliumNodeClient, nw *nodeWatch, srvs []*serverProc, lead int,
+	late []string, auditLog string, nodes int) (*takeoverReport, procMemory, error) {
+	reached, _, _ := nw.times()
+	t := &takeoverReport{Replicas: len(srvs), KilledPID: srvs[lead].pid(), Late: len(late), Converged: len(reached), AllServedSeconds: -1}
+	standby := srvs[(lead+1)%len(srvs)]
+	t.StandbyPID = standby.pid()
+	// The standby's counters before it leads (it made no round yet).
+	before, err := scrape(ctx, probe, standby.url+"/metrics")
+	if err != nil {
+		return nil, procMemory{}, err
+	}
+	_, reqsBefore := metricSum(before, kubeRequestsMetric, "method")
+
+	nw.add(late)
+	killedAt, mem := killLeader(srvs[lead])
+	if _, errs := createNodes(ctx, cn, late); slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
+		return nil, mem, fmt.Errorf("creating the takeover's nodes: %w", errors.Join(errs...))
+	}
+	if err := waitLeading(ctx, probe, standby, takeoverLeadLimit); err != nil {
+		return nil, mem, err
+	}
+	ledAt := time.Now()
+	t.ToLeadSeconds = ledAt.Sub(killedAt).Seconds()
+
+	// Served: every late node at its pre-allocation, and the new leader's
+	// ok rounds at least the nodes (its first pass, from the initial
+	// list, over every one).
+	all := nodes + len(late)
+	var roundsDone time.Time
+	deadline := ledAt.Add(takeoverLeadLimit)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		if roundsDone.IsZero() {
+			if text, err := scrape(ctx, probe, standby.url+"/metrics"); err == nil {
+				if ss, err := parseMetric(text, reconcilesMetric); err == nil {
+					ok := 0.0
+					for _, s := range ss {
+						if s.Labels["outcome"] == "ok" {
+							ok += s.Value
+						}
+					}
+					if ok >= float64(all) {
+						roundsDone = time.Now()
+					}
+				}
+			}
+		}
+		at, _, _ := nw.times()
+		if _, _, _, done := servedTimes(late, at, ledAt, takeoverServeBound); done && !roundsDone.IsZero() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, mem, ctx.Err()
+		case <-standby.done:
+			return nil, mem, standby.exited()
+		case <-tick.C:
+		}
+	}
+	at, _, _ := nw.times()
+	ds, within, last, done := servedTimes(late, at, ledAt, takeoverServeBound)
+	t.LateServed, t.ToServed = within, secondsOf(ds)
+	if done && !roundsDone.IsZero() {
+		if roundsDone.After(last) {
+			last = roundsDone
+		}
+		t.AllServedSeconds = max(0, last.Sub(ledAt).Seconds())
+	}
+	select {
+	case <-time.After(takeoverSettle):
+	case <-ctx.Done():
+		return nil, mem, ctx.Err()
+	}
+	if text, err := scrape(ctx, probe, standby.url+"/metrics"); err == nil {
+		_, after := metricSum(text, kubeRequestsMetric, "method")
+		t.NewLeaderRequests = map[string]float64{}
+		for m, n := range after {
+			if d := n - reqsBefore[m]; d > 0 {
+				t.NewLeaderRequests[m] = d
+			}
+		}
+	}
+	converged, lateSet := map[string]bool{}, map[string]bool{}
+	for n := range reached {
+		converged[n] = true
+	}
+	for _, n := range late {
+		lateSet[n] = true
+	}
+	if err := countAuditWrites(auditLog, "ciliumnodes", killedAt, converged, lateSet, t); err != nil {
+		return nil, mem, err
+	}
+	return t, mem, nil
+}
+
+// reconcilesMetric counts the operator's rounds by outcome.
+const reconcilesMetric = "ipam_cilium_operator_reconciles_total"
+
+// metricSum answers the sum of a metric's series in text and the sums by
+// label; nothing when it is absent or malformed.
+func metricSum(text, name, label string) (float64, map[string]float64) {
+	ss, err := parseMetric(text, name)
+	if err != nil {
+		return 0, map[string]float64{}
+	}
+	return sumSeries(ss, label)
+}
+
+// waitLeadingAny waits until one of srvs leads and answers its index.
+func waitLeadingAny(ctx context.Context, hc *http.Client, srvs []*serverProc, limit time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	found := make(chan int, len(srvs))
+	errs := make(chan error, len(srvs))
+	for i, s := range srvs {
+		go func() {
+			if err := waitLeading(ctx, hc, s, limit); err != nil {
+				errs <- err
+				return
+			}
+			found <- i
+		}()
+	}
+	var last error
+	for range srvs {
+		select {
+		case i := <-found:
+			return i, nil
+		case err := <-errs:
+			last = err
+		}
+	}
+	return -1, last
 }
 
 // ciliumNodeClient is the part of Cilium's clientset the phase uses.
@@ -338,9 +526,10 @@ func teardownCilium(ctx context.Context, admin *ipamclient.ClientWithResponses, 
 	return statusError("delete pool "+ciliumPool, resp.StatusCode(), resp.Body)
 }
 
-// waitLeading waits until the server's ipam_cilium_operator_leader is 1.
-func waitLeading(ctx context.Context, hc *http.Client, srv *serverProc) error {
-	ctx, cancel := context.WithTimeout(ctx, ciliumLeaderLimit)
+// waitLeading waits until the server's ipam_cilium_operator_leader is 1,
+// at most limit.
+func waitLeading(ctx context.Context, hc *http.Client, srv *serverProc, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -366,7 +555,7 @@ func waitLeading(ctx context.Context, hc *http.Client, srv *serverProc) error {
 		case <-srv.done:
 			return srv.exited()
 		case <-ctx.Done():
-			return fmt.Errorf("the operator does not lead within %v (%s): %s", ciliumLeaderLimit, last, lastLines(srv.stderr.String(), 10))
+			return fmt.Errorf("the operator does not lead within %v (%s): %s", limit, last, lastLines(srv.stderr.String(), 10))
 		case <-tick.C:
 		}
 	}
@@ -416,8 +605,10 @@ func (s *sampler) mark(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sampling %s: %w", kubeRequestsMetric, err)
 	}
-	// The counter was read somewhere within the round trip: its middle.
-	at := sent.Add(time.Since(sent) / 2).Sub(s.began)
+	// The counter was read somewhere within the round trip: its middle,
+	// and the trip's ends for the bucket check.
+	recv := time.Now()
+	at := sent.Add(recv.Sub(sent) / 2).Sub(s.began)
 	ss, err := parseMetric(text, kubeRequestsMetric)
 	if err == nil && len(ss) == 0 {
 		err = fmt.Errorf("not exported by %s", s.url)
@@ -426,7 +617,8 @@ func (s *sampler) mark(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("sampling %s: %w", kubeRequestsMetric, err)
 	}
 	total, by := sumSeries(ss, "method")
-	s.samples = append(s.samples, counterSample{Sec: at.Seconds(), Count: total})
+	s.samples = append(s.samples, counterSample{Sec: at.Seconds(), Count: total,
+		SentSec: sent.Sub(s.began).Seconds(), RecvSec: recv.Sub(s.began).Seconds()})
 	if s.firstBy == nil {
 		s.firstBy = by
 	}
@@ -475,6 +667,7 @@ type nodeWatch struct {
 	want    map[string]bool
 	ready   map[string]time.Time
 	reached map[string]time.Time
+	closed  bool // all is closed
 	// restartWhy says why each watch ended before the phase did.
 	restartWhy []string
 }
@@ -485,6 +678,15 @@ func newNodeWatch(nodes []string) *nodeWatch {
 		w.want[n] = true
 	}
 	return w
+}
+
+// add follows more nodes (created after all may have closed).
+func (w *nodeWatch) add(nodes []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, n := range nodes {
+		w.want[n] = true
+	}
 }
 
 // observe records what cn shows, seen at at.
@@ -500,8 +702,9 @@ func (w *nodeWatch) observe(cn *ciliumv2.CiliumNode, at time.Time) {
 	}
 	if _, ok := w.reached[cn.Name]; !ok && n >= ciliumPreAllocate {
 		w.reached[cn.Name] = at
-		if len(w.reached) == len(w.want) {
+		if len(w.reached) == len(w.want) && !w.closed {
 			close(w.all)
+			w.closed = true
 		}
 	}
 }
@@ -680,6 +883,20 @@ func printCilium(out io.Writer, r *ciliumReport) {
 	for _, s := range r.MismatchSamples {
 		fmt.Fprintf(out, "  mismatch: %s\n", s)
 	}
+	printTakeover(out, "cilium", r.Takeover, r.RSS)
+}
+
+// printTakeover prints a phase's takeover, or its replica's RSS without
+// one.
+func printTakeover(out io.Writer, phase string, t *takeoverReport, rss []rssSample) {
+	if t == nil {
+		fmt.Fprintf(out, "%s: server peak RSS %.1f MiB (target <= %d MiB)\n", phase, maxPeak(rss), rssLimitMiB)
+		return
+	}
+	fmt.Fprintln(out, t.line(phase))
+	for _, s := range t.WriteSamples {
+		fmt.Fprintf(out, "  write: %s\n", s)
+	}
 }
 
 // methods prints requests by method, sorted.
@@ -711,4 +928,5 @@ func printCiliumSummary(out io.Writer, r *ciliumReport) {
 	fmt.Fprintf(out, "cilium crd: %d CiliumNodes at once, %d/%d at %d addresses within %.0fs: p50 %.2fs p99 %.2fs (p90 %.2fs, max %.2fs); kube requests avg %.1f/s sustained %.1f/s max 1 s %.1f/s vs qps %g burst %d: %s; dups %d, pool/database mismatches %d+%d\n",
 		r.Nodes, r.Reached, r.Nodes, r.PreAllocate, r.BoundSeconds, r.PreAllocation.P50, r.PreAllocation.P99, r.PreAllocation.P90, r.PreAllocation.Max,
 		q.AvgPerSec, q.SustainedPerSec, q.MaxPerSec, r.QPS, r.Burst, okOver(q.Worst.ok()), r.Duplicates, r.Mismatches, r.AddressMismatches)
+	printTakeover(out, "cilium", r.Takeover, r.RSS)
 }

@@ -407,3 +407,25 @@ func TestSinceCreated(t *testing.T) {
 		t.Errorf("sinceCreated = %v; want 3s (a), 2s (b); c failed, d never got there", got)
 	}
 }
+
+// A slow scrape: the counter was read somewhere in its round trip, so a
+// window is as wide as from the first scrape's send to the last one's
+// answer. Taken at the middle (as before), 1,000 requests that came at
+// 100 a second over 9 s looked over a bucket of burst 200 and QPS 100.
+func TestWorstWindowSlowScrape(t *testing.T) {
+	const qps, burst, slack = 100, 200, 1.0
+	s := []counterSample{{Sec: 0.05, Count: 0, SentSec: 0, RecvSec: 0.1}, {Sec: 5, Count: 1000, SentSec: 1, RecvSec: 9}}
+	if w := worstWindow(s, qps, burst, slack); !w.ok() || w.Allowed != 200+100*(9-0+1) {
+		t.Fatalf("window %+v: want ok, allowed 1200", w)
+	}
+	// Without the round trip's ends the middles are all there is.
+	mid := []counterSample{{Sec: 0, Count: 0}, {Sec: 5, Count: 1000}}
+	if w := worstWindow(mid, qps, burst, slack); w.ok() {
+		t.Fatalf("window %+v: want over", w)
+	}
+	// Fast scrapes: the same 1,000 in 5 s are over, round trips or not.
+	fast := []counterSample{{Sec: 0.05, Count: 0, SentSec: 0, RecvSec: 0.1}, {Sec: 5, Count: 1000, SentSec: 4.95, RecvSec: 5.05}}
+	if w := worstWindow(fast, qps, burst, slack); w.ok() {
+		t.Fatalf("window %+v: want over", w)
+	}
+}

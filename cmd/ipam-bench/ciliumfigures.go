@@ -58,6 +58,11 @@ type ciliumReport struct {
 	Mismatches        int      `json:"mismatches"`
 	MismatchSamples   []string `json:"mismatchSamples,omitempty"`
 	AddressMismatches int      `json:"addressMismatches"`
+	// Takeover is the leader's SIGKILL with two replicas or more
+	// (takeover.go); nil with one.
+	Takeover *takeoverReport `json:"takeover,omitempty"`
+	// RSS is each replica's memory over the phase.
+	RSS []rssSample `json:"rss"`
 }
 
 // secondsStats are percentiles of a duration, in seconds.
@@ -106,10 +111,31 @@ type kubeRequests struct {
 }
 
 // counterSample is the request counter at an instant, seconds after the
-// sampling began.
+// sampling began: Sec is the middle of the scrape's round trip, which ran
+// from SentSec to RecvSec (when set; else Sec alone). The counter was read
+// somewhere in between: a scrape of a busy server took 9 s at 5,000
+// nodes, and the 1,005 requests counted up to its middle went over the
+// bucket's bound for that window though they came at 100 a second.
 type counterSample struct {
-	Sec   float64 `json:"sec"`
-	Count float64 `json:"count"`
+	Sec     float64 `json:"sec"`
+	Count   float64 `json:"count"`
+	SentSec float64 `json:"sentSec,omitempty"`
+	RecvSec float64 `json:"recvSec,omitempty"`
+}
+
+// earliest and latest bound the instant the counter was read.
+func (c counterSample) earliest() float64 {
+	if c.SentSec != 0 || c.RecvSec != 0 {
+		return c.SentSec
+	}
+	return c.Sec
+}
+
+func (c counterSample) latest() float64 {
+	if c.SentSec != 0 || c.RecvSec != 0 {
+		return c.RecvSec
+	}
+	return c.Sec
 }
 
 // bucketWindow is the requests counted between two samples and what a
@@ -158,15 +184,17 @@ func maxRate(s []counterSample, minWindow float64) float64 {
 // worstWindow answers, over every pair of samples i < j, the window
 // whose count comes closest to, or goes furthest over, what a token
 // bucket lets through: burst + qps x (t_j - t_i + slack), slack in
-// seconds. Closest is the largest Requests / Allowed. With fewer than two
-// samples it answers the zero window (ok).
+// seconds, t_j - t_i taken at its widest (from the scrape of i sent to
+// the answer of j's: each counter was read somewhere in its round trip).
+// Closest is the largest Requests / Allowed. With fewer than two samples
+// it answers the zero window (ok).
 func worstWindow(s []counterSample, qps float64, burst int, slack float64) bucketWindow {
 	var worst bucketWindow
 	ratio := -1.0
 	for i := range s {
 		for j := i + 1; j < len(s); j++ {
 			w := bucketWindow{FromSec: s[i].Sec, ToSec: s[j].Sec, Requests: s[j].Count - s[i].Count,
-				Allowed: float64(burst) + qps*(s[j].Sec-s[i].Sec+slack)}
+				Allowed: float64(burst) + qps*(s[j].latest()-s[i].earliest()+slack)}
 			if r := w.Requests / w.Allowed; r > ratio {
 				worst, ratio = w, r
 			}
@@ -330,6 +358,11 @@ func (r *ciliumReport) failures(bound time.Duration) []string {
 	if r.Duplicates > 0 || r.Mismatches > 0 || r.AddressMismatches > 0 {
 		out = append(out, fmt.Sprintf("cilium: %d addresses in two nodes' pools, %d nodes' pools and %d addresses differ from the database",
 			r.Duplicates, r.Mismatches, r.AddressMismatches))
+	}
+	if r.Takeover != nil {
+		out = append(out, r.Takeover.failures("cilium")...)
+	} else {
+		out = append(out, (&takeoverReport{RSS: r.RSS}).failures("cilium")...)
 	}
 	return out
 }

@@ -67,9 +67,14 @@ type config struct {
 	CiliumQPS   float64       `json:"ciliumQPS"`
 	CiliumBurst int           `json:"ciliumBurst"`
 	CiliumBound time.Duration `json:"-"`
+	// CiliumReplicas and LBReplicas are the phases' server processes;
+	// with two or more the leader is SIGKILLed at the end (takeover.go).
+	CiliumReplicas int `json:"ciliumReplicas"`
+	LBReplicas     int `json:"lbipamReplicas"`
 	// The lbipam phase (lbipam.go), after the cilium phase.
 	LBIPAM     bool          `json:"lbipam"`
 	LBServices int           `json:"lbipamServices"`
+	LBWaiting  int           `json:"lbipamWaiting"`
 	LBQPS      float64       `json:"lbipamQPS"`
 	LBBurst    int           `json:"lbipamBurst"`
 	LBBound    time.Duration `json:"-"`
@@ -179,8 +184,11 @@ func (c config) Validate() error {
 	if c.LBIPAM {
 		positive("lbipam-services", c.LBServices)
 		positive("lbipam-burst", c.LBBurst)
-		if c.LBServices > 4000 {
-			errs = append(errs, fmt.Errorf("-lbipam-services %d: at most 4,000 (the pools %s and %s)", c.LBServices, lbPoolCIDR, lbLateCIDR))
+		positive("lbipam-replicas", c.LBReplicas)
+		positive("lbipam-waiting", c.LBWaiting)
+		if c.LBServices > 8000 || c.LBWaiting > 8000 {
+			errs = append(errs, fmt.Errorf("-lbipam-services %d, -lbipam-waiting %d: at most 8,000 each (the pools %s and %s, the ClusterIPs of %s)",
+				c.LBServices, c.LBWaiting, lbPoolCIDR, lbLateCIDR, lbServiceCIDR))
 		}
 		if c.LBQPS < 2 || c.LBBurst < 3 {
 			errs = append(errs, fmt.Errorf("-lbipam-qps must be at least 2 and -lbipam-burst at least 3, not %g and %d", c.LBQPS, c.LBBurst))
@@ -192,6 +200,7 @@ func (c config) Validate() error {
 	if c.Cilium {
 		positive("cilium-nodes", c.CiliumNodes)
 		positive("cilium-burst", c.CiliumBurst)
+		positive("cilium-replicas", c.CiliumReplicas)
 		if !(c.CiliumQPS > 0) {
 			errs = append(errs, fmt.Errorf("-cilium-qps must be positive, not %g", c.CiliumQPS))
 		}
@@ -298,15 +307,18 @@ func parseConfig(args []string) (config, error) {
 	fs.BoolVar(&c.ShimWhereabouts, "shim-whereabouts", true, "in the bridge mode, whereabouts "+whereaboutsVersion+" takes turns too, on its Kubernetes storage (needs the kube-apiserver of make tools; else skipped)")
 	fs.IntVar(&c.ShimBridgeCalls, "shim-bridge-calls", 100, "ADD+DEL pairs of each IPAM plugin under the bridge plugin, a veth into a Pod namespace each, as a runtime calls them (needs root and ip; else skipped); 0 skips")
 	fs.BoolVar(&c.Cilium, "cilium", true, "at the very end, the service as Cilium's operator in crd mode against a real kube-apiserver and etcd (make tools builds them; else skipped with a message): -cilium-nodes CiliumNodes created at once, the time until each holds 8 addresses, and the operator's request rate to the API server")
-	fs.IntVar(&c.CiliumNodes, "cilium-nodes", 200, "CiliumNodes the cilium phase creates at once")
-	fs.Float64Var(&c.CiliumQPS, "cilium-qps", 20, "the operator's --cilium-kube-qps, the limit its request rate is checked against")
-	fs.IntVar(&c.CiliumBurst, "cilium-burst", 40, "the operator's --cilium-kube-burst")
+	fs.IntVar(&c.CiliumNodes, "cilium-nodes", 5000, "CiliumNodes the cilium phase creates at once")
+	fs.Float64Var(&c.CiliumQPS, "cilium-qps", 100, "the operator's --cilium-kube-qps, the limit its request rate is checked against")
+	fs.IntVar(&c.CiliumBurst, "cilium-burst", 200, "the operator's --cilium-kube-burst")
 	fs.DurationVar(&c.CiliumBound, "cilium-bound", 120*time.Second, "every CiliumNode must hold its 8 addresses within this of the creates, or the phase fails")
+	fs.IntVar(&c.CiliumReplicas, "cilium-replicas", 2, "operator replicas of the cilium phase (leader election through their Lease); with 2 or more the leader is SIGKILLed once every node is served: the standby's takeover time, the time until every node is served, its writes to nodes already served (target 0), each replica's peak RSS (target <= 400 MiB)")
 	fs.BoolVar(&c.LBIPAM, "lbipam", true, "last, the service as Cilium's LB IPAM against a real kube-apiserver and etcd (make tools; else skipped with a message): -lbipam-services LoadBalancer Services created at once, the time until each shows its address, satisfied, and no address held twice")
-	fs.IntVar(&c.LBServices, "lbipam-services", 500, "Services the lbipam phase creates at once, then as many waiting for a pool created after them (at most 4,000: a /20 pool each)")
+	fs.IntVar(&c.LBServices, "lbipam-services", 5000, "Services the lbipam phase creates at once (at most 8,000: a /18 pool)")
+	fs.IntVar(&c.LBWaiting, "lbipam-waiting", 500, "then Services created waiting for a pool created after them, timed from the pool's create (at most 8,000)")
 	fs.Float64Var(&c.LBQPS, "lbipam-qps", 100, "the LB IPAM server's client-side request rate to the API server (its --cilium-kube-qps)")
 	fs.IntVar(&c.LBBurst, "lbipam-burst", 200, "the LB IPAM server's request burst (its --cilium-kube-burst)")
-	fs.DurationVar(&c.LBBound, "lbipam-bound", 120*time.Second, "every Service must be satisfied within this of the creates, or the phase fails")
+	fs.IntVar(&c.LBReplicas, "lbipam-replicas", 2, "LB IPAM replicas of the lbipam phase; with 2 or more the leader is SIGKILLed once every Service is satisfied, measured as in the cilium phase")
+	fs.DurationVar(&c.LBBound, "lbipam-bound", 180*time.Second, "every Service must be satisfied within this of the creates, or the phase fails")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -70,8 +70,14 @@ func TestParseConfig(t *testing.T) {
 			wantErr: []string{"-client-timeout must be positive", "-timeouts-concurrency must be positive", "-timeouts-duration must be whole seconds"}},
 		{name: "cilium phase defaults", args: nil,
 			check: func(c config) bool {
-				return c.Cilium && c.CiliumNodes == 200 && c.CiliumQPS == 20 && c.CiliumBurst == 40 && c.CiliumBound == 2*time.Minute
+				return c.Cilium && c.CiliumNodes == 5000 && c.CiliumQPS == 100 && c.CiliumBurst == 200 && c.CiliumBound == 2*time.Minute && c.CiliumReplicas == 2
 			}},
+		{name: "lbipam phase defaults", args: nil,
+			check: func(c config) bool {
+				return c.LBIPAM && c.LBServices == 5000 && c.LBWaiting == 500 && c.LBReplicas == 2 && c.LBBound == 3*time.Minute
+			}},
+		{name: "lbipam phase errors", args: strings.Fields("-lbipam-services 9000 -lbipam-waiting 0 -lbipam-replicas 0"),
+			wantErr: []string{"at most 8,000", "-lbipam-waiting must be positive", "-lbipam-replicas must be positive"}},
 		{name: "cilium phase off ignores its flags", args: strings.Fields("-cilium=false -cilium-nodes 0"),
 			check: func(c config) bool { return !c.Cilium }},
 		{name: "cilium phase errors", args: strings.Fields("-cilium-nodes 0 -cilium-qps 0 -cilium-burst -1 -cilium-bound 0s"),

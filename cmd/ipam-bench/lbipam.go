@@ -41,29 +41,33 @@ import (
 // of its pool and no two hold the same.
 const (
 	lbPool      = "lbipam-bench"
-	lbPoolCIDR  = "198.18.0.0/20"
+	lbPoolCIDR  = "198.18.0.0/18"
 	lbLatePool  = "lbipam-bench-late"
-	lbLateCIDR  = "198.18.16.0/20"
+	lbLateCIDR  = "198.18.64.0/18"
 	lbNamespace = "lbipam-bench"
 	lbLeaseNS   = "default"
 	// lbWaveLabel marks the Services of the late pool; the first pool
 	// passes them over.
 	lbWaveLabel = "lbipam-bench/wave"
 	// lbServiceCIDR is the API server's ClusterIP range in the phase:
-	// both waves' ClusterIPs.
-	lbServiceCIDR = "10.96.0.0/19"
+	// both waves' ClusterIPs and the takeover's.
+	lbServiceCIDR = "10.96.0.0/18"
+	// lbLeaseName is the server's LB IPAM Lease (lbipam.Config).
+	lbLeaseName = "ipam-lbipam"
 )
 
 // lbipamReport is the phase's figures.
 type lbipamReport struct {
-	Skipped      string       `json:"skipped,omitempty"`
-	Services     int          `json:"services"`
-	QPS          float64      `json:"qps"`
-	Burst        int          `json:"burst"`
-	BoundSeconds float64      `json:"boundSeconds"`
-	CreateErrors int          `json:"createErrors"`
-	Satisfied    int          `json:"satisfied"`
-	ToIngress    secondsStats `json:"toIngressSeconds"`
+	Skipped  string `json:"skipped,omitempty"`
+	Services int    `json:"services"`
+	// WaitingServices is the second wave's size.
+	WaitingServices int          `json:"waitingServices"`
+	QPS             float64      `json:"qps"`
+	Burst           int          `json:"burst"`
+	BoundSeconds    float64      `json:"boundSeconds"`
+	CreateErrors    int          `json:"createErrors"`
+	Satisfied       int          `json:"satisfied"`
+	ToIngress       secondsStats `json:"toIngressSeconds"`
 	// Waited is how many Services of the second wave showed no_pool
 	// before their pool was created, LateSatisfied how many were then
 	// satisfied within the bound, AfterPool the time from the pool's
@@ -75,6 +79,11 @@ type lbipamReport struct {
 	// end; Duplicates the Services holding an address another holds.
 	Distinct   int `json:"distinct"`
 	Duplicates int `json:"duplicates"`
+	// Takeover is the leader's SIGKILL with two replicas or more
+	// (takeover.go); nil with one.
+	Takeover *takeoverReport `json:"takeover,omitempty"`
+	// RSS is each replica's memory over the phase.
+	RSS []rssSample `json:"rss"`
 }
 
 func (r *lbipamReport) failures(bound time.Duration) []string {
@@ -91,19 +100,33 @@ func (r *lbipamReport) failures(bound time.Duration) []string {
 	if r.Duplicates > 0 {
 		out = append(out, fmt.Sprintf("lbipam: %d Services hold an address another holds", r.Duplicates))
 	}
-	if r.Waited < r.Services {
-		out = append(out, fmt.Sprintf("lbipam: %d of %d second-wave Services showed no_pool before their pool", r.Waited, r.Services))
+	if r.Waited < r.WaitingServices {
+		out = append(out, fmt.Sprintf("lbipam: %d of %d second-wave Services showed no_pool before their pool", r.Waited, r.WaitingServices))
 	}
-	if r.LateSatisfied < r.Services {
-		out = append(out, fmt.Sprintf("lbipam: %d of %d second-wave Services satisfied within %v of their pool", r.LateSatisfied, r.Services, bound))
+	if r.LateSatisfied < r.WaitingServices {
+		out = append(out, fmt.Sprintf("lbipam: %d of %d second-wave Services satisfied within %v of their pool", r.LateSatisfied, r.WaitingServices, bound))
+	}
+	if r.Takeover != nil {
+		out = append(out, r.Takeover.failures("lbipam")...)
+	} else {
+		out = append(out, (&takeoverReport{RSS: r.RSS}).failures("lbipam")...)
 	}
 	return out
 }
 
 func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Client, admin *ipamclient.ClientWithResponses, private bool, out io.Writer, failed *[]string) (*lbipamReport, error) {
-	rep := &lbipamReport{Services: cfg.LBServices, QPS: cfg.LBQPS, Burst: cfg.LBBurst, BoundSeconds: cfg.LBBound.Seconds()}
+	rep := &lbipamReport{Services: cfg.LBServices, WaitingServices: cfg.LBWaiting, QPS: cfg.LBQPS, Burst: cfg.LBBurst, BoundSeconds: cfg.LBBound.Seconds()}
+	dir, err := os.MkdirTemp("", "ipam-bench-lbipam-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	audit, auditLog, err := auditFlags(dir)
+	if err != nil {
+		return nil, err
+	}
 	// ClusterIPs for every Service: the default range holds 254.
-	kc, err := kubetest.Launch(kubetest.WithAPIServerFlags("--service-cluster-ip-range=" + lbServiceCIDR))
+	kc, err := kubetest.Launch(kubetest.WithAPIServerFlags(append(audit, "--service-cluster-ip-range="+lbServiceCIDR)...))
 	if errors.Is(err, kubetest.ErrNoBinaries) {
 		rep = &lbipamReport{Skipped: err.Error()}
 		fmt.Fprintf(out, "lbipam: skipped: %s\n", rep.Skipped)
@@ -116,11 +139,6 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 			fmt.Fprintln(os.Stderr, "ipam-bench: lbipam: stopping the API server:", err)
 		}
 	}()
-	dir, err := os.MkdirTemp("", "ipam-bench-lbipam-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := kc.WriteKubeconfig(kc.Config(), kubeconfig); err != nil {
 		return nil, err
@@ -138,9 +156,12 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lbNamespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	names, late := make([]string, cfg.LBServices), make([]string, cfg.LBServices)
+	names, late := make([]string, cfg.LBServices), make([]string, cfg.LBWaiting)
 	for i := range names {
-		names[i], late[i] = fmt.Sprintf("svc-%04d", i), fmt.Sprintf("late-%04d", i)
+		names[i] = fmt.Sprintf("svc-%04d", i)
+	}
+	for i := range late {
+		late[i] = fmt.Sprintf("late-%04d", i)
 	}
 	if !private {
 		defer func() {
@@ -152,11 +173,18 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 
 	so.extra = append(slices.Clone(so.extra), "--lbipam", "--kubeconfig", kubeconfig, "--lbipam-lease-namespace", lbLeaseNS,
 		"--cilium-kube-qps", strconv.FormatFloat(cfg.LBQPS, 'f', -1, 64), "--cilium-kube-burst", strconv.Itoa(cfg.LBBurst))
-	srv, err := startServer(ctx, so, probe)
+	srvs, err := startServers(ctx, cfg.LBReplicas, so, probe)
 	if err != nil {
-		return nil, fmt.Errorf("the LB IPAM server: %w", err)
+		return nil, fmt.Errorf("the LB IPAM servers: %w", err)
 	}
-	defer srv.stop()
+	defer stopServers(srvs)
+	rss := watchRSS(serverPIDs(srvs))
+	killed, killedMem, rssDone := -1, procMemory{}, false
+	defer func() {
+		if !rssDone {
+			rss.stop()
+		}
+	}()
 
 	w, err := kube.CoreV1().Services(lbNamespace).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -174,8 +202,13 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	if !seen.wait(ctx, []string{"probe"}, time.Minute) {
 		return nil, errors.New("the probe Service was not satisfied within a minute: LB IPAM is not serving")
 	}
-	fmt.Fprintf(out, "lbipam: etcd and kube-apiserver %s; server %s pid %d (--lbipam --cilium-kube-qps %g --cilium-kube-burst %d, pool %s) serving after %.1fs\n",
-		kubetest.KubernetesVersion, srv.url, srv.pid(), cfg.LBQPS, cfg.LBBurst, lbPoolCIDR, time.Since(began).Seconds())
+	lead, err := waitHolder(ctx, kube, lbLeaseNS, lbLeaseName, srvs, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	srv := srvs[lead]
+	fmt.Fprintf(out, "lbipam: etcd and kube-apiserver %s; server %s pid %d of %d replicas (--lbipam --cilium-kube-qps %g --cilium-kube-burst %d, pool %s) serving after %.1fs\n",
+		kubetest.KubernetesVersion, srv.url, srv.pid(), len(srvs), cfg.LBQPS, cfg.LBBurst, lbPoolCIDR, time.Since(began).Seconds())
 
 	created, errs := createServices(ctx, kube, names, nil)
 	for i, err := range errs {
@@ -232,11 +265,88 @@ func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	}
 	fmt.Fprintf(out, "lbipam: %d Services waiting (%d showed no_pool), then their pool created: %d satisfied, time from the pool to ingress p50 %.2fs p99 %.2fs max %.2fs; %d distinct addresses in all, %d duplicates\n",
 		len(late), rep.Waited, rep.LateSatisfied, rep.AfterPool.P50, rep.AfterPool.P99, rep.AfterPool.Max, rep.Distinct, rep.Duplicates)
+
+	if len(srvs) > 1 {
+		takeover := make([]string, takeoverLate(cfg.LBServices))
+		for i := range takeover {
+			takeover[i] = fmt.Sprintf("takeover-%04d", i)
+		}
+		names = append(names, takeover...) // released with the others
+		rep.Takeover, killedMem, err = lbTakeover(ctx, kube, seen, srvs, lead, takeover, auditLog)
+		killed = lead
+		if err != nil {
+			return nil, err
+		}
+		_, addrs = seen.snapshot()
+		holders = map[string]int{}
+		for _, a := range addrs {
+			holders[a]++
+		}
+		rep.Distinct, rep.Duplicates = len(holders), 0
+		for _, n := range holders {
+			rep.Duplicates += n - 1
+		}
+	}
+	rssDone = true
+	rep.RSS = replicaRSS(rss, killed, killedMem)
+	if rep.Takeover != nil {
+		rep.Takeover.RSS = rep.RSS
+	}
+	printTakeover(out, "lbipam", rep.Takeover, rep.RSS)
 	*failed = append(*failed, rep.failures(cfg.LBBound)...)
-	if err := srv.exited(); err != nil {
-		*failed = append(*failed, err.Error())
+	for i, s := range srvs {
+		if err := s.exited(); err != nil && i != killed {
+			*failed = append(*failed, err.Error())
+		}
 	}
 	return rep, nil
+}
+
+// lbTakeover SIGKILLs the leading replica srvs[lead] once every Service
+// seen follows is satisfied, creates the late Services at once, and
+// measures the standby's takeover (takeover.go): from the kill until it
+// holds the Lease, from then until each late Service is satisfied, and
+// the writes, in the audit log at auditLog, to the Services satisfied
+// before the kill. The late Services' names sort after every other's, so
+// the new leader's first pass, in the order of its initial list, reaches
+// them last.
+func lbTakeover(ctx context.Context, kube kubernetes.Interface, seen *ingressWatch, srvs []*serverProc, lead int, late []string, auditLog string) (*takeoverReport, procMemory, error) {
+	at, _ := seen.snapshot()
+	t := &takeoverReport{Replicas: len(srvs), KilledPID: srvs[lead].pid(), Late: len(late), Converged: len(at), AllServedSeconds: -1}
+	killedAt, mem := killLeader(srvs[lead])
+	if _, errs := createServices(ctx, kube, late, nil); errors.Join(errs...) != nil {
+		return nil, mem, fmt.Errorf("creating the takeover's Services: %w", errors.Join(errs...))
+	}
+	rest := slices.Delete(slices.Clone(srvs), lead, lead+1)
+	next, err := waitHolder(ctx, kube, lbLeaseNS, lbLeaseName, rest, takeoverLeadLimit)
+	if err != nil {
+		return nil, mem, err
+	}
+	ledAt := time.Now()
+	t.StandbyPID, t.ToLeadSeconds = rest[next].pid(), ledAt.Sub(killedAt).Seconds()
+	seen.wait(ctx, late, takeoverLeadLimit)
+	now, _ := seen.snapshot()
+	ds, within, last, done := servedTimes(late, now, ledAt, takeoverServeBound)
+	t.LateServed, t.ToServed = within, secondsOf(ds)
+	if done {
+		t.AllServedSeconds = max(0, last.Sub(ledAt).Seconds())
+	}
+	select {
+	case <-time.After(takeoverSettle):
+	case <-ctx.Done():
+		return nil, mem, ctx.Err()
+	}
+	converged, lateSet := map[string]bool{}, map[string]bool{}
+	for n := range at {
+		converged[lbNamespace+"/"+n] = true
+	}
+	for _, n := range late {
+		lateSet[lbNamespace+"/"+n] = true
+	}
+	if err := countAuditWrites(auditLog, "services", killedAt, converged, lateSet, t); err != nil {
+		return nil, mem, err
+	}
+	return t, mem, nil
 }
 
 func ptrTo[T any](v T) *T { return &v }
@@ -253,16 +363,27 @@ func createLBPool(ctx context.Context, admin *ipamclient.ClientWithResponses, na
 	return statusError("create VIP pool "+name, resp.StatusCode(), resp.Body)
 }
 
-// createServices creates the phase's Services of names at once, with
-// labels, and answers when each create was called and its error.
+// lbCreatesInFlight bounds the phase's concurrent Service creates. Each
+// create allocates a ClusterIP (two more writes in etcd): 5,000 at once
+// kept the API server busy past its 60 s request timeout, and 3,644 of a
+// wave were refused with 504. A Service's time runs from its own create
+// call, so the bound adds nothing to it.
+const lbCreatesInFlight = 256
+
+// createServices creates the phase's Services of names at once (at most
+// lbCreatesInFlight in flight), with labels, and answers when each create
+// was called and its error.
 func createServices(ctx context.Context, kube kubernetes.Interface, names []string, labels map[string]string) ([]time.Time, []error) {
 	created := make([]time.Time, len(names))
 	errs := make([]error, len(names))
 	gate := make(chan struct{})
+	slots := make(chan struct{}, lbCreatesInFlight)
 	var wg sync.WaitGroup
 	for i, n := range names {
 		wg.Go(func() {
 			<-gate
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			svc := lbService(n)
 			svc.Labels = labels
 			created[i] = time.Now()

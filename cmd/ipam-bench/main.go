@@ -34,8 +34,8 @@
 //   - cilium (-cilium): the service as Cilium's operator in crd mode
 //     (cilium.go): etcd and kube-apiserver (internal/kubetest, built by
 //     make tools; without them the phase is skipped with a message naming
-//     make tools) with Cilium's CRDs, one more server process with
-//     --cilium-ipam-mode crd (--cilium-kube-qps -cilium-qps,
+//     make tools) with Cilium's CRDs, -cilium-replicas more server
+//     processes with --cilium-ipam-mode crd (--cilium-kube-qps -cilium-qps,
 //     --cilium-kube-burst -cilium-burst) serving the pool cilium-bench
 //     (172.16.0.0/12, /26 blocks) of the default space, then -cilium-nodes
 //     CiliumNodes created at once: the seconds from each create call until
@@ -46,7 +46,15 @@
 //     a check that no window between two samples holds more requests than
 //     a token bucket of that QPS and burst lets through), and at the end
 //     that no address is in two nodes' pools and that every pool is what
-//     the database holds for its node.
+//     the database holds for its node;
+//   - lbipam (-lbipam): the service as Cilium's LB IPAM (lbipam.go):
+//     -lbipam-services LoadBalancer Services created at once, then
+//     -lbipam-waiting waiting for a pool created after them;
+//   - takeover, at the end of both (takeover.go, with two replicas or
+//     more): the leader SIGKILLed, the time until the standby leads and
+//     serves every object, its writes to objects served before the kill
+//     (the API server's audit log; target 0), each replica's peak RSS
+//     (target <= 400 MiB).
 //
 // Each run prints operations/s, allocation p50/p90/p99/max, errors, the
 // duplicate addresses seen so far and the server's peak RSS during the run
@@ -809,6 +817,7 @@ func printSummary(out io.Writer, rep report) {
 	if l := rep.LBIPAM; l != nil && l.Skipped == "" {
 		fmt.Fprintf(out, "lbipam: %d Services at once, time to ingress p99 %.2fs (p50 %.2fs); %d waiting, from their pool's create to ingress p99 %.2fs (p50 %.2fs); %d duplicates\n",
 			l.Services, l.ToIngress.P99, l.ToIngress.P50, l.Waited, l.AfterPool.P99, l.AfterPool.P50, l.Duplicates)
+		printTakeover(out, "lbipam", l.Takeover, l.RSS)
 	}
 	d := rep.Duplicates
 	fmt.Fprintf(out, "duplicates: %d (bookkeeping) + %d (database); server peak RSS %.1f MiB\n", d.Ledger, d.Database.Duplicates, rep.ServerPeakMiB)
