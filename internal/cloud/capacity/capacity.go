@@ -223,7 +223,9 @@ type nodeWork struct {
 }
 
 // nodeKey names node n of pool p in the worker's memory: "space/pool/node".
-func nodeKey(p store.CloudPool, n store.CloudNode) string { return p.Space + "/" + p.Name + "/" + n.Name }
+func nodeKey(p store.CloudPool, n store.CloudNode) string {
+	return p.Space + "/" + p.Name + "/" + n.Name
+}
 
 // state is what the plan knows of x's node.
 func (x *nodeWork) state() cloud.NodeState {
