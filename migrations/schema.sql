@@ -613,6 +613,16 @@ CREATE TABLE public.cloud_interfaces (
     CONSTRAINT cloud_interfaces_instance_check CHECK ((instance <> ''::text))
 );
 
+CREATE TABLE public.cloud_refusals (
+    node_id bigint NOT NULL,
+    pool_id bigint NOT NULL,
+    owner_namespace text NOT NULL,
+    owner_name text NOT NULL,
+    owner_uid text NOT NULL,
+    interface text NOT NULL,
+    refused_at timestamp with time zone NOT NULL
+);
+
 CREATE TABLE public.goose_db_version (
     id integer NOT NULL,
     version_id bigint NOT NULL,
@@ -943,6 +953,9 @@ ALTER TABLE ONLY public.cidr_groups
 ALTER TABLE ONLY public.cloud_interfaces
     ADD CONSTRAINT cloud_interfaces_pkey PRIMARY KEY (node_id, id);
 
+ALTER TABLE ONLY public.cloud_refusals
+    ADD CONSTRAINT cloud_refusals_pkey PRIMARY KEY (node_id, pool_id, owner_namespace, owner_name, owner_uid, interface);
+
 ALTER TABLE ONLY public.goose_db_version
     ADD CONSTRAINT goose_db_version_pkey PRIMARY KEY (id);
 
@@ -1102,6 +1115,12 @@ ALTER TABLE ONLY public.cidr_groups
 
 ALTER TABLE ONLY public.cloud_interfaces
     ADD CONSTRAINT cloud_interfaces_node_id_fkey FOREIGN KEY (node_id) REFERENCES public.nodes(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.cloud_refusals
+    ADD CONSTRAINT cloud_refusals_node_id_fkey FOREIGN KEY (node_id) REFERENCES public.nodes(id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.cloud_refusals
+    ADD CONSTRAINT cloud_refusals_pool_id_fkey FOREIGN KEY (pool_id) REFERENCES public.pools(id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.lb_pools
     ADD CONSTRAINT lb_pools_space_fkey FOREIGN KEY (space) REFERENCES public.address_spaces(name);

@@ -38,6 +38,7 @@ func (s *Store) Allocate(ctx context.Context, r alloc.LeaseRequest) (alloc.Alloc
 	s.topUps.note(out, err)
 	if e := (*alloc.Error)(nil); errors.As(err, &e) && e.Kind == alloc.KindPoolExhausted && e.Pool != "" {
 		s.explainCooling(ctx, r, e)
+		s.notePending(ctx, r, e.Pool)
 	}
 	return out, err
 }

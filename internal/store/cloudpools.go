@@ -338,6 +338,12 @@ type CloudNode struct {
 	// counts them free (else the cloud would hold Pods plus both
 	// pre-allocations); their rows keep them from going back.
 	Reserved []netip.Addr
+	// Pending is how many of its Pods wait for an address of the pool:
+	// those whose allocation the pool refused as exhausted within
+	// PendingWindow and that no lease of the node has served since (see
+	// notePending), one per Pod and interface. The server watches no Pods
+	// outside crd mode; the refusals are what it sees of them everywhere.
+	Pending int
 	// PodInterfaces is what the node says of its own interfaces (a
 	// CiliumNode's spec.eni), to be honoured over the pool's spec.cloud.
 	PodInterfaces PodInterfaces
@@ -377,8 +383,9 @@ type CloudBlock struct {
 // the space that hold blocks of the pool or whose providerID names the
 // pool's cloud (aws:// or azure://), and that the pool's node selector
 // takes (cloudPoolOf), with their blocks of the pool and the addresses
-// leases hold in them, in one snapshot. A node two pools claim is
-// answered by the first of them by name only, with Conflict set.
+// leases hold in them and its Pods waiting (Pending), in one snapshot.
+// A node two pools claim is answered by the first of them by name only,
+// with Conflict set.
 func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode, error) {
 	var out []CloudNode
 	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -402,16 +409,21 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 		if err != nil {
 			return err
 		}
+		now := s.now()
 		rows, err := tx.Query(ctx, `SELECT n.name, n.labels, n.provider_id, n.first_interface_index, n.exclude_interface_tags, coalesce(n.max_pods, 0),
 				coalesce((SELECT json_agg(json_build_object('prefix', b.cidr, 'iface', b.cloud_interface, 'drained', b.capacity = 0) ORDER BY b.cidr)
 					FROM blocks b WHERE b.node_id = n.id AND b.pool_id = $2), '[]'),
 				coalesce((SELECT array_agg(l.addr ORDER BY l.addr) FROM leases l JOIN blocks b ON b.id = l.block_id
 					WHERE l.node_id = n.id AND b.pool_id = $2 AND l.state <> 'reserved' AND NOT (l.state = 'released' AND l.cooldown_until <= $4)), '{}'),
 				coalesce((SELECT array_agg(l.addr ORDER BY l.addr) FROM leases l JOIN blocks b ON b.id = l.block_id
-					WHERE l.node_id = n.id AND b.pool_id = $2 AND l.state = 'reserved'), '{}')
+					WHERE l.node_id = n.id AND b.pool_id = $2 AND l.state = 'reserved'), '{}'),
+				(SELECT count(*) FROM cloud_refusals r WHERE r.node_id = n.id AND r.pool_id = $2 AND r.refused_at > $5
+					AND NOT EXISTS (SELECT 1 FROM blocks b JOIN leases l ON l.block_id = b.id WHERE b.node_id = n.id
+						AND l.owner_namespace = r.owner_namespace AND l.owner_name = r.owner_name AND l.owner_uid = r.owner_uid
+						AND l.interface = r.interface AND l.created_at >= r.refused_at))
 			FROM nodes n WHERE n.space = $1
 			  AND (n.provider_id LIKE $3 OR EXISTS (SELECT 1 FROM blocks b WHERE b.node_id = n.id AND b.pool_id = $2))
-			ORDER BY n.name`, space, id, string(spec.Provider)+"://%", s.now())
+			ORDER BY n.name`, space, id, string(spec.Provider)+"://%", now, now.Add(-PendingWindow))
 		if err != nil {
 			return err
 		}
@@ -423,7 +435,7 @@ func (s *Store) CloudNodes(ctx context.Context, space, pool string) ([]CloudNode
 			Drained bool         `json:"drained"`
 		}
 		_, err = pgx.ForEachRow(rows, []any{&n.Name, &nodeLabels, &n.ProviderID, &n.PodInterfaces.FirstIndex, &n.PodInterfaces.ExcludeTags,
-			&n.PodInterfaces.MaxPods, &blocks, &n.Used, &n.Reserved}, func() error {
+			&n.PodInterfaces.MaxPods, &blocks, &n.Used, &n.Reserved, &n.Pending}, func() error {
 			claim := cloudPoolOf(nodeLabels, pools)
 			if len(claim) > 0 && claim[0] == pool {
 				if len(claim) > 1 {

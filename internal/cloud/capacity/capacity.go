@@ -229,7 +229,7 @@ func nodeKey(p store.CloudPool, n store.CloudNode) string {
 
 // state is what the plan knows of x's node.
 func (x *nodeWork) state() cloud.NodeState {
-	return cloud.NodeState{Instance: x.inst, Used: x.used, Reserved: x.reserved}
+	return cloud.NodeState{Instance: x.inst, Used: x.used, Reserved: x.reserved, Pending: x.node.Pending}
 }
 
 // each runs f over work, at most Parallel at a time, and answers the
