@@ -97,15 +97,11 @@ func runCilium(ctx context.Context, cfg config, so serverOptions, probe *http.Cl
 	rep := &ciliumReport{Nodes: cfg.CiliumNodes, PreAllocate: ciliumPreAllocate, QPS: cfg.CiliumQPS, Burst: cfg.CiliumBurst,
 		Pool: fmt.Sprintf("%s %s /%d (default space)", ciliumPool, ciliumPoolCIDR, ciliumPoolMask), BoundSeconds: cfg.CiliumBound.Seconds()}
 	began := time.Now()
-	dir, err := os.MkdirTemp("", "ipam-bench-cilium-")
+	dir, audit, auditLog, err := auditedDir("ipam-bench-cilium-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	audit, auditLog, err := auditFlags(dir)
-	if err != nil {
-		return nil, err
-	}
 	kc, err := kubetest.Launch(kubetest.WithAPIServerFlags(audit...))
 	if errors.Is(err, kubetest.ErrNoBinaries) {
 		rep = &ciliumReport{Skipped: err.Error()}

@@ -116,15 +116,11 @@ func (r *lbipamReport) failures(bound time.Duration) []string {
 
 func runLBIPAM(ctx context.Context, cfg config, so serverOptions, probe *http.Client, admin *ipamclient.ClientWithResponses, private bool, out io.Writer, failed *[]string) (*lbipamReport, error) {
 	rep := &lbipamReport{Services: cfg.LBServices, WaitingServices: cfg.LBWaiting, QPS: cfg.LBQPS, Burst: cfg.LBBurst, BoundSeconds: cfg.LBBound.Seconds()}
-	dir, err := os.MkdirTemp("", "ipam-bench-lbipam-")
+	dir, audit, auditLog, err := auditedDir("ipam-bench-lbipam-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	audit, auditLog, err := auditFlags(dir)
-	if err != nil {
-		return nil, err
-	}
 	// ClusterIPs for every Service: the default range holds 254.
 	kc, err := kubetest.Launch(kubetest.WithAPIServerFlags(append(audit, "--service-cluster-ip-range="+lbServiceCIDR)...))
 	if errors.Is(err, kubetest.ErrNoBinaries) {

@@ -144,15 +144,22 @@ rules:
 - level: None
 `
 
-// auditFlags writes the policy into dir and answers the kube-apiserver
-// flags that log the writes to the answered path.
-func auditFlags(dir string) (flags []string, logPath string, err error) {
+// auditedDir makes a phase's temporary directory (pattern as
+// os.MkdirTemp's) with an audit policy in it, and answers the
+// kube-apiserver flags that log the writes to CiliumNodes and Services
+// to logPath there: the takeover counts the new leader's writes in it.
+func auditedDir(pattern string) (dir string, flags []string, logPath string, err error) {
+	dir, err = os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", nil, "", err
+	}
 	policy := filepath.Join(dir, "audit-policy.yaml")
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
-		return nil, "", err
+		os.RemoveAll(dir)
+		return "", nil, "", err
 	}
 	logPath = filepath.Join(dir, "audit.log")
-	return []string{"--audit-policy-file=" + policy, "--audit-log-path=" + logPath, "--audit-log-maxsize=0"}, logPath, nil
+	return dir, []string{"--audit-policy-file=" + policy, "--audit-log-path=" + logPath, "--audit-log-maxsize=0"}, logPath, nil
 }
 
 // auditEvent is the part of an audit.k8s.io/v1 Event the count reads.

@@ -487,6 +487,13 @@ func (w *Worker) releaseGuard() time.Duration {
 	return DefaultReleaseGuard
 }
 
+// guardWindows are the release guard, and how long an entry of the
+// worker's memory of its own changes is kept: no reading read is older.
+func (w *Worker) guardWindows() (guard, keep time.Duration) {
+	guard = w.releaseGuard()
+	return guard, guard + ListingMaxAge*w.resync()
+}
+
 // guarded says whether a reading at now may still be wrong about block b
 // of key: the worker gave it back (or asked to) within the release
 // guard, or started within it (an earlier leader may have, and a drained
@@ -537,10 +544,8 @@ func (w *Worker) asSettled(p store.CloudPool, n store.CloudNode, inst cloud.Inst
 // onto the interface it went to, or the new interface whole when the
 // reading lacks it. Entries no reading can be that old for are forgotten.
 func (w *Worker) withRecentlyAdded(p store.CloudPool, n store.CloudNode, inst cloud.Instance, at time.Time) cloud.Instance {
-	key := nodeKey(p, n)
-	now := w.now()
-	guard := w.releaseGuard()
-	keep := guard + ListingMaxAge*w.resync()
+	key, now := nodeKey(p, n), w.now()
+	guard, keep := w.guardWindows()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	adds := slices.DeleteFunc(w.added[key], func(a addedAt) bool { return now.Sub(a.at) >= keep })
@@ -587,10 +592,8 @@ func (w *Worker) withRecentlyAdded(p store.CloudPool, n store.CloudNode, inst cl
 // a listing read again is as old as it was made (list.go). Entries no
 // reading can be that old for are forgotten.
 func (w *Worker) withoutReleased(p store.CloudPool, n store.CloudNode, inst cloud.Instance, at time.Time) cloud.Instance {
-	key := nodeKey(p, n)
-	now := w.now()
-	guard := w.releaseGuard()
-	keep := guard + ListingMaxAge*w.resync()
+	key, now := nodeKey(p, n), w.now()
+	guard, keep := w.guardWindows()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	recent := map[netip.Prefix]bool{}
