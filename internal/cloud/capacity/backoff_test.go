@@ -162,6 +162,10 @@ func TestHungCallEndsThePass(t *testing.T) {
 		t.Fatalf("pass: %v after %d hung requests, want the call timeout", err, len(hung))
 	}
 	hang.Store(false)
+	// The server's timeout again: 200 ms is shorter than a call can take
+	// on a loaded machine, and this pass must not fail.
+	timeout = cloud.WithCallTimeout(cloud.DefaultCallTimeout)
+	x.w.Cloud, x.w.Interfaces, x.w.Inventory = cloud.NewLimited(p, nil, timeout), cloud.NewLimitedInterfaces(p, nil, timeout), cloud.NewLimitedInventory(p, nil, timeout)
 	x.clock.Advance(BackoffMax)
 	x.pass(t)
 	if held, _ := x.fake.Held(x.eni0); len(held) != 4 || x.blocks(t) != 4 {
