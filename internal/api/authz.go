@@ -6,14 +6,18 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
+	goruntime "runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/oapi-codegen/runtime"
@@ -62,6 +66,13 @@ type authenticator struct {
 	buckets      *limiters
 	log          *slog.Logger
 	now          func() time.Time
+	// certs remembers the identity of each client certificate read
+	// (weak.Pointer[x509.Certificate] to identity): net/http gives every
+	// request of a connection the same certificate, so a kept-alive
+	// caller's is read once per connection rather than per request. An
+	// entry goes when its certificate is collected, after its
+	// connections. Refused certificates are not kept.
+	certs sync.Map
 }
 
 // errUnauthenticated is a 401; Detail never quotes a credential.
@@ -287,6 +298,22 @@ func (a *authenticator) token(ctx context.Context, secret string) (identity, all
 // certificate reads the identity of a verified client certificate.
 func (a *authenticator) certificate(r *http.Request) (identity, error) {
 	cert := r.TLS.PeerCertificates[0]
+	key := weak.Make(cert)
+	if id, ok := a.certs.Load(key); ok {
+		return id.(identity), nil
+	}
+	id, err := a.readCertificate(cert)
+	if err != nil {
+		return identity{}, err
+	}
+	if _, loaded := a.certs.LoadOrStore(key, id); !loaded {
+		goruntime.AddCleanup(cert, func(k weak.Pointer[x509.Certificate]) { a.certs.Delete(k) }, key)
+	}
+	return id, nil
+}
+
+// readCertificate is the identity a verified client certificate names.
+func (a *authenticator) readCertificate(cert *x509.Certificate) (identity, error) {
 	id, err := pki.IdentityOf(cert)
 	if err != nil {
 		return identity{}, &alloc.Error{Kind: kindForbidden, Detail: "the client certificate is neither a node's nor an operator's"}

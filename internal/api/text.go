@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -38,44 +39,98 @@ func refuseBadText(next ipamv1.StrictHandlerFunc, _ string) ipamv1.StrictHandler
 // the body or a parameter name; a bad map key names the map. It runs on
 // every operation before its handler, so no such string reaches the store.
 func checkRequestText(req any) error {
-	return checkText(reflect.ValueOf(req), "", false)
+	f := checkText(reflect.ValueOf(req), false)
+	if f == nil {
+		return nil
+	}
+	return alloc.Invalid(f.path(), "%s", f.msg)
 }
 
 // freeTextFields are the properties whose string values (in a map: its
 // values, not its keys) may hold control characters other than NUL.
 var freeTextFields = map[string]bool{"annotations": true}
 
-func checkText(v reflect.Value, path string, free bool) error {
+// textFault is a bad string checkText found: what is wrong with it, and
+// the steps from the checked value down to it (innermost first), each a
+// property's name or a list or map index. The path is only built for a
+// refusal: every request is checked, and nearly all pass.
+type textFault struct {
+	msg   string
+	steps []textStep
+}
+
+type textStep struct {
+	name  string // a property; "" for an index
+	index string // [2] or [key]
+}
+
+// path is the fault's JSON path: a.b[2].c, map entries as a[key].
+func (f *textFault) path() string {
+	var path string
+	for i := len(f.steps) - 1; i >= 0; i-- {
+		if st := f.steps[i]; st.name != "" {
+			path = joinPath(path, st.name)
+		} else {
+			path += st.index
+		}
+	}
+	return path
+}
+
+// textField is a field of a struct that checkText looks into.
+type textField struct {
+	index int
+	name  string // its JSON name; "" for the untagged Params and Body of a request object
+	free  bool   // freeTextFields
+}
+
+// textFields caches the fields checkText looks into of each struct type
+// (reflect.Type to []textField): reading them from the tags took as long
+// as checking the strings.
+var textFields sync.Map
+
+func textFieldsOf(t reflect.Type) []textField {
+	if fs, ok := textFields.Load(t); ok {
+		return fs.([]textField)
+	}
+	var fs []textField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		fs = append(fs, textField{index: i, name: name, free: freeTextFields[name]})
+	}
+	textFields.Store(t, fs)
+	return fs
+}
+
+func checkText(v reflect.Value, free bool) *textFault {
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Interface:
 		if v.IsNil() {
 			return nil
 		}
-		return checkText(v.Elem(), path, free)
+		return checkText(v.Elem(), free)
 	case reflect.String:
 		if msg := badText(v.String(), free); msg != "" {
-			return alloc.Invalid(path, "%s", msg)
+			return &textFault{msg: msg}
 		}
 	case reflect.Struct:
-		t := v.Type()
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if !f.IsExported() || name == "-" {
-				continue
-			}
-			p := path // untagged: the Params and Body of a request object
-			if name != "" {
-				p = joinPath(path, name)
-			}
-			if err := checkText(v.Field(i), p, freeTextFields[name]); err != nil {
-				return err
+		for _, f := range textFieldsOf(v.Type()) {
+			if fault := checkText(v.Field(f.index), f.free); fault != nil {
+				if f.name != "" {
+					fault.steps = append(fault.steps, textStep{name: f.name})
+				}
+				return fault
 			}
 		}
 	case reflect.Slice, reflect.Array:
 		for i := range v.Len() {
-			if err := checkText(v.Index(i), fmt.Sprintf("%s[%d]", path, i), free); err != nil {
-				return err
+			if fault := checkText(v.Index(i), free); fault != nil {
+				fault.steps = append(fault.steps, textStep{index: fmt.Sprintf("[%d]", i)})
+				return fault
 			}
 		}
 	case reflect.Map:
@@ -84,11 +139,12 @@ func checkText(v reflect.Value, path string, free bool) error {
 		for _, k := range keys {
 			if k.Kind() == reflect.String {
 				if msg := badText(k.String(), false); msg != "" {
-					return alloc.Invalid(path, "a key %s", msg)
+					return &textFault{msg: "a key " + msg}
 				}
 			}
-			if err := checkText(v.MapIndex(k), fmt.Sprintf("%s[%v]", path, k), free); err != nil {
-				return err
+			if fault := checkText(v.MapIndex(k), free); fault != nil {
+				fault.steps = append(fault.steps, textStep{index: fmt.Sprintf("[%v]", k)})
+				return fault
 			}
 		}
 	}

@@ -4,9 +4,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -76,11 +79,48 @@ func lookupArgs(r alloc.LeaseRequest, sel alloc.Selection) namedArgs {
 func scanLookup(row pgx.Row) (allocLookup, error) {
 	var lk allocLookup
 	var nid *int64
-	err := row.Scan(&nid, &lk.held, &lk.pools, &lk.generation)
+	var raw []byte
+	err := row.Scan(&nid, &lk.held, &raw, &lk.generation)
 	if nid != nil {
 		lk.nodeID = *nid
 	}
+	if err == nil {
+		lk.pools, err = decodePools(raw)
+	}
 	return lk, err
+}
+
+// decodedPools is the last pools JSON a lookup decoded, and what it
+// decoded to.
+type decodedPools struct {
+	raw   []byte
+	pools []allocPoolJSON
+}
+
+// lastPools is the pools JSON decoded last. Every allocation of a space
+// reads the same pools until one changes, so decoding each lookup's (a
+// reflection-driven json.Unmarshal of every pool and selector, a few
+// percent of the server's CPU per allocation) is mostly decoding the same
+// bytes again. The decoded pools are shared and read only, as the
+// lookups of one merged statement already share theirs.
+var lastPools atomic.Pointer[decodedPools]
+
+// decodePools decodes the pools column of a lookup (JSON, NULL on the
+// rows of a merged lookup but its first); the previous answer when raw is
+// the same JSON as the last decoded.
+func decodePools(raw []byte) ([]allocPoolJSON, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	if last := lastPools.Load(); last != nil && bytes.Equal(last.raw, raw) {
+		return last.pools, nil
+	}
+	var pools []allocPoolJSON
+	if err := json.Unmarshal(raw, &pools); err != nil {
+		return nil, fmt.Errorf("lookup: pools: %w", err)
+	}
+	lastPools.Store(&decodedPools{raw: bytes.Clone(raw), pools: pools})
+	return pools, nil
 }
 
 // mergedLookup is one lookup of a lookupManySQL statement, and its answer.
@@ -118,8 +158,8 @@ func combineLookups(group []*batchItem) (string, []any, func(pgx.Rows) error) {
 			var i int
 			var lk allocLookup
 			var nid *int64
-			var all *[]allocPoolJSON
-			if err := rows.Scan(&i, &nid, &lk.held, &all, &lk.generation); err != nil {
+			var raw []byte
+			if err := rows.Scan(&i, &nid, &lk.held, &raw, &lk.generation); err != nil {
 				return err
 			}
 			if i < 1 || i > len(ms) {
@@ -128,8 +168,12 @@ func combineLookups(group []*batchItem) (string, []any, func(pgx.Rows) error) {
 			if nid != nil {
 				lk.nodeID = *nid
 			}
-			if all != nil {
-				pools = *all
+			if raw != nil {
+				all, err := decodePools(raw)
+				if err != nil {
+					return err
+				}
+				pools = all
 			}
 			ms[i-1].lk, answered[i-1] = lk, true
 		}
