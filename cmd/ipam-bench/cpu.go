@@ -29,9 +29,10 @@ const userHZ = 100
 // (utime + stime) and that of its children it waited for (cutime +
 // cstime), which is where the time of PostgreSQL's exited backends goes.
 type procCPU struct {
-	Comm     string
-	Own      time.Duration
-	Children time.Duration
+	PID, PPID int
+	Comm      string
+	Own       time.Duration
+	Children  time.Duration
 }
 
 // parseProcStat reads a /proc/PID/stat line. The command name is between
@@ -54,8 +55,29 @@ func parseProcStat(line []byte) (procCPU, error) {
 		}
 		t[i] = n
 	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(line[:open])))
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return procCPU{}, fmt.Errorf("ppid: %w", err)
+	}
 	tick := time.Second / userHZ
-	return procCPU{Comm: string(line[open+1 : end]), Own: time.Duration(t[0]+t[1]) * tick, Children: time.Duration(t[2]+t[3]) * tick}, nil
+	return procCPU{PID: pid, PPID: ppid, Comm: string(line[open+1 : end]), Own: time.Duration(t[0]+t[1]) * tick, Children: time.Duration(t[2]+t[3]) * tick}, nil
+}
+
+// postgresCPU is the CPU time of the database among procs: with a
+// postmaster pid, that process's and its children's (the backends and
+// workers; an exited one's time is in the postmaster's cutime), so a
+// neighbour's PostgreSQL on a shared machine is not counted, nor its
+// processes' exits read as negative time (seen: -10,205 µs per op);
+// without one (a -database-url), every process named postgres.
+func postgresCPU(procs []procCPU, postmaster int) time.Duration {
+	var d time.Duration
+	for _, p := range procs {
+		if (postmaster > 0 && (p.PID == postmaster || p.PPID == postmaster)) || (postmaster <= 0 && p.Comm == "postgres") {
+			d += p.Own + p.Children
+		}
+	}
+	return d
 }
 
 func readProcCPU(pid int) (procCPU, error) {
@@ -105,9 +127,10 @@ type cpuSnapshot struct {
 }
 
 // takeCPUSnapshot reads the servers' pids, this process (the clients) and
-// every process named postgres on the machine (the database when it runs
-// here; none when it is remote).
-func takeCPUSnapshot(servers []int) cpuSnapshot {
+// the database's processes (postgresCPU: the private cluster's postmaster
+// and its children, or every process named postgres on the machine when
+// postmaster is 0; none when the database is remote).
+func takeCPUSnapshot(servers []int, postmaster int) cpuSnapshot {
 	s := cpuSnapshot{at: time.Now()}
 	for _, pid := range servers {
 		p, err := readProcCPU(pid)
@@ -124,15 +147,17 @@ func takeCPUSnapshot(servers []int) cpuSnapshot {
 	}
 	s.clients = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	procs := make([]procCPU, 0, len(stats))
 	for _, path := range stats {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			continue // exited meanwhile
 		}
-		if p, err := parseProcStat(b); err == nil && p.Comm == "postgres" {
-			s.postgres += p.Own + p.Children
+		if p, err := parseProcStat(b); err == nil {
+			procs = append(procs, p)
 		}
 	}
+	s.postgres = postgresCPU(procs, postmaster)
 	f, err := os.Open("/proc/stat")
 	if err != nil {
 		s.err = err

@@ -136,9 +136,9 @@ func (b *bench) floorPhase(ctx context.Context, clients int, nodes []string, per
 	if err != nil {
 		return nil, fmt.Errorf("floor warm-up: %w", err)
 	}
-	before := takeCPUSnapshot(nil)
+	before := takeCPUSnapshot(nil, b.db.postmaster())
 	r := measure(ctx, ws, d)
-	c, ok := cpuSince(before, takeCPUSnapshot(nil), int(r.Allocs+r.Releases))
+	c, ok := cpuSince(before, takeCPUSnapshot(nil, b.db.postmaster()), int(r.Allocs+r.Releases))
 	if !ok {
 		return nil, errors.New("floor: no CPU figures from /proc")
 	}

@@ -563,7 +563,7 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 	batchesBefore, batchErr := b.scrapeWriteBatches(ctx)
 	hs := b.pki.handshakes.Load()
 	rss := watchRSS(pids)
-	cpuBefore := takeCPUSnapshot(pids)
+	cpuBefore := takeCPUSnapshot(pids, b.db.postmaster())
 	lsn, walErr := b.db.walLSN(ctx)
 	r := measure(ctx, ws, d)
 	if walErr == nil {
@@ -574,7 +574,7 @@ func (b *bench) measured(ctx context.Context, phase string, ws []*worker, nodes,
 	} else if walErr != nil && ctx.Err() == nil {
 		fmt.Fprintf(b.out, "  wal: not read: %v\n", walErr)
 	}
-	if c, ok := cpuSince(cpuBefore, takeCPUSnapshot(pids), int(r.Allocs+r.Releases)); ok {
+	if c, ok := cpuSince(cpuBefore, takeCPUSnapshot(pids, b.db.postmaster()), int(r.Allocs+r.Releases)); ok {
 		r.CPU = &c
 	}
 	r.RSS = rss.stop()

@@ -61,6 +61,15 @@ func openDatabase(ctx context.Context, url string, log *slog.Logger) (*database,
 	return &database{url: cl.ConnString("postgres"), binDir: binDir, private: true, dataDir: dir, cluster: cl}, nil
 }
 
+// postmaster answers the private cluster's postmaster pid; 0 for a
+// -database-url, whose processes are found by name (cpu.go).
+func (d *database) postmaster() int {
+	if !d.private {
+		return 0
+	}
+	return d.cluster.PID()
+}
+
 // close stops a private cluster and removes its directory.
 func (d *database) close() {
 	if !d.private {

@@ -326,6 +326,18 @@ func (c *Cluster) supervise() {
 	}
 }
 
+// PID answers the current postmaster's process id (0 when none runs):
+// its backends are its children, and an exited backend's CPU time goes to
+// its cutime.
+func (c *Cluster) PID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil || c.stopped {
+		return 0
+	}
+	return c.proc.Pid
+}
+
 // ConnString returns a libpq keyword/value connection string (which pgx and
 // psql accept) for database dbname as superuser "postgres" over the unix
 // socket.

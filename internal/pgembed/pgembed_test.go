@@ -126,12 +126,24 @@ func TestStartStopReuse(t *testing.T) {
 	if _, err := conn.Exec(t.Context(), "CREATE TABLE kept (n int); INSERT INTO kept VALUES (42)"); err != nil {
 		t.Fatal(err)
 	}
+	// PID is the postmaster's, whose pid postmaster.pid names: the bench
+	// counts its processes' CPU by it.
+	pidFile, err := os.ReadFile(filepath.Join(dir, "pgdata", "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(string(pidFile), "\n"); c.PID() == 0 || strconv.Itoa(c.PID()) != first {
+		t.Errorf("PID() = %d, postmaster.pid names %q", c.PID(), first)
+	}
 	_ = conn.Close(t.Context())
 	if err := c.Stop(t.Context()); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	if err := c.Stop(t.Context()); err != nil {
 		t.Fatalf("second Stop: %v", err)
+	}
+	if c.PID() != 0 {
+		t.Errorf("PID() = %d after Stop, want 0", c.PID())
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pgdata", "postmaster.pid")); !os.IsNotExist(err) {
 		t.Errorf("postmaster.pid after Stop: %v; want it gone", err)
