@@ -62,9 +62,10 @@ func openDatabase(ctx context.Context, url string, log *slog.Logger) (*database,
 }
 
 // postmaster answers the private cluster's postmaster pid; 0 for a
-// -database-url, whose processes are found by name (cpu.go).
+// -database-url, whose processes are found by name (cpu.go), or no
+// database (the floor phase's tests).
 func (d *database) postmaster() int {
-	if !d.private {
+	if d == nil || !d.private {
 		return 0
 	}
 	return d.cluster.PID()
